@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what vidcurate needs to build, run the demo and run the tests, idempotently:
+# FFmpeg's -dev libraries (ffmpeg-next links them), clang (bindgen), the ffmpeg CLI and a font
+# (demo/test media generation with drawtext), and pyarrow (tests prove pyarrow reads our Parquet).
+# Safe to run again: every step checks before it installs.
+set -euo pipefail
+
+APT_PKGS=(libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev
+  libavfilter-dev libavdevice-dev clang libclang-dev pkg-config ffmpeg fonts-dejavu-core)
+
+missing=()
+for p in "${APT_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing apt packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import pyarrow' 2>/dev/null; then
+  echo "setup: installing pyarrow"
+  "$PY" -m pip install -q 'pyarrow>=14'
+fi
+echo "setup: ok"

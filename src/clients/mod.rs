@@ -1,0 +1,2 @@
+//! Clients of external programs and services; each one owns its connection details and limits.
+pub mod ffmpeg;

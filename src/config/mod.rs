@@ -1,0 +1,307 @@
+//! Pipeline files: the raw TOML shape (what a user writes) and error reporting that names the
+//! file, line and key. `plan.rs` turns this into a validated `Plan`.
+//!
+//! Stage settings are typed per stage `type`, so they are deserialized in a second step; serde's
+//! tagged enums would buffer the table and lose the line. Instead we track the key path with
+//! `serde_path_to_error` and look the path up in a span-keeping parse of the same text.
+
+pub mod plan;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// A pipeline file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPipeline {
+    /// Name of the pipeline; names the default run directory `data/runs/<name>/`.
+    pub name: String,
+    /// Free text for people.
+    #[serde(default)]
+    pub description: String,
+    /// Where videos come from: a table with `type` (e.g. `local`) and that source's settings.
+    pub source: toml::Table,
+    /// The ordered stages, each a table with `id`, `type` and its settings.
+    #[serde(default)]
+    pub stages: Vec<toml::Table>,
+    /// External endpoints used by model and API stages.
+    #[serde(default)]
+    pub services: BTreeMap<String, ServiceConfig>,
+    /// Where and how results are written.
+    #[serde(default)]
+    pub output: OutputConfig,
+    /// Runtime limits shared by all stages.
+    #[serde(default)]
+    pub runtime: RuntimeConfig,
+}
+
+/// An external endpoint (YouTube, an LLM server...). Secrets never live here: `api_key_env` names
+/// the environment variable that holds the key.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceConfig {
+    /// Root URL of the API; tests point it at 127.0.0.1.
+    pub base_url: String,
+    /// Environment variable holding the API key.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Request budget shared by every stage using this service.
+    #[serde(default)]
+    pub requests_per_minute: Option<u32>,
+    /// Token budget shared by every stage using this service.
+    #[serde(default)]
+    pub tokens_per_minute: Option<u32>,
+    /// Per-request timeout.
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+    /// Retries of a failed request (429, 5xx, timeouts) before the video is rejected.
+    #[serde(default)]
+    pub max_retries: Option<u32>,
+}
+
+/// Output settings.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutputConfig {
+    /// Run directory; relative paths are relative to the current directory. The CLI's `--out`
+    /// overrides it. Default: `data/runs/<name>`.
+    pub dir: Option<PathBuf>,
+    /// A shard is written when this many rows are buffered.
+    pub max_rows_per_shard: usize,
+    /// ... or when this many seconds passed since the last shard, so a crash loses little work.
+    pub flush_secs: u64,
+}
+
+impl Default for OutputConfig {
+    fn default() -> Self {
+        Self { dir: None, max_rows_per_shard: 20_000, flush_secs: 30 }
+    }
+}
+
+/// Runtime settings.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// Capacity of each bounded channel between two stages (backpressure beyond it).
+    pub channel_capacity: usize,
+    /// Threads for CPU-heavy work (decoding, OCR). Default: the number of cores.
+    pub cpu_threads: Option<usize>,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self { channel_capacity: 16, cpu_threads: None }
+    }
+}
+
+/// Settings every stage has, besides its own `compute` and `select` tables.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageCommon {
+    /// snake_case id; names the stage's folder of shards.
+    pub id: String,
+    /// Which stage (see `vidcurate list-stages`).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Videos processed at once by this stage.
+    #[serde(default)]
+    pub max_in_flight: Option<usize>,
+    /// Time limit for one video in this stage.
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+    /// Retries of an external (transient) failure before the video is rejected.
+    #[serde(default = "default_retries")]
+    pub retries: u32,
+    /// Settings that change results: they make the stage's fingerprint.
+    #[serde(default)]
+    pub compute: toml::Table,
+    /// Thresholds applied to results: never part of the fingerprint.
+    #[serde(default)]
+    pub select: toml::Table,
+}
+
+fn default_retries() -> u32 {
+    2
+}
+
+/// A configuration error with its place in the file.
+#[derive(Debug, Clone)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub line: Option<usize>,
+    pub column: Option<usize>,
+    pub key: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(l) = self.line {
+            write!(f, ":{l}")?;
+            if let Some(c) = self.column {
+                write!(f, ":{c}")?;
+            }
+        }
+        if let Some(k) = &self.key {
+            write!(f, ": key `{k}`")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// One step of a key path inside the file.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+pub fn path_string(path: &[Seg]) -> String {
+    let mut s = String::new();
+    for seg in path {
+        match seg {
+            Seg::Key(k) => {
+                if !s.is_empty() {
+                    s.push('.');
+                }
+                s.push_str(k);
+            }
+            Seg::Index(i) => s.push_str(&format!("[{i}]")),
+        }
+    }
+    s
+}
+
+/// The pipeline file's text with a span-keeping parse, to turn key paths into lines.
+pub struct SourceText {
+    pub file: PathBuf,
+    pub text: String,
+    doc: Option<toml_edit::Document<String>>,
+}
+
+impl SourceText {
+    pub fn new(file: &Path, text: String) -> Self {
+        let doc = toml_edit::Document::parse(text.clone()).ok();
+        Self { file: file.to_path_buf(), text, doc }
+    }
+
+    fn line_col(&self, offset: usize) -> (usize, usize) {
+        let before = &self.text[..offset.min(self.text.len())];
+        let line = before.matches('\n').count() + 1;
+        let col = before.rfind('\n').map(|i| offset - i).unwrap_or(offset + 1);
+        (line, col)
+    }
+
+    /// Byte offset of the deepest part of `path` that exists in the file.
+    fn offset_of(&self, path: &[Seg]) -> Option<usize> {
+        let doc = self.doc.as_ref()?;
+        walk(Node::Table(doc.as_table()), path, None)
+    }
+
+    /// An error at `path` (the deepest existing part of it gives the line).
+    pub fn error_at(&self, path: &[Seg], message: impl Into<String>) -> ConfigError {
+        let (line, column) = match self.offset_of(path) {
+            Some(off) => {
+                let (l, c) = self.line_col(off);
+                (Some(l), Some(c))
+            }
+            None => (None, None),
+        };
+        ConfigError {
+            file: self.file.clone(),
+            line,
+            column,
+            key: if path.is_empty() { None } else { Some(path_string(path)) },
+            message: message.into(),
+        }
+    }
+
+    /// Parses the whole file into the raw shape.
+    pub fn parse_raw(&self) -> Result<RawPipeline, ConfigError> {
+        toml::from_str::<RawPipeline>(&self.text).map_err(|e| {
+            let (line, column) = match e.span() {
+                Some(span) => {
+                    let (l, c) = self.line_col(span.start);
+                    (Some(l), Some(c))
+                }
+                None => (None, None),
+            };
+            ConfigError {
+                file: self.file.clone(),
+                line,
+                column,
+                key: None,
+                message: e.message().trim().to_string(),
+            }
+        })
+    }
+
+    /// Deserializes a sub-table at `at` into a typed settings struct, reporting the exact key.
+    pub fn typed<T: DeserializeOwned>(&self, table: &toml::Table, at: &[Seg]) -> Result<T, ConfigError> {
+        let value = toml::Value::Table(table.clone());
+        serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
+            let mut path: Vec<Seg> = at.to_vec();
+            for seg in e.path().iter() {
+                match seg {
+                    serde_path_to_error::Segment::Seq { index } => path.push(Seg::Index(*index)),
+                    serde_path_to_error::Segment::Map { key } => path.push(Seg::Key(key.clone())),
+                    serde_path_to_error::Segment::Enum { variant } => path.push(Seg::Key(variant.clone())),
+                    serde_path_to_error::Segment::Unknown => {}
+                }
+            }
+            let msg = e.inner().to_string();
+            // serde names an unknown key only in its message; point at that key's line.
+            if let Some(name) = msg.strip_prefix("unknown field `").and_then(|r| r.split('`').next()) {
+                if path.last() != Some(&Seg::Key(name.to_string())) {
+                    path.push(Seg::Key(name.to_string()));
+                }
+            }
+            self.error_at(&path, msg)
+        })
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Node<'a> {
+    Item(&'a toml_edit::Item),
+    Table(&'a toml_edit::Table),
+    Value(&'a toml_edit::Value),
+}
+
+/// Follows `path` through the span-keeping document; returns the last span found.
+fn walk(node: Node<'_>, path: &[Seg], best: Option<usize>) -> Option<usize> {
+    let Some((seg, rest)) = path.split_first() else { return best };
+    match seg {
+        Seg::Key(k) => {
+            let table: Option<&dyn toml_edit::TableLike> = match node {
+                Node::Item(i) => i.as_table_like(),
+                Node::Table(t) => Some(t),
+                Node::Value(v) => v.as_inline_table().map(|t| t as &dyn toml_edit::TableLike),
+            };
+            let Some((key, next)) = table.and_then(|t| t.get_key_value(k)) else { return best };
+            walk(Node::Item(next), rest, key.span().map(|s| s.start).or(best))
+        }
+        Seg::Index(i) => match node {
+            Node::Item(item) => {
+                if let Some(t) = item.as_array_of_tables().and_then(|a| a.get(*i)) {
+                    walk(Node::Table(t), rest, t.span().map(|s| s.start).or(best))
+                } else if let Some(v) = item.as_array().and_then(|a| a.get(*i)) {
+                    walk(Node::Value(v), rest, v.span().map(|s| s.start).or(best))
+                } else {
+                    best
+                }
+            }
+            Node::Value(v) => match v.as_array().and_then(|a| a.get(*i)) {
+                Some(v) => walk(Node::Value(v), rest, v.span().map(|s| s.start).or(best)),
+                None => best,
+            },
+            Node::Table(_) => best,
+        },
+    }
+}

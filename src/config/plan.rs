@@ -1,0 +1,194 @@
+//! From a pipeline file to a validated `Plan`: typed stage settings, the `requires` chain, ids,
+//! and the fingerprints that decide what a rerun must redo.
+
+use super::{ConfigError, OutputConfig, RuntimeConfig, Seg, ServiceConfig, SourceText, StageCommon};
+use crate::record::Slot;
+use crate::runtime::StageTask;
+use crate::runtime::stage::Source;
+use crate::stages;
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Ids that name folders of the run directory the runtime owns.
+pub const RESERVED_IDS: &[&str] = &["source", "rejects", "media", "manifest"];
+pub const SOURCE_STAGE_ID: &str = "source";
+/// Bumped when the source table's meaning changes.
+pub const SOURCE_FINGERPRINT: &str = "source-v1";
+
+pub struct PlannedStage {
+    pub id: String,
+    pub kind: String,
+    pub fingerprint: String,
+    pub compute: serde_json::Value,
+    pub max_in_flight: usize,
+    pub timeout: Option<Duration>,
+    pub retries: u32,
+    pub task: Box<dyn StageTask>,
+}
+
+pub struct Plan {
+    pub name: String,
+    pub file: PathBuf,
+    pub text: String,
+    pub source_kind: String,
+    pub source_settings: serde_json::Value,
+    pub source: Box<dyn Source>,
+    pub stages: Vec<PlannedStage>,
+    pub output: OutputConfig,
+    pub runtime: RuntimeConfig,
+    pub services: BTreeMap<String, ServiceConfig>,
+}
+
+/// Where build functions resolve relative paths: the pipeline file's folder.
+pub struct BuildCx<'a> {
+    pub base_dir: &'a Path,
+    pub src: &'a SourceText,
+}
+
+impl BuildCx<'_> {
+    pub fn resolve(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() { p.to_path_buf() } else { self.base_dir.join(p) }
+    }
+}
+
+fn is_snake_case(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// Chained fingerprint: a stage's settings plus everything upstream, so changing one stage
+/// redoes it and what follows, never what precedes.
+pub fn fingerprint(prev: &str, kind: &str, version: u32, compute: &serde_json::Value) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(b"vidcurate-fingerprint-v1\0");
+    h.update(prev.as_bytes());
+    h.update(b"\0");
+    h.update(kind.as_bytes());
+    h.update(format!("\0{version}\0").as_bytes());
+    // serde_json's Map is sorted (no preserve_order), so this is canonical.
+    h.update(compute.to_string().as_bytes());
+    h.finalize().to_hex()[..16].to_string()
+}
+
+/// Reads and checks a pipeline file without running anything.
+pub fn load(file: &Path) -> Result<Plan, ConfigError> {
+    let text = std::fs::read_to_string(file).map_err(|e| ConfigError {
+        file: file.to_path_buf(),
+        line: None,
+        column: None,
+        key: None,
+        message: format!("cannot read: {e}"),
+    })?;
+    plan_text(file, text)
+}
+
+pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
+    let src = SourceText::new(file, text);
+    let raw = src.parse_raw()?;
+    let base_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
+    let base_dir = if base_dir.as_os_str().is_empty() { PathBuf::from(".") } else { base_dir };
+    let bcx = BuildCx { base_dir: &base_dir, src: &src };
+
+    if !is_snake_case(&raw.name.replace('-', "_")) {
+        return Err(src.error_at(&[Seg::Key("name".into())], "name must be lowercase letters, digits, '-' or '_'"));
+    }
+    if raw.runtime.channel_capacity == 0 {
+        return Err(src.error_at(
+            &[Seg::Key("runtime".into()), Seg::Key("channel_capacity".into())],
+            "must be at least 1",
+        ));
+    }
+    if raw.output.max_rows_per_shard == 0 {
+        return Err(src.error_at(
+            &[Seg::Key("output".into()), Seg::Key("max_rows_per_shard".into())],
+            "must be at least 1",
+        ));
+    }
+    for (name, svc) in &raw.services {
+        if !(svc.base_url.starts_with("http://") || svc.base_url.starts_with("https://")) {
+            return Err(src.error_at(
+                &[Seg::Key("services".into()), Seg::Key(name.clone()), Seg::Key("base_url".into())],
+                format!("base_url must start with http:// or https://, got {:?}", svc.base_url),
+            ));
+        }
+    }
+
+    let source_at = [Seg::Key("source".into())];
+    let source_kind = match raw.source.get("type") {
+        Some(toml::Value::String(s)) => s.clone(),
+        Some(_) => {
+            return Err(src.error_at(&[Seg::Key("source".into()), Seg::Key("type".into())], "must be a string"));
+        }
+        None => return Err(src.error_at(&source_at, "missing field `type` (one of: local)")),
+    };
+    let (source, source_settings) = stages::build_source(&source_kind, &raw.source, &source_at, &bcx)?;
+
+    let mut planned = Vec::new();
+    let mut seen = HashSet::new();
+    let mut filled: Vec<Slot> = vec![Slot::Source];
+    let mut prev_fp = SOURCE_FINGERPRINT.to_string();
+    for (i, table) in raw.stages.iter().enumerate() {
+        let at = vec![Seg::Key("stages".into()), Seg::Index(i)];
+        let common: StageCommon = src.typed(table, &at)?;
+        let key = |k: &str| {
+            let mut p = at.clone();
+            p.push(Seg::Key(k.into()));
+            p
+        };
+        if !is_snake_case(&common.id) {
+            return Err(src.error_at(&key("id"), format!("stage id {:?} must be snake_case", common.id)));
+        }
+        if RESERVED_IDS.contains(&common.id.as_str()) {
+            return Err(src.error_at(&key("id"), format!("stage id {:?} is reserved for the run directory", common.id)));
+        }
+        if !seen.insert(common.id.clone()) {
+            return Err(src.error_at(&key("id"), format!("stage id {:?} is used twice", common.id)));
+        }
+        if common.max_in_flight == Some(0) {
+            return Err(src.error_at(&key("max_in_flight"), "must be at least 1"));
+        }
+        let built = stages::build_stage(&common, &key("compute"), &key("select"), &bcx)
+            .map_err(|e| if e.line.is_none() { src.error_at(&key("type"), e.message) } else { e })?;
+        for need in built.task.requires() {
+            if !filled.contains(need) {
+                return Err(src.error_at(
+                    &key("type"),
+                    format!(
+                        "stage {:?} ({}) needs `{}`, which no earlier stage provides; add a stage that does before it",
+                        common.id,
+                        common.kind,
+                        need.name()
+                    ),
+                ));
+            }
+        }
+        filled.push(built.task.provides());
+        let fp = fingerprint(&prev_fp, &common.kind, built.version, &built.compute);
+        prev_fp = fp.clone();
+        planned.push(PlannedStage {
+            id: common.id.clone(),
+            kind: common.kind.clone(),
+            fingerprint: fp,
+            compute: built.compute,
+            max_in_flight: common.max_in_flight.unwrap_or(built.default_in_flight),
+            timeout: common.timeout_secs.map(Duration::from_secs),
+            retries: common.retries,
+            task: built.task,
+        });
+    }
+
+    Ok(Plan {
+        name: raw.name,
+        file: file.to_path_buf(),
+        text: src.text.clone(),
+        source_kind,
+        source_settings,
+        source,
+        stages: planned,
+        output: raw.output,
+        runtime: raw.runtime,
+        services: raw.services,
+    })
+}

@@ -1,0 +1,69 @@
+//! Error classes shared by stages and the runtime.
+//!
+//! The class decides what the runner does, so a stage never has to: `Config` fails before any work,
+//! `External` is retried with backoff and then rejected, `Data` rejects the one video and the run goes
+//! on, `Internal` aborts the run (a bug or a broken run directory, where carrying on would lose data).
+
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    Config,
+    External,
+    Data,
+    Internal,
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ErrorKind::Config => "config",
+            ErrorKind::External => "external",
+            ErrorKind::Data => "data",
+            ErrorKind::Internal => "internal",
+        })
+    }
+}
+
+/// A stage's failure for one video. `reason` is a short stable snake_case code (it becomes the
+/// `reason` column of the rejects table, so users can group by it); `detail` is for people.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{kind} error: {reason}: {detail}")]
+pub struct StageError {
+    pub kind: ErrorKind,
+    pub reason: String,
+    pub detail: String,
+}
+
+impl StageError {
+    pub fn new(kind: ErrorKind, reason: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self { kind, reason: reason.into(), detail: detail.into() }
+    }
+    pub fn data(reason: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Data, reason, detail)
+    }
+    pub fn external(reason: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self::new(ErrorKind::External, reason, detail)
+    }
+    pub fn internal(reason: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Internal, reason, detail)
+    }
+}
+
+/// Errors of the run as a whole (the CLI turns these into messages and exit codes).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Config(String),
+    #[error("run directory {path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl RunError {
+    pub fn io(path: impl Into<String>, source: std::io::Error) -> Self {
+        RunError::Io { path: path.into(), source }
+    }
+}

@@ -1,0 +1,12 @@
+//! vidcurate: build video benchmark dataset splits with a staged, resumable pipeline.
+//!
+//! A pipeline file (`config`) becomes a `Plan` of stages (`stages`), which the `runtime` runs as a
+//! chain of tasks joined by bounded channels, persisting every stage's rows as Parquet shards in a
+//! run directory. See README.md for the run directory layout.
+
+pub mod clients;
+pub mod config;
+pub mod error;
+pub mod record;
+pub mod runtime;
+pub mod stages;

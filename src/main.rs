@@ -1,0 +1,134 @@
+//! The `vidcurate` command line. The only place `anyhow` is used.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use vidcurate::config::plan;
+use vidcurate::error::RunError;
+use vidcurate::runtime::runner::{self, RunOptions, RunStatus};
+
+/// Build video benchmark dataset splits from a pipeline file.
+///
+/// A pipeline file (TOML, see pipelines/) names a source of videos and an ordered list of stages.
+/// `vidcurate run` writes one folder of Parquet shards per stage, a `rejects` table and a
+/// manifest.json into a run directory. Running the same command again does only the missing
+/// work: after a crash, Ctrl-C, or a change of one stage's settings (which redoes that stage and
+/// the ones after it, nothing before).
+///
+/// Exit codes: 0 done, nothing rejected; 3 done, some videos rejected (see <run>/rejects/);
+/// 2 the pipeline file or its inputs are invalid; 130 interrupted (rerun to resume); 1 other errors.
+#[derive(Parser)]
+#[command(name = "vidcurate", version, about, long_about, after_help = "Logs: set RUST_LOG (e.g. RUST_LOG=debug). Examples:\n  vidcurate validate pipelines/demo.toml\n  vidcurate run pipelines/demo.toml --out data/runs/demo\n  vidcurate list-stages")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a pipeline (resumes an earlier run in the same directory).
+    Run {
+        /// The pipeline file (TOML).
+        file: PathBuf,
+        /// Run directory [default: output.dir of the file, else data/runs/<name>].
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// No progress bars (log lines are still written to stderr).
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Check a pipeline file without running it: keys, types, stage order, paths.
+    Validate {
+        /// The pipeline file(s) (TOML).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// List the stage and source types a pipeline file can use.
+    ListStages,
+}
+
+fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,vidcurate=info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logs();
+    match real_main(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("vidcurate: error: {e:#}");
+            let config = e.downcast_ref::<vidcurate::config::ConfigError>().is_some()
+                || matches!(e.downcast_ref::<RunError>(), Some(RunError::Config(_)));
+            ExitCode::from(if config { 2 } else { 1 })
+        }
+    }
+}
+
+fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.cmd {
+        Cmd::ListStages => {
+            println!("sources ([source] type = ...):");
+            for (t, d) in vidcurate::stages::SOURCE_TYPES {
+                println!("  {t:<10} {d}");
+            }
+            println!("stages ([[stages]] type = ...):");
+            for (t, d) in vidcurate::stages::STAGE_TYPES {
+                println!("  {t:<10} {d}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Validate { files } => {
+            let mut bad = 0;
+            for f in &files {
+                match plan::load(f) {
+                    Ok(p) => {
+                        let chain: Vec<String> = p.stages.iter().map(|s| format!("{} ({})", s.id, s.kind)).collect();
+                        println!("{}: ok: source {} -> {}", f.display(), p.source_kind, chain.join(" -> "));
+                    }
+                    Err(e) => {
+                        eprintln!("{e}");
+                        bad += 1;
+                    }
+                }
+            }
+            Ok(if bad == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) })
+        }
+        Cmd::Run { file, out, quiet } => {
+            let plan = plan::load(&file)?;
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+            let report = rt.block_on(runner::run(plan, RunOptions { out, quiet }))?;
+            eprintln!("run directory: {}", report.run_dir.display());
+            eprintln!(
+                "{:<14} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                "stage", "received", "computed", "reused", "rejected", "forwarded"
+            );
+            for id in &report.order {
+                if let Some(c) = report.counts.get(id) {
+                    eprintln!(
+                        "{:<14} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                        id,
+                        c.received,
+                        c.computed,
+                        c.reused,
+                        c.rejected + c.rejected_before,
+                        c.forwarded
+                    );
+                }
+            }
+            if report.status == RunStatus::Interrupted {
+                eprintln!("interrupted: rerun the same command to resume");
+                return Ok(ExitCode::from(130));
+            }
+            let rejected = report.rejected();
+            if rejected > 0 {
+                eprintln!("{rejected} rejected: see {}/rejects/", report.run_dir.display());
+                return Ok(ExitCode::from(3));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

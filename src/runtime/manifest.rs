@@ -1,0 +1,59 @@
+//! `manifest.json`: the pipeline as run, the tool version, each stage's fingerprint and compute
+//! settings, and one entry per invocation (times, status, counts per stage).
+
+use crate::runtime::StageCounts;
+use crate::runtime::store::Store;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const MANIFEST: &str = "manifest.json";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    pub tool: String,
+    pub tool_version: String,
+    pub pipeline_name: String,
+    pub pipeline_file: String,
+    /// The pipeline file's text as it was run.
+    pub pipeline_toml: String,
+    pub source: serde_json::Value,
+    pub stages: Vec<ManifestStage>,
+    pub invocations: Vec<Invocation>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ManifestStage {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub fingerprint: String,
+    /// The compute settings with defaults filled in (what the fingerprint hashes).
+    pub compute: serde_json::Value,
+    pub table: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Invocation {
+    pub tool_version: String,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    /// running | complete | interrupted | failed
+    pub status: String,
+    pub error: Option<String>,
+    pub counts: BTreeMap<String, StageCounts>,
+}
+
+pub async fn load(store: &dyn Store) -> Option<Manifest> {
+    let data = store.get(MANIFEST).await.ok()?;
+    serde_json::from_slice(&data).ok()
+}
+
+pub async fn save(store: &dyn Store, m: &Manifest) -> std::io::Result<()> {
+    let mut data = serde_json::to_vec_pretty(m).map_err(std::io::Error::other)?;
+    data.push(b'\n');
+    store.put(MANIFEST, data).await
+}
+
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}

@@ -1,0 +1,246 @@
+//! Runs a `Plan` against a run directory: wires the channels, spawns the tasks, handles Ctrl-C,
+//! and writes the manifest before and after.
+
+use super::manifest::{self, Invocation, Manifest, ManifestStage};
+use super::progress::Progress;
+use super::stage::{CpuPool, StageContext};
+use super::store::{LocalStore, Store};
+use super::{StageCounts, StageIo, StageSettings};
+use crate::config::plan::{Plan, SOURCE_FINGERPRINT, SOURCE_STAGE_ID};
+use crate::error::RunError;
+use crate::record::VideoRecord;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Run directory; overrides the pipeline's `output.dir`.
+    pub out: Option<PathBuf>,
+    /// No progress bars.
+    pub quiet: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunStatus {
+    Complete,
+    Interrupted,
+}
+
+#[derive(Debug)]
+pub struct RunReport {
+    pub run_dir: PathBuf,
+    pub status: RunStatus,
+    pub counts: BTreeMap<String, StageCounts>,
+    /// Stage ids in chain order (source first).
+    pub order: Vec<String>,
+}
+
+impl RunReport {
+    /// Videos rejected by any stage, in this invocation or an earlier one (the final dataset's view).
+    pub fn rejected(&self) -> u64 {
+        self.counts.values().map(|c| c.rejected + c.rejected_before).sum()
+    }
+}
+
+/// The run directory a plan writes to.
+pub fn run_dir(plan: &Plan, opts: &RunOptions) -> PathBuf {
+    opts.out
+        .clone()
+        .or_else(|| plan.output.dir.clone())
+        .unwrap_or_else(|| Path::new("data").join("runs").join(&plan.name))
+}
+
+fn lock(dir: &Path) -> Result<std::fs::File, RunError> {
+    let path = dir.join(".lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| RunError::io(path.display().to_string(), e))?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => Err(RunError::Config(format!(
+            "{}: another vidcurate run is using this run directory",
+            dir.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(RunError::io(path.display().to_string(), e)),
+    }
+}
+
+pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
+    let dir = run_dir(&plan, &opts);
+    std::fs::create_dir_all(&dir).map_err(|e| RunError::io(dir.display().to_string(), e))?;
+    let _lock = lock(&dir)?;
+    let local = LocalStore::open(&dir).map_err(|e| RunError::io(dir.display().to_string(), e))?;
+    let run_dir = local.root().to_path_buf();
+    let store: Arc<dyn Store> = Arc::new(local);
+    let cancel = CancellationToken::new();
+    spawn_ctrl_c(cancel.clone());
+    let threads = plan
+        .runtime
+        .cpu_threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2));
+    let cpu = CpuPool::new(threads);
+    let cx_for = |id: &str, fp: &str, extras| StageContext {
+        stage_id: id.to_string(),
+        fingerprint: fp.to_string(),
+        store: store.clone(),
+        cpu: cpu.clone(),
+        cancel: cancel.clone(),
+        extras,
+    };
+
+    let mut source = plan.source;
+    let pre_cx = cx_for(SOURCE_STAGE_ID, SOURCE_FINGERPRINT, Arc::new(vec![]));
+    source.open(&pre_cx).await?;
+    let extras = source.extras();
+    let total = source.total();
+
+    let started_at = manifest::now();
+    let previous = manifest::load(store.as_ref()).await;
+    let mut m = Manifest {
+        tool: "vidcurate".into(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        pipeline_name: plan.name.clone(),
+        pipeline_file: plan.file.display().to_string(),
+        pipeline_toml: plan.text.clone(),
+        source: serde_json::json!({ "type": plan.source_kind, "settings": plan.source_settings, "extra_columns": *extras }),
+        stages: std::iter::once(ManifestStage {
+            id: SOURCE_STAGE_ID.into(),
+            kind: plan.source_kind.clone(),
+            fingerprint: SOURCE_FINGERPRINT.into(),
+            compute: serde_json::Value::Null,
+            table: format!("{SOURCE_STAGE_ID}/"),
+        })
+        .chain(plan.stages.iter().map(|s| ManifestStage {
+            id: s.id.clone(),
+            kind: s.kind.clone(),
+            fingerprint: s.fingerprint.clone(),
+            compute: s.compute.clone(),
+            table: format!("{}/", s.id),
+        }))
+        .collect(),
+        invocations: previous.map(|p| p.invocations).unwrap_or_default(),
+    };
+    m.invocations.push(Invocation {
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        started_at,
+        finished_at: None,
+        status: "running".into(),
+        error: None,
+        counts: BTreeMap::new(),
+    });
+    manifest::save(store.as_ref(), &m).await.map_err(|e| RunError::io("manifest.json", e))?;
+
+    let mut progress = Progress::new(opts.quiet);
+    let flush_every = Duration::from_secs(plan.output.flush_secs);
+    let settings_for = |max_in_flight, timeout, retries| StageSettings {
+        max_in_flight,
+        timeout,
+        retries,
+        max_rows_per_shard: plan.output.max_rows_per_shard,
+        flush_every,
+    };
+    let cap = plan.runtime.channel_capacity;
+    let mut order = vec![SOURCE_STAGE_ID.to_string()];
+    let mut tasks: JoinSet<(String, Result<StageCounts, RunError>)> = JoinSet::new();
+
+    let (tx, mut rx) = mpsc::channel::<VideoRecord>(cap);
+    let sp = progress.stage(SOURCE_STAGE_ID);
+    let scx = cx_for(SOURCE_STAGE_ID, SOURCE_FINGERPRINT, extras.clone());
+    let ss = settings_for(1, None, 0);
+    tasks.spawn(async move { (SOURCE_STAGE_ID.to_string(), super::run_source(source, tx, scx, ss, sp).await) });
+    for st in plan.stages {
+        let (tx, next_rx) = mpsc::channel::<VideoRecord>(cap);
+        let io = StageIo {
+            input: rx,
+            output: tx,
+            settings: settings_for(st.max_in_flight, st.timeout, st.retries),
+            progress: progress.stage(&st.id),
+        };
+        let cx = cx_for(&st.id, &st.fingerprint, extras.clone());
+        order.push(st.id.clone());
+        let id = st.id.clone();
+        let task = st.task;
+        tasks.spawn(async move { (id, task.run(io, cx).await) });
+        rx = next_rx;
+    }
+    // The end of the chain: everything is persisted by the stages, so just drain.
+    tasks.spawn(async move {
+        while rx.recv().await.is_some() {}
+        ("_drain".to_string(), Ok(StageCounts::default()))
+    });
+    if let Some(t) = total {
+        progress.set_total(t);
+    }
+    let log_stop = CancellationToken::new();
+    progress.spawn_logger(Duration::from_secs(10), log_stop.clone());
+
+    let mut counts = BTreeMap::new();
+    let mut failure: Option<RunError> = None;
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok((id, Ok(c))) => {
+                if id != "_drain" {
+                    counts.insert(id, c);
+                }
+            }
+            Ok((id, Err(e))) => {
+                tracing::error!(stage = %id, error = %e, "Stage failed; stopping the run.");
+                failure.get_or_insert(e);
+                cancel.cancel();
+                // Dropping the other stages' channel ends stops them; abort what still runs.
+                tasks.abort_all();
+            }
+            Err(e) if e.is_cancelled() => {}
+            Err(e) => {
+                failure.get_or_insert(RunError::Internal(format!("a stage task panicked: {e}")));
+                cancel.cancel();
+                tasks.abort_all();
+            }
+        }
+    }
+    log_stop.cancel();
+
+    let interrupted = cancel.is_cancelled() && failure.is_none();
+    let inv = m.invocations.last_mut().expect("pushed above");
+    inv.finished_at = Some(manifest::now());
+    inv.counts = counts.clone();
+    inv.status = match (&failure, interrupted) {
+        (Some(_), _) => "failed".into(),
+        (None, true) => "interrupted".into(),
+        (None, false) => "complete".into(),
+    };
+    inv.error = failure.as_ref().map(|e| e.to_string());
+    manifest::save(store.as_ref(), &m).await.map_err(|e| RunError::io("manifest.json", e))?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    Ok(RunReport {
+        run_dir,
+        status: if interrupted { RunStatus::Interrupted } else { RunStatus::Complete },
+        counts,
+        order,
+    })
+}
+
+/// First Ctrl-C: stop taking new videos, finish and persist what is in flight. Second: exit now
+/// (shards already written stay valid; the rerun redoes the rest).
+fn spawn_ctrl_c(cancel: CancellationToken) {
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("\nvidcurate: stopping: finishing videos in flight (Ctrl-C again to quit at once)");
+            cancel.cancel();
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("vidcurate: quitting; rerun the same command to resume");
+                std::process::exit(130);
+            }
+        }
+    });
+}

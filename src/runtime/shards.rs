@@ -1,0 +1,317 @@
+//! Parquet shards: a stage's rows and rejects, written in atomic parts, read back on resume.
+//!
+//! Every shard carries in its footer the ids of the videos it completes, the stage id and the
+//! fingerprint. A video is done for a stage exactly when a shard naming it exists, whether it had
+//! rows (a video with no text regions has none), or a reject. Rows of one video never straddle two
+//! shards, so a crash loses whole videos, never part of one, and never duplicates one.
+
+use crate::error::RunError;
+use crate::record::{COL_FINGERPRINT, COL_VIDEO_ID, Extras, META_STAGE, META_VIDEOS, VideoRecord};
+use crate::runtime::store::Store;
+use arrow::array::{ArrayRef, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, FieldRef, Schema};
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::basic::Compression;
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::WriterProperties;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_arrow::schema::{SchemaLike, TracingOptions};
+use std::collections::{HashMap, HashSet};
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const META_FINGERPRINT: &str = "vidcurate.fingerprint";
+pub const REJECTS_DIR: &str = "rejects";
+pub const SUPERSEDED_DIR: &str = "_superseded";
+
+/// One row of the rejects table.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct RejectRow {
+    pub stage: String,
+    pub reason: String,
+    pub detail: String,
+    pub error_kind: String,
+    pub rejected_at: String,
+}
+
+/// The columns of `T`, as serde_arrow traces them.
+pub fn fields_of<T: Serialize + DeserializeOwned>() -> Result<Vec<FieldRef>, RunError> {
+    Vec::<FieldRef>::from_type::<T>(TracingOptions::default().allow_null_fields(true))
+        .map_err(|e| RunError::Internal(format!("row schema: {e}")))
+}
+
+/// Buffers one stage's rows and rejects and writes them as shards.
+pub struct ShardWriter<R> {
+    store: Arc<dyn Store>,
+    stage_id: String,
+    fingerprint: String,
+    extras: Extras,
+    fields: Vec<FieldRef>,
+    reject_fields: Vec<FieldRef>,
+    ids: Vec<String>,
+    extra_vals: Vec<Vec<Option<String>>>,
+    rows: Vec<R>,
+    done_ok: Vec<String>,
+    rej_ids: Vec<String>,
+    rej_extra: Vec<Vec<Option<String>>>,
+    rejects: Vec<RejectRow>,
+    next_part: u32,
+    next_reject_part: u32,
+    last_flush: Instant,
+    max_rows: usize,
+    flush_every: Duration,
+    _row: PhantomData<R>,
+}
+
+fn part_number(path: &str) -> Option<u32> {
+    let name = path.rsplit('/').next()?;
+    let num = name.strip_suffix(".parquet")?.rsplit("part-").next()?;
+    num.parse().ok()
+}
+
+impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
+    pub async fn open(
+        store: Arc<dyn Store>,
+        stage_id: &str,
+        fingerprint: &str,
+        extras: Extras,
+        max_rows: usize,
+        flush_every: Duration,
+    ) -> Result<Self, RunError> {
+        let io = |e| RunError::io(store.location(), e);
+        let parts = store.list(stage_id).await.map_err(io)?;
+        let next_part = parts.iter().filter_map(|p| part_number(p)).max().map_or(0, |n| n + 1);
+        let rej_prefix = format!("{REJECTS_DIR}/{stage_id}-part-");
+        let rejects = store.list(REJECTS_DIR).await.map_err(io)?;
+        let next_reject_part = rejects
+            .iter()
+            .filter(|p| p.starts_with(&rej_prefix))
+            .filter_map(|p| part_number(p))
+            .max()
+            .map_or(0, |n| n + 1);
+        Ok(Self {
+            stage_id: stage_id.to_string(),
+            fingerprint: fingerprint.to_string(),
+            fields: fields_of::<R>()?,
+            reject_fields: fields_of::<RejectRow>()?,
+            extras,
+            store,
+            ids: vec![],
+            extra_vals: vec![],
+            rows: vec![],
+            done_ok: vec![],
+            rej_ids: vec![],
+            rej_extra: vec![],
+            rejects: vec![],
+            next_part,
+            next_reject_part,
+            last_flush: Instant::now(),
+            max_rows,
+            flush_every,
+            _row: PhantomData,
+        })
+    }
+
+    /// Records a computed video and its rows.
+    pub fn add(&mut self, rec: &VideoRecord, rows: Vec<R>) {
+        for r in rows {
+            self.ids.push(rec.video_id.clone());
+            self.extra_vals.push(rec.extra.clone());
+            self.rows.push(r);
+        }
+        self.done_ok.push(rec.video_id.clone());
+    }
+
+    /// Records a rejected video.
+    pub fn reject(&mut self, video_id: &str, extra: &[Option<String>], error: &crate::error::StageError) {
+        self.rej_ids.push(video_id.to_string());
+        self.rej_extra.push(extra.to_vec());
+        self.rejects.push(RejectRow {
+            stage: self.stage_id.clone(),
+            reason: error.reason.clone(),
+            detail: error.detail.clone(),
+            error_kind: error.kind.to_string(),
+            rejected_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        });
+    }
+
+    pub fn pending(&self) -> usize {
+        self.done_ok.len() + self.rej_ids.len()
+    }
+
+    /// Writes a shard if the buffer is big or old enough.
+    pub async fn maybe_flush(&mut self) -> Result<(), RunError> {
+        if self.rows.len() >= self.max_rows
+            || (self.pending() > 0 && self.last_flush.elapsed() >= self.flush_every)
+        {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Writes everything buffered.
+    pub async fn flush(&mut self) -> Result<(), RunError> {
+        self.last_flush = Instant::now();
+        if !self.done_ok.is_empty() {
+            let rows = std::mem::take(&mut self.rows);
+            let ids = std::mem::take(&mut self.ids);
+            let extra = std::mem::take(&mut self.extra_vals);
+            let done = std::mem::take(&mut self.done_ok);
+            let batch = build_batch(&self.fields, &rows, &ids, &extra, &self.extras, &self.fingerprint)?;
+            let bytes = encode_parquet(&batch, &done, &self.stage_id, &self.fingerprint)?;
+            let path = format!("{}/part-{:05}.parquet", self.stage_id, self.next_part);
+            self.next_part += 1;
+            self.store.put(&path, bytes).await.map_err(|e| RunError::io(path.clone(), e))?;
+        }
+        if !self.rej_ids.is_empty() {
+            let rows = std::mem::take(&mut self.rejects);
+            let ids = std::mem::take(&mut self.rej_ids);
+            let extra = std::mem::take(&mut self.rej_extra);
+            let batch = build_batch(&self.reject_fields, &rows, &ids, &extra, &self.extras, &self.fingerprint)?;
+            let bytes = encode_parquet(&batch, &ids, &self.stage_id, &self.fingerprint)?;
+            let path = format!("{REJECTS_DIR}/{}-part-{:05}.parquet", self.stage_id, self.next_reject_part);
+            self.next_reject_part += 1;
+            self.store.put(&path, bytes).await.map_err(|e| RunError::io(path.clone(), e))?;
+        }
+        Ok(())
+    }
+}
+
+/// `video_id`, the extra columns, the row's own columns, then `stage_fingerprint`.
+fn build_batch<R: Serialize>(
+    fields: &[FieldRef],
+    rows: &[R],
+    ids: &[String],
+    extra: &[Vec<Option<String>>],
+    extras: &Extras,
+    fingerprint: &str,
+) -> Result<RecordBatch, RunError> {
+    let inner = serde_arrow::to_record_batch(fields, &rows)
+        .map_err(|e| RunError::Internal(format!("encoding rows: {e}")))?;
+    let mut schema_fields: Vec<FieldRef> = vec![Arc::new(Field::new(COL_VIDEO_ID, DataType::Utf8, false))];
+    let mut columns: Vec<ArrayRef> = vec![Arc::new(StringArray::from_iter_values(ids.iter()))];
+    for (i, name) in extras.iter().enumerate() {
+        schema_fields.push(Arc::new(Field::new(name, DataType::Utf8, true)));
+        columns.push(Arc::new(StringArray::from_iter(extra.iter().map(|e| e.get(i).cloned().flatten()))));
+    }
+    for (f, c) in inner.schema().fields().iter().zip(inner.columns()) {
+        schema_fields.push(f.clone());
+        columns.push(c.clone());
+    }
+    schema_fields.push(Arc::new(Field::new(COL_FINGERPRINT, DataType::Utf8, false)));
+    columns.push(Arc::new(StringArray::from_iter_values(std::iter::repeat_n(fingerprint, ids.len()))));
+    RecordBatch::try_new(Arc::new(Schema::new(schema_fields)), columns)
+        .map_err(|e| RunError::Internal(format!("building batch: {e}")))
+}
+
+fn encode_parquet(batch: &RecordBatch, videos: &[String], stage: &str, fingerprint: &str) -> Result<Vec<u8>, RunError> {
+    let meta = vec![
+        KeyValue::new(META_VIDEOS.to_string(), serde_json::to_string(videos).unwrap_or_default()),
+        KeyValue::new(META_STAGE.to_string(), stage.to_string()),
+        KeyValue::new(META_FINGERPRINT.to_string(), fingerprint.to_string()),
+    ];
+    let props = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_key_value_metadata(Some(meta))
+        .build();
+    let mut w = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(props))
+        .map_err(|e| RunError::Internal(format!("parquet writer: {e}")))?;
+    w.write(batch).map_err(|e| RunError::Internal(format!("parquet write: {e}")))?;
+    w.into_inner().map_err(|e| RunError::Internal(format!("parquet close: {e}")))
+}
+
+/// A shard read back: its footer and its batches.
+pub struct ShardContents {
+    pub videos: Vec<String>,
+    pub fingerprint: Option<String>,
+    pub batches: Vec<RecordBatch>,
+}
+
+pub fn decode_parquet(data: Vec<u8>, with_rows: bool) -> Result<ShardContents, String> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(data)).map_err(|e| e.to_string())?;
+    let kv = builder.metadata().file_metadata().key_value_metadata().cloned().unwrap_or_default();
+    let get = |k: &str| kv.iter().find(|e| e.key == k).and_then(|e| e.value.clone());
+    let videos: Vec<String> = get(META_VIDEOS).and_then(|v| serde_json::from_str(&v).ok()).unwrap_or_default();
+    let fingerprint = get(META_FINGERPRINT);
+    let mut batches = vec![];
+    if with_rows {
+        let reader = builder.build().map_err(|e| e.to_string())?;
+        for b in reader {
+            batches.push(b.map_err(|e| e.to_string())?);
+        }
+    }
+    Ok(ShardContents { videos, fingerprint, batches })
+}
+
+/// What earlier runs already did for a stage with the current fingerprint.
+pub struct Prior<R> {
+    pub rows: HashMap<String, Vec<R>>,
+    pub rejected: HashSet<String>,
+}
+
+/// Sets aside shards written with other settings (so readers never mix them) and loads the rest.
+pub async fn load_prior<R: Serialize + DeserializeOwned>(
+    store: &Arc<dyn Store>,
+    stage_id: &str,
+    fingerprint: &str,
+) -> Result<Prior<R>, RunError> {
+    let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
+    let fields = fields_of::<R>()?;
+    let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+    let mut prior = Prior { rows: HashMap::new(), rejected: HashSet::new() };
+    let shards: Vec<String> = store.list(stage_id).await.map_err(|e| io(stage_id, e))?;
+    let rej_prefix = format!("{REJECTS_DIR}/{stage_id}-part-");
+    let rejects: Vec<String> = store
+        .list(REJECTS_DIR)
+        .await
+        .map_err(|e| io(REJECTS_DIR, e))?
+        .into_iter()
+        .filter(|p| p.starts_with(&rej_prefix))
+        .collect();
+    for (path, is_reject) in shards.iter().map(|p| (p, false)).chain(rejects.iter().map(|p| (p, true))) {
+        if !path.ends_with(".parquet") {
+            continue;
+        }
+        let data = store.get(path).await.map_err(|e| io(path, e))?;
+        let contents = decode_parquet(data, !is_reject)
+            .map_err(|e| RunError::Internal(format!("{}/{path}: unreadable shard: {e}", store.location())))?;
+        if contents.fingerprint.as_deref() != Some(fingerprint) {
+            let old = contents.fingerprint.unwrap_or_else(|| "unknown".into());
+            let to = format!("{SUPERSEDED_DIR}/{old}/{path}");
+            tracing::info!(stage = stage_id, from = %path, to = %to, "Settings changed: setting old shard aside.");
+            store.rename(path, &to).await.map_err(|e| io(path, e))?;
+            continue;
+        }
+        if is_reject {
+            prior.rejected.extend(contents.videos);
+            continue;
+        }
+        for v in &contents.videos {
+            prior.rows.entry(v.clone()).or_default();
+        }
+        for batch in contents.batches {
+            let ids = batch
+                .column_by_name(COL_VIDEO_ID)
+                .and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned())
+                .ok_or_else(|| RunError::Internal(format!("{path}: no {COL_VIDEO_ID} column")))?;
+            let projected = batch
+                .project(
+                    &names
+                        .iter()
+                        .map(|n| batch.schema().index_of(n))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| RunError::Internal(format!("{path}: {e}")))?,
+                )
+                .map_err(|e| RunError::Internal(format!("{path}: {e}")))?;
+            let rows: Vec<R> = serde_arrow::from_record_batch(&projected)
+                .map_err(|e| RunError::Internal(format!("{path}: decoding rows: {e}")))?;
+            for (i, r) in rows.into_iter().enumerate() {
+                prior.rows.entry(ids.value(i).to_string()).or_default().push(r);
+            }
+        }
+    }
+    Ok(prior)
+}

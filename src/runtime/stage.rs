@@ -1,0 +1,108 @@
+//! The contracts between the runtime and the stages.
+//!
+//! A `Processor` computes one video's rows and nothing else: the runner decides what is already
+//! done, bounds concurrency, applies timeouts and retries, persists rows and rejects, and forwards
+//! the record. Cancellation contract: `process` may be dropped at any `.await` (Ctrl-C, timeout);
+//! it must not leave partial state visible, which holds because everything it persists goes
+//! through `Store::put` (atomic) and is only *recorded* as done by the runner afterwards.
+
+use crate::error::StageError;
+use crate::record::{Extras, Slot, VideoRecord};
+use crate::runtime::store::Store;
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::sync::Arc;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// Runs CPU-heavy closures off the async threads, at most `threads` at once.
+#[derive(Clone)]
+pub struct CpuPool {
+    permits: Arc<Semaphore>,
+    threads: usize,
+}
+
+impl CpuPool {
+    pub fn new(threads: usize) -> Self {
+        let threads = threads.max(1);
+        Self { permits: Arc::new(Semaphore::new(threads)), threads }
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Runs `f` on a blocking thread once a core is free.
+    pub async fn run<T, F>(&self, f: F) -> Result<T, StageError>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> Result<T, StageError> + Send + 'static,
+    {
+        let _permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| StageError::internal("cpu_pool_closed", "CPU pool closed"))?;
+        tokio::task::spawn_blocking(f)
+            .await
+            .map_err(|e| StageError::internal("cpu_task_panicked", e.to_string()))?
+    }
+}
+
+/// What a stage may use while it computes.
+#[derive(Clone)]
+pub struct StageContext {
+    pub stage_id: String,
+    /// Fingerprint of this stage's compute settings and of every stage before it.
+    pub fingerprint: String,
+    pub store: Arc<dyn Store>,
+    pub cpu: CpuPool,
+    pub cancel: CancellationToken,
+    pub extras: Extras,
+}
+
+/// A stage that adds one slot to each video.
+#[async_trait]
+pub trait Processor: Send + Sync + 'static {
+    /// One persisted row; a video yields zero or more. Stored as-is in the stage's Parquet shards
+    /// and read back on resume, so the fields are the table's columns.
+    type Row: Serialize + DeserializeOwned + Clone + Send + Sync + 'static;
+
+    /// Slots that must be filled before this stage runs.
+    fn requires(&self) -> &'static [Slot];
+    /// The slot this stage fills.
+    fn provides(&self) -> Slot;
+
+    /// Computes the rows of one video. Errors are classified by `StageError::kind`.
+    async fn process(&self, rec: &VideoRecord, cx: &StageContext) -> Result<Vec<Self::Row>, StageError>;
+
+    /// Puts the rows (fresh or read back from a previous run) into the record's slot.
+    fn attach(rec: &mut VideoRecord, rows: Vec<Self::Row>);
+}
+
+/// Something the source could not turn into a video.
+#[derive(Debug, Clone)]
+pub struct SourceReject {
+    pub video_id: String,
+    pub extra: Vec<Option<String>>,
+    pub error: StageError,
+}
+
+pub type SourceItem = Result<VideoRecord, SourceReject>;
+
+/// Where videos come from. `open` does the listing (and knows the total when it can); `run`
+/// streams the records, and the runner persists them as the `source` table.
+#[async_trait]
+pub trait Source: Send + 'static {
+    /// Lists what is to be processed; errors here are configuration errors (missing folder...).
+    async fn open(&mut self, cx: &StageContext) -> Result<(), crate::error::RunError>;
+    /// Names of the extra columns carried through every table (known after `open`).
+    fn extras(&self) -> Extras;
+    /// Number of items `run` will yield, when known.
+    fn total(&self) -> Option<u64>;
+    /// Yields the videos. Must stop promptly when `cx.cancel` fires.
+    fn run(self: Box<Self>, cx: StageContext) -> BoxStream<'static, SourceItem>;
+}

@@ -1,0 +1,329 @@
+//! `local` source: a folder of video files, or a CSV/JSONL manifest.
+//!
+//! Reads: the folder or manifest. Writes: the `source` table (path, size) and the records' extra
+//! columns: every manifest column other than the path and id columns (label, domain, language...)
+//! is carried through to every output table. Calls: nothing external. Video id: the manifest's id
+//! column, else the first 16 hex digits of the file's BLAKE3 content hash (so renaming a file keeps
+//! its id and its finished work). Rejects: manifest lines without a path, missing files, URLs
+//! (fetched by a download stage, not by this source), duplicate ids.
+
+use crate::config::plan::BuildCx;
+use crate::config::{ConfigError, Seg};
+use crate::error::{RunError, StageError};
+use crate::record::{Extras, SourceInfo, VideoRecord};
+use crate::runtime::stage::{Source, SourceItem, SourceReject, StageContext};
+use async_trait::async_trait;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Settings of `[source] type = "local"`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalConfig {
+    /// Always "local".
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A folder of video files (relative to the pipeline file). Give this or `manifest`.
+    #[serde(default)]
+    pub dir: Option<PathBuf>,
+    /// A `.csv` or `.jsonl` manifest (relative to the pipeline file); paths in it are relative
+    /// to the manifest.
+    #[serde(default)]
+    pub manifest: Option<PathBuf>,
+    /// Folder mode: file extensions to take (case-insensitive).
+    #[serde(default = "default_exts")]
+    pub extensions: Vec<String>,
+    /// Folder mode: descend into sub-folders.
+    #[serde(default = "yes")]
+    pub recursive: bool,
+    /// Manifest column holding the media path (or URL).
+    #[serde(default = "default_path_col")]
+    pub path_column: String,
+    /// Manifest column holding the video id (optional column).
+    #[serde(default = "default_id_col")]
+    pub id_column: String,
+}
+
+fn default_exts() -> Vec<String> {
+    ["mp4", "mkv", "webm", "mov", "avi", "m4v", "mpg", "mpeg", "ts", "flv", "3gp", "wmv", "ogv"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+fn yes() -> bool {
+    true
+}
+fn default_path_col() -> String {
+    "path".into()
+}
+fn default_id_col() -> String {
+    "id".into()
+}
+
+/// One listed entry before hashing.
+#[derive(Debug, Clone)]
+struct Entry {
+    /// Where it was listed (file:line), for messages and ids of broken lines.
+    origin: String,
+    id: Option<String>,
+    path: Option<PathBuf>,
+    extra: Vec<Option<String>>,
+    problem: Option<StageError>,
+}
+
+pub struct LocalSource {
+    cfg: LocalConfig,
+    dir: Option<PathBuf>,
+    manifest: Option<PathBuf>,
+    entries: Vec<Entry>,
+    extras: Extras,
+}
+
+pub fn build(table: &toml::Table, at: &[Seg], bcx: &BuildCx) -> Result<(Box<dyn Source>, serde_json::Value), ConfigError> {
+    let cfg: LocalConfig = bcx.src.typed(table, at)?;
+    let dir = cfg.dir.as_deref().map(|p| bcx.resolve(p));
+    let manifest = cfg.manifest.as_deref().map(|p| bcx.resolve(p));
+    if dir.is_some() == manifest.is_some() {
+        return Err(bcx.src.error_at(at, "give exactly one of `dir` (a folder of videos) or `manifest` (CSV or JSONL)"));
+    }
+    if let Some(m) = &manifest {
+        let ext = m.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+        if !matches!(ext.as_str(), "csv" | "jsonl" | "ndjson") {
+            let mut p = at.to_vec();
+            p.push(Seg::Key("manifest".into()));
+            return Err(bcx.src.error_at(&p, format!("{}: a manifest must end in .csv or .jsonl", m.display())));
+        }
+    }
+    let json = serde_json::to_value(&cfg).unwrap_or_default();
+    Ok((Box::new(LocalSource { cfg, dir, manifest, entries: vec![], extras: Arc::new(vec![]) }), json))
+}
+
+fn walk(dir: &Path, recursive: bool, exts: &[String], out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let p = e.path();
+        let ft = e.file_type()?;
+        if ft.is_dir() {
+            if recursive {
+                walk(&p, recursive, exts, out)?;
+            }
+        } else if exts.is_empty()
+            || p.extension()
+                .and_then(|x| x.to_str())
+                .is_some_and(|x| exts.iter().any(|w| w.eq_ignore_ascii_case(x)))
+        {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+fn is_url(s: &str) -> bool {
+    let l = s.to_ascii_lowercase();
+    l.starts_with("http://") || l.starts_with("https://") || l.starts_with("ftp://")
+}
+
+impl LocalSource {
+    fn make_entry(&self, origin: String, base: &Path, path: Option<String>, id: Option<String>, extra: Vec<Option<String>>) -> Entry {
+        let id = id.filter(|s| !s.trim().is_empty()).map(|s| s.trim().to_string());
+        let mut e = Entry { origin, id, path: None, extra, problem: None };
+        match path.map(|p| p.trim().to_string()).filter(|p| !p.is_empty()) {
+            None => {
+                e.problem = Some(StageError::data("missing_path", format!("{}: no value in column `{}`", e.origin, self.cfg.path_column)))
+            }
+            Some(p) if is_url(&p) => {
+                e.problem = Some(StageError::data(
+                    "url_not_local",
+                    format!("{}: {p} is a URL; the local source reads files only (add a download stage)", e.origin),
+                ))
+            }
+            Some(p) => e.path = Some(base.join(p)),
+        }
+        e
+    }
+
+    fn read_csv(&mut self, m: &Path) -> Result<(), RunError> {
+        let cfgerr = |msg: String| RunError::Config(format!("{}: {msg}", m.display()));
+        let mut rdr = csv::ReaderBuilder::new().flexible(true).from_path(m).map_err(|e| cfgerr(e.to_string()))?;
+        let headers: Vec<String> = rdr.headers().map_err(|e| cfgerr(e.to_string()))?.iter().map(|h| h.trim().to_string()).collect();
+        let pcol = headers
+            .iter()
+            .position(|h| *h == self.cfg.path_column)
+            .ok_or_else(|| cfgerr(format!("line 1: no `{}` column (columns: {})", self.cfg.path_column, headers.join(", "))))?;
+        let icol = headers.iter().position(|h| *h == self.cfg.id_column);
+        let extra_cols: Vec<usize> = (0..headers.len()).filter(|i| *i != pcol && Some(*i) != icol).collect();
+        self.extras = Arc::new(extra_cols.iter().map(|i| headers[*i].clone()).collect());
+        let base = m.parent().unwrap_or(Path::new(".")).to_path_buf();
+        for (n, row) in rdr.records().enumerate() {
+            let line = n + 2;
+            let origin = format!("{}:{line}", m.display());
+            match row {
+                Ok(r) => {
+                    let get = |i: usize| r.get(i).map(|s| s.to_string()).filter(|s| !s.is_empty());
+                    let extra = extra_cols.iter().map(|i| get(*i)).collect();
+                    let e = self.make_entry(origin, &base, get(pcol), icol.and_then(get), extra);
+                    self.entries.push(e);
+                }
+                Err(err) => self.entries.push(Entry {
+                    origin: origin.clone(),
+                    id: None,
+                    path: None,
+                    extra: vec![None; extra_cols.len()],
+                    problem: Some(StageError::data("bad_manifest_line", format!("{origin}: {err}"))),
+                }),
+            }
+        }
+        Ok(())
+    }
+
+    fn read_jsonl(&mut self, m: &Path) -> Result<(), RunError> {
+        let text = std::fs::read_to_string(m).map_err(|e| RunError::Config(format!("{}: {e}", m.display())))?;
+        let base = m.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let mut names: Vec<String> = vec![];
+        let mut parsed: Vec<(String, Result<serde_json::Map<String, serde_json::Value>, String>)> = vec![];
+        for (n, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let origin = format!("{}:{}", m.display(), n + 1);
+            let obj = match serde_json::from_str::<serde_json::Value>(line) {
+                Ok(serde_json::Value::Object(o)) => Ok(o),
+                Ok(_) => Err("not a JSON object".to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Ok(o) = &obj {
+                for k in o.keys() {
+                    if *k != self.cfg.path_column && *k != self.cfg.id_column && !names.contains(k) {
+                        names.push(k.clone());
+                    }
+                }
+            }
+            parsed.push((origin, obj));
+        }
+        let as_text = |v: Option<&serde_json::Value>| match v {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            Some(other) => Some(other.to_string()),
+        };
+        for (origin, obj) in parsed {
+            match obj {
+                Ok(o) => {
+                    let extra = names.iter().map(|k| as_text(o.get(k))).collect();
+                    let e = self.make_entry(origin, &base, as_text(o.get(&self.cfg.path_column)), as_text(o.get(&self.cfg.id_column)), extra);
+                    self.entries.push(e);
+                }
+                Err(err) => self.entries.push(Entry {
+                    origin: origin.clone(),
+                    id: None,
+                    path: None,
+                    extra: vec![None; names.len()],
+                    problem: Some(StageError::data("bad_manifest_line", format!("{origin}: {err}"))),
+                }),
+            }
+        }
+        self.extras = Arc::new(names);
+        Ok(())
+    }
+}
+
+/// First 16 hex digits of the BLAKE3 hash of the file's bytes.
+pub fn content_id(path: &Path) -> std::io::Result<String> {
+    let mut h = blake3::Hasher::new();
+    h.update_reader(std::fs::File::open(path)?)?;
+    Ok(h.finalize().to_hex()[..16].to_string())
+}
+
+#[async_trait]
+impl Source for LocalSource {
+    async fn open(&mut self, _cx: &StageContext) -> Result<(), RunError> {
+        if let Some(dir) = self.dir.clone() {
+            if !dir.is_dir() {
+                return Err(RunError::Config(format!("source dir {}: not a folder", dir.display())));
+            }
+            let mut files = vec![];
+            walk(&dir, self.cfg.recursive, &self.cfg.extensions, &mut files)
+                .map_err(|e| RunError::Config(format!("source dir {}: {e}", dir.display())))?;
+            self.entries = files
+                .into_iter()
+                .map(|p| Entry { origin: p.display().to_string(), id: None, path: Some(p), extra: vec![], problem: None })
+                .collect();
+        } else if let Some(m) = self.manifest.clone() {
+            if !m.is_file() {
+                return Err(RunError::Config(format!("source manifest {}: no such file", m.display())));
+            }
+            let ext = m.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+            if ext == "csv" { self.read_csv(&m)? } else { self.read_jsonl(&m)? }
+        }
+        Ok(())
+    }
+
+    fn extras(&self) -> Extras {
+        self.extras.clone()
+    }
+
+    fn total(&self) -> Option<u64> {
+        Some(self.entries.len() as u64)
+    }
+
+    fn run(self: Box<Self>, cx: StageContext) -> BoxStream<'static, SourceItem> {
+        let cpu = cx.cpu.clone();
+        // Hash in parallel, keep the listing order, then drop duplicates in order.
+        let hashed = futures::stream::iter(self.entries).map(move |e| {
+            let cpu = cpu.clone();
+            async move {
+                if e.problem.is_some() || e.id.is_some() && e.path.as_ref().is_some_and(|p| p.is_file()) {
+                    return e;
+                }
+                let mut e = e;
+                let Some(path) = e.path.clone() else { return e };
+                let size_ok = std::fs::metadata(&path).map(|m| m.is_file());
+                match size_ok {
+                    Ok(true) => match cpu.run(move || content_id(&path).map_err(|err| StageError::data("unreadable", err.to_string()))).await {
+                        Ok(id) => e.id = Some(id),
+                        Err(err) => e.problem = Some(StageError::data("unreadable", format!("{}: {}", e.origin, err.detail))),
+                    },
+                    _ => {
+                        e.problem = Some(StageError::data(
+                            "missing_file",
+                            format!("{}: {} does not exist or is not a file", e.origin, path.display()),
+                        ))
+                    }
+                }
+                e
+            }
+        });
+        let mut seen: HashMap<String, String> = HashMap::new();
+        hashed
+            .buffered(cx.cpu.threads().max(2))
+            .map(move |e| {
+                let id = e.id.clone().unwrap_or_else(|| e.origin.clone());
+                if let Some(problem) = e.problem {
+                    return Err(SourceReject { video_id: id, extra: e.extra, error: problem });
+                }
+                let path = e.path.expect("no problem implies a path");
+                if let Some(first) = seen.get(&id) {
+                    return Err(SourceReject {
+                        video_id: id.clone(),
+                        extra: e.extra,
+                        error: StageError::data("duplicate_id", format!("{}: same id as {first}", e.origin)),
+                    });
+                }
+                seen.insert(id.clone(), e.origin.clone());
+                let abs = path.canonicalize().unwrap_or(path);
+                let size = std::fs::metadata(&abs).map(|m| m.len()).unwrap_or(0);
+                Ok(VideoRecord {
+                    video_id: id,
+                    source: SourceInfo { path: abs.display().to_string(), size_bytes: size },
+                    extra: e.extra,
+                    probe: None,
+                    frames: None,
+                })
+            })
+            .boxed()
+    }
+}

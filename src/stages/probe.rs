@@ -1,0 +1,56 @@
+//! `probe`: reads the media's container and stream headers in process (ffmpeg-next).
+//!
+//! Reads: the source slot (a local path). Writes: the `probe` slot, one row per video (duration,
+//! display width/height after rotation, fps, codec, frame count, audio). Calls: libavformat, on the
+//! CPU pool. Caches: nothing beyond its shards. Rejects: empty, unreadable, truncated-header,
+//! audio-only files and still images.
+
+use crate::clients::ffmpeg;
+use crate::config::plan::BuildCx;
+use crate::config::{ConfigError, Seg, StageCommon};
+use crate::error::StageError;
+use crate::record::{Probe, Slot, VideoRecord};
+use crate::runtime::ProcessorTask;
+use crate::runtime::stage::{Processor, StageContext};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// `probe` has no settings yet; the table exists so files stay uniform.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeConfig {}
+
+pub struct ProbeStage;
+
+pub fn build(common: &StageCommon, at: &[Seg], select_at: &[Seg], bcx: &BuildCx) -> Result<super::Built, ConfigError> {
+    let (_cfg, compute) = super::compute_settings::<ProbeConfig>(common, at, bcx)?;
+    super::no_select(common, select_at, bcx)?;
+    Ok(super::Built { task: Box::new(ProcessorTask(Arc::new(ProbeStage))), compute, version: 1, default_in_flight: 4 })
+}
+
+#[async_trait]
+impl Processor for ProbeStage {
+    type Row = Probe;
+
+    fn requires(&self) -> &'static [Slot] {
+        &[Slot::Source]
+    }
+    fn provides(&self) -> Slot {
+        Slot::Probe
+    }
+
+    async fn process(&self, rec: &VideoRecord, cx: &StageContext) -> Result<Vec<Probe>, StageError> {
+        let path = PathBuf::from(&rec.source.path);
+        let p = cx.cpu.run(move || ffmpeg::probe(&path)).await?;
+        if p.video_duration_secs <= 0.0 {
+            return Err(StageError::data("no_duration", format!("{}: duration unknown or zero", rec.source.path)));
+        }
+        Ok(vec![p])
+    }
+
+    fn attach(rec: &mut VideoRecord, mut rows: Vec<Probe>) {
+        rec.probe = rows.pop();
+    }
+}
