@@ -38,7 +38,11 @@ pub struct StageError {
 
 impl StageError {
     pub fn new(kind: ErrorKind, reason: impl Into<String>, detail: impl Into<String>) -> Self {
-        Self { kind, reason: reason.into(), detail: detail.into() }
+        Self {
+            kind,
+            reason: reason.into(),
+            detail: detail.into(),
+        }
     }
     pub fn data(reason: impl Into<String>, detail: impl Into<String>) -> Self {
         Self::new(ErrorKind::Data, reason, detail)
@@ -57,13 +61,19 @@ pub enum RunError {
     #[error("{0}")]
     Config(String),
     #[error("run directory {path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{0}")]
     Internal(String),
 }
 
 impl RunError {
     pub fn io(path: impl Into<String>, source: std::io::Error) -> Self {
-        RunError::Io { path: path.into(), source }
+        RunError::Io {
+            path: path.into(),
+            source,
+        }
     }
 }

@@ -19,7 +19,13 @@ use vidcurate::runtime::runner::{self, RunOptions, RunStatus};
 /// Exit codes: 0 done, nothing rejected; 3 done, some videos rejected (see <run>/rejects/);
 /// 2 the pipeline file or its inputs are invalid; 130 interrupted (rerun to resume); 1 other errors.
 #[derive(Parser)]
-#[command(name = "vidcurate", version, about, long_about, after_help = "Logs: set RUST_LOG (e.g. RUST_LOG=debug). Examples:\n  vidcurate validate pipelines/demo.toml\n  vidcurate run pipelines/demo.toml --out data/runs/demo\n  vidcurate list-stages")]
+#[command(
+    name = "vidcurate",
+    version,
+    about,
+    long_about,
+    after_help = "Logs: set RUST_LOG (e.g. RUST_LOG=debug). Examples:\n  vidcurate validate pipelines/demo.toml\n  vidcurate run pipelines/demo.toml --out data/runs/demo\n  vidcurate list-stages"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -51,7 +57,11 @@ enum Cmd {
 fn init_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,vidcurate=info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
 }
 
 fn main() -> ExitCode {
@@ -86,8 +96,17 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             for f in &files {
                 match plan::load(f) {
                     Ok(p) => {
-                        let chain: Vec<String> = p.stages.iter().map(|s| format!("{} ({})", s.id, s.kind)).collect();
-                        println!("{}: ok: source {} -> {}", f.display(), p.source_kind, chain.join(" -> "));
+                        let chain: Vec<String> = p
+                            .stages
+                            .iter()
+                            .map(|s| format!("{} ({})", s.id, s.kind))
+                            .collect();
+                        println!(
+                            "{}: ok: source {} -> {}",
+                            f.display(),
+                            p.source_kind,
+                            chain.join(" -> ")
+                        );
                     }
                     Err(e) => {
                         eprintln!("{e}");
@@ -95,11 +114,18 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                     }
                 }
             }
-            Ok(if bad == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) })
+            Ok(if bad == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            })
         }
         Cmd::Run { file, out, quiet } => {
             let plan = plan::load(&file)?;
-            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the runtime")?;
             let report = rt.block_on(runner::run(plan, RunOptions { out, quiet }))?;
             eprintln!("run directory: {}", report.run_dir.display());
             eprintln!(
@@ -125,7 +151,10 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             let rejected = report.rejected();
             if rejected > 0 {
-                eprintln!("{rejected} rejected: see {}/rejects/", report.run_dir.display());
+                eprintln!(
+                    "{rejected} rejected: see {}/rejects/",
+                    report.run_dir.display()
+                );
                 return Ok(ExitCode::from(3));
             }
             Ok(ExitCode::SUCCESS)

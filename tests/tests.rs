@@ -1,1 +1,9 @@
+//! One integration-test binary (ripgrep's layout): the CLI on generated media and on the real
+//! fixtures in ../shared/fixtures.
 
+mod util;
+
+mod bad_input;
+mod config;
+mod frames;
+mod resume;

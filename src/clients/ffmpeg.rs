@@ -7,8 +7,8 @@
 
 use crate::error::StageError;
 use crate::record::Probe;
-use ffmpeg_next as ff;
 use ff::format::context::Input;
+use ffmpeg_next as ff;
 use image::RgbImage;
 use std::path::Path;
 use std::sync::Once;
@@ -25,7 +25,8 @@ pub fn init() {
 
 /// Demuxers that read single images; a JPEG renamed `.mp4` opens as one of these.
 fn is_image_format(name: &str) -> bool {
-    name.split(',').any(|n| n.ends_with("_pipe") || n == "image2" || n == "gif" || n == "webp")
+    name.split(',')
+        .any(|n| n.ends_with("_pipe") || n == "image2" || n == "gif" || n == "webp")
 }
 
 fn ff_err(reason: &str, path: &Path, e: ff::Error) -> StageError {
@@ -48,7 +49,9 @@ fn rotation_of(stream: &ff::format::stream::Stream) -> i32 {
     for sd in stream.side_data() {
         if sd.kind() == ff::codec::packet::side_data::Type::DisplayMatrix && sd.data().len() >= 36 {
             let d = sd.data();
-            let m: Vec<i32> = (0..9).map(|i| i32::from_ne_bytes([d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]])).collect();
+            let m: Vec<i32> = (0..9)
+                .map(|i| i32::from_ne_bytes([d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]]))
+                .collect();
             // SAFETY: `m` holds the 9 entries av_display_rotation_get reads.
             let theta = unsafe { ff::ffi::av_display_rotation_get(m.as_ptr()) };
             if theta.is_nan() {
@@ -68,37 +71,74 @@ pub fn open(path: &Path) -> Result<Opened, StageError> {
     let meta = std::fs::metadata(path)
         .map_err(|e| StageError::data("missing_file", format!("{}: {e}", path.display())))?;
     if meta.len() == 0 {
-        return Err(StageError::data("empty_file", format!("{}: zero-length file", path.display())));
+        return Err(StageError::data(
+            "empty_file",
+            format!("{}: zero-length file", path.display()),
+        ));
     }
     let ictx = ff::format::input(path).map_err(|e| ff_err("unreadable", path, e))?;
     let format_name = ictx.format().name().to_string();
     let Some(stream) = ictx.streams().best(ff::media::Type::Video) else {
         let kinds: Vec<String> = ictx
             .streams()
-            .map(|s| format!("{:?} {:?}", s.parameters().medium(), s.parameters().id()).to_lowercase())
+            .map(|s| {
+                format!("{:?} {:?}", s.parameters().medium(), s.parameters().id()).to_lowercase()
+            })
             .collect();
-        let reason = if kinds.iter().any(|k| k.starts_with("audio")) { "audio_only" } else { "no_video_stream" };
+        let reason = if kinds.iter().any(|k| k.starts_with("audio")) {
+            "audio_only"
+        } else {
+            "no_video_stream"
+        };
         return Err(StageError::data(
             reason,
-            format!("{}: no video stream (streams: {})", path.display(), if kinds.is_empty() { "none".into() } else { kinds.join(", ") }),
+            format!(
+                "{}: no video stream (streams: {})",
+                path.display(),
+                if kinds.is_empty() {
+                    "none".into()
+                } else {
+                    kinds.join(", ")
+                }
+            ),
         ));
     };
     let codec = format!("{:?}", stream.parameters().id()).to_lowercase();
-    let still_codec = matches!(codec.as_str(), "mjpeg" | "png" | "bmp" | "tiff" | "webp" | "gif");
-    if is_image_format(&format_name) || (still_codec && stream.frames() <= 1 && ictx.duration() <= 0) {
+    let still_codec = matches!(
+        codec.as_str(),
+        "mjpeg" | "png" | "bmp" | "tiff" | "webp" | "gif"
+    );
+    if is_image_format(&format_name)
+        || (still_codec && stream.frames() <= 1 && ictx.duration() <= 0)
+    {
         return Err(StageError::data(
             "still_image",
-            format!("{}: a still image ({format_name}, {codec}), not a video", path.display()),
+            format!(
+                "{}: a still image ({format_name}, {codec}), not a video",
+                path.display()
+            ),
         ));
     }
     let rate = stream.avg_frame_rate();
-    let rate = if rate.denominator() != 0 && rate.numerator() != 0 { rate } else { stream.rate() };
-    let fps = if rate.denominator() != 0 { f64::from(rate) } else { 0.0 };
+    let rate = if rate.denominator() != 0 && rate.numerator() != 0 {
+        rate
+    } else {
+        stream.rate()
+    };
+    let fps = if rate.denominator() != 0 {
+        f64::from(rate)
+    } else {
+        0.0
+    };
     let start = stream.start_time();
     let opened = Opened {
         stream_index: stream.index(),
         time_base: stream.time_base(),
-        start_pts: if start == ff::ffi::AV_NOPTS_VALUE { 0 } else { start },
+        start_pts: if start == ff::ffi::AV_NOPTS_VALUE {
+            0
+        } else {
+            start
+        },
         rotation_deg: rotation_of(&stream),
         fps,
         ictx,
@@ -109,23 +149,32 @@ pub fn open(path: &Path) -> Result<Opened, StageError> {
 /// Probes duration, display size, fps, codec, frame count and audio presence.
 pub fn probe(path: &Path) -> Result<Probe, StageError> {
     let mut o = open(path)?;
-    let stream = o.ictx.stream(o.stream_index).ok_or_else(|| StageError::internal("stream_vanished", ""))?;
+    let stream = o
+        .ictx
+        .stream(o.stream_index)
+        .ok_or_else(|| StageError::internal("stream_vanished", ""))?;
     let params = stream.parameters();
     let dec = ff::codec::context::Context::from_parameters(params.clone())
         .and_then(|c| c.decoder().video())
         .map_err(|e| ff_err("unsupported_codec", path, e))?;
     let (cw, ch) = (dec.width(), dec.height());
     if cw == 0 || ch == 0 {
-        return Err(StageError::data("no_picture_size", format!("{}: the video stream has no size", path.display())));
+        return Err(StageError::data(
+            "no_picture_size",
+            format!("{}: the video stream has no size", path.display()),
+        ));
     }
     let tb = f64::from(o.time_base);
     let stream_secs = (stream.duration() > 0).then(|| stream.duration() as f64 * tb);
-    let container_secs =
-        (o.ictx.duration() > 0).then(|| o.ictx.duration() as f64 / f64::from(ff::ffi::AV_TIME_BASE));
+    let container_secs = (o.ictx.duration() > 0)
+        .then(|| o.ictx.duration() as f64 / f64::from(ff::ffi::AV_TIME_BASE));
     let duration_secs = container_secs.or(stream_secs).unwrap_or(0.0);
     let video_duration_secs = stream_secs.or(container_secs).unwrap_or(0.0);
     let codec = format!("{:?}", params.id()).to_lowercase();
-    let has_audio = o.ictx.streams().any(|s| s.parameters().medium() == ff::media::Type::Audio);
+    let has_audio = o
+        .ictx
+        .streams()
+        .any(|s| s.parameters().medium() == ff::media::Type::Audio);
     let container = o.ictx.format().name().to_string();
     let bit_rate = o.ictx.bit_rate();
     let (mut frame_count, mut source) = (stream.frames(), "container");
@@ -154,7 +203,11 @@ pub fn probe(path: &Path) -> Result<Probe, StageError> {
         frame_count = n;
         source = "packets";
     }
-    let (width, height) = if o.rotation_deg % 180 == 90 { (ch, cw) } else { (cw, ch) };
+    let (width, height) = if o.rotation_deg % 180 == 90 {
+        (ch, cw)
+    } else {
+        (cw, ch)
+    };
     Ok(Probe {
         container,
         duration_secs,
@@ -193,6 +246,8 @@ struct Grabber<'a> {
     eof: bool,
     read_errors: u32,
     path: &'a Path,
+    /// Frames decoded (converted or not), to show that sampling does not decode everything.
+    decoded: u64,
 }
 
 impl Grabber<'_> {
@@ -201,19 +256,32 @@ impl Grabber<'_> {
         let (ow, oh) = match self.max_side {
             Some(m) if w.max(h) > m => {
                 let s = m as f64 / w.max(h) as f64;
-                (((w as f64 * s).round() as u32).max(2) & !1, ((h as f64 * s).round() as u32).max(2) & !1)
+                (
+                    ((w as f64 * s).round() as u32).max(2) & !1,
+                    ((h as f64 * s).round() as u32).max(2) & !1,
+                )
             }
             _ => (w, h),
         };
-        let rebuild = !matches!(&self.scaler, Some((_, f, sw, sh)) if *f == fmt && *sw == w && *sh == h);
+        let rebuild =
+            !matches!(&self.scaler, Some((_, f, sw, sh)) if *f == fmt && *sw == w && *sh == h);
         if rebuild {
-            let ctx = ff::software::scaling::Context::get(fmt, w, h, ff::format::Pixel::RGB24, ow, oh, ff::software::scaling::Flags::BILINEAR)
-                .map_err(|e| ff_err("pixel_conversion", self.path, e))?;
+            let ctx = ff::software::scaling::Context::get(
+                fmt,
+                w,
+                h,
+                ff::format::Pixel::RGB24,
+                ow,
+                oh,
+                ff::software::scaling::Flags::BILINEAR,
+            )
+            .map_err(|e| ff_err("pixel_conversion", self.path, e))?;
             self.scaler = Some((ctx, fmt, w, h));
         }
         let (ctx, ..) = self.scaler.as_mut().expect("scaler set above");
         let mut rgb = ff::frame::Video::empty();
-        ctx.run(frame, &mut rgb).map_err(|e| ff_err("pixel_conversion", self.path, e))?;
+        ctx.run(frame, &mut rgb)
+            .map_err(|e| ff_err("pixel_conversion", self.path, e))?;
         let (rw, rh) = (rgb.width(), rgb.height());
         let stride = rgb.stride(0);
         let data = rgb.data(0);
@@ -221,7 +289,8 @@ impl Grabber<'_> {
         for y in 0..rh as usize {
             buf.extend_from_slice(&data[y * stride..y * stride + rw as usize * 3]);
         }
-        let img = RgbImage::from_raw(rw, rh, buf).ok_or_else(|| StageError::internal("rgb_buffer", "bad RGB buffer size"))?;
+        let img = RgbImage::from_raw(rw, rh, buf)
+            .ok_or_else(|| StageError::internal("rgb_buffer", "bad RGB buffer size"))?;
         Ok(match self.o.rotation_deg {
             90 => image::imageops::rotate90(&img),
             180 => image::imageops::rotate180(&img),
@@ -231,12 +300,20 @@ impl Grabber<'_> {
     }
 
     /// Decodes the next frame in presentation order, or None at the end of the stream.
-    fn next_frame(&mut self, want_image: impl Fn(i64) -> bool) -> Result<Option<Decoded>, StageError> {
+    fn next_frame(
+        &mut self,
+        want_image: impl Fn(i64) -> bool,
+    ) -> Result<Option<Decoded>, StageError> {
         let mut frame = ff::frame::Video::empty();
         loop {
             if self.decoder.receive_frame(&mut frame).is_ok() {
+                self.decoded += 1;
                 let pts = frame.timestamp().or(frame.pts()).unwrap_or(0);
-                let image = if want_image(pts) { self.to_rgb(&frame)? } else { RgbImage::new(0, 0) };
+                let image = if want_image(pts) {
+                    self.to_rgb(&frame)?
+                } else {
+                    RgbImage::new(0, 0)
+                };
                 return Ok(Some(Decoded { pts, image }));
             }
             if self.eof {
@@ -266,7 +343,10 @@ impl Grabber<'_> {
 
     fn seek(&mut self, target_pts: i64) -> Result<(), StageError> {
         let us = target_pts.rescale(self.o.time_base, ff::rescale::TIME_BASE);
-        self.o.ictx.seek(us, ..us).map_err(|e| ff_err("seek_failed", self.path, e))?;
+        self.o
+            .ictx
+            .seek(us, ..us)
+            .map_err(|e| ff_err("seek_failed", self.path, e))?;
         self.decoder.flush();
         self.eof = false;
         Ok(())
@@ -282,7 +362,11 @@ impl Grabber<'_> {
                 pts,
                 ff::ffi::AVSEEK_FLAG_BACKWARD,
             );
-            if e.is_null() { None } else { Some((*e).timestamp) }
+            if e.is_null() {
+                None
+            } else {
+                Some((*e).timestamp)
+            }
         }
     }
 }
@@ -290,20 +374,52 @@ impl Grabber<'_> {
 use ff::Rescale;
 
 /// Grabs the frames at `targets_secs` (seconds from the stream's start).
-pub fn grab_at(path: &Path, targets_secs: &[f64], max_side: Option<u32>) -> Result<Vec<Grab>, StageError> {
+pub fn grab_at(
+    path: &Path,
+    targets_secs: &[f64],
+    max_side: Option<u32>,
+) -> Result<Vec<Grab>, StageError> {
+    grab_at_counted(path, targets_secs, max_side).map(|(g, _)| g)
+}
+
+/// `grab_at`, also returning how many frames were decoded.
+pub fn grab_at_counted(
+    path: &Path,
+    targets_secs: &[f64],
+    max_side: Option<u32>,
+) -> Result<(Vec<Grab>, u64), StageError> {
     let mut o = open(path)?;
     let mut targets: Vec<(usize, f64)> = targets_secs.iter().copied().enumerate().collect();
     targets.sort_by(|a, b| a.1.total_cmp(&b.1));
-    let stream = o.ictx.stream(o.stream_index).ok_or_else(|| StageError::internal("stream_vanished", ""))?;
+    let stream = o
+        .ictx
+        .stream(o.stream_index)
+        .ok_or_else(|| StageError::internal("stream_vanished", ""))?;
     let mut ctx = ff::codec::context::Context::from_parameters(stream.parameters())
         .map_err(|e| ff_err("unsupported_codec", path, e))?;
     // One thread per decoder measured fastest for seek-and-decode; parallelism is across videos.
-    ctx.set_threading(ff::codec::threading::Config { kind: ff::codec::threading::Type::None, count: 1, ..Default::default() });
-    let decoder = ctx.decoder().video().map_err(|e| ff_err("unsupported_codec", path, e))?;
+    ctx.set_threading(ff::codec::threading::Config {
+        kind: ff::codec::threading::Type::None,
+        count: 1,
+        ..Default::default()
+    });
+    let decoder = ctx
+        .decoder()
+        .video()
+        .map_err(|e| ff_err("unsupported_codec", path, e))?;
     let tb = f64::from(o.time_base);
     let start = o.start_pts;
     let frame_secs = if o.fps > 0.0 { 1.0 / o.fps } else { 0.05 };
-    let mut g = Grabber { o: &mut o, decoder, scaler: None, max_side, eof: false, read_errors: 0, path };
+    let mut g = Grabber {
+        o: &mut o,
+        decoder,
+        scaler: None,
+        max_side,
+        eof: false,
+        read_errors: 0,
+        path,
+        decoded: 0,
+    };
     let mut out: Vec<Option<Grab>> = (0..targets.len()).map(|_| None).collect();
     let mut last: Option<Decoded> = None;
     let to_secs = |pts: i64| (pts - start) as f64 * tb;
@@ -312,7 +428,11 @@ pub fn grab_at(path: &Path, targets_secs: &[f64], max_side: Option<u32>) -> Resu
         let target_pts = start + ((t / tb) - 1e-6).ceil() as i64;
         if let Some(l) = &last {
             if l.pts >= target_pts {
-                out[slot] = Some(Grab { target_secs: t, timestamp_secs: to_secs(l.pts), image: l.image.clone() });
+                out[slot] = Some(Grab {
+                    target_secs: t,
+                    timestamp_secs: to_secs(l.pts),
+                    image: l.image.clone(),
+                });
                 continue;
             }
         }
@@ -338,7 +458,10 @@ pub fn grab_at(path: &Path, targets_secs: &[f64], max_side: Option<u32>) -> Resu
             None => {
                 // The stream ended before the target: fine within one frame of the end, else the
                 // file is shorter than its header says.
-                let end = prev_good.as_ref().map(|p| p.pts).or(last.as_ref().map(|l| l.pts));
+                let end = prev_good
+                    .as_ref()
+                    .map(|p| p.pts)
+                    .or(last.as_ref().map(|l| l.pts));
                 match end {
                     Some(e) if t - to_secs(e) <= 1.5 * frame_secs => {
                         let pts = e;
@@ -350,7 +473,12 @@ pub fn grab_at(path: &Path, targets_secs: &[f64], max_side: Option<u32>) -> Resu
                                 break;
                             }
                         }
-                        got.ok_or_else(|| StageError::data("truncated", format!("{}: cannot decode the last frame", path.display())))?
+                        got.ok_or_else(|| {
+                            StageError::data(
+                                "truncated",
+                                format!("{}: cannot decode the last frame", path.display()),
+                            )
+                        })?
                     }
                     _ => {
                         return Err(StageError::data(
@@ -358,32 +486,63 @@ pub fn grab_at(path: &Path, targets_secs: &[f64], max_side: Option<u32>) -> Resu
                             format!(
                                 "{}: no frame at or after {t:.3} s; decodable video ends at {} (truncated or corrupt file)",
                                 path.display(),
-                                end.map(|e| format!("{:.3} s", to_secs(e))).unwrap_or_else(|| "the start".into())
+                                end.map(|e| format!("{:.3} s", to_secs(e)))
+                                    .unwrap_or_else(|| "the start".into())
                             ),
                         ));
                     }
                 }
             }
         };
-        out[slot] = Some(Grab { target_secs: t, timestamp_secs: to_secs(d.pts), image: d.image.clone() });
+        out[slot] = Some(Grab {
+            target_secs: t,
+            timestamp_secs: to_secs(d.pts),
+            image: d.image.clone(),
+        });
         last = Some(d);
     }
-    Ok(out.into_iter().flatten().collect())
+    let decoded = g.decoded;
+    Ok((out.into_iter().flatten().collect(), decoded))
 }
 
 /// Every frame whose presentation time lies in [start, end), at most `limit` frames.
-pub fn grab_range(path: &Path, start_secs: f64, end_secs: f64, limit: usize, max_side: Option<u32>) -> Result<Vec<Grab>, StageError> {
+pub fn grab_range(
+    path: &Path,
+    start_secs: f64,
+    end_secs: f64,
+    limit: usize,
+    max_side: Option<u32>,
+) -> Result<Vec<Grab>, StageError> {
     let mut o = open(path)?;
-    let stream = o.ictx.stream(o.stream_index).ok_or_else(|| StageError::internal("stream_vanished", ""))?;
+    let stream = o
+        .ictx
+        .stream(o.stream_index)
+        .ok_or_else(|| StageError::internal("stream_vanished", ""))?;
     let mut ctx = ff::codec::context::Context::from_parameters(stream.parameters())
         .map_err(|e| ff_err("unsupported_codec", path, e))?;
-    ctx.set_threading(ff::codec::threading::Config { kind: ff::codec::threading::Type::None, count: 1, ..Default::default() });
-    let decoder = ctx.decoder().video().map_err(|e| ff_err("unsupported_codec", path, e))?;
+    ctx.set_threading(ff::codec::threading::Config {
+        kind: ff::codec::threading::Type::None,
+        count: 1,
+        ..Default::default()
+    });
+    let decoder = ctx
+        .decoder()
+        .video()
+        .map_err(|e| ff_err("unsupported_codec", path, e))?;
     let tb = f64::from(o.time_base);
     let start = o.start_pts;
     let lo = start + ((start_secs / tb) - 1e-6).ceil() as i64;
     let hi = start + ((end_secs / tb) - 1e-6).ceil() as i64;
-    let mut g = Grabber { o: &mut o, decoder, scaler: None, max_side, eof: false, read_errors: 0, path };
+    let mut g = Grabber {
+        o: &mut o,
+        decoder,
+        scaler: None,
+        max_side,
+        eof: false,
+        read_errors: 0,
+        path,
+        decoded: 0,
+    };
     g.seek(lo)?;
     let mut out = Vec::new();
     while let Some(d) = g.next_frame(|pts| pts >= lo && pts < hi)? {
@@ -392,7 +551,11 @@ pub fn grab_range(path: &Path, start_secs: f64, end_secs: f64, limit: usize, max
         }
         if d.pts >= lo {
             let ts = (d.pts - start) as f64 * tb;
-            out.push(Grab { target_secs: ts, timestamp_secs: ts, image: d.image });
+            out.push(Grab {
+                target_secs: ts,
+                timestamp_secs: ts,
+                image: d.image,
+            });
         }
     }
     Ok(out)

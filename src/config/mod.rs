@@ -77,7 +77,11 @@ pub struct OutputConfig {
 
 impl Default for OutputConfig {
     fn default() -> Self {
-        Self { dir: None, max_rows_per_shard: 20_000, flush_secs: 30 }
+        Self {
+            dir: None,
+            max_rows_per_shard: 20_000,
+            flush_secs: 30,
+        }
     }
 }
 
@@ -93,7 +97,10 @@ pub struct RuntimeConfig {
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
-        Self { channel_capacity: 16, cpu_threads: None }
+        Self {
+            channel_capacity: 16,
+            cpu_threads: None,
+        }
     }
 }
 
@@ -188,7 +195,11 @@ pub struct SourceText {
 impl SourceText {
     pub fn new(file: &Path, text: String) -> Self {
         let doc = toml_edit::Document::parse(text.clone()).ok();
-        Self { file: file.to_path_buf(), text, doc }
+        Self {
+            file: file.to_path_buf(),
+            text,
+            doc,
+        }
     }
 
     fn line_col(&self, offset: usize) -> (usize, usize) {
@@ -217,7 +228,11 @@ impl SourceText {
             file: self.file.clone(),
             line,
             column,
-            key: if path.is_empty() { None } else { Some(path_string(path)) },
+            key: if path.is_empty() {
+                None
+            } else {
+                Some(path_string(path))
+            },
             message: message.into(),
         }
     }
@@ -243,7 +258,11 @@ impl SourceText {
     }
 
     /// Deserializes a sub-table at `at` into a typed settings struct, reporting the exact key.
-    pub fn typed<T: DeserializeOwned>(&self, table: &toml::Table, at: &[Seg]) -> Result<T, ConfigError> {
+    pub fn typed<T: DeserializeOwned>(
+        &self,
+        table: &toml::Table,
+        at: &[Seg],
+    ) -> Result<T, ConfigError> {
         let value = toml::Value::Table(table.clone());
         serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
             let mut path: Vec<Seg> = at.to_vec();
@@ -251,13 +270,18 @@ impl SourceText {
                 match seg {
                     serde_path_to_error::Segment::Seq { index } => path.push(Seg::Index(*index)),
                     serde_path_to_error::Segment::Map { key } => path.push(Seg::Key(key.clone())),
-                    serde_path_to_error::Segment::Enum { variant } => path.push(Seg::Key(variant.clone())),
+                    serde_path_to_error::Segment::Enum { variant } => {
+                        path.push(Seg::Key(variant.clone()))
+                    }
                     serde_path_to_error::Segment::Unknown => {}
                 }
             }
             let msg = e.inner().to_string();
             // serde names an unknown key only in its message; point at that key's line.
-            if let Some(name) = msg.strip_prefix("unknown field `").and_then(|r| r.split('`').next()) {
+            if let Some(name) = msg
+                .strip_prefix("unknown field `")
+                .and_then(|r| r.split('`').next())
+            {
                 if path.last() != Some(&Seg::Key(name.to_string())) {
                     path.push(Seg::Key(name.to_string()));
                 }
@@ -276,7 +300,9 @@ enum Node<'a> {
 
 /// Follows `path` through the span-keeping document; returns the last span found.
 fn walk(node: Node<'_>, path: &[Seg], best: Option<usize>) -> Option<usize> {
-    let Some((seg, rest)) = path.split_first() else { return best };
+    let Some((seg, rest)) = path.split_first() else {
+        return best;
+    };
     match seg {
         Seg::Key(k) => {
             let table: Option<&dyn toml_edit::TableLike> = match node {
@@ -284,7 +310,9 @@ fn walk(node: Node<'_>, path: &[Seg], best: Option<usize>) -> Option<usize> {
                 Node::Table(t) => Some(t),
                 Node::Value(v) => v.as_inline_table().map(|t| t as &dyn toml_edit::TableLike),
             };
-            let Some((key, next)) = table.and_then(|t| t.get_key_value(k)) else { return best };
+            let Some((key, next)) = table.and_then(|t| t.get_key_value(k)) else {
+                return best;
+            };
             walk(Node::Item(next), rest, key.span().map(|s| s.start).or(best))
         }
         Seg::Index(i) => match node {

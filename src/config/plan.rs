@@ -1,7 +1,9 @@
 //! From a pipeline file to a validated `Plan`: typed stage settings, the `requires` chain, ids,
 //! and the fingerprints that decide what a rerun must redo.
 
-use super::{ConfigError, OutputConfig, RuntimeConfig, Seg, ServiceConfig, SourceText, StageCommon};
+use super::{
+    ConfigError, OutputConfig, RuntimeConfig, Seg, ServiceConfig, SourceText, StageCommon,
+};
 use crate::record::Slot;
 use crate::runtime::StageTask;
 use crate::runtime::stage::Source;
@@ -48,14 +50,19 @@ pub struct BuildCx<'a> {
 
 impl BuildCx<'_> {
     pub fn resolve(&self, p: &Path) -> PathBuf {
-        if p.is_absolute() { p.to_path_buf() } else { self.base_dir.join(p) }
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base_dir.join(p)
+        }
     }
 }
 
 fn is_snake_case(s: &str) -> bool {
     !s.is_empty()
         && s.chars().next().is_some_and(|c| c.is_ascii_lowercase())
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
 /// Chained fingerprint: a stage's settings plus everything upstream, so changing one stage
@@ -88,29 +95,52 @@ pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
     let src = SourceText::new(file, text);
     let raw = src.parse_raw()?;
     let base_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
-    let base_dir = if base_dir.as_os_str().is_empty() { PathBuf::from(".") } else { base_dir };
-    let bcx = BuildCx { base_dir: &base_dir, src: &src };
+    let base_dir = if base_dir.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        base_dir
+    };
+    let bcx = BuildCx {
+        base_dir: &base_dir,
+        src: &src,
+    };
 
     if !is_snake_case(&raw.name.replace('-', "_")) {
-        return Err(src.error_at(&[Seg::Key("name".into())], "name must be lowercase letters, digits, '-' or '_'"));
+        return Err(src.error_at(
+            &[Seg::Key("name".into())],
+            "name must be lowercase letters, digits, '-' or '_'",
+        ));
     }
     if raw.runtime.channel_capacity == 0 {
         return Err(src.error_at(
-            &[Seg::Key("runtime".into()), Seg::Key("channel_capacity".into())],
+            &[
+                Seg::Key("runtime".into()),
+                Seg::Key("channel_capacity".into()),
+            ],
             "must be at least 1",
         ));
     }
     if raw.output.max_rows_per_shard == 0 {
         return Err(src.error_at(
-            &[Seg::Key("output".into()), Seg::Key("max_rows_per_shard".into())],
+            &[
+                Seg::Key("output".into()),
+                Seg::Key("max_rows_per_shard".into()),
+            ],
             "must be at least 1",
         ));
     }
     for (name, svc) in &raw.services {
         if !(svc.base_url.starts_with("http://") || svc.base_url.starts_with("https://")) {
             return Err(src.error_at(
-                &[Seg::Key("services".into()), Seg::Key(name.clone()), Seg::Key("base_url".into())],
-                format!("base_url must start with http:// or https://, got {:?}", svc.base_url),
+                &[
+                    Seg::Key("services".into()),
+                    Seg::Key(name.clone()),
+                    Seg::Key("base_url".into()),
+                ],
+                format!(
+                    "base_url must start with http:// or https://, got {:?}",
+                    svc.base_url
+                ),
             ));
         }
     }
@@ -119,11 +149,15 @@ pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
     let source_kind = match raw.source.get("type") {
         Some(toml::Value::String(s)) => s.clone(),
         Some(_) => {
-            return Err(src.error_at(&[Seg::Key("source".into()), Seg::Key("type".into())], "must be a string"));
+            return Err(src.error_at(
+                &[Seg::Key("source".into()), Seg::Key("type".into())],
+                "must be a string",
+            ));
         }
         None => return Err(src.error_at(&source_at, "missing field `type` (one of: local)")),
     };
-    let (source, source_settings) = stages::build_source(&source_kind, &raw.source, &source_at, &bcx)?;
+    let (source, source_settings) =
+        stages::build_source(&source_kind, &raw.source, &source_at, &bcx)?;
 
     let mut planned = Vec::new();
     let mut seen = HashSet::new();
@@ -138,19 +172,34 @@ pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
             p
         };
         if !is_snake_case(&common.id) {
-            return Err(src.error_at(&key("id"), format!("stage id {:?} must be snake_case", common.id)));
+            return Err(src.error_at(
+                &key("id"),
+                format!("stage id {:?} must be snake_case", common.id),
+            ));
         }
         if RESERVED_IDS.contains(&common.id.as_str()) {
-            return Err(src.error_at(&key("id"), format!("stage id {:?} is reserved for the run directory", common.id)));
+            return Err(src.error_at(
+                &key("id"),
+                format!("stage id {:?} is reserved for the run directory", common.id),
+            ));
         }
         if !seen.insert(common.id.clone()) {
-            return Err(src.error_at(&key("id"), format!("stage id {:?} is used twice", common.id)));
+            return Err(src.error_at(
+                &key("id"),
+                format!("stage id {:?} is used twice", common.id),
+            ));
         }
         if common.max_in_flight == Some(0) {
             return Err(src.error_at(&key("max_in_flight"), "must be at least 1"));
         }
-        let built = stages::build_stage(&common, &key("compute"), &key("select"), &bcx)
-            .map_err(|e| if e.line.is_none() { src.error_at(&key("type"), e.message) } else { e })?;
+        let built =
+            stages::build_stage(&common, &key("compute"), &key("select"), &bcx).map_err(|e| {
+                if e.line.is_none() {
+                    src.error_at(&key("type"), e.message)
+                } else {
+                    e
+                }
+            })?;
         for need in built.task.requires() {
             if !filled.contains(need) {
                 return Err(src.error_at(

@@ -81,7 +81,8 @@ enum Outcome<R> {
 /// Exponential backoff with jitter: 0.5 s, 1 s, 2 s ... capped at 30 s.
 fn backoff(attempt: u32, seed: &str) -> Duration {
     let base = 500u64.saturating_mul(1 << attempt.min(6)).min(30_000);
-    let jitter = blake3::hash(format!("{seed}{attempt}").as_bytes()).as_bytes()[0] as u64 * base / 512;
+    let jitter =
+        blake3::hash(format!("{seed}{attempt}").as_bytes()).as_bytes()[0] as u64 * base / 512;
     Duration::from_millis(base + jitter)
 }
 
@@ -96,12 +97,19 @@ async fn compute_with_retries<P: Processor>(
         let fut = p.process(&rec, &cx);
         let result = match settings.timeout {
             Some(t) => tokio::time::timeout(t, fut).await.unwrap_or_else(|_| {
-                Err(StageError::external("timeout", format!("no result within {} s", t.as_secs_f64())))
+                Err(StageError::external(
+                    "timeout",
+                    format!("no result within {} s", t.as_secs_f64()),
+                ))
             }),
             None => fut.await,
         };
         match result {
-            Err(e) if e.kind == ErrorKind::External && attempt < settings.retries && !cx.cancel.is_cancelled() => {
+            Err(e)
+                if e.kind == ErrorKind::External
+                    && attempt < settings.retries
+                    && !cx.cancel.is_cancelled() =>
+            {
                 let wait = backoff(attempt, &rec.video_id);
                 tracing::warn!(stage = %cx.stage_id, video_id = %rec.video_id, error = %e, wait_ms = wait.as_millis() as u64, "Retrying.");
                 tokio::time::sleep(wait).await;
@@ -126,8 +134,14 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
     }
 
     async fn run(self: Box<Self>, io: StageIo, cx: StageContext) -> Result<StageCounts, RunError> {
-        let StageIo { input, output, settings, progress } = io;
-        let mut prior = shards::load_prior::<P::Row>(&cx.store, &cx.stage_id, &cx.fingerprint).await?;
+        let StageIo {
+            input,
+            output,
+            settings,
+            progress,
+        } = io;
+        let mut prior =
+            shards::load_prior::<P::Row>(&cx.store, &cx.stage_id, &cx.fingerprint).await?;
         let mut writer = ShardWriter::<P::Row>::open(
             cx.store.clone(),
             &cx.stage_id,
@@ -147,7 +161,12 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
                 } else if prior.rejected.contains(&rec.video_id) {
                     Box::pin(futures::future::ready(Outcome::RejectedBefore))
                 } else {
-                    Box::pin(compute_with_retries(p.clone(), rec, cx2.clone(), settings2.clone()))
+                    Box::pin(compute_with_retries(
+                        p.clone(),
+                        rec,
+                        cx2.clone(),
+                        settings2.clone(),
+                    ))
                 }
             })
             .buffer_unordered(settings.max_in_flight.max(1))
@@ -219,7 +238,8 @@ pub async fn run_source(
     settings: StageSettings,
     progress: Arc<StageProgress>,
 ) -> Result<StageCounts, RunError> {
-    let mut prior = shards::load_prior::<SourceInfo>(&cx.store, &cx.stage_id, &cx.fingerprint).await?;
+    let mut prior =
+        shards::load_prior::<SourceInfo>(&cx.store, &cx.stage_id, &cx.fingerprint).await?;
     let mut writer = ShardWriter::<SourceInfo>::open(
         cx.store.clone(),
         &cx.stage_id,

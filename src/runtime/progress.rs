@@ -27,7 +27,10 @@ impl StageProgress {
         if let Some(b) = &self.bar {
             b.inc(1);
             if rejected {
-                b.set_message(format!("{} rejected", self.counter.rejected.load(Ordering::Relaxed)));
+                b.set_message(format!(
+                    "{} rejected",
+                    self.counter.rejected.load(Ordering::Relaxed)
+                ));
             }
         }
     }
@@ -50,7 +53,11 @@ impl Progress {
     pub fn new(quiet: bool) -> Self {
         let multi = (!quiet && std::io::stderr().is_terminal())
             .then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(5)));
-        Self { multi, stages: vec![], total: Arc::new(AtomicU64::new(0)) }
+        Self {
+            multi,
+            stages: vec![],
+            total: Arc::new(AtomicU64::new(0)),
+        }
     }
 
     pub fn stage(&mut self, name: &str) -> Arc<StageProgress> {
@@ -66,7 +73,11 @@ impl Progress {
             b.set_prefix(name.to_string());
             b
         });
-        let s = Arc::new(StageProgress { name: name.to_string(), bar, counter: Arc::new(Counter::default()) });
+        let s = Arc::new(StageProgress {
+            name: name.to_string(),
+            bar,
+            counter: Arc::new(Counter::default()),
+        });
         self.stages.push(s.clone());
         s
     }

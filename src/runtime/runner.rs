@@ -43,7 +43,10 @@ pub struct RunReport {
 impl RunReport {
     /// Videos rejected by any stage, in this invocation or an earlier one (the final dataset's view).
     pub fn rejected(&self) -> u64 {
-        self.counts.values().map(|c| c.rejected + c.rejected_before).sum()
+        self.counts
+            .values()
+            .map(|c| c.rejected + c.rejected_before)
+            .sum()
     }
 }
 
@@ -82,10 +85,11 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
     let store: Arc<dyn Store> = Arc::new(local);
     let cancel = CancellationToken::new();
     spawn_ctrl_c(cancel.clone());
-    let threads = plan
-        .runtime
-        .cpu_threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2));
+    let threads = plan.runtime.cpu_threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+    });
     let cpu = CpuPool::new(threads);
     let cx_for = |id: &str, fp: &str, extras| StageContext {
         stage_id: id.to_string(),
@@ -136,7 +140,9 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
         error: None,
         counts: BTreeMap::new(),
     });
-    manifest::save(store.as_ref(), &m).await.map_err(|e| RunError::io("manifest.json", e))?;
+    manifest::save(store.as_ref(), &m)
+        .await
+        .map_err(|e| RunError::io("manifest.json", e))?;
 
     let mut progress = Progress::new(opts.quiet);
     let flush_every = Duration::from_secs(plan.output.flush_secs);
@@ -155,7 +161,12 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
     let sp = progress.stage(SOURCE_STAGE_ID);
     let scx = cx_for(SOURCE_STAGE_ID, SOURCE_FINGERPRINT, extras.clone());
     let ss = settings_for(1, None, 0);
-    tasks.spawn(async move { (SOURCE_STAGE_ID.to_string(), super::run_source(source, tx, scx, ss, sp).await) });
+    tasks.spawn(async move {
+        (
+            SOURCE_STAGE_ID.to_string(),
+            super::run_source(source, tx, scx, ss, sp).await,
+        )
+    });
     for st in plan.stages {
         let (tx, next_rx) = mpsc::channel::<VideoRecord>(cap);
         let io = StageIo {
@@ -218,13 +229,19 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
         (None, false) => "complete".into(),
     };
     inv.error = failure.as_ref().map(|e| e.to_string());
-    manifest::save(store.as_ref(), &m).await.map_err(|e| RunError::io("manifest.json", e))?;
+    manifest::save(store.as_ref(), &m)
+        .await
+        .map_err(|e| RunError::io("manifest.json", e))?;
     if let Some(e) = failure {
         return Err(e);
     }
     Ok(RunReport {
         run_dir,
-        status: if interrupted { RunStatus::Interrupted } else { RunStatus::Complete },
+        status: if interrupted {
+            RunStatus::Interrupted
+        } else {
+            RunStatus::Complete
+        },
         counts,
         order,
     })
@@ -235,7 +252,9 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
 fn spawn_ctrl_c(cancel: CancellationToken) {
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("\nvidcurate: stopping: finishing videos in flight (Ctrl-C again to quit at once)");
+            eprintln!(
+                "\nvidcurate: stopping: finishing videos in flight (Ctrl-C again to quit at once)"
+            );
             cancel.cancel();
             if tokio::signal::ctrl_c().await.is_ok() {
                 eprintln!("vidcurate: quitting; rerun the same command to resume");

@@ -83,7 +83,11 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
     ) -> Result<Self, RunError> {
         let io = |e| RunError::io(store.location(), e);
         let parts = store.list(stage_id).await.map_err(io)?;
-        let next_part = parts.iter().filter_map(|p| part_number(p)).max().map_or(0, |n| n + 1);
+        let next_part = parts
+            .iter()
+            .filter_map(|p| part_number(p))
+            .max()
+            .map_or(0, |n| n + 1);
         let rej_prefix = format!("{REJECTS_DIR}/{stage_id}-part-");
         let rejects = store.list(REJECTS_DIR).await.map_err(io)?;
         let next_reject_part = rejects
@@ -126,7 +130,12 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
     }
 
     /// Records a rejected video.
-    pub fn reject(&mut self, video_id: &str, extra: &[Option<String>], error: &crate::error::StageError) {
+    pub fn reject(
+        &mut self,
+        video_id: &str,
+        extra: &[Option<String>],
+        error: &crate::error::StageError,
+    ) {
         self.rej_ids.push(video_id.to_string());
         self.rej_extra.push(extra.to_vec());
         self.rejects.push(RejectRow {
@@ -160,21 +169,44 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
             let ids = std::mem::take(&mut self.ids);
             let extra = std::mem::take(&mut self.extra_vals);
             let done = std::mem::take(&mut self.done_ok);
-            let batch = build_batch(&self.fields, &rows, &ids, &extra, &self.extras, &self.fingerprint)?;
+            let batch = build_batch(
+                &self.fields,
+                &rows,
+                &ids,
+                &extra,
+                &self.extras,
+                &self.fingerprint,
+            )?;
             let bytes = encode_parquet(&batch, &done, &self.stage_id, &self.fingerprint)?;
             let path = format!("{}/part-{:05}.parquet", self.stage_id, self.next_part);
             self.next_part += 1;
-            self.store.put(&path, bytes).await.map_err(|e| RunError::io(path.clone(), e))?;
+            self.store
+                .put(&path, bytes)
+                .await
+                .map_err(|e| RunError::io(path.clone(), e))?;
         }
         if !self.rej_ids.is_empty() {
             let rows = std::mem::take(&mut self.rejects);
             let ids = std::mem::take(&mut self.rej_ids);
             let extra = std::mem::take(&mut self.rej_extra);
-            let batch = build_batch(&self.reject_fields, &rows, &ids, &extra, &self.extras, &self.fingerprint)?;
+            let batch = build_batch(
+                &self.reject_fields,
+                &rows,
+                &ids,
+                &extra,
+                &self.extras,
+                &self.fingerprint,
+            )?;
             let bytes = encode_parquet(&batch, &ids, &self.stage_id, &self.fingerprint)?;
-            let path = format!("{REJECTS_DIR}/{}-part-{:05}.parquet", self.stage_id, self.next_reject_part);
+            let path = format!(
+                "{REJECTS_DIR}/{}-part-{:05}.parquet",
+                self.stage_id, self.next_reject_part
+            );
             self.next_reject_part += 1;
-            self.store.put(&path, bytes).await.map_err(|e| RunError::io(path.clone(), e))?;
+            self.store
+                .put(&path, bytes)
+                .await
+                .map_err(|e| RunError::io(path.clone(), e))?;
         }
         Ok(())
     }
@@ -191,25 +223,38 @@ fn build_batch<R: Serialize>(
 ) -> Result<RecordBatch, RunError> {
     let inner = serde_arrow::to_record_batch(fields, &rows)
         .map_err(|e| RunError::Internal(format!("encoding rows: {e}")))?;
-    let mut schema_fields: Vec<FieldRef> = vec![Arc::new(Field::new(COL_VIDEO_ID, DataType::Utf8, false))];
+    let mut schema_fields: Vec<FieldRef> =
+        vec![Arc::new(Field::new(COL_VIDEO_ID, DataType::Utf8, false))];
     let mut columns: Vec<ArrayRef> = vec![Arc::new(StringArray::from_iter_values(ids.iter()))];
     for (i, name) in extras.iter().enumerate() {
         schema_fields.push(Arc::new(Field::new(name, DataType::Utf8, true)));
-        columns.push(Arc::new(StringArray::from_iter(extra.iter().map(|e| e.get(i).cloned().flatten()))));
+        columns.push(Arc::new(StringArray::from_iter(
+            extra.iter().map(|e| e.get(i).cloned().flatten()),
+        )));
     }
     for (f, c) in inner.schema().fields().iter().zip(inner.columns()) {
         schema_fields.push(f.clone());
         columns.push(c.clone());
     }
     schema_fields.push(Arc::new(Field::new(COL_FINGERPRINT, DataType::Utf8, false)));
-    columns.push(Arc::new(StringArray::from_iter_values(std::iter::repeat_n(fingerprint, ids.len()))));
+    columns.push(Arc::new(StringArray::from_iter_values(
+        std::iter::repeat_n(fingerprint, ids.len()),
+    )));
     RecordBatch::try_new(Arc::new(Schema::new(schema_fields)), columns)
         .map_err(|e| RunError::Internal(format!("building batch: {e}")))
 }
 
-fn encode_parquet(batch: &RecordBatch, videos: &[String], stage: &str, fingerprint: &str) -> Result<Vec<u8>, RunError> {
+fn encode_parquet(
+    batch: &RecordBatch,
+    videos: &[String],
+    stage: &str,
+    fingerprint: &str,
+) -> Result<Vec<u8>, RunError> {
     let meta = vec![
-        KeyValue::new(META_VIDEOS.to_string(), serde_json::to_string(videos).unwrap_or_default()),
+        KeyValue::new(
+            META_VIDEOS.to_string(),
+            serde_json::to_string(videos).unwrap_or_default(),
+        ),
         KeyValue::new(META_STAGE.to_string(), stage.to_string()),
         KeyValue::new(META_FINGERPRINT.to_string(), fingerprint.to_string()),
     ];
@@ -219,8 +264,10 @@ fn encode_parquet(batch: &RecordBatch, videos: &[String], stage: &str, fingerpri
         .build();
     let mut w = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(props))
         .map_err(|e| RunError::Internal(format!("parquet writer: {e}")))?;
-    w.write(batch).map_err(|e| RunError::Internal(format!("parquet write: {e}")))?;
-    w.into_inner().map_err(|e| RunError::Internal(format!("parquet close: {e}")))
+    w.write(batch)
+        .map_err(|e| RunError::Internal(format!("parquet write: {e}")))?;
+    w.into_inner()
+        .map_err(|e| RunError::Internal(format!("parquet close: {e}")))
 }
 
 /// A shard read back: its footer and its batches.
@@ -231,10 +278,18 @@ pub struct ShardContents {
 }
 
 pub fn decode_parquet(data: Vec<u8>, with_rows: bool) -> Result<ShardContents, String> {
-    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(data)).map_err(|e| e.to_string())?;
-    let kv = builder.metadata().file_metadata().key_value_metadata().cloned().unwrap_or_default();
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(data))
+        .map_err(|e| e.to_string())?;
+    let kv = builder
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .cloned()
+        .unwrap_or_default();
     let get = |k: &str| kv.iter().find(|e| e.key == k).and_then(|e| e.value.clone());
-    let videos: Vec<String> = get(META_VIDEOS).and_then(|v| serde_json::from_str(&v).ok()).unwrap_or_default();
+    let videos: Vec<String> = get(META_VIDEOS)
+        .and_then(|v| serde_json::from_str(&v).ok())
+        .unwrap_or_default();
     let fingerprint = get(META_FINGERPRINT);
     let mut batches = vec![];
     if with_rows {
@@ -243,7 +298,11 @@ pub fn decode_parquet(data: Vec<u8>, with_rows: bool) -> Result<ShardContents, S
             batches.push(b.map_err(|e| e.to_string())?);
         }
     }
-    Ok(ShardContents { videos, fingerprint, batches })
+    Ok(ShardContents {
+        videos,
+        fingerprint,
+        batches,
+    })
 }
 
 /// What earlier runs already did for a stage with the current fingerprint.
@@ -261,7 +320,10 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
     let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
     let fields = fields_of::<R>()?;
     let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
-    let mut prior = Prior { rows: HashMap::new(), rejected: HashSet::new() };
+    let mut prior = Prior {
+        rows: HashMap::new(),
+        rejected: HashSet::new(),
+    };
     let shards: Vec<String> = store.list(stage_id).await.map_err(|e| io(stage_id, e))?;
     let rej_prefix = format!("{REJECTS_DIR}/{stage_id}-part-");
     let rejects: Vec<String> = store
@@ -271,13 +333,21 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
         .into_iter()
         .filter(|p| p.starts_with(&rej_prefix))
         .collect();
-    for (path, is_reject) in shards.iter().map(|p| (p, false)).chain(rejects.iter().map(|p| (p, true))) {
+    for (path, is_reject) in shards
+        .iter()
+        .map(|p| (p, false))
+        .chain(rejects.iter().map(|p| (p, true)))
+    {
         if !path.ends_with(".parquet") {
             continue;
         }
         let data = store.get(path).await.map_err(|e| io(path, e))?;
-        let contents = decode_parquet(data, !is_reject)
-            .map_err(|e| RunError::Internal(format!("{}/{path}: unreadable shard: {e}", store.location())))?;
+        let contents = decode_parquet(data, !is_reject).map_err(|e| {
+            RunError::Internal(format!(
+                "{}/{path}: unreadable shard: {e}",
+                store.location()
+            ))
+        })?;
         if contents.fingerprint.as_deref() != Some(fingerprint) {
             let old = contents.fingerprint.unwrap_or_else(|| "unknown".into());
             let to = format!("{SUPERSEDED_DIR}/{old}/{path}");
@@ -309,7 +379,11 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
             let rows: Vec<R> = serde_arrow::from_record_batch(&projected)
                 .map_err(|e| RunError::Internal(format!("{path}: decoding rows: {e}")))?;
             for (i, r) in rows.into_iter().enumerate() {
-                prior.rows.entry(ids.value(i).to_string()).or_default().push(r);
+                prior
+                    .rows
+                    .entry(ids.value(i).to_string())
+                    .or_default()
+                    .push(r);
             }
         }
     }

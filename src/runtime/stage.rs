@@ -27,7 +27,10 @@ pub struct CpuPool {
 impl CpuPool {
     pub fn new(threads: usize) -> Self {
         let threads = threads.max(1);
-        Self { permits: Arc::new(Semaphore::new(threads)), threads }
+        Self {
+            permits: Arc::new(Semaphore::new(threads)),
+            threads,
+        }
     }
 
     pub fn threads(&self) -> usize {
@@ -77,7 +80,11 @@ pub trait Processor: Send + Sync + 'static {
     fn provides(&self) -> Slot;
 
     /// Computes the rows of one video. Errors are classified by `StageError::kind`.
-    async fn process(&self, rec: &VideoRecord, cx: &StageContext) -> Result<Vec<Self::Row>, StageError>;
+    async fn process(
+        &self,
+        rec: &VideoRecord,
+        cx: &StageContext,
+    ) -> Result<Vec<Self::Row>, StageError>;
 
     /// Puts the rows (fresh or read back from a previous run) into the record's slot.
     fn attach(rec: &mut VideoRecord, rows: Vec<Self::Row>);

@@ -49,7 +49,10 @@ impl LocalStore {
 
     fn full(&self, path: &str) -> io::Result<PathBuf> {
         if path.split('/').any(|c| c == ".." || c.is_empty()) || path.starts_with('/') {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad store path {path:?}")));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("bad store path {path:?}"),
+            ));
         }
         Ok(self.root.join(path))
     }
@@ -72,10 +75,17 @@ fn sweep_tmp(dir: &Path) -> io::Result<()> {
 
 fn write_atomic(target: &Path, data: &[u8]) -> io::Result<()> {
     use std::io::Write;
-    let dir = target.parent().ok_or_else(|| io::Error::other("no parent"))?;
+    let dir = target
+        .parent()
+        .ok_or_else(|| io::Error::other("no parent"))?;
     std::fs::create_dir_all(dir)?;
-    let name = target.file_name().ok_or_else(|| io::Error::other("no file name"))?.to_string_lossy();
-    let nonce = blake3::hash(format!("{:?}{}", std::time::SystemTime::now(), std::process::id()).as_bytes());
+    let name = target
+        .file_name()
+        .ok_or_else(|| io::Error::other("no file name"))?
+        .to_string_lossy();
+    let nonce = blake3::hash(
+        format!("{:?}{}", std::time::SystemTime::now(), std::process::id()).as_bytes(),
+    );
     let tmp = dir.join(format!(".{name}{TMP_MARK}{}", &nonce.to_hex()[..12]));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
@@ -120,7 +130,9 @@ fn list_rec(root: &Path, dir: &Path, out: &mut Vec<String>) -> io::Result<()> {
 impl Store for LocalStore {
     async fn put(&self, path: &str, data: Vec<u8>) -> io::Result<()> {
         let target = self.full(path)?;
-        tokio::task::spawn_blocking(move || write_atomic(&target, &data)).await.map_err(io::Error::other)?
+        tokio::task::spawn_blocking(move || write_atomic(&target, &data))
+            .await
+            .map_err(io::Error::other)?
     }
 
     async fn get(&self, path: &str) -> io::Result<Vec<u8>> {
@@ -129,7 +141,11 @@ impl Store for LocalStore {
 
     async fn list(&self, prefix: &str) -> io::Result<Vec<String>> {
         let root = self.root.clone();
-        let dir = if prefix.is_empty() { root.clone() } else { self.full(prefix.trim_end_matches('/'))? };
+        let dir = if prefix.is_empty() {
+            root.clone()
+        } else {
+            self.full(prefix.trim_end_matches('/'))?
+        };
         tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
             list_rec(&root, &dir, &mut out)?;
@@ -174,10 +190,22 @@ mod tests {
         std::fs::write(&stale, b"half").unwrap();
         let store = LocalStore::open(dir.path()).unwrap();
         assert!(!stale.exists());
-        store.put("probe/part-00000.parquet", b"whole".to_vec()).await.unwrap();
-        store.put("probe/part-00000.parquet", b"whole2".to_vec()).await.unwrap();
-        assert_eq!(store.get("probe/part-00000.parquet").await.unwrap(), b"whole2");
-        assert_eq!(store.list("probe").await.unwrap(), vec!["probe/part-00000.parquet".to_string()]);
+        store
+            .put("probe/part-00000.parquet", b"whole".to_vec())
+            .await
+            .unwrap();
+        store
+            .put("probe/part-00000.parquet", b"whole2".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get("probe/part-00000.parquet").await.unwrap(),
+            b"whole2"
+        );
+        assert_eq!(
+            store.list("probe").await.unwrap(),
+            vec!["probe/part-00000.parquet".to_string()]
+        );
         assert!(store.list("nothing").await.unwrap().is_empty());
         assert!(store.put("../escape", vec![]).await.is_err());
     }

@@ -57,7 +57,16 @@ pub struct FramesConfig {
 
 impl Default for FramesConfig {
     fn default() -> Self {
-        Self { mode: Mode::Uniform, count: 16, fps: 1.0, max_frames: None, start_secs: 0.0, end_secs: None, jpeg_quality: 90, max_side: None }
+        Self {
+            mode: Mode::Uniform,
+            count: 16,
+            fps: 1.0,
+            max_frames: None,
+            start_secs: 0.0,
+            end_secs: None,
+            jpeg_quality: 90,
+            max_side: None,
+        }
     }
 }
 
@@ -80,7 +89,10 @@ impl FramesConfig {
             Mode::Range => {
                 m.insert("start_secs".into(), self.start_secs.into());
                 m.insert("end_secs".into(), self.end_secs.into());
-                m.insert("max_frames".into(), self.max_frames.unwrap_or(RANGE_LIMIT).into());
+                m.insert(
+                    "max_frames".into(),
+                    self.max_frames.unwrap_or(RANGE_LIMIT).into(),
+                );
             }
         }
         v
@@ -88,13 +100,24 @@ impl FramesConfig {
 
     /// Target times for a video of `duration` seconds (uniform and fps modes).
     pub fn targets(&self, duration: f64) -> Vec<f64> {
-        let uniform = |n: u32| (0..n).map(|i| duration * (i as f64 + 0.5) / n as f64).collect::<Vec<_>>();
+        let uniform = |n: u32| {
+            (0..n)
+                .map(|i| duration * (i as f64 + 0.5) / n as f64)
+                .collect::<Vec<_>>()
+        };
         match self.mode {
             Mode::Uniform => uniform(self.count),
             Mode::Fps => {
                 let cap = self.max_frames.unwrap_or(16);
                 let n = ((duration * self.fps).ceil() as u32).max(1);
-                if n > cap { uniform(cap) } else { (0..n).map(|i| i as f64 / self.fps).filter(|t| *t < duration).collect() }
+                if n > cap {
+                    uniform(cap)
+                } else {
+                    (0..n)
+                        .map(|i| i as f64 / self.fps)
+                        .filter(|t| *t < duration)
+                        .collect()
+                }
             }
             Mode::Range => vec![],
         }
@@ -105,7 +128,12 @@ pub struct FramesStage {
     cfg: FramesConfig,
 }
 
-pub fn build(common: &StageCommon, at: &[Seg], select_at: &[Seg], bcx: &BuildCx) -> Result<super::Built, ConfigError> {
+pub fn build(
+    common: &StageCommon,
+    at: &[Seg],
+    select_at: &[Seg],
+    bcx: &BuildCx,
+) -> Result<super::Built, ConfigError> {
     let (cfg, _) = super::compute_settings::<FramesConfig>(common, at, bcx)?;
     super::no_select(common, select_at, bcx)?;
     let key = |k: &str| {
@@ -123,16 +151,27 @@ pub fn build(common: &StageCommon, at: &[Seg], select_at: &[Seg], bcx: &BuildCx)
         return Err(bcx.src.error_at(&key("max_frames"), "must be at least 1"));
     }
     if !(1..=100).contains(&cfg.jpeg_quality) {
-        return Err(bcx.src.error_at(&key("jpeg_quality"), "must be between 1 and 100"));
+        return Err(bcx
+            .src
+            .error_at(&key("jpeg_quality"), "must be between 1 and 100"));
     }
-    if cfg.mode == Mode::Range && (cfg.start_secs < 0.0 || cfg.end_secs.is_some_and(|e| e <= cfg.start_secs)) {
-        return Err(bcx.src.error_at(&key("end_secs"), "need 0 <= start_secs < end_secs"));
+    if cfg.mode == Mode::Range
+        && (cfg.start_secs < 0.0 || cfg.end_secs.is_some_and(|e| e <= cfg.start_secs))
+    {
+        return Err(bcx
+            .src
+            .error_at(&key("end_secs"), "need 0 <= start_secs < end_secs"));
     }
     if cfg.max_side.is_some_and(|m| m < 16) {
         return Err(bcx.src.error_at(&key("max_side"), "must be at least 16"));
     }
     let compute = cfg.fingerprint_json();
-    Ok(super::Built { task: Box::new(ProcessorTask(Arc::new(FramesStage { cfg }))), compute, version: 1, default_in_flight: 2 })
+    Ok(super::Built {
+        task: Box::new(ProcessorTask(Arc::new(FramesStage { cfg }))),
+        compute,
+        version: 1,
+        default_in_flight: 2,
+    })
 }
 
 #[async_trait]
@@ -146,8 +185,15 @@ impl Processor for FramesStage {
         Slot::Frames
     }
 
-    async fn process(&self, rec: &VideoRecord, cx: &StageContext) -> Result<Vec<FrameRef>, StageError> {
-        let probe = rec.probe.as_ref().ok_or_else(|| StageError::internal("missing_probe", "frames needs probe"))?;
+    async fn process(
+        &self,
+        rec: &VideoRecord,
+        cx: &StageContext,
+    ) -> Result<Vec<FrameRef>, StageError> {
+        let probe = rec
+            .probe
+            .as_ref()
+            .ok_or_else(|| StageError::internal("missing_probe", "frames needs probe"))?;
         let duration = probe.video_duration_secs;
         let path = PathBuf::from(&rec.source.path);
         let cfg = self.cfg.clone();
@@ -169,22 +215,42 @@ impl Processor for FramesStage {
                     .into_iter()
                     .map(|g| {
                         let jpeg = ffmpeg::jpeg(&g.image, cfg.jpeg_quality)?;
-                        Ok((g.target_secs, g.timestamp_secs, g.image.width(), g.image.height(), jpeg))
+                        Ok((
+                            g.target_secs,
+                            g.timestamp_secs,
+                            g.image.width(),
+                            g.image.height(),
+                            jpeg,
+                        ))
                     })
                     .collect::<Result<Vec<_>, StageError>>()
             })
             .await?;
         if grabs.is_empty() {
-            return Err(StageError::data("no_frames", format!("{}: no frame in the requested range", rec.source.path)));
+            return Err(StageError::data(
+                "no_frames",
+                format!("{}: no frame in the requested range", rec.source.path),
+            ));
         }
         let mut rows = Vec::with_capacity(grabs.len());
-        for (i, (target_secs, timestamp_secs, width, height, jpeg)) in grabs.into_iter().enumerate() {
-            let rel = format!("media/{}/{}/{}/{:05}.jpg", cx.stage_id, cx.fingerprint, rec.video_id, i);
+        for (i, (target_secs, timestamp_secs, width, height, jpeg)) in grabs.into_iter().enumerate()
+        {
+            let rel = format!(
+                "media/{}/{}/{}/{:05}.jpg",
+                cx.stage_id, cx.fingerprint, rec.video_id, i
+            );
             cx.store
                 .put(&rel, jpeg)
                 .await
                 .map_err(|e| StageError::internal("write_frame", format!("{rel}: {e}")))?;
-            rows.push(FrameRef { frame_index: i as u32, target_secs, timestamp_secs, path: rel, width, height });
+            rows.push(FrameRef {
+                frame_index: i as u32,
+                target_secs,
+                timestamp_secs,
+                path: rel,
+                width,
+                height,
+            });
         }
         Ok(rows)
     }
@@ -200,14 +266,25 @@ mod tests {
 
     #[test]
     fn uniform_targets_are_segment_centres() {
-        let c = FramesConfig { count: 4, ..Default::default() };
+        let c = FramesConfig {
+            count: 4,
+            ..Default::default()
+        };
         assert_eq!(c.targets(8.0), vec![1.0, 3.0, 5.0, 7.0]);
     }
 
     #[test]
     fn fps_mode_caps_by_spreading_over_the_video() {
-        let c = FramesConfig { mode: Mode::Fps, fps: 1.0, max_frames: Some(16), ..Default::default() };
-        assert_eq!(c.targets(10.5), (0..11).map(|i| i as f64).collect::<Vec<_>>());
+        let c = FramesConfig {
+            mode: Mode::Fps,
+            fps: 1.0,
+            max_frames: Some(16),
+            ..Default::default()
+        };
+        assert_eq!(
+            c.targets(10.5),
+            (0..11).map(|i| i as f64).collect::<Vec<_>>()
+        );
         let long = c.targets(160.0);
         assert_eq!(long.len(), 16);
         assert_eq!(long[0], 5.0);
@@ -216,10 +293,22 @@ mod tests {
 
     #[test]
     fn unused_settings_do_not_change_the_fingerprint() {
-        let a = FramesConfig { mode: Mode::Fps, count: 3, ..Default::default() };
-        let b = FramesConfig { mode: Mode::Fps, count: 99, ..Default::default() };
+        let a = FramesConfig {
+            mode: Mode::Fps,
+            count: 3,
+            ..Default::default()
+        };
+        let b = FramesConfig {
+            mode: Mode::Fps,
+            count: 99,
+            ..Default::default()
+        };
         assert_eq!(a.fingerprint_json(), b.fingerprint_json());
-        let c = FramesConfig { mode: Mode::Fps, fps: 2.0, ..Default::default() };
+        let c = FramesConfig {
+            mode: Mode::Fps,
+            fps: 2.0,
+            ..Default::default()
+        };
         assert_ne!(a.fingerprint_json(), c.fingerprint_json());
     }
 }

@@ -49,10 +49,12 @@ pub struct LocalConfig {
 }
 
 fn default_exts() -> Vec<String> {
-    ["mp4", "mkv", "webm", "mov", "avi", "m4v", "mpg", "mpeg", "ts", "flv", "3gp", "wmv", "ogv"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+    [
+        "mp4", "mkv", "webm", "mov", "avi", "m4v", "mpg", "mpeg", "ts", "flv", "3gp", "wmv", "ogv",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }
 fn yes() -> bool {
     true
@@ -83,26 +85,54 @@ pub struct LocalSource {
     extras: Extras,
 }
 
-pub fn build(table: &toml::Table, at: &[Seg], bcx: &BuildCx) -> Result<(Box<dyn Source>, serde_json::Value), ConfigError> {
+pub fn build(
+    table: &toml::Table,
+    at: &[Seg],
+    bcx: &BuildCx,
+) -> Result<(Box<dyn Source>, serde_json::Value), ConfigError> {
     let cfg: LocalConfig = bcx.src.typed(table, at)?;
     let dir = cfg.dir.as_deref().map(|p| bcx.resolve(p));
     let manifest = cfg.manifest.as_deref().map(|p| bcx.resolve(p));
     if dir.is_some() == manifest.is_some() {
-        return Err(bcx.src.error_at(at, "give exactly one of `dir` (a folder of videos) or `manifest` (CSV or JSONL)"));
+        return Err(bcx.src.error_at(
+            at,
+            "give exactly one of `dir` (a folder of videos) or `manifest` (CSV or JSONL)",
+        ));
     }
     if let Some(m) = &manifest {
-        let ext = m.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+        let ext = m
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or("")
+            .to_ascii_lowercase();
         if !matches!(ext.as_str(), "csv" | "jsonl" | "ndjson") {
             let mut p = at.to_vec();
             p.push(Seg::Key("manifest".into()));
-            return Err(bcx.src.error_at(&p, format!("{}: a manifest must end in .csv or .jsonl", m.display())));
+            return Err(bcx.src.error_at(
+                &p,
+                format!("{}: a manifest must end in .csv or .jsonl", m.display()),
+            ));
         }
     }
     let json = serde_json::to_value(&cfg).unwrap_or_default();
-    Ok((Box::new(LocalSource { cfg, dir, manifest, entries: vec![], extras: Arc::new(vec![]) }), json))
+    Ok((
+        Box::new(LocalSource {
+            cfg,
+            dir,
+            manifest,
+            entries: vec![],
+            extras: Arc::new(vec![]),
+        }),
+        json,
+    ))
 }
 
-fn walk(dir: &Path, recursive: bool, exts: &[String], out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+fn walk(
+    dir: &Path,
+    recursive: bool,
+    exts: &[String],
+    out: &mut Vec<PathBuf>,
+) -> std::io::Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
@@ -129,17 +159,41 @@ fn is_url(s: &str) -> bool {
 }
 
 impl LocalSource {
-    fn make_entry(&self, origin: String, base: &Path, path: Option<String>, id: Option<String>, extra: Vec<Option<String>>) -> Entry {
-        let id = id.filter(|s| !s.trim().is_empty()).map(|s| s.trim().to_string());
-        let mut e = Entry { origin, id, path: None, extra, problem: None };
+    fn make_entry(
+        &self,
+        origin: String,
+        base: &Path,
+        path: Option<String>,
+        id: Option<String>,
+        extra: Vec<Option<String>>,
+    ) -> Entry {
+        let id = id
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| s.trim().to_string());
+        let mut e = Entry {
+            origin,
+            id,
+            path: None,
+            extra,
+            problem: None,
+        };
         match path.map(|p| p.trim().to_string()).filter(|p| !p.is_empty()) {
             None => {
-                e.problem = Some(StageError::data("missing_path", format!("{}: no value in column `{}`", e.origin, self.cfg.path_column)))
+                e.problem = Some(StageError::data(
+                    "missing_path",
+                    format!(
+                        "{}: no value in column `{}`",
+                        e.origin, self.cfg.path_column
+                    ),
+                ))
             }
             Some(p) if is_url(&p) => {
                 e.problem = Some(StageError::data(
                     "url_not_local",
-                    format!("{}: {p} is a URL; the local source reads files only (add a download stage)", e.origin),
+                    format!(
+                        "{}: {p} is a URL; the local source reads files only (add a download stage)",
+                        e.origin
+                    ),
                 ))
             }
             Some(p) => e.path = Some(base.join(p)),
@@ -149,14 +203,30 @@ impl LocalSource {
 
     fn read_csv(&mut self, m: &Path) -> Result<(), RunError> {
         let cfgerr = |msg: String| RunError::Config(format!("{}: {msg}", m.display()));
-        let mut rdr = csv::ReaderBuilder::new().flexible(true).from_path(m).map_err(|e| cfgerr(e.to_string()))?;
-        let headers: Vec<String> = rdr.headers().map_err(|e| cfgerr(e.to_string()))?.iter().map(|h| h.trim().to_string()).collect();
+        let mut rdr = csv::ReaderBuilder::new()
+            .flexible(true)
+            .from_path(m)
+            .map_err(|e| cfgerr(e.to_string()))?;
+        let headers: Vec<String> = rdr
+            .headers()
+            .map_err(|e| cfgerr(e.to_string()))?
+            .iter()
+            .map(|h| h.trim().to_string())
+            .collect();
         let pcol = headers
             .iter()
             .position(|h| *h == self.cfg.path_column)
-            .ok_or_else(|| cfgerr(format!("line 1: no `{}` column (columns: {})", self.cfg.path_column, headers.join(", "))))?;
+            .ok_or_else(|| {
+                cfgerr(format!(
+                    "line 1: no `{}` column (columns: {})",
+                    self.cfg.path_column,
+                    headers.join(", ")
+                ))
+            })?;
         let icol = headers.iter().position(|h| *h == self.cfg.id_column);
-        let extra_cols: Vec<usize> = (0..headers.len()).filter(|i| *i != pcol && Some(*i) != icol).collect();
+        let extra_cols: Vec<usize> = (0..headers.len())
+            .filter(|i| *i != pcol && Some(*i) != icol)
+            .collect();
         self.extras = Arc::new(extra_cols.iter().map(|i| headers[*i].clone()).collect());
         let base = m.parent().unwrap_or(Path::new(".")).to_path_buf();
         for (n, row) in rdr.records().enumerate() {
@@ -174,7 +244,10 @@ impl LocalSource {
                     id: None,
                     path: None,
                     extra: vec![None; extra_cols.len()],
-                    problem: Some(StageError::data("bad_manifest_line", format!("{origin}: {err}"))),
+                    problem: Some(StageError::data(
+                        "bad_manifest_line",
+                        format!("{origin}: {err}"),
+                    )),
                 }),
             }
         }
@@ -182,10 +255,14 @@ impl LocalSource {
     }
 
     fn read_jsonl(&mut self, m: &Path) -> Result<(), RunError> {
-        let text = std::fs::read_to_string(m).map_err(|e| RunError::Config(format!("{}: {e}", m.display())))?;
+        let text = std::fs::read_to_string(m)
+            .map_err(|e| RunError::Config(format!("{}: {e}", m.display())))?;
         let base = m.parent().unwrap_or(Path::new(".")).to_path_buf();
         let mut names: Vec<String> = vec![];
-        let mut parsed: Vec<(String, Result<serde_json::Map<String, serde_json::Value>, String>)> = vec![];
+        let mut parsed: Vec<(
+            String,
+            Result<serde_json::Map<String, serde_json::Value>, String>,
+        )> = vec![];
         for (n, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
@@ -198,7 +275,8 @@ impl LocalSource {
             };
             if let Ok(o) = &obj {
                 for k in o.keys() {
-                    if *k != self.cfg.path_column && *k != self.cfg.id_column && !names.contains(k) {
+                    if *k != self.cfg.path_column && *k != self.cfg.id_column && !names.contains(k)
+                    {
                         names.push(k.clone());
                     }
                 }
@@ -214,7 +292,13 @@ impl LocalSource {
             match obj {
                 Ok(o) => {
                     let extra = names.iter().map(|k| as_text(o.get(k))).collect();
-                    let e = self.make_entry(origin, &base, as_text(o.get(&self.cfg.path_column)), as_text(o.get(&self.cfg.id_column)), extra);
+                    let e = self.make_entry(
+                        origin,
+                        &base,
+                        as_text(o.get(&self.cfg.path_column)),
+                        as_text(o.get(&self.cfg.id_column)),
+                        extra,
+                    );
                     self.entries.push(e);
                 }
                 Err(err) => self.entries.push(Entry {
@@ -222,7 +306,10 @@ impl LocalSource {
                     id: None,
                     path: None,
                     extra: vec![None; names.len()],
-                    problem: Some(StageError::data("bad_manifest_line", format!("{origin}: {err}"))),
+                    problem: Some(StageError::data(
+                        "bad_manifest_line",
+                        format!("{origin}: {err}"),
+                    )),
                 }),
             }
         }
@@ -243,21 +330,41 @@ impl Source for LocalSource {
     async fn open(&mut self, _cx: &StageContext) -> Result<(), RunError> {
         if let Some(dir) = self.dir.clone() {
             if !dir.is_dir() {
-                return Err(RunError::Config(format!("source dir {}: not a folder", dir.display())));
+                return Err(RunError::Config(format!(
+                    "source dir {}: not a folder",
+                    dir.display()
+                )));
             }
             let mut files = vec![];
             walk(&dir, self.cfg.recursive, &self.cfg.extensions, &mut files)
                 .map_err(|e| RunError::Config(format!("source dir {}: {e}", dir.display())))?;
             self.entries = files
                 .into_iter()
-                .map(|p| Entry { origin: p.display().to_string(), id: None, path: Some(p), extra: vec![], problem: None })
+                .map(|p| Entry {
+                    origin: p.display().to_string(),
+                    id: None,
+                    path: Some(p),
+                    extra: vec![],
+                    problem: None,
+                })
                 .collect();
         } else if let Some(m) = self.manifest.clone() {
             if !m.is_file() {
-                return Err(RunError::Config(format!("source manifest {}: no such file", m.display())));
+                return Err(RunError::Config(format!(
+                    "source manifest {}: no such file",
+                    m.display()
+                )));
             }
-            let ext = m.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
-            if ext == "csv" { self.read_csv(&m)? } else { self.read_jsonl(&m)? }
+            let ext = m
+                .extension()
+                .and_then(|e| e.to_str())
+                .unwrap_or("")
+                .to_ascii_lowercase();
+            if ext == "csv" {
+                self.read_csv(&m)?
+            } else {
+                self.read_jsonl(&m)?
+            }
         }
         Ok(())
     }
@@ -276,21 +383,38 @@ impl Source for LocalSource {
         let hashed = futures::stream::iter(self.entries).map(move |e| {
             let cpu = cpu.clone();
             async move {
-                if e.problem.is_some() || e.id.is_some() && e.path.as_ref().is_some_and(|p| p.is_file()) {
+                if e.problem.is_some()
+                    || e.id.is_some() && e.path.as_ref().is_some_and(|p| p.is_file())
+                {
                     return e;
                 }
                 let mut e = e;
                 let Some(path) = e.path.clone() else { return e };
                 let size_ok = std::fs::metadata(&path).map(|m| m.is_file());
                 match size_ok {
-                    Ok(true) => match cpu.run(move || content_id(&path).map_err(|err| StageError::data("unreadable", err.to_string()))).await {
+                    Ok(true) => match cpu
+                        .run(move || {
+                            content_id(&path)
+                                .map_err(|err| StageError::data("unreadable", err.to_string()))
+                        })
+                        .await
+                    {
                         Ok(id) => e.id = Some(id),
-                        Err(err) => e.problem = Some(StageError::data("unreadable", format!("{}: {}", e.origin, err.detail))),
+                        Err(err) => {
+                            e.problem = Some(StageError::data(
+                                "unreadable",
+                                format!("{}: {}", e.origin, err.detail),
+                            ))
+                        }
                     },
                     _ => {
                         e.problem = Some(StageError::data(
                             "missing_file",
-                            format!("{}: {} does not exist or is not a file", e.origin, path.display()),
+                            format!(
+                                "{}: {} does not exist or is not a file",
+                                e.origin,
+                                path.display()
+                            ),
                         ))
                     }
                 }
@@ -303,14 +427,21 @@ impl Source for LocalSource {
             .map(move |e| {
                 let id = e.id.clone().unwrap_or_else(|| e.origin.clone());
                 if let Some(problem) = e.problem {
-                    return Err(SourceReject { video_id: id, extra: e.extra, error: problem });
+                    return Err(SourceReject {
+                        video_id: id,
+                        extra: e.extra,
+                        error: problem,
+                    });
                 }
                 let path = e.path.expect("no problem implies a path");
                 if let Some(first) = seen.get(&id) {
                     return Err(SourceReject {
                         video_id: id.clone(),
                         extra: e.extra,
-                        error: StageError::data("duplicate_id", format!("{}: same id as {first}", e.origin)),
+                        error: StageError::data(
+                            "duplicate_id",
+                            format!("{}: same id as {first}", e.origin),
+                        ),
                     });
                 }
                 seen.insert(id.clone(), e.origin.clone());
@@ -318,7 +449,10 @@ impl Source for LocalSource {
                 let size = std::fs::metadata(&abs).map(|m| m.len()).unwrap_or(0);
                 Ok(VideoRecord {
                     video_id: id,
-                    source: SourceInfo { path: abs.display().to_string(), size_bytes: size },
+                    source: SourceInfo {
+                        path: abs.display().to_string(),
+                        size_bytes: size,
+                    },
                     extra: e.extra,
                     probe: None,
                     frames: None,

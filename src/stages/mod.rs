@@ -15,12 +15,20 @@ use serde::de::DeserializeOwned;
 
 /// (type, what it adds) for `vidcurate list-stages` and error messages.
 pub const STAGE_TYPES: &[(&str, &str)] = &[
-    ("probe", "duration, display size, fps, codec, frame count, audio (ffmpeg, in process)"),
-    ("frames", "sampled frames as JPEG: uniform N, fps with a cap, or every frame in a time range"),
+    (
+        "probe",
+        "duration, display size, fps, codec, frame count, audio (ffmpeg, in process)",
+    ),
+    (
+        "frames",
+        "sampled frames as JPEG: uniform N, fps with a cap, or every frame in a time range",
+    ),
 ];
 
-pub const SOURCE_TYPES: &[(&str, &str)] =
-    &[("local", "a folder of video files, or a CSV/JSONL manifest with extra columns carried through")];
+pub const SOURCE_TYPES: &[(&str, &str)] = &[(
+    "local",
+    "a folder of video files, or a CSV/JSONL manifest with extra columns carried through",
+)];
 
 /// A built stage and what its fingerprint hashes.
 pub struct Built {
@@ -48,7 +56,10 @@ pub fn no_select(common: &StageCommon, at: &[Seg], bcx: &BuildCx) -> Result<(), 
     if common.select.is_empty() {
         Ok(())
     } else {
-        Err(bcx.src.error_at(at, format!("stage type `{}` has no `select` settings", common.kind)))
+        Err(bcx.src.error_at(
+            at,
+            format!("stage type `{}` has no `select` settings", common.kind),
+        ))
     }
 }
 
@@ -69,7 +80,13 @@ pub fn build_stage(
             let mut at = compute_at.to_vec();
             at.pop();
             at.push(Seg::Key("type".into()));
-            Err(bcx.src.error_at(&at, format!("unknown stage type {other:?}; known types: {}", known(STAGE_TYPES))))
+            Err(bcx.src.error_at(
+                &at,
+                format!(
+                    "unknown stage type {other:?}; known types: {}",
+                    known(STAGE_TYPES)
+                ),
+            ))
         }
     }
 }
@@ -85,7 +102,13 @@ pub fn build_source(
         other => {
             let mut at = at.to_vec();
             at.push(Seg::Key("type".into()));
-            Err(bcx.src.error_at(&at, format!("unknown source type {other:?}; known types: {}", known(SOURCE_TYPES))))
+            Err(bcx.src.error_at(
+                &at,
+                format!(
+                    "unknown source type {other:?}; known types: {}",
+                    known(SOURCE_TYPES)
+                ),
+            ))
         }
     }
 }

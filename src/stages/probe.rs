@@ -24,10 +24,20 @@ pub struct ProbeConfig {}
 
 pub struct ProbeStage;
 
-pub fn build(common: &StageCommon, at: &[Seg], select_at: &[Seg], bcx: &BuildCx) -> Result<super::Built, ConfigError> {
+pub fn build(
+    common: &StageCommon,
+    at: &[Seg],
+    select_at: &[Seg],
+    bcx: &BuildCx,
+) -> Result<super::Built, ConfigError> {
     let (_cfg, compute) = super::compute_settings::<ProbeConfig>(common, at, bcx)?;
     super::no_select(common, select_at, bcx)?;
-    Ok(super::Built { task: Box::new(ProcessorTask(Arc::new(ProbeStage))), compute, version: 1, default_in_flight: 4 })
+    Ok(super::Built {
+        task: Box::new(ProcessorTask(Arc::new(ProbeStage))),
+        compute,
+        version: 1,
+        default_in_flight: 4,
+    })
 }
 
 #[async_trait]
@@ -41,11 +51,18 @@ impl Processor for ProbeStage {
         Slot::Probe
     }
 
-    async fn process(&self, rec: &VideoRecord, cx: &StageContext) -> Result<Vec<Probe>, StageError> {
+    async fn process(
+        &self,
+        rec: &VideoRecord,
+        cx: &StageContext,
+    ) -> Result<Vec<Probe>, StageError> {
         let path = PathBuf::from(&rec.source.path);
         let p = cx.cpu.run(move || ffmpeg::probe(&path)).await?;
         if p.video_duration_secs <= 0.0 {
-            return Err(StageError::data("no_duration", format!("{}: duration unknown or zero", rec.source.path)));
+            return Err(StageError::data(
+                "no_duration",
+                format!("{}: duration unknown or zero", rec.source.path),
+            ));
         }
         Ok(vec![p])
     }

@@ -1,0 +1,136 @@
+//! Pipeline files: every shipped file plans; mistakes are reported with file, line and key.
+
+use crate::util::*;
+use std::path::Path;
+
+fn validate(text: &str) -> (i32, String) {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(d.path().join("v")).unwrap();
+    let p = d.path().join("bad.toml");
+    write(&p, text);
+    let o = run(&["validate", p.to_str().unwrap()], d.path());
+    (
+        o.status.code().unwrap(),
+        String::from_utf8_lossy(&o.stderr).to_string(),
+    )
+}
+
+const HEAD: &str = "name = \"t\"\n[source]\ntype = \"local\"\ndir = \"v\"\n";
+
+#[test]
+fn every_shipped_pipeline_validates() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("pipelines");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            let o = run(
+                &["validate", p.to_str().unwrap()],
+                Path::new(env!("CARGO_MANIFEST_DIR")),
+            );
+            assert!(
+                o.status.success(),
+                "{}: {}",
+                p.display(),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            n += 1;
+        }
+    }
+    assert!(n >= 1);
+}
+
+#[test]
+fn unknown_key_in_stage_settings_names_line_and_key() {
+    let (code, err) = validate(&format!(
+        "{HEAD}\n[[stages]]\nid = \"probe\"\ntype = \"probe\"\n\n[[stages]]\nid = \"frames\"\ntype = \"frames\"\n[stages.compute]\nmode = \"uniform\"\ncuont = 16\n"
+    ));
+    assert_eq!(code, 2);
+    assert!(err.contains("bad.toml:15:"), "{err}");
+    assert!(
+        err.contains("stages[1].compute.cuont") && err.contains("unknown field `cuont`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn wrong_type_names_line_and_key() {
+    let (code, err) = validate(&format!(
+        "{HEAD}\n[[stages]]\nid = \"probe\"\ntype = \"probe\"\n\n[[stages]]\nid = \"frames\"\ntype = \"frames\"\ncompute = {{ count = \"sixteen\" }}\n"
+    ));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("bad.toml:13:")
+            && err.contains("stages[1].compute.count")
+            && err.contains("invalid type"),
+        "{err}"
+    );
+}
+
+#[test]
+fn top_level_mistakes_name_the_line() {
+    let (code, err) = validate(&format!("{HEAD}\n[output]\nflush_sec = 3\n"));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("bad.toml:7:") && err.contains("unknown field `flush_sec`"),
+        "{err}"
+    );
+    let (code, err) = validate("[source]\ntype = \"local\"\ndir = \"v\"\n");
+    assert_eq!(code, 2);
+    assert!(err.contains("missing field `name`"), "{err}");
+    let (_, err) = validate(&format!("{HEAD}[[stages]]\ntype = \"probe\"\n"));
+    assert!(
+        err.contains("bad.toml:5:") && err.contains("missing field `id`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn stage_order_type_and_ids_are_checked() {
+    let (code, err) = validate(&format!(
+        "{HEAD}[[stages]]\nid = \"frames\"\ntype = \"frames\"\n"
+    ));
+    assert_eq!(code, 2);
+    assert!(err.contains("needs `probe`"), "{err}");
+    let (_, err) = validate(&format!(
+        "{HEAD}[[stages]]\nid = \"x\"\ntype = \"teleport\"\n"
+    ));
+    assert!(
+        err.contains("bad.toml:7:")
+            && err.contains("unknown stage type \"teleport\"")
+            && err.contains("probe, frames"),
+        "{err}"
+    );
+    let (_, err) = validate(&format!(
+        "{HEAD}[[stages]]\nid = \"p\"\ntype = \"probe\"\n[[stages]]\nid = \"p\"\ntype = \"probe\"\n"
+    ));
+    assert!(
+        err.contains("bad.toml:9:") && err.contains("used twice"),
+        "{err}"
+    );
+    let (_, err) = validate(&format!(
+        "{HEAD}[[stages]]\nid = \"Probe-1\"\ntype = \"probe\"\n"
+    ));
+    assert!(err.contains("snake_case"), "{err}");
+    let (_, err) = validate(&format!(
+        "{HEAD}[[stages]]\nid = \"p\"\ntype = \"probe\"\nselect = {{ min = 1 }}\n"
+    ));
+    assert!(err.contains("has no `select`"), "{err}");
+    let (_, err) = validate("name = \"t\"\n[source]\ntype = \"local\"\n");
+    assert!(err.contains("exactly one of `dir`"), "{err}");
+}
+
+#[test]
+fn help_teaches() {
+    let o = run(&["--help"], Path::new("."));
+    let h = String::from_utf8_lossy(&o.stdout);
+    for w in ["run", "validate", "list-stages", "Exit codes", "resume"] {
+        assert!(h.contains(w), "--help lacks {w}: {h}");
+    }
+    let o = run(&["list-stages"], Path::new("."));
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        s.contains("probe") && s.contains("frames") && s.contains("local"),
+        "{s}"
+    );
+}

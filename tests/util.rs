@@ -1,0 +1,231 @@
+//! Helpers: the binary, ffmpeg-made media with exact ground truth, and table reading.
+
+#![allow(dead_code)]
+
+use arrow::array::RecordBatch;
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_vidcurate"))
+}
+
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures")
+}
+
+/// The real fixture videos: local copy of the shared fixtures.
+pub fn fixture_video(name: &str) -> PathBuf {
+    let p = fixtures().join("video").join(name);
+    assert!(p.exists(), "fixture {} missing", p.display());
+    p
+}
+
+pub fn has_ffmpeg() -> bool {
+    Command::new("ffmpeg")
+        .arg("-version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Skips the calling test (with a note) when the ffmpeg CLI is absent.
+#[macro_export]
+macro_rules! need_ffmpeg {
+    () => {
+        if !$crate::util::has_ffmpeg() {
+            eprintln!("skipped: ffmpeg CLI not installed (scripts/setup.sh installs it)");
+            return;
+        }
+    };
+}
+
+pub fn ffmpeg(args: &[&str]) {
+    let out = Command::new("ffmpeg")
+        .args(["-nostdin", "-loglevel", "error", "-y"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ffmpeg {:?} failed: {}",
+        args,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A clip whose frame N shows luma 16 + 6·(N mod 32) on its left half and 16 + 6·⌊N/32⌋ on the right,
+/// H.264 lossless with B-frames and a GOP of `gop`, 25 fps: any decoded frame names its number.
+pub fn numbered_clip(path: &Path, secs: f64, gop: u32) {
+    let src = format!(
+        "color=c=black:s=128x72:r=25:d={secs},format=yuv420p,geq=lum='16+6*if(lt(X\\,W/2)\\,mod(N\\,32)\\,floor(N/32))':cb=128:cr=128"
+    );
+    ffmpeg(&[
+        "-f",
+        "lavfi",
+        "-i",
+        &src,
+        "-c:v",
+        "libx264",
+        "-preset",
+        "veryfast",
+        "-qp",
+        "0",
+        "-bf",
+        "2",
+        "-g",
+        &gop.to_string(),
+        "-pix_fmt",
+        "yuv420p",
+        path.to_str().unwrap(),
+    ]);
+}
+
+/// The frame number a JPEG of `numbered_clip` shows.
+pub fn frame_number(jpeg: &Path) -> u32 {
+    let img = image::open(jpeg).unwrap().to_luma8();
+    let (w, h) = img.dimensions();
+    let mean = |x0: u32, x1: u32| {
+        let mut s = 0f64;
+        let mut n = 0f64;
+        for y in h / 4..3 * h / 4 {
+            for x in x0..x1 {
+                s += img.get_pixel(x, y).0[0] as f64;
+                n += 1.0;
+            }
+        }
+        s / n
+    };
+    // Limited-range luma: decoding to RGB maps Y to (Y - 16)·255/219.
+    let step = 6.0 * 255.0 / 219.0;
+    let lo = (mean(w / 8, 3 * w / 8) / step).round() as u32;
+    let hi = (mean(5 * w / 8, 7 * w / 8) / step).round() as u32;
+    hi * 32 + lo
+}
+
+/// A testsrc2 clip with audio.
+pub fn plain_clip(path: &Path, secs: f64, size: &str) {
+    ffmpeg(&[
+        "-f",
+        "lavfi",
+        "-i",
+        &format!("testsrc2=s={size}:r=25:d={secs}"),
+        "-f",
+        "lavfi",
+        "-i",
+        &format!("sine=d={secs}"),
+        "-c:v",
+        "libx264",
+        "-preset",
+        "ultrafast",
+        "-g",
+        "50",
+        "-c:a",
+        "aac",
+        "-shortest",
+        path.to_str().unwrap(),
+    ]);
+}
+
+pub fn run(args: &[&str], cwd: &Path) -> Output {
+    Command::new(bin())
+        .args(args)
+        .current_dir(cwd)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+pub fn write(path: &Path, text: &str) {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).unwrap();
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+/// A pipeline over a folder or manifest with probe and frames (given compute table).
+pub fn pipeline(source: &str, frames_compute: &str, extra: &str) -> String {
+    format!(
+        "name = \"t\"\n{extra}\n[source]\ntype = \"local\"\n{source}\n\n[[stages]]\nid = \"probe\"\ntype = \"probe\"\n\n[[stages]]\nid = \"frames\"\ntype = \"frames\"\ncompute = {frames_compute}\n"
+    )
+}
+
+pub fn read_batches(dir: &Path) -> Vec<RecordBatch> {
+    let mut out = vec![];
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    let mut files: Vec<PathBuf> = rd
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .collect();
+    files.sort();
+    for f in files {
+        let file = std::fs::File::open(&f).unwrap();
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+            .unwrap()
+            .build()
+            .unwrap();
+        for b in reader {
+            out.push(b.unwrap());
+        }
+    }
+    out
+}
+
+/// A table as sorted rows of `column=value` strings, without the columns in `skip`.
+pub fn table_rows(dir: &Path, skip: &[&str]) -> Vec<String> {
+    let mut rows = vec![];
+    let opts = FormatOptions::default().with_null("null");
+    for b in read_batches(dir) {
+        let schema = b.schema();
+        let cols: Vec<(String, ArrayFormatter)> = schema
+            .fields()
+            .iter()
+            .zip(b.columns())
+            .filter(|(f, _)| !skip.contains(&f.name().as_str()))
+            .map(|(f, c)| {
+                (
+                    f.name().clone(),
+                    ArrayFormatter::try_new(c.as_ref(), &opts).unwrap(),
+                )
+            })
+            .collect();
+        for i in 0..b.num_rows() {
+            rows.push(
+                cols.iter()
+                    .map(|(n, f)| format!("{n}={}", f.value(i)))
+                    .collect::<Vec<_>>()
+                    .join(" | "),
+            );
+        }
+    }
+    rows.sort();
+    rows
+}
+
+/// Column values of a table as strings, in file order.
+pub fn column(dir: &Path, name: &str) -> Vec<String> {
+    let opts = FormatOptions::default().with_null("null");
+    let mut out = vec![];
+    for b in read_batches(dir) {
+        let c = b
+            .column_by_name(name)
+            .unwrap_or_else(|| panic!("no column {name} in {}", dir.display()));
+        let f = ArrayFormatter::try_new(c.as_ref(), &opts).unwrap();
+        for i in 0..b.num_rows() {
+            out.push(f.value(i).to_string());
+        }
+    }
+    out
+}
+
+pub fn manifest(run_dir: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(run_dir.join("manifest.json")).unwrap()).unwrap()
+}
+
+/// Counts of the last invocation for one stage.
+pub fn counts(run_dir: &Path, stage: &str) -> serde_json::Value {
+    let m = manifest(run_dir);
+    m["invocations"].as_array().unwrap().last().unwrap()["counts"][stage].clone()
+}
