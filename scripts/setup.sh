@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what vidcurate needs to build, run the demo and run the tests, idempotently:
-# FFmpeg's -dev libraries (ffmpeg-next links them), clang (bindgen), the ffmpeg CLI and a font
+# FFmpeg's -dev libraries (ffmpeg-next links them), libjpeg-turbo (fast JPEG), clang (bindgen), the ffmpeg CLI and a font
 # (demo/test media generation with drawtext), and pyarrow (tests prove pyarrow reads our Parquet).
 # Safe to run again: every step checks before it installs.
 set -euo pipefail
 
 APT_PKGS=(libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev
-  libavfilter-dev libavdevice-dev clang libclang-dev pkg-config ffmpeg fonts-dejavu-core)
+  libavfilter-dev libavdevice-dev clang libclang-dev pkg-config ffmpeg fonts-dejavu-core
+  libturbojpeg0-dev)
 
 missing=()
 for p in "${APT_PKGS[@]}"; do

@@ -50,16 +50,7 @@ fn broken_files_are_rejected_and_the_run_goes_on() {
     let p = d.path().join("p.toml");
     write(&p, &pipeline("dir = \"v\"", "{ count = 8 }", ""));
     let run_dir = d.path().join("run");
-    let o = run(
-        &[
-            "run",
-            p.to_str().unwrap(),
-            "--out",
-            run_dir.to_str().unwrap(),
-            "-q",
-        ],
-        d.path(),
-    );
+    let o = run_into(&p, &run_dir, d.path());
     assert_eq!(
         o.status.code(),
         Some(3),
@@ -109,16 +100,7 @@ fn manifest_problems_are_rejects_with_the_line() {
     let p = d.path().join("p.toml");
     write(&p, &pipeline("manifest = \"m.jsonl\"", "{ count = 2 }", ""));
     let run_dir = d.path().join("run");
-    let o = run(
-        &[
-            "run",
-            p.to_str().unwrap(),
-            "--out",
-            run_dir.to_str().unwrap(),
-            "-q",
-        ],
-        d.path(),
-    );
+    let o = run_into(&p, &run_dir, d.path());
     assert_eq!(
         o.status.code(),
         Some(3),

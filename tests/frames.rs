@@ -65,16 +65,7 @@ fn uniform_fps_and_range_hit_the_exact_frames_with_b_frames() {
         let p = d.path().join(format!("{name}.toml"));
         write(&p, &pipeline("dir = \"v\"", compute, ""));
         let out = d.path().join(format!("run-{name}"));
-        let o = run(
-            &[
-                "run",
-                p.to_str().unwrap(),
-                "--out",
-                out.to_str().unwrap(),
-                "-q",
-            ],
-            d.path(),
-        );
+        let o = run_into(&p, &out, d.path());
         assert!(
             o.status.success(),
             "{name}: {}",
@@ -162,16 +153,7 @@ fn rotation_metadata_is_applied_like_the_ffmpeg_cli() {
         ),
     );
     let run_dir = d.path().join("run");
-    let o = run(
-        &[
-            "run",
-            p.to_str().unwrap(),
-            "--out",
-            run_dir.to_str().unwrap(),
-            "-q",
-        ],
-        d.path(),
-    );
+    let o = run_into(&p, &run_dir, d.path());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let widths = column(&run_dir.join("probe"), "width");
     let rotations = column(&run_dir.join("probe"), "rotation_deg");
@@ -239,16 +221,7 @@ fn probe_reports_the_fixture_facts() {
         &pipeline("manifest = \"m.csv\"", "{ count = 4, max_side = 256 }", ""),
     );
     let run_dir = d.path().join("run");
-    let o = run(
-        &[
-            "run",
-            p.to_str().unwrap(),
-            "--out",
-            run_dir.to_str().unwrap(),
-            "-q",
-        ],
-        d.path(),
-    );
+    let o = run_into(&p, &run_dir, d.path());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let rows = table_rows(&run_dir.join("probe"), &["bit_rate", "stage_fingerprint"]);
     assert_eq!(rows.len(), 2);

@@ -66,14 +66,7 @@ fn snapshot(run: &Path) -> Vec<Vec<String>> {
 }
 
 fn spawn_run(p: &Path, out: &Path, cwd: &Path) -> std::process::Child {
-    Command::new(bin())
-        .args([
-            "run",
-            p.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "-q",
-        ])
+    run_command(p, out)
         .current_dir(cwd)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -82,16 +75,7 @@ fn spawn_run(p: &Path, out: &Path, cwd: &Path) -> std::process::Child {
 }
 
 fn run_to_end(p: &Path, out: &Path, cwd: &Path) {
-    let o = run(
-        &[
-            "run",
-            p.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "-q",
-        ],
-        cwd,
-    );
+    let o = run_into(&p, &out, cwd);
     assert_eq!(
         o.status.code(),
         Some(3),
@@ -183,14 +167,7 @@ fn ctrl_c_stops_cleanly_and_the_rerun_finishes() {
     corpus(d.path());
     let p = pipeline_file(d.path(), 40);
     let out = d.path().join("run");
-    let child = Command::new(bin())
-        .args([
-            "run",
-            p.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "-q",
-        ])
+    let child = run_command(&p, &out)
         .current_dir(d.path())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

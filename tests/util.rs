@@ -136,6 +136,25 @@ pub fn run(args: &[&str], cwd: &Path) -> Output {
         .unwrap()
 }
 
+/// `vidcurate run P --out OUT -q`, not yet started.
+pub fn run_command(p: &Path, out: &Path) -> Command {
+    let mut c = Command::new(bin());
+    c.args([
+        "run",
+        p.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "-q",
+    ])
+    .env("RUST_LOG", "warn");
+    c
+}
+
+/// Runs pipeline `p` into run directory `out`.
+pub fn run_into(p: &Path, out: &Path, cwd: &Path) -> Output {
+    run_command(p, out).current_dir(cwd).output().unwrap()
+}
+
 pub fn write(path: &Path, text: &str) {
     if let Some(p) = path.parent() {
         std::fs::create_dir_all(p).unwrap();

@@ -67,13 +67,19 @@ fn is_snake_case(s: &str) -> bool {
 
 /// Chained fingerprint: a stage's settings plus everything upstream, so changing one stage
 /// redoes it and what follows, never what precedes.
-pub fn fingerprint(prev: &str, kind: &str, version: u32, compute: &serde_json::Value) -> String {
+pub fn fingerprint(
+    prev: &str,
+    kind: &str,
+    version: u32,
+    schema: &str,
+    compute: &serde_json::Value,
+) -> String {
     let mut h = blake3::Hasher::new();
     h.update(b"vidcurate-fingerprint-v1\0");
     h.update(prev.as_bytes());
     h.update(b"\0");
     h.update(kind.as_bytes());
-    h.update(format!("\0{version}\0").as_bytes());
+    h.update(format!("\0{version}\0{schema}\0").as_bytes());
     // serde_json's Map is sorted (no preserve_order), so this is canonical.
     h.update(compute.to_string().as_bytes());
     h.finalize().to_hex()[..16].to_string()
@@ -214,7 +220,13 @@ pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
             }
         }
         filled.push(built.task.provides());
-        let fp = fingerprint(&prev_fp, &common.kind, built.version, &built.compute);
+        let fp = fingerprint(
+            &prev_fp,
+            &common.kind,
+            built.version,
+            &built.task.schema_id(),
+            &built.compute,
+        );
         prev_fp = fp.clone();
         planned.push(PlannedStage {
             id: common.id.clone(),

@@ -65,6 +65,9 @@ pub struct StageIo {
 pub trait StageTask: Send + Sync + 'static {
     fn requires(&self) -> &'static [crate::record::Slot];
     fn provides(&self) -> crate::record::Slot;
+    /// The persisted columns and their types: part of the fingerprint, so a new column in a new
+    /// version of the tool redoes the stage instead of failing to read old shards.
+    fn schema_id(&self) -> String;
     /// Runs until the input closes (or a fatal error). Dropping the future aborts the stage.
     async fn run(self: Box<Self>, io: StageIo, cx: StageContext) -> Result<StageCounts, RunError>;
 }
@@ -120,8 +123,19 @@ async fn compute_with_retries<P: Processor>(
     }
 }
 
-fn recv_stream(rx: mpsc::Receiver<VideoRecord>) -> impl futures::Stream<Item = VideoRecord> {
-    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|r| (r, rx)) })
+/// The stage's input; ends when upstream closes or on Ctrl-C (videos still queued are not
+/// started: they were not recorded as done, so the rerun does them).
+fn recv_stream(
+    rx: mpsc::Receiver<VideoRecord>,
+    cancel: tokio_util::sync::CancellationToken,
+) -> impl futures::Stream<Item = VideoRecord> {
+    futures::stream::unfold((rx, cancel), |(mut rx, cancel)| async move {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => None,
+            r = rx.recv() => r.map(|r| (r, (rx, cancel))),
+        }
+    })
 }
 
 #[async_trait]
@@ -132,6 +146,16 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
     fn provides(&self) -> crate::record::Slot {
         self.0.provides()
     }
+    fn schema_id(&self) -> String {
+        match shards::fields_of::<P::Row>() {
+            Ok(fields) => fields
+                .iter()
+                .map(|f| format!("{}:{}", f.name(), f.data_type()))
+                .collect::<Vec<_>>()
+                .join(","),
+            Err(e) => e.to_string(),
+        }
+    }
 
     async fn run(self: Box<Self>, io: StageIo, cx: StageContext) -> Result<StageCounts, RunError> {
         let StageIo {
@@ -140,21 +164,11 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
             settings,
             progress,
         } = io;
-        let mut prior =
-            shards::load_prior::<P::Row>(&cx.store, &cx.stage_id, &cx.fingerprint).await?;
-        let mut writer = ShardWriter::<P::Row>::open(
-            cx.store.clone(),
-            &cx.stage_id,
-            &cx.fingerprint,
-            cx.extras.clone(),
-            settings.max_rows_per_shard,
-            settings.flush_every,
-        )
-        .await?;
+        let (mut prior, mut writer) = open_stage_tables::<P::Row>(&cx, &settings).await?;
         let mut counts = StageCounts::default();
         let p = self.0.clone();
         let (cx2, settings2) = (cx.clone(), settings.clone());
-        let mut outcomes = recv_stream(input)
+        let mut outcomes = recv_stream(input, cx.cancel.clone())
             .map(move |rec| -> BoxFuture<'static, Outcome<P::Row>> {
                 if let Some(rows) = prior.rows.remove(&rec.video_id) {
                     Box::pin(futures::future::ready(Outcome::Reused(rec, rows)))
@@ -230,17 +244,13 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
     }
 }
 
-/// Reads the source stream, persists the `source` table, forwards the records.
-pub async fn run_source(
-    source: Box<dyn stage::Source>,
-    output: mpsc::Sender<VideoRecord>,
-    cx: StageContext,
-    settings: StageSettings,
-    progress: Arc<StageProgress>,
-) -> Result<StageCounts, RunError> {
-    let mut prior =
-        shards::load_prior::<SourceInfo>(&cx.store, &cx.stage_id, &cx.fingerprint).await?;
-    let mut writer = ShardWriter::<SourceInfo>::open(
+/// What earlier runs finished for this stage, and the writer for this run's shards.
+async fn open_stage_tables<R: Serialize + serde::de::DeserializeOwned + Send + 'static>(
+    cx: &StageContext,
+    settings: &StageSettings,
+) -> Result<(shards::Prior<R>, ShardWriter<R>), RunError> {
+    let prior = shards::load_prior::<R>(&cx.store, &cx.stage_id, &cx.fingerprint).await?;
+    let writer = ShardWriter::<R>::open(
         cx.store.clone(),
         &cx.stage_id,
         &cx.fingerprint,
@@ -249,6 +259,18 @@ pub async fn run_source(
         settings.flush_every,
     )
     .await?;
+    Ok((prior, writer))
+}
+
+/// Reads the source stream, persists the `source` table, forwards the records.
+pub async fn run_source(
+    source: Box<dyn stage::Source>,
+    output: mpsc::Sender<VideoRecord>,
+    cx: StageContext,
+    settings: StageSettings,
+    progress: Arc<StageProgress>,
+) -> Result<StageCounts, RunError> {
+    let (mut prior, mut writer) = open_stage_tables::<SourceInfo>(&cx, &settings).await?;
     let mut counts = StageCounts::default();
     let cancel = cx.cancel.clone();
     let mut items = source.run(cx.clone());

@@ -43,23 +43,74 @@ pub fn fields_of<T: Serialize + DeserializeOwned>() -> Result<Vec<FieldRef>, Run
         .map_err(|e| RunError::Internal(format!("row schema: {e}")))
 }
 
-/// Buffers one stage's rows and rejects and writes them as shards.
-pub struct ShardWriter<R> {
+/// Rows waiting for the next shard of one table, with the videos they complete.
+struct Pending<T> {
+    ids: Vec<String>,
+    extra: Vec<Vec<Option<String>>>,
+    rows: Vec<T>,
+    videos: Vec<String>,
+    next_part: u32,
+}
+
+impl<T: Serialize> Pending<T> {
+    fn new(next_part: u32) -> Self {
+        Self {
+            ids: vec![],
+            extra: vec![],
+            rows: vec![],
+            videos: vec![],
+            next_part,
+        }
+    }
+
+    /// Writes the buffered rows as shard `<prefix>part-NNNNN.parquet`, if any video is waiting.
+    async fn write(
+        &mut self,
+        w: &ShardTarget,
+        fields: &[FieldRef],
+        prefix: &str,
+    ) -> Result<(), RunError> {
+        if self.videos.is_empty() {
+            return Ok(());
+        }
+        let batch = build_batch(
+            fields,
+            &self.rows,
+            &self.ids,
+            &self.extra,
+            &w.extras,
+            &w.fingerprint,
+        )?;
+        let bytes = encode_parquet(&batch, &self.videos, &w.stage_id, &w.fingerprint)?;
+        let path = format!("{prefix}part-{:05}.parquet", self.next_part);
+        w.store
+            .put(&path, bytes)
+            .await
+            .map_err(|e| RunError::io(path.clone(), e))?;
+        self.next_part += 1;
+        self.ids.clear();
+        self.extra.clear();
+        self.rows.clear();
+        self.videos.clear();
+        Ok(())
+    }
+}
+
+/// Where and as what a stage's shards are written.
+struct ShardTarget {
     store: Arc<dyn Store>,
     stage_id: String,
     fingerprint: String,
     extras: Extras,
+}
+
+/// Buffers one stage's rows and rejects and writes them as shards.
+pub struct ShardWriter<R> {
+    target: ShardTarget,
     fields: Vec<FieldRef>,
     reject_fields: Vec<FieldRef>,
-    ids: Vec<String>,
-    extra_vals: Vec<Vec<Option<String>>>,
-    rows: Vec<R>,
-    done_ok: Vec<String>,
-    rej_ids: Vec<String>,
-    rej_extra: Vec<Vec<Option<String>>>,
-    rejects: Vec<RejectRow>,
-    next_part: u32,
-    next_reject_part: u32,
+    rows: Pending<R>,
+    rejects: Pending<RejectRow>,
     last_flush: Instant,
     max_rows: usize,
     flush_every: Duration,
@@ -72,6 +123,19 @@ fn part_number(path: &str) -> Option<u32> {
     num.parse().ok()
 }
 
+async fn next_part(store: &Arc<dyn Store>, dir: &str, prefix: &str) -> Result<u32, RunError> {
+    let listed = store
+        .list(dir)
+        .await
+        .map_err(|e| RunError::io(format!("{}/{dir}", store.location()), e))?;
+    Ok(listed
+        .iter()
+        .filter(|p| p.starts_with(prefix))
+        .filter_map(|p| part_number(p))
+        .max()
+        .map_or(0, |n| n + 1))
+}
+
 impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
     pub async fn open(
         store: Arc<dyn Store>,
@@ -81,37 +145,24 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
         max_rows: usize,
         flush_every: Duration,
     ) -> Result<Self, RunError> {
-        let io = |e| RunError::io(store.location(), e);
-        let parts = store.list(stage_id).await.map_err(io)?;
-        let next_part = parts
-            .iter()
-            .filter_map(|p| part_number(p))
-            .max()
-            .map_or(0, |n| n + 1);
-        let rej_prefix = format!("{REJECTS_DIR}/{stage_id}-part-");
-        let rejects = store.list(REJECTS_DIR).await.map_err(io)?;
-        let next_reject_part = rejects
-            .iter()
-            .filter(|p| p.starts_with(&rej_prefix))
-            .filter_map(|p| part_number(p))
-            .max()
-            .map_or(0, |n| n + 1);
+        let rows_part = next_part(&store, stage_id, &format!("{stage_id}/part-")).await?;
+        let rejects_part = next_part(
+            &store,
+            REJECTS_DIR,
+            &format!("{REJECTS_DIR}/{stage_id}-part-"),
+        )
+        .await?;
         Ok(Self {
-            stage_id: stage_id.to_string(),
-            fingerprint: fingerprint.to_string(),
+            target: ShardTarget {
+                store,
+                stage_id: stage_id.to_string(),
+                fingerprint: fingerprint.to_string(),
+                extras,
+            },
             fields: fields_of::<R>()?,
             reject_fields: fields_of::<RejectRow>()?,
-            extras,
-            store,
-            ids: vec![],
-            extra_vals: vec![],
-            rows: vec![],
-            done_ok: vec![],
-            rej_ids: vec![],
-            rej_extra: vec![],
-            rejects: vec![],
-            next_part,
-            next_reject_part,
+            rows: Pending::new(rows_part),
+            rejects: Pending::new(rejects_part),
             last_flush: Instant::now(),
             max_rows,
             flush_every,
@@ -122,11 +173,11 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
     /// Records a computed video and its rows.
     pub fn add(&mut self, rec: &VideoRecord, rows: Vec<R>) {
         for r in rows {
-            self.ids.push(rec.video_id.clone());
-            self.extra_vals.push(rec.extra.clone());
-            self.rows.push(r);
+            self.rows.ids.push(rec.video_id.clone());
+            self.rows.extra.push(rec.extra.clone());
+            self.rows.rows.push(r);
         }
-        self.done_ok.push(rec.video_id.clone());
+        self.rows.videos.push(rec.video_id.clone());
     }
 
     /// Records a rejected video.
@@ -136,10 +187,11 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
         extra: &[Option<String>],
         error: &crate::error::StageError,
     ) {
-        self.rej_ids.push(video_id.to_string());
-        self.rej_extra.push(extra.to_vec());
-        self.rejects.push(RejectRow {
-            stage: self.stage_id.clone(),
+        self.rejects.ids.push(video_id.to_string());
+        self.rejects.extra.push(extra.to_vec());
+        self.rejects.videos.push(video_id.to_string());
+        self.rejects.rows.push(RejectRow {
+            stage: self.target.stage_id.clone(),
             reason: error.reason.clone(),
             detail: error.detail.clone(),
             error_kind: error.kind.to_string(),
@@ -148,12 +200,12 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
     }
 
     pub fn pending(&self) -> usize {
-        self.done_ok.len() + self.rej_ids.len()
+        self.rows.videos.len() + self.rejects.videos.len()
     }
 
     /// Writes a shard if the buffer is big or old enough.
     pub async fn maybe_flush(&mut self) -> Result<(), RunError> {
-        if self.rows.len() >= self.max_rows
+        if self.rows.rows.len() >= self.max_rows
             || (self.pending() > 0 && self.last_flush.elapsed() >= self.flush_every)
         {
             self.flush().await?;
@@ -161,54 +213,18 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
         Ok(())
     }
 
-    /// Writes everything buffered.
+    /// Writes everything buffered: rows first, then rejects (each shard atomic on its own; a
+    /// video is in one or the other, so a crash between the two loses no consistency).
     pub async fn flush(&mut self) -> Result<(), RunError> {
         self.last_flush = Instant::now();
-        if !self.done_ok.is_empty() {
-            let rows = std::mem::take(&mut self.rows);
-            let ids = std::mem::take(&mut self.ids);
-            let extra = std::mem::take(&mut self.extra_vals);
-            let done = std::mem::take(&mut self.done_ok);
-            let batch = build_batch(
-                &self.fields,
-                &rows,
-                &ids,
-                &extra,
-                &self.extras,
-                &self.fingerprint,
-            )?;
-            let bytes = encode_parquet(&batch, &done, &self.stage_id, &self.fingerprint)?;
-            let path = format!("{}/part-{:05}.parquet", self.stage_id, self.next_part);
-            self.next_part += 1;
-            self.store
-                .put(&path, bytes)
-                .await
-                .map_err(|e| RunError::io(path.clone(), e))?;
-        }
-        if !self.rej_ids.is_empty() {
-            let rows = std::mem::take(&mut self.rejects);
-            let ids = std::mem::take(&mut self.rej_ids);
-            let extra = std::mem::take(&mut self.rej_extra);
-            let batch = build_batch(
-                &self.reject_fields,
-                &rows,
-                &ids,
-                &extra,
-                &self.extras,
-                &self.fingerprint,
-            )?;
-            let bytes = encode_parquet(&batch, &ids, &self.stage_id, &self.fingerprint)?;
-            let path = format!(
-                "{REJECTS_DIR}/{}-part-{:05}.parquet",
-                self.stage_id, self.next_reject_part
-            );
-            self.next_reject_part += 1;
-            self.store
-                .put(&path, bytes)
-                .await
-                .map_err(|e| RunError::io(path.clone(), e))?;
-        }
-        Ok(())
+        let rows_prefix = format!("{}/", self.target.stage_id);
+        self.rows
+            .write(&self.target, &self.fields, &rows_prefix)
+            .await?;
+        let rejects_prefix = format!("{REJECTS_DIR}/{}-", self.target.stage_id);
+        self.rejects
+            .write(&self.target, &self.reject_fields, &rejects_prefix)
+            .await
     }
 }
 

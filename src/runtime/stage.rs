@@ -43,15 +43,20 @@ impl CpuPool {
         T: Send + 'static,
         F: FnOnce() -> Result<T, StageError> + Send + 'static,
     {
-        let _permit = self
+        let permit = self
             .permits
             .clone()
             .acquire_owned()
             .await
             .map_err(|_| StageError::internal("cpu_pool_closed", "CPU pool closed"))?;
-        tokio::task::spawn_blocking(f)
-            .await
-            .map_err(|e| StageError::internal("cpu_task_panicked", e.to_string()))?
+        // The permit moves into the thread: if the caller is dropped (timeout, Ctrl-C) the core
+        // stays counted as busy until the work really ends.
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            f()
+        })
+        .await
+        .map_err(|e| StageError::internal("cpu_task_panicked", e.to_string()))?
     }
 }
 

@@ -198,9 +198,20 @@ impl Processor for FramesStage {
         let path = PathBuf::from(&rec.source.path);
         let cfg = self.cfg.clone();
         let targets = cfg.targets(duration);
-        let grabs = cx
-            .cpu
-            .run(move || {
+        // Targets are split into contiguous chunks decoded on separate cores (each chunk opens
+        // the file itself), so one long video does not leave a core idle. The CPU pool bounds the
+        // total, so with many videos in flight this costs only a few extra seeks.
+        let chunks: Vec<Vec<f64>> = match cfg.mode {
+            Mode::Range => vec![vec![]],
+            _ => {
+                let k = cx.cpu.threads().min(targets.len().div_ceil(4)).max(1);
+                let per = targets.len().div_ceil(k).max(1);
+                targets.chunks(per).map(|c| c.to_vec()).collect()
+            }
+        };
+        let jobs = chunks.into_iter().map(|chunk| {
+            let (cfg, path) = (cfg.clone(), path.clone());
+            cx.cpu.run(move || {
                 let grabs = match cfg.mode {
                     Mode::Range => ffmpeg::grab_range(
                         &path,
@@ -209,7 +220,7 @@ impl Processor for FramesStage {
                         cfg.max_frames.unwrap_or(RANGE_LIMIT) as usize,
                         cfg.max_side,
                     )?,
-                    _ => ffmpeg::grab_at(&path, &targets, cfg.max_side)?,
+                    _ => ffmpeg::grab_at(&path, &chunk, cfg.max_side)?,
                 };
                 grabs
                     .into_iter()
@@ -225,7 +236,12 @@ impl Processor for FramesStage {
                     })
                     .collect::<Result<Vec<_>, StageError>>()
             })
-            .await?;
+        });
+        let grabs: Vec<_> = futures::future::try_join_all(jobs)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
         if grabs.is_empty() {
             return Err(StageError::data(
                 "no_frames",
