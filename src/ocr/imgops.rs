@@ -1,0 +1,270 @@
+//! Pixel operations the OCR pipeline needs, written to match OpenCV's where RapidOCR uses it
+//! (`cv2.resize` INTER_LINEAR with half-pixel centres, `warpPerspective` INTER_CUBIC with
+//! replicated borders), so boxes and crops compare one to one with RapidOCR 1.4.4.
+
+use image::{DynamicImage, ImageDecoder, RgbImage};
+use std::path::Path;
+
+/// Loads an image by its content (not its extension), applies EXIF orientation, and flattens
+/// palette, grey, 1-bit and alpha images to RGB (transparent pixels over white).
+pub fn load_image(path: &Path) -> Result<RgbImage, String> {
+    let reader = image::ImageReader::open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .with_guessed_format()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if reader.format().is_none() {
+        return Err(format!(
+            "{}: not an image format vidcurate reads",
+            path.display()
+        ));
+    }
+    let mut decoder = reader
+        .into_decoder()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let orientation = decoder
+        .orientation()
+        .unwrap_or(image::metadata::Orientation::NoTransforms);
+    let mut img =
+        DynamicImage::from_decoder(decoder).map_err(|e| format!("{}: {e}", path.display()))?;
+    img.apply_orientation(orientation);
+    Ok(flatten(img))
+}
+
+fn flatten(img: DynamicImage) -> RgbImage {
+    if !img.color().has_alpha() {
+        return img.to_rgb8();
+    }
+    let rgba = img.to_rgba8();
+    let mut out = RgbImage::new(rgba.width(), rgba.height());
+    for (o, p) in out.pixels_mut().zip(rgba.pixels()) {
+        let a = p.0[3] as u32;
+        for c in 0..3 {
+            o.0[c] = ((p.0[c] as u32 * a + 255 * (255 - a) + 127) / 255) as u8;
+        }
+    }
+    out
+}
+
+/// Source index and weight of the second tap, per destination coordinate (OpenCV INTER_LINEAR).
+fn linear_taps(src: u32, dst: u32) -> Vec<(usize, f32)> {
+    let scale = src as f64 / dst as f64;
+    (0..dst)
+        .map(|d| {
+            let f = (d as f64 + 0.5) * scale - 0.5;
+            let mut s = f.floor();
+            let mut w = f - s;
+            if s < 0.0 {
+                s = 0.0;
+                w = 0.0;
+            }
+            if s >= (src - 1) as f64 {
+                s = (src - 1) as f64;
+                w = 0.0;
+            }
+            (s as usize, w as f32)
+        })
+        .collect()
+}
+
+/// Bilinear resize as `cv2.resize(img, (w, h))`.
+pub fn resize_linear(src: &RgbImage, w: u32, h: u32) -> RgbImage {
+    let (sw, sh) = src.dimensions();
+    if (sw, sh) == (w, h) {
+        return src.clone();
+    }
+    let xs = linear_taps(sw, w);
+    let ys = linear_taps(sh, h);
+    let s = src.as_raw();
+    let stride = sw as usize * 3;
+    let mut out = vec![0u8; w as usize * h as usize * 3];
+    // Horizontal pass into a float row buffer per source row as needed.
+    let mut row_cache: Vec<Option<Vec<f32>>> = vec![None; sh as usize];
+    let hrow = |y: usize| -> Vec<f32> {
+        let mut r = vec![0f32; w as usize * 3];
+        let base = y * stride;
+        for (dx, &(sx, wx)) in xs.iter().enumerate() {
+            let sx1 = (sx + 1).min(sw as usize - 1);
+            for c in 0..3 {
+                let a = s[base + sx * 3 + c] as f32;
+                let b = s[base + sx1 * 3 + c] as f32;
+                r[dx * 3 + c] = a + (b - a) * wx;
+            }
+        }
+        r
+    };
+    for (dy, &(sy, wy)) in ys.iter().enumerate() {
+        let sy1 = (sy + 1).min(sh as usize - 1);
+        if row_cache[sy].is_none() {
+            row_cache[sy] = Some(hrow(sy));
+        }
+        if row_cache[sy1].is_none() {
+            row_cache[sy1] = Some(hrow(sy1));
+        }
+        let (r0, r1) = (
+            row_cache[sy].as_ref().unwrap(),
+            row_cache[sy1].as_ref().unwrap(),
+        );
+        let o = &mut out[dy * w as usize * 3..(dy + 1) * w as usize * 3];
+        for i in 0..o.len() {
+            let v = r0[i] + (r1[i] - r0[i]) * wy;
+            o[i] = v.round().clamp(0.0, 255.0) as u8;
+        }
+        // Rows above are never needed again.
+        if sy > 0 {
+            row_cache[sy - 1] = None;
+        }
+    }
+    RgbImage::from_raw(w, h, out).expect("sized above")
+}
+
+/// Solves the 3×3 homography mapping `from[i]` to `to[i]` (as `cv2.getPerspectiveTransform`).
+pub fn perspective(from: &[[f64; 2]; 4], to: &[[f64; 2]; 4]) -> Option<[f64; 9]> {
+    let mut a = [[0f64; 9]; 8];
+    for i in 0..4 {
+        let ([x, y], [u, v]) = (from[i], to[i]);
+        a[i] = [x, y, 1.0, 0.0, 0.0, 0.0, -x * u, -y * u, u];
+        a[i + 4] = [0.0, 0.0, 0.0, x, y, 1.0, -x * v, -y * v, v];
+    }
+    for col in 0..8 {
+        let piv = (col..8).max_by(|&r, &s| a[r][col].abs().total_cmp(&a[s][col].abs()))?;
+        if a[piv][col].abs() < 1e-12 {
+            return None;
+        }
+        a.swap(col, piv);
+        for r in 0..8 {
+            if r != col {
+                let f = a[r][col] / a[col][col];
+                for k in col..9 {
+                    a[r][k] -= f * a[col][k];
+                }
+            }
+        }
+    }
+    let mut m = [0f64; 9];
+    for i in 0..8 {
+        m[i] = a[i][8] / a[i][i];
+    }
+    m[8] = 1.0;
+    Some(m)
+}
+
+fn cubic_weights(t: f32) -> [f32; 4] {
+    const A: f32 = -0.75;
+    let w0 = ((A * (t + 1.0) - 5.0 * A) * (t + 1.0) + 8.0 * A) * (t + 1.0) - 4.0 * A;
+    let w1 = ((A + 2.0) * t - (A + 3.0)) * t * t + 1.0;
+    let w2 = ((A + 2.0) * (1.0 - t) - (A + 3.0)) * (1.0 - t) * (1.0 - t) + 1.0;
+    [w0, w1, w2, 1.0 - w0 - w1 - w2]
+}
+
+/// Crops the quadrilateral `pts` (tl, tr, br, bl) to a `w`×`h` upright image, as RapidOCR's
+/// `get_rotate_crop_image` (perspective warp, bicubic, replicated border). Axis-aligned integer
+/// boxes, the usual case, are a plain copy — the warp would give the same pixels.
+pub fn crop_quad(src: &RgbImage, pts: &[[f64; 2]; 4], w: u32, h: u32) -> RgbImage {
+    let (sw, sh) = (src.width() as i64, src.height() as i64);
+    let get = |x: i64, y: i64| {
+        src.get_pixel(x.clamp(0, sw - 1) as u32, y.clamp(0, sh - 1) as u32)
+            .0
+    };
+    let aligned = pts
+        .iter()
+        .all(|p| p[0].fract() == 0.0 && p[1].fract() == 0.0)
+        && pts[1][0] - pts[0][0] == w as f64
+        && pts[1][1] == pts[0][1]
+        && pts[3][1] - pts[0][1] == h as f64
+        && pts[3][0] == pts[0][0]
+        && pts[2][0] == pts[1][0]
+        && pts[2][1] == pts[3][1];
+    let mut out = RgbImage::new(w.max(1), h.max(1));
+    if aligned {
+        let (x0, y0) = (pts[0][0] as i64, pts[0][1] as i64);
+        for (x, y, p) in out.enumerate_pixels_mut() {
+            p.0 = get(x0 + x as i64, y0 + y as i64);
+        }
+        return out;
+    }
+    let dst = [
+        [0.0, 0.0],
+        [w as f64, 0.0],
+        [w as f64, h as f64],
+        [0.0, h as f64],
+    ];
+    // The map from output pixels back to source coordinates.
+    let Some(m) = perspective(&dst, pts) else {
+        return out;
+    };
+    for (x, y, p) in out.enumerate_pixels_mut() {
+        let (xf, yf) = (x as f64, y as f64);
+        let d = m[6] * xf + m[7] * yf + m[8];
+        let sx = (m[0] * xf + m[1] * yf + m[2]) / d;
+        let sy = (m[3] * xf + m[4] * yf + m[5]) / d;
+        let (ix, iy) = (sx.floor() as i64, sy.floor() as i64);
+        let (wx, wy) = (
+            cubic_weights((sx - sx.floor()) as f32),
+            cubic_weights((sy - sy.floor()) as f32),
+        );
+        let mut acc = [0f32; 3];
+        for (j, wyj) in wy.iter().enumerate() {
+            for (i, wxi) in wx.iter().enumerate() {
+                let q = get(ix - 1 + i as i64, iy - 1 + j as i64);
+                for c in 0..3 {
+                    acc[c] += q[c] as f32 * wxi * wyj;
+                }
+            }
+        }
+        p.0 = [0, 1, 2].map(|c| acc[c].round().clamp(0.0, 255.0) as u8);
+    }
+    out
+}
+
+/// Writes `img` resized to height `h` (width ⌈h·w/h⌉ capped at `max_w`) into a CHW BGR tensor of
+/// width `max_w`, normalised to [-1, 1] and zero-padded on the right (PaddleOCR rec/cls input).
+pub fn to_line_tensor(img: &RgbImage, h: u32, max_w: u32, out: &mut [f32]) {
+    let ratio = img.width() as f64 / img.height() as f64;
+    let rw = ((h as f64 * ratio).ceil() as u32).clamp(1, max_w);
+    let resized = resize_linear(img, rw, h);
+    let plane = (h * max_w) as usize;
+    out.iter_mut().for_each(|v| *v = 0.0);
+    for (x, y, p) in resized.enumerate_pixels() {
+        let i = (y * max_w + x) as usize;
+        // BGR channel order: the Paddle models were trained on OpenCV images.
+        out[i] = p.0[2] as f32 / 127.5 - 1.0;
+        out[plane + i] = p.0[1] as f32 / 127.5 - 1.0;
+        out[2 * plane + i] = p.0[0] as f32 / 127.5 - 1.0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resize_matches_opencv_half_pixel_mapping() {
+        // 4 -> 2 pixels: OpenCV samples at source 0.5 and 2.5, i.e. the means of pairs.
+        let src = RgbImage::from_fn(4, 1, |x, _| image::Rgb([[0, 100, 200, 250][x as usize]; 3]));
+        let out = resize_linear(&src, 2, 1);
+        assert_eq!(out.get_pixel(0, 0).0[0], 50);
+        assert_eq!(out.get_pixel(1, 0).0[0], 225);
+    }
+
+    #[test]
+    fn rotated_crop_recovers_a_tilted_patch() {
+        // A 40x20 image whose pixel value is x; crop a quad that is the full image in reverse x
+        // order: the crop must be mirrored.
+        let src = RgbImage::from_fn(40, 20, |x, _| image::Rgb([(x * 5) as u8; 3]));
+        let pts = [[39.5, 0.0], [0.5, 0.0], [0.5, 20.0], [39.5, 20.0]];
+        let out = crop_quad(&src, &pts, 39, 20);
+        assert!(
+            out.get_pixel(0, 10).0[0] > 180,
+            "left of the crop is the right of the source"
+        );
+        assert!(out.get_pixel(38, 10).0[0] < 20);
+        let m = perspective(
+            &[[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]],
+            &[[2.0, 3.0], [4.0, 3.0], [4.0, 5.0], [2.0, 5.0]],
+        )
+        .unwrap();
+        assert!(
+            (m[0] - 2.0).abs() < 1e-9 && (m[2] - 2.0).abs() < 1e-9 && (m[5] - 3.0).abs() < 1e-9
+        );
+    }
+}

@@ -1,0 +1,110 @@
+//! OCR against RapidOCR's own test images and what RapidOCR's tests assert for them.
+
+use crate::util::*;
+use std::path::Path;
+
+fn ocr(args: &[&str]) -> Vec<serde_json::Value> {
+    let o = run(
+        &[&["ocr"], args].concat(),
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn fixture(name: &str) -> String {
+    fixtures().join("ocr").join(name).display().to_string()
+}
+
+#[test]
+fn det_cls_rec_finds_the_18_regions_of_ch_en_num() {
+    let out = ocr(&[&fixture("ch_en_num.jpg"), &fixture("empty_black.jpg")]);
+    let regions = out[0]["regions"].as_array().unwrap();
+    assert_eq!(regions.len(), 18);
+    assert_eq!(regions[0]["text"], "正品促销");
+    for r in regions {
+        assert!(r["score"].as_f64().unwrap() >= 0.5);
+        let b = r["box"].as_array().unwrap();
+        assert_eq!(b.len(), 4);
+        assert!(
+            b.iter()
+                .all(|p| p[0].as_f64().unwrap() <= 323.0 && p[1].as_f64().unwrap() <= 430.0)
+        );
+    }
+    assert!(
+        out[1]["regions"].as_array().unwrap().is_empty(),
+        "empty_black has no text"
+    );
+}
+
+#[test]
+fn no_det_reads_word_crops_and_turns_upside_down_ones() {
+    let out = ocr(&[
+        "--no-det",
+        &fixture("text_rec.jpg"),
+        &fixture("text_cls.jpg"),
+    ]);
+    assert_eq!(out[0]["regions"][0]["text"], "韩国小馆");
+    assert_eq!(out[1]["regions"][0]["angle"][0], "180");
+    assert_eq!(out[1]["regions"][0]["text"], "怪我咯");
+    // Without the classifier the upside-down crop is not read correctly.
+    let plain = ocr(&["--no-det", "--no-cls", &fixture("text_cls.jpg")]);
+    assert_ne!(plain[0]["regions"][0]["text"], "怪我咯");
+}
+
+#[test]
+fn images_load_by_content_with_exif_orientation_and_odd_pixel_formats() {
+    let d = tempfile::tempdir().unwrap();
+    let src = image::open(fixtures().join("ocr/text_rec.jpg")).unwrap();
+    // A PNG named .dat, an RGBA PNG, a palette GIF, a greyscale PNG.
+    let png = d.path().join("word.dat");
+    src.save_with_format(&png, image::ImageFormat::Png).unwrap();
+    let rgba = d.path().join("rgba.png");
+    image::DynamicImage::ImageRgba8(src.to_rgba8())
+        .save(&rgba)
+        .unwrap();
+    let gray = d.path().join("gray.png");
+    image::DynamicImage::ImageLuma8(image::imageops::colorops::grayscale(&src.to_rgb8()))
+        .save(&gray)
+        .unwrap();
+    let gif = d.path().join("pal.gif");
+    src.save_with_format(&gif, image::ImageFormat::Gif).unwrap();
+    // EXIF orientation 3 (rotate 180) on an upside-down copy: loading must turn it back.
+    let flipped = d.path().join("flipped.jpg");
+    image::imageops::rotate180(&src.to_rgb8())
+        .save(&flipped)
+        .unwrap();
+    add_exif_orientation(&flipped, 3);
+    let paths: Vec<String> = [&png, &rgba, &gray, &gif, &flipped]
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    let args: Vec<&str> = std::iter::once("--no-det")
+        .chain(std::iter::once("--no-cls"))
+        .chain(paths.iter().map(|s| s.as_str()))
+        .collect();
+    let out = ocr(&args);
+    for (o, p) in out.iter().zip(&paths) {
+        assert_eq!(o["regions"][0]["text"], "韩国小馆", "{p}");
+    }
+}
+
+/// Inserts a minimal EXIF APP1 segment with an Orientation tag after the JPEG SOI marker.
+fn add_exif_orientation(path: &Path, orientation: u16) {
+    let data = std::fs::read(path).unwrap();
+    let mut tiff = vec![b'M', b'M', 0, 42, 0, 0, 0, 8, 0, 1];
+    tiff.extend_from_slice(&[0x01, 0x12, 0, 3, 0, 0, 0, 1]);
+    tiff.extend_from_slice(&orientation.to_be_bytes());
+    tiff.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+    let mut app1 = b"Exif\0\0".to_vec();
+    app1.extend_from_slice(&tiff);
+    let mut out = data[..2].to_vec();
+    out.extend_from_slice(&[0xFF, 0xE1]);
+    out.extend_from_slice(&((app1.len() + 2) as u16).to_be_bytes());
+    out.extend_from_slice(&app1);
+    out.extend_from_slice(&data[2..]);
+    std::fs::write(path, out).unwrap();
+}
