@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
-"""Makes the demo corpus: synthetic news-style clips whose on-screen text is known exactly.
+"""Makes synthetic news-style clips whose on-screen text is known exactly.
 
-Each clip is an ffmpeg lavfi background plus drawtext overlays. Every overlay's text, colour
-(hex and HSV), position, font size, timing and whether it moves is written to ground_truth.jsonl,
-and each clip's label to manifest.csv, so later stages (OCR, colour, layout, analysis) can be
-checked against what was drawn. The habits follow MVFNDB as summarised in SPEC §8:
-  fake: red text (hue 0-5 deg), scattered positions, short lines (aspect < 15), very large or very small;
-  real: orange text (hue 25-30 deg), captions in a lower band, long lines (aspect > 15), moderate size.
-Scene text (a drifting sign) moves across the frame in both; editor overlays stay put.
-Deterministic: the same seed gives the same corpus. Idempotent: an up-to-date corpus is left alone.
+Each clip is an ffmpeg lavfi background (no text of its own) plus drawtext overlays. Every
+overlay's text, colour (hex and HSV), ink box (measured with the same font through Pillow),
+font size, style, timing and whether it moves is written to ground_truth.jsonl, and each clip's
+label to manifest.csv, so the OCR, colour, layout and analysis stages can be checked against
+what was drawn.
 
-Usage: make_demo_corpus.py OUT_DIR [--clips N] [--seconds S] [--seed K]
+Profiles:
+  demo       the habits SPEC §8 reports (MVFNDB): fake = red text (hue 0-5 deg), scattered
+             positions, short lines (aspect < 15), very large or very small; real = orange text
+             (hue 25-30 deg) in a lower band, long captions (aspect > 15) on a box, moderate size.
+  ocr-truth  a variety for the OCR tests: red, orange, white and yellow text, plain, outlined,
+             shadowed and on a semi-opaque box, over busy backgrounds, 720p and 1080p.
+Both add scene text (a sign drifting across the frame) to some clips; editor overlays stay put.
+Deterministic (seeded) and idempotent (an up-to-date corpus is left alone).
+
+Usage: make_demo_corpus.py OUT_DIR [--profile demo|ocr-truth] [--clips N] [--seconds S] [--seed K]
 """
 import argparse
 import colorsys
@@ -22,22 +28,29 @@ import shutil
 import subprocess
 import sys
 
-VERSION = 4
-FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf"
-W, H, FPS = 640, 360, 25
+from PIL import ImageFont
 
-FAKE_LINES = ["SHOCKING", "BREAKING", "MUST SEE", "THEY LIED", "SHARE NOW", "TRUTH", "EXPOSED", "WAKE UP",
-              "HIDDEN", "NO MEDIA", "BANNED", "ALERT"]
-REAL_LINES = ["Officials confirm the bridge will reopen on Monday after repairs",
-              "Firefighters contain the warehouse blaze near the harbour district",
-              "City council approves the new budget for public transport services",
-              "Rescue teams continue searching the area after heavy rainfall overnight",
-              "The ministry publishes updated figures on regional hospital capacity",
-              "Police ask drivers to avoid the northern ring road until further notice"]
+VERSION = 7
+FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf"
+FPS = 25
+
+FAKE_LINES = ["SHOCKING", "BREAKING", "MUST SEE", "THEY LIED", "SHARE NOW", "TRUTH", "EXPOSED",
+              "WAKE UP", "HIDDEN", "NO MEDIA", "BANNED", "ALERT"]
+REAL_LINES = ["Officials confirm the bridge reopens Monday", "Firefighters contain the warehouse blaze",
+              "Council approves the new transport budget", "Rescue teams continue the search overnight",
+              "Ministry publishes hospital capacity figures", "Police close the northern ring road"]
 SCENE_LINES = ["BUS STOP", "EXIT", "PHARMACY", "HOTEL", "PARKING"]
-BACKGROUNDS = ["testsrc2=s={w}x{h}:r={fps}", "smptebars=s={w}x{h}:r={fps}",
+TRUTH_LINES = ["BREAKING NEWS", "LIVE REPORT", "Weather warning issued", "Election results tonight",
+               "Traffic update", "MARKET WATCH", "Storm hits the coast", "EXCLUSIVE", "Breaking update",
+               "City council meeting", "Train strike ends", "LOCAL NEWS"]
+# Backgrounds without text of their own (testsrc/testsrc2 draw a clock and numbers).
+BACKGROUNDS = ["smptebars=s={w}x{h}:r={fps}",
                "gradients=s={w}x{h}:r={fps}:speed=0.03:c0=0x203040:c1=0x506070:seed={seed}",
-               "mandelbrot=s={w}x{h}:r={fps}", "cellauto=s={w}x{h}:r={fps}:rule=110:seed={seed}"]
+               "mandelbrot=s={w}x{h}:r={fps}",
+               "cellauto=s={w}x{h}:r={fps}:rule=110:seed={seed}",
+               "life=s={w}x{h}:r={fps}:mold=10:ratio=0.2:seed={seed}:life_color=#406080:death_color=#101418"]
+COLOURS = {"red": (2.0, 0.9, 0.95), "orange": (28.0, 0.9, 0.97), "white": (0.0, 0.0, 0.97),
+           "yellow": (55.0, 0.9, 0.97)}
 
 
 def hsv_hex(h_deg, s, v):
@@ -45,51 +58,98 @@ def hsv_hex(h_deg, s, v):
     return "0x%02X%02X%02X" % (round(r * 255), round(g * 255), round(b * 255))
 
 
-def overlays_for(label, rng, seconds):
-    out = []
+def ink(text, size):
+    """Ink box of `text` drawn by drawtext at (0, 0): drawtext puts the tallest glyph's top at y."""
+    left, top, right, bottom = ImageFont.truetype(FONT, size).getbbox(text, anchor="ls")
+    return left, right, bottom - top
+
+
+def place(rng, taken, text, size, w, h, xr=None, yr=None, tries=200):
+    """A position for `text` whose ink box overlaps no box in `taken` (with a margin)."""
+    left, right, th = ink(text, size)
+    tw = right - left
+    for _ in range(tries):
+        x = rng.randint(*(xr or (8, max(9, w - tw - 8))))
+        y = rng.randint(*(yr or (8, max(9, h - th - 8))))
+        box = (x + left, y, x + right, y + th)
+        if box[2] > w - 4 or box[3] > h - 4:
+            continue
+        if all(box[2] + 24 < b[0] or b[2] + 24 < box[0] or box[3] + 24 < b[1] or b[3] + 24 < box[1] for b in taken):
+            taken.append(box)
+            return x, y, box
+    return None
+
+
+def free_row(rng, taken, size, lo, hi):
+    """A y for text drifting across the whole width that crosses no overlay's rows."""
+    for _ in range(500):
+        y = rng.randint(lo, hi)
+        if all(y + size * 1.2 + 16 < b[1] or b[3] + 16 < y for b in taken):
+            return y
+    return lo
+
+
+def overlay(text, size, colour, x, y, box, start, end, creator_added, style="plain", moving=False, speed=0):
+    h, s, v = colour
+    return dict(text=text, size=size, hue=h, sat=s, val=v, x=x, y=y, box=box, start=start, end=end,
+                creator_added=creator_added, style=style, moving=moving, speed=speed)
+
+
+def demo_overlays(label, rng, w, h, secs):
+    taken, out = [], []
     if label == "fake":
         for _ in range(rng.randint(2, 3)):
-            text = rng.choice(FAKE_LINES)
-            size = rng.choice([14, 16, 44, 52, 60])
-            hue, sat, val = rng.uniform(0.5, 4.5), rng.uniform(0.8, 1.0), rng.uniform(0.85, 1.0)
-            est_w = int(len(text) * size * 0.72)
-            x = rng.randint(4, max(5, W - est_w - 4))
-            y = rng.randint(4, H - size - 4)
-            start = round(rng.uniform(0, seconds * 0.3), 2)
-            out.append(dict(text=text, size=size, hue=hue, sat=sat, val=val, x=x, y=y, start=start,
-                            end=seconds, moving=False, creator_added=True, box=False))
+            text, size = rng.choice(FAKE_LINES), rng.choice([28, 32, 88, 104])
+            p = place(rng, taken, text, size, w, h)
+            if p:
+                col = (rng.uniform(0.5, 4.5), rng.uniform(0.85, 1.0), rng.uniform(0.9, 1.0))
+                out.append(overlay(text, size, col, p[0], p[1], p[2], round(rng.uniform(0, secs * 0.3), 2), secs, True))
     else:
-        text = rng.choice(REAL_LINES)
-        size = rng.choice([18, 20])
-        hue, sat, val = rng.uniform(25.5, 29.5), rng.uniform(0.75, 0.95), rng.uniform(0.9, 1.0)
-        y = rng.randint(int(H * 0.80), int(H * 0.86))
-        out.append(dict(text=text, size=size, hue=hue, sat=sat, val=val, x=12, y=y, start=0.0,
-                        end=seconds, moving=False, creator_added=True, box=True))
-        # A channel mark: small, static, top corner, same orange family.
-        out.append(dict(text="CITY NEWS 24", size=16, hue=rng.uniform(25.5, 29.5), sat=0.9, val=0.95,
-                        x=W - 150, y=12, start=0.0, end=seconds, moving=False, creator_added=True,
-                        box=True))
+        text, size = rng.choice(REAL_LINES), rng.choice([36, 40])
+        p = place(rng, taken, text, size, w, h, xr=(24, 40), yr=(int(h * 0.80), int(h * 0.86)))
+        col = (rng.uniform(25.5, 29.5), rng.uniform(0.8, 0.95), rng.uniform(0.92, 1.0))
+        out.append(overlay(text, size, col, p[0], p[1], p[2], 0.0, secs, True, style="box"))
+        p = place(rng, taken, "CITY NEWS 24", 30, w, h, xr=(w - 300, w - 280), yr=(20, 30))
+        col = (rng.uniform(25.5, 29.5), 0.9, 0.97)
+        out.append(overlay("CITY NEWS 24", 30, col, p[0], p[1], p[2], 0.0, secs, True, style="box"))
     if rng.random() < 0.6:
         text = rng.choice(SCENE_LINES)
-        out.append(dict(text=text, size=26, hue=0.0, sat=0.0, val=0.92, x=-1,
-                        y=rng.randint(60, 200), start=0.0, end=seconds, moving=True,
-                        creator_added=False, box=False, speed=rng.choice([30, 45, 60])))
+        y = free_row(rng, taken, 52, 120, 380)
+        out.append(overlay(text, 52, (0.0, 0.0, 0.92), -1, y, None, 0.0, secs, False, moving=True,
+                           speed=rng.choice([90, 120, 150])))
     return out
 
 
-def filtergraph(bg, ovs, tmp, name):
+def truth_overlays(rng, w, h, secs, n):
+    taken, out = [], []
+    for i in range(3):
+        text = TRUTH_LINES[(n * 3 + i) % len(TRUTH_LINES)]
+        colour = list(COLOURS)[(n + i) % len(COLOURS)]
+        style = ["plain", "outline", "shadow", "box"][(n + 2 * i) % 4]
+        size = rng.choice([int(h * 0.05), int(h * 0.07), int(h * 0.09)])
+        p = place(rng, taken, text, size, w, h)
+        if p:
+            out.append(overlay(text, size, COLOURS[colour], p[0], p[1], p[2], 0.0, secs, True, style=style))
+    text = SCENE_LINES[n % len(SCENE_LINES)]
+    y = free_row(rng, taken, int(h * 0.07), int(h * 0.1), int(h * 0.8))
+    out.append(overlay(text, int(h * 0.07), (0.0, 0.0, 0.92), -1, y, None,
+                       0.0, secs, False, moving=True, speed=int(w * 0.12)))
+    return out
+
+
+def filtergraph(bg, ovs, tmp, name, w):
     parts = [f"{bg},format=yuv420p"]
     for i, o in enumerate(ovs):
         tf = os.path.join(tmp, f"{name}_{i}.txt")
         with open(tf, "w") as f:
             f.write(o["text"])
         color = hsv_hex(o["hue"], o["sat"], o["val"])
-        x = f"mod({o['speed']}*t\\,{W})" if o["moving"] else str(o["x"])
-        box = ":box=1:boxcolor=0x101010@0.85:boxborderw=6" if o["box"] else ""
-        parts.append(
-            f"drawtext=fontfile={FONT}:textfile={tf}:fontsize={o['size']}:fontcolor={color}"
-            f":x={x}:y={o['y']}{box}:enable='between(t\\,{o['start']}\\,{o['end']})'"
-        )
+        x = f"mod({o['speed']}*t\\,{w})" if o["moving"] else str(o["x"])
+        style = {"plain": "", "outline": ":borderw=3:bordercolor=black",
+                 "shadow": ":shadowx=4:shadowy=4:shadowcolor=black@0.8",
+                 "box": ":box=1:boxcolor=0x101010@0.7:boxborderw=10"}[o["style"]]
+        parts.append(f"drawtext=fontfile={FONT}:textfile={tf}:fontsize={o['size']}:fontcolor={color}"
+                     f":x={x}:y={o['y']}{style}:enable='between(t\\,{o['start']}\\,{o['end']})'")
     return ",".join(parts)
 
 
@@ -99,73 +159,87 @@ def run(cmd):
         sys.exit("ffmpeg failed: " + " ".join(cmd) + "\n" + r.stderr[-2000:])
 
 
+def encode(graph, path, secs, tone):
+    # B-frames and a 2 s GOP, like real uploads, so seeking is exercised.
+    run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi", "-i", graph,
+         "-f", "lavfi", "-i", f"sine=frequency={tone}:sample_rate=44100",
+         "-t", str(secs), "-c:v", "libx264", "-preset", "veryfast", "-crf", "18",
+         "-g", str(2 * FPS), "-bf", "2", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest", path])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
+    ap.add_argument("--profile", choices=["demo", "ocr-truth"], default="demo")
     ap.add_argument("--clips", type=int, default=12)
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--seed", type=int, default=7)
     a = ap.parse_args()
     stamp = os.path.join(a.out, ".corpus-stamp")
-    want = json.dumps({"version": VERSION, "clips": a.clips, "seconds": a.seconds, "seed": a.seed})
+    want = json.dumps({"version": VERSION, "profile": a.profile, "clips": a.clips, "seconds": a.seconds, "seed": a.seed})
     if os.path.exists(stamp) and open(stamp).read() == want:
-        print(f"demo corpus: up to date in {a.out}")
+        print(f"corpus: up to date in {a.out}")
         return
     if shutil.which("ffmpeg") is None:
         sys.exit("ffmpeg CLI not found: run scripts/setup.sh")
     rng = random.Random(a.seed)
     vdir = os.path.join(a.out, "videos")
     tmp = os.path.join(a.out, ".tmp")
+    shutil.rmtree(vdir, ignore_errors=True)
     os.makedirs(vdir, exist_ok=True)
     os.makedirs(tmp, exist_ok=True)
     rows, truth = [], []
     for n in range(a.clips):
-        label = "fake" if n % 2 == 0 else "real"
-        vid = f"demo{n:03d}"
-        ovs = overlays_for(label, rng, a.seconds)
-        bg = BACKGROUNDS[n % len(BACKGROUNDS)].format(w=W, h=H, fps=FPS, seed=n + 1)
+        if a.profile == "demo":
+            label, (w, h) = ("fake" if n % 2 == 0 else "real"), (1280, 720)
+            ovs = demo_overlays(label, rng, w, h, a.seconds)
+        else:
+            label, (w, h) = "truth", ((1280, 720) if n % 2 == 0 else (1920, 1080))
+            ovs = truth_overlays(rng, w, h, a.seconds, n)
+        vid = f"{'demo' if a.profile == 'demo' else 'truth'}{n:03d}"
+        bg = BACKGROUNDS[n % len(BACKGROUNDS)].format(w=w, h=h, fps=FPS, seed=n + 1)
         path = os.path.join(vdir, f"{vid}.mp4")
-        graph = filtergraph(bg, ovs, tmp, vid)
-        # B-frames and a 2 s GOP, like real uploads, so seeking is exercised.
-        run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi", "-i", graph,
-             "-f", "lavfi", "-i", f"sine=frequency={300 + 40 * n}:sample_rate=44100",
-             "-t", str(a.seconds), "-c:v", "libx264", "-preset", "veryfast", "-crf", "20",
-             "-g", str(2 * FPS), "-bf", "2", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest", path])
+        encode(filtergraph(bg, ovs, tmp, vid, w), path, a.seconds, 300 + 40 * n)
         rows.append(dict(path=f"videos/{vid}.mp4", id=vid, label=label, domain="demo-news", language="en"))
         for i, o in enumerate(ovs):
-            truth.append(dict(video_id=vid, overlay=i, label=label, text=o["text"],
-                              color_hex=hsv_hex(o["hue"], o["sat"], o["val"]), hue_deg=round(o["hue"], 3),
-                              saturation=round(o["sat"], 4), value=round(o["val"], 4), x=o["x"], y=o["y"],
-                              font_size=o["size"], start_secs=o["start"], end_secs=o["end"],
-                              moving=o["moving"], creator_added=o["creator_added"], boxed=o["box"],
-                              frame_width=W, frame_height=H))
-    # A phone clip: coded landscape, rotation metadata says portrait.
-    # (FFmpeg 5.1 writes the display matrix from the `rotate` tag only when stream-copying.)
-    rot = os.path.join(vdir, "demo_rotated.mp4")
-    plain = os.path.join(tmp, "unrotated.mp4")
-    run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
-         f"testsrc2=s={W}x{H}:r={FPS}:d={a.seconds}", "-c:v", "libx264", "-preset", "veryfast", plain])
-    run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-i", plain, "-c", "copy",
-         "-metadata:s:v:0", "rotate=90", rot])
-    rows.append(dict(path="videos/demo_rotated.mp4", id="demo_rotated", label="real", domain="demo-phone",
-                     language="en"))
-    # A broken upload: the first 20 kB of a clip. The run must reject it and carry on.
-    broken = os.path.join(vdir, "demo_broken.mp4")
-    with open(os.path.join(vdir, "demo000.mp4"), "rb") as src, open(broken, "wb") as dst:
-        dst.write(src.read(20000))
-    rows.append(dict(path="videos/demo_broken.mp4", id="demo_broken", label="fake", domain="demo-news",
-                     language="en"))
+            t = dict(video_id=vid, overlay=i, label=label, text=o["text"],
+                     color_hex=hsv_hex(o["hue"], o["sat"], o["val"]), hue_deg=round(o["hue"], 3),
+                     saturation=round(o["sat"], 4), value=round(o["val"], 4), x=o["x"], y=o["y"],
+                     font_size=o["size"], style=o["style"], start_secs=o["start"], end_secs=o["end"],
+                     moving=o["moving"], creator_added=o["creator_added"], frame_width=w, frame_height=h)
+            if o["box"]:
+                x0, y0, x1, y1 = o["box"]
+                t.update(ink_box=[x0, y0, x1, y1], center_x=(x0 + x1) / 2 / w, center_y=(y0 + y1) / 2 / h,
+                         aspect_ratio=(x1 - x0) / max(1, y1 - y0))
+            truth.append(t)
+    if a.profile == "demo":
+        # A phone clip: coded landscape, rotation metadata says portrait. (FFmpeg 5.1 writes the
+        # display matrix from the `rotate` tag only when stream-copying.)
+        rot = os.path.join(vdir, "demo_rotated.mp4")
+        plain = os.path.join(tmp, "unrotated.mp4")
+        run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+             f"smptebars=s=640x360:r={FPS}:d={a.seconds}", "-c:v", "libx264", "-preset", "veryfast", plain])
+        run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-i", plain, "-c", "copy",
+             "-metadata:s:v:0", "rotate=90", rot])
+        rows.append(dict(path="videos/demo_rotated.mp4", id="demo_rotated", label="real", domain="demo-phone",
+                         language="en"))
+        # A broken upload: the first 20 kB of a clip. The run must reject it and carry on.
+        with open(os.path.join(vdir, "demo000.mp4"), "rb") as src, \
+                open(os.path.join(vdir, "demo_broken.mp4"), "wb") as dst:
+            dst.write(src.read(20000))
+        rows.append(dict(path="videos/demo_broken.mp4", id="demo_broken", label="fake", domain="demo-news",
+                         language="en"))
     with open(os.path.join(a.out, "manifest.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["path", "id", "label", "domain", "language"])
-        w.writeheader()
-        w.writerows(rows)
+        wr = csv.DictWriter(f, fieldnames=["path", "id", "label", "domain", "language"])
+        wr.writeheader()
+        wr.writerows(rows)
     with open(os.path.join(a.out, "ground_truth.jsonl"), "w") as f:
         for t in truth:
             f.write(json.dumps(t) + "\n")
     shutil.rmtree(tmp, ignore_errors=True)
     with open(stamp, "w") as f:
         f.write(want)
-    print(f"demo corpus: {len(rows)} videos, {len(truth)} overlays in {a.out}")
+    print(f"corpus: {len(rows)} videos, {len(truth)} overlays in {a.out}")
 
 
 if __name__ == "__main__":

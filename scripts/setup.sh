@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs what vidcurate needs to build, run the demo and run the tests, idempotently:
 # FFmpeg's -dev libraries (ffmpeg-next links them), libjpeg-turbo (fast JPEG), clang (bindgen), the ffmpeg CLI and a font
-# (demo/test media generation with drawtext), pyarrow (tests prove pyarrow reads our Parquet), and
+# (demo/test media generation with drawtext), pyarrow (tests prove pyarrow reads our Parquet), Pillow
+# (the corpus generator measures drawn text with the same font), and
 # the OCR models with ONNX Runtime (scripts/fetch_models.sh).
 # Safe to run again: every step checks before it installs.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 APT_PKGS=(libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev
   libavfilter-dev libavdevice-dev clang libclang-dev pkg-config ffmpeg fonts-dejavu-core
@@ -22,10 +24,18 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PY=${PYTHON:-python3}
-if ! "$PY" -c 'import pyarrow' 2>/dev/null; then
-  echo "setup: installing pyarrow"
-  "$PY" -m pip install -q 'pyarrow>=14'
+if ! "$PY" -c 'import pyarrow, PIL' 2>/dev/null; then
+  echo "setup: installing pyarrow and Pillow"
+  "$PY" -m pip install -q 'pyarrow>=14' 'pillow>=10'
 fi
+# RapidOCR 1.4.4 itself, in its own venv: the reference the OCR tests and benchmark compare with.
+VENV=data/venv-rapidocr
+if ! "$VENV/bin/python" -c 'import rapidocr_onnxruntime' 2>/dev/null; then
+  echo "setup: installing rapidocr-onnxruntime==1.4.4 into $VENV (the OCR reference)"
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/pip" install -q 'rapidocr-onnxruntime==1.4.4' 'onnxruntime==1.31.1'
+fi
+
 # Models and ONNX Runtime (PyPI wheels, checksummed) for the OCR stage.
-"$(dirname "$0")/fetch_models.sh"
+./scripts/fetch_models.sh
 echo "setup: ok"

@@ -19,6 +19,8 @@ pub enum Slot {
     Source,
     Probe,
     Frames,
+    Ocr,
+    Overlays,
 }
 
 impl Slot {
@@ -27,6 +29,8 @@ impl Slot {
             Slot::Source => "source",
             Slot::Probe => "probe",
             Slot::Frames => "frames",
+            Slot::Ocr => "ocr",
+            Slot::Overlays => "overlays",
         }
     }
 }
@@ -79,6 +83,52 @@ pub struct FrameRef {
     pub height: u32,
 }
 
+/// One text region found on one sampled frame, with its colour and layout (the `ocr` stage).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TextRegion {
+    pub frame_index: u32,
+    pub timestamp_secs: f64,
+    pub text: String,
+    pub score: f32,
+    /// Corners tl, tr, br, bl as x0, y0, x1, y1, x2, y2, x3, y3 in frame pixels.
+    pub quad: Vec<f32>,
+    pub frame_width: u32,
+    pub frame_height: u32,
+    // Layout, normalised by the frame size.
+    pub center_x: f32,
+    pub center_y: f32,
+    pub width: f32,
+    pub height: f32,
+    /// Box area / frame area.
+    pub area_frac: f32,
+    /// Long side / short side of the box (MVFNDB: fake mostly < 15, real > 15).
+    pub aspect_ratio: f32,
+    pub grid_row: u32,
+    pub grid_col: u32,
+    /// e.g. "bottom center-left".
+    pub grid_cell: String,
+    pub text_len: u32,
+    // Colour of the text strokes and of the background (HSV: h in degrees, s and v in 0..1).
+    pub text_h: f32,
+    pub text_s: f32,
+    pub text_v: f32,
+    pub text_color: String,
+    pub bg_h: f32,
+    pub bg_s: f32,
+    pub bg_v: f32,
+    pub bg_color: String,
+    pub stroke_pixels: u32,
+    /// 72 bins of 5° over stroke pixels with s and v ≥ 0.15.
+    pub hue_hist: Vec<u32>,
+    /// 20 bins over [0, 1] of all stroke pixels.
+    pub sat_hist: Vec<u32>,
+    pub val_hist: Vec<u32>,
+    // Creator-added (editor overlay) vs scene text.
+    pub creator_added: bool,
+    pub creator_score: f32,
+    pub creator_evidence: String,
+}
+
 /// One video on its way through the chain. Each stage fills its own slot; nothing is a dynamic map
 /// except the carried-through manifest columns, which the user names.
 #[derive(Debug, Clone)]
@@ -89,6 +139,7 @@ pub struct VideoRecord {
     pub extra: Vec<Option<String>>,
     pub probe: Option<Probe>,
     pub frames: Option<Vec<FrameRef>>,
+    pub ocr: Option<Vec<TextRegion>>,
 }
 
 /// Names of the extra manifest columns carried through every output table.

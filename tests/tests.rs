@@ -7,4 +7,5 @@ mod bad_input;
 mod config;
 mod frames;
 mod ocr;
+mod ocr_truth;
 mod resume;

@@ -456,6 +456,7 @@ impl Source for LocalSource {
                     extra: e.extra,
                     probe: None,
                     frames: None,
+                    ocr: None,
                 })
             })
             .boxed()

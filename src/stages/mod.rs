@@ -4,6 +4,8 @@
 
 pub mod frames;
 pub mod local;
+pub mod ocr;
+pub mod overlays;
 pub mod probe;
 
 use crate::config::plan::BuildCx;
@@ -76,6 +78,8 @@ pub fn build_stage(
     match common.kind.as_str() {
         "probe" => probe::build(common, compute_at, select_at, bcx),
         "frames" => frames::build(common, compute_at, select_at, bcx),
+        "ocr" => ocr::build(common, compute_at, select_at, bcx),
+        "overlays" => overlays::build(common, compute_at, select_at, bcx),
         other => {
             let mut at = compute_at.to_vec();
             at.pop();
