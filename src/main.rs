@@ -100,6 +100,17 @@ fn main() -> ExitCode {
     }
 }
 
+/// One image to read: a file, or a frame already decoded from a video.
+enum OcrItem {
+    File(PathBuf),
+    Frame {
+        source: String,
+        index: usize,
+        timestamp_secs: f64,
+        image: image::RgbImage,
+    },
+}
+
 fn ocr_cmd(
     files: &[PathBuf],
     no_det: bool,
@@ -119,53 +130,98 @@ fn ocr_cmd(
     };
     let engine = OcrEngine::load(&vidcurate::ocr::models_dir(), threads, params)
         .map_err(anyhow::Error::msg)?;
-    let run = |img: &image::RgbImage| -> anyhow::Result<Vec<vidcurate::ocr::Region>> {
+    let read = |img: &image::RgbImage| -> Result<Vec<vidcurate::ocr::Region>, String> {
         if no_det {
-            Ok(vec![engine.ocr_line(img).map_err(anyhow::Error::msg)?])
+            Ok(vec![engine.ocr_line(img)?])
         } else {
-            engine.ocr(img).map_err(anyhow::Error::msg)
+            engine.ocr(img)
         }
     };
+    // Images that do not decode as images are tried as videos (sampled uniformly).
+    let mut items = vec![];
     let mut failed = 0;
     for f in files {
+        if image::ImageReader::open(f)
+            .and_then(|r| r.with_guessed_format())
+            .is_ok_and(|r| r.format().is_some())
+        {
+            items.push(OcrItem::File(f.clone()));
+            continue;
+        }
         let source = f.display().to_string();
-        match imgops::load_image(f) {
-            Ok(img) => {
-                let regions = run(&img)?;
-                println!(
-                    "{}",
-                    serde_json::json!({ "source": source, "frame": null, "timestamp_secs": null, "regions": regions })
+        let probe = match vidcurate::clients::ffmpeg::probe(f) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!(
+                    "vidcurate: {source}: neither an image nor a video ({}: {})",
+                    e.reason, e.detail
                 );
+                failed += 1;
+                continue;
             }
-            Err(image_err) => {
-                // Not an image: try it as a video.
-                let probe = match vidcurate::clients::ffmpeg::probe(f) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        eprintln!(
-                            "vidcurate: {source}: neither an image ({image_err}) nor a video ({}: {})",
-                            e.reason, e.detail
-                        );
-                        failed += 1;
-                        continue;
-                    }
-                };
-                let n = frames.max(1);
-                let targets: Vec<f64> = (0..n)
-                    .map(|i| probe.video_duration_secs * (i as f64 + 0.5) / n as f64)
-                    .collect();
-                let grabs = vidcurate::clients::ffmpeg::grab_at(f, &targets, None)
-                    .map_err(|e| anyhow::anyhow!("{source}: {}", e.detail))?;
-                for (i, g) in grabs.iter().enumerate() {
-                    let regions = run(&g.image)?;
-                    println!(
-                        "{}",
-                        serde_json::json!({ "source": source, "frame": i, "timestamp_secs": g.timestamp_secs, "regions": regions })
-                    );
-                }
+        };
+        let n = frames.max(1);
+        let targets: Vec<f64> = (0..n)
+            .map(|i| probe.video_duration_secs * (i as f64 + 0.5) / n as f64)
+            .collect();
+        match vidcurate::clients::ffmpeg::grab_at(f, &targets, None) {
+            Ok(grabs) => {
+                items.extend(
+                    grabs
+                        .into_iter()
+                        .enumerate()
+                        .map(|(index, g)| OcrItem::Frame {
+                            source: source.clone(),
+                            index,
+                            timestamp_secs: g.timestamp_secs,
+                            image: g.image,
+                        }),
+                )
+            }
+            Err(e) => {
+                eprintln!("vidcurate: {source}: {}", e.detail);
+                failed += 1;
             }
         }
     }
+    // One thread per OCR worker; results are printed in input order, a window at a time.
+    let lines: Vec<std::sync::Mutex<Option<Result<String, String>>>> =
+        items.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut printed = 0;
+    std::thread::scope(|scope| {
+        for _ in 0..engine.workers() {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                let line = match item {
+                    OcrItem::File(p) => imgops::load_image(p).and_then(|img| read(&img)).map(|regions| {
+                        serde_json::json!({ "source": p.display().to_string(), "frame": null, "timestamp_secs": null, "regions": regions }).to_string()
+                    }),
+                    OcrItem::Frame { source, index, timestamp_secs, image } => read(image).map(|regions| {
+                        serde_json::json!({ "source": source, "frame": index, "timestamp_secs": timestamp_secs, "regions": regions }).to_string()
+                    }),
+                };
+                *lines[i].lock().expect("result slot") = Some(line);
+            });
+        }
+        // Print in order as results arrive.
+        while printed < lines.len() {
+            let ready = lines[printed].lock().expect("result slot").take();
+            match ready {
+                Some(Ok(line)) => {
+                    println!("{line}");
+                    printed += 1;
+                }
+                Some(Err(e)) => {
+                    eprintln!("vidcurate: {e}");
+                    failed += 1;
+                    printed += 1;
+                }
+                None => std::thread::sleep(std::time::Duration::from_millis(2)),
+            }
+        }
+    });
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Benchmark: OCR of the same frames by vidcurate and by RapidOCR 1.4.4 (same models, det + cls +
+rec, same ONNX Runtime version and thread count), in the same run.
+
+Frames: the slides fixture at 1 fps (1080p, full of text) and frames of generated overlay clips
+(720p/1080p, the ocr-truth corpus). Each tool is one process that loads the models and reads every
+frame; wall time includes model loading. Prints images/s, the ratio, and the share of RapidOCR's
+regions whose text vidcurate reads identically on the same image.
+
+Usage: scripts/bench/ocr.py [--slides-frames N] [--threads T]
+"""
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.path.join(ROOT, "target", "release", "vidcurate")
+RAPID_PY = os.path.join(ROOT, "data", "venv-rapidocr", "bin", "python")
+SLIDES = os.path.join(ROOT, "..", "shared", "fixtures", "video", "slides_1080p_122s.mp4")
+
+RAPID = r"""
+import json, sys, time
+from rapidocr_onnxruntime import RapidOCR
+threads = int(sys.argv[1])
+eng = RapidOCR(intra_op_num_threads=threads, inter_op_num_threads=1)
+for f in sys.argv[2:]:
+    res, _ = eng(f)
+    print(json.dumps([r[1] for r in (res or [])]), flush=True)
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--slides-frames", type=int, default=60)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    a = ap.parse_args()
+    if not os.path.exists(BIN):
+        subprocess.run(["cargo", "build", "--release", "--locked"], cwd=ROOT, check=True)
+    if not os.path.exists(RAPID_PY):
+        sys.exit("RapidOCR reference missing: run scripts/setup.sh")
+    work = tempfile.mkdtemp(prefix="vidcurate-ocr-bench-")
+    subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-i", SLIDES, "-vf", "fps=1", "-frames:v",
+                    str(a.slides_frames), "-q:v", "2", os.path.join(work, "slides_%04d.jpg")], check=True)
+    truth = os.path.join(ROOT, "data", "bench", "truth")
+    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_demo_corpus.py"), truth, "--profile",
+                    "ocr-truth", "--clips", "8", "--seconds", "3"], check=True, stdout=subprocess.DEVNULL)
+    for v in sorted(glob.glob(os.path.join(truth, "videos", "*.mp4"))):
+        name = os.path.splitext(os.path.basename(v))[0]
+        subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-i", v, "-vf", "fps=1", "-q:v", "2",
+                        os.path.join(work, f"{name}_%02d.jpg")], check=True)
+    files = sorted(glob.glob(os.path.join(work, "*.jpg")))
+
+    t0 = time.perf_counter()
+    ours = subprocess.run([BIN, "ocr", "--threads", str(a.threads), *files], capture_output=True, text=True, check=True)
+    t_ours = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    theirs = subprocess.run([RAPID_PY, "-c", RAPID, str(a.threads), *files], capture_output=True, text=True, check=True)
+    t_rapid = time.perf_counter() - t0
+
+    ours_t = [[r["text"] for r in json.loads(l)["regions"]] for l in ours.stdout.splitlines()]
+    theirs_t = [json.loads(l) for l in theirs.stdout.splitlines()]
+    total = same = 0
+    for o, t in zip(ours_t, theirs_t):
+        pool = list(o)
+        for x in t:
+            total += 1
+            if x in pool:
+                same += 1
+                pool.remove(x)
+    n = len(files)
+    print(f"images: {n} ({a.slides_frames} slides frames at 1 fps, {n - a.slides_frames} overlay frames); threads: {a.threads}")
+    print(f"vidcurate : {t_ours:6.2f} s  {n / t_ours:5.2f} images/s")
+    print(f"RapidOCR  : {t_rapid:6.2f} s  {n / t_rapid:5.2f} images/s")
+    print(f"ratio (vidcurate images/s / RapidOCR images/s): {t_rapid / t_ours:.2f}x   (target >= 1.6x)")
+    print(f"identical text: {same}/{total} RapidOCR regions = {100 * same / max(1, total):.1f} %   (target >= 98 %)")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
