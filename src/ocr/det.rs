@@ -56,51 +56,183 @@ fn convex_hull(mut pts: Vec<[f64; 2]>) -> Vec<[f64; 2]> {
     lower
 }
 
-/// Minimum-area enclosing rectangle of a hull: its 4 corners and its shorter side.
-fn min_area_rect(hull: &[[f64; 2]]) -> Option<(Quad, f64)> {
-    if hull.len() < 2 {
-        return None;
+/// OpenCV's hull order for a contour: clockwise with y taken as pointing up (negative signed
+/// area), starting at the contour's first point, the blob's topmost then leftmost pixel (OpenCV
+/// shifts the hull to follow the contour's indices). The calipers below depend on it numerically.
+fn cv_hull_order(mut hull: Vec<[f64; 2]>) -> Vec<[f32; 2]> {
+    let area: f64 = (0..hull.len())
+        .map(|i| {
+            let (a, b) = (hull[i], hull[(i + 1) % hull.len()]);
+            a[0] * b[1] - b[0] * a[1]
+        })
+        .sum();
+    if area > 0.0 {
+        hull.reverse();
     }
-    let mut best: Option<(f64, Quad, f64)> = None;
-    for i in 0..hull.len() {
-        let (a, b) = (hull[i], hull[(i + 1) % hull.len()]);
-        let (dx, dy) = (b[0] - a[0], b[1] - a[1]);
-        let len = (dx * dx + dy * dy).sqrt();
-        if len == 0.0 {
-            continue;
-        }
-        let (ux, uy) = (dx / len, dy / len);
-        let (mut lo_u, mut hi_u, mut lo_v, mut hi_v) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-        for p in hull {
-            let u = p[0] * ux + p[1] * uy;
-            let v = -p[0] * uy + p[1] * ux;
-            lo_u = lo_u.min(u);
-            hi_u = hi_u.max(u);
-            lo_v = lo_v.min(v);
-            hi_v = hi_v.max(v);
-        }
-        let area = (hi_u - lo_u) * (hi_v - lo_v);
-        if best.as_ref().is_none_or(|b| area < b.0 - 1e-9) {
-            let corner = |u: f64, v: f64| [u * ux - v * uy, u * uy + v * ux];
-            let quad = [
-                corner(lo_u, lo_v),
-                corner(hi_u, lo_v),
-                corner(hi_u, hi_v),
-                corner(lo_u, hi_v),
-            ];
-            best = Some((area, quad, (hi_u - lo_u).min(hi_v - lo_v)));
-        }
-    }
-    best.map(|(_, q, s)| (q, s))
+    let start = (0..hull.len())
+        .min_by(|&a, &b| {
+            hull[a][1]
+                .total_cmp(&hull[b][1])
+                .then(hull[a][0].total_cmp(&hull[b][0]))
+        })
+        .unwrap_or(0);
+    hull.rotate_left(start);
+    hull.into_iter()
+        .map(|p| [p[0] as f32, p[1] as f32])
+        .collect()
 }
 
-/// Orders rectangle corners as RapidOCR's `get_mini_boxes`: sort by x, then the left pair and the
-/// right pair by y, giving (top-left, top-right, bottom-right, bottom-left).
-fn mini_box(mut q: Quad) -> Quad {
+/// A rotated rectangle as OpenCV's `minAreaRect` returns it (single precision throughout).
+#[derive(Debug, Clone, Copy)]
+struct RotRect {
+    cx: f32,
+    cy: f32,
+    w: f32,
+    h: f32,
+    angle: f32,
+}
+
+/// OpenCV's `minAreaRect` (rotating calipers) re-derived in single precision, step for step, so
+/// the corners carry the same rounding (e.g. 1138.9998 for 1139) that RapidOCR's integer
+/// truncation then turns into a one-pixel shift: boxes come out identical to RapidOCR's.
+fn cv_min_area_rect(p: &[[f32; 2]]) -> Option<RotRect> {
+    let n = p.len();
+    if n < 3 {
+        return None;
+    }
+    let mut vect = vec![[0f32; 2]; n];
+    let mut inv = vec![0f32; n];
+    let (mut left, mut bottom, mut right, mut top) = (0, 0, 0, 0);
+    let mut pt0 = p[0];
+    let (mut left_x, mut right_x, mut top_y, mut bottom_y) = (pt0[0], pt0[0], pt0[1], pt0[1]);
+    for i in 0..n {
+        if pt0[0] < left_x {
+            left_x = pt0[0];
+            left = i;
+        }
+        if pt0[0] > right_x {
+            right_x = pt0[0];
+            right = i;
+        }
+        if pt0[1] > top_y {
+            top_y = pt0[1];
+            top = i;
+        }
+        if pt0[1] < bottom_y {
+            bottom_y = pt0[1];
+            bottom = i;
+        }
+        let pt = p[(i + 1) % n];
+        let (dx, dy) = (pt[0] as f64 - pt0[0] as f64, pt[1] as f64 - pt0[1] as f64);
+        vect[i] = [dx as f32, dy as f32];
+        inv[i] = (1.0 / (dx * dx + dy * dy).sqrt()) as f32;
+        pt0 = pt;
+    }
+    let mut orientation = 0f32;
+    let (mut ax, mut ay) = (vect[n - 1][0] as f64, vect[n - 1][1] as f64);
+    for v in &vect {
+        let (bx, by) = (v[0] as f64, v[1] as f64);
+        let c = ax * by - ay * bx;
+        if c != 0.0 {
+            orientation = if c > 0.0 { 1.0 } else { -1.0 };
+            break;
+        }
+        (ax, ay) = (bx, by);
+    }
+    if orientation == 0.0 {
+        return None;
+    }
+    let (mut base_a, mut base_b) = (orientation, 0f32);
+    let mut seq = [bottom, right, top, left];
+    let mut minarea = f32::MAX;
+    let mut best: Option<(usize, f32, f32, f32, f32, usize)> = None;
+    for _ in 0..n {
+        let dp = [
+            base_a * vect[seq[0]][0] + base_b * vect[seq[0]][1],
+            -base_b * vect[seq[1]][0] + base_a * vect[seq[1]][1],
+            -base_a * vect[seq[2]][0] - base_b * vect[seq[2]][1],
+            base_b * vect[seq[3]][0] - base_a * vect[seq[3]][1],
+        ];
+        let mut maxcos = dp[0] * inv[seq[0]];
+        let mut main = 0;
+        for e in 1..4 {
+            let c = dp[e] * inv[seq[e]];
+            if c > maxcos {
+                maxcos = c;
+                main = e;
+            }
+        }
+        let pi = seq[main];
+        let (lx, ly) = (vect[pi][0] * inv[pi], vect[pi][1] * inv[pi]);
+        (base_a, base_b) = match main {
+            0 => (lx, ly),
+            1 => (ly, -lx),
+            2 => (-lx, -ly),
+            _ => (-ly, lx),
+        };
+        seq[main] = (seq[main] + 1) % n;
+        let (dx, dy) = (p[seq[1]][0] - p[seq[3]][0], p[seq[1]][1] - p[seq[3]][1]);
+        let width = dx * base_a + dy * base_b;
+        let (dx, dy) = (p[seq[2]][0] - p[seq[0]][0], p[seq[2]][1] - p[seq[0]][1]);
+        let height = -dx * base_b + dy * base_a;
+        let area = width * height;
+        if area <= minarea {
+            minarea = area;
+            best = Some((seq[3], base_a, width, base_b, height, seq[0]));
+        }
+    }
+    let (l, a1, w, b1, h, b) = best?;
+    let (a2, b2) = (-b1, a1);
+    let c1 = a1 * p[l][0] + p[l][1] * b1;
+    let c2 = a2 * p[b][0] + p[b][1] * b2;
+    let idet = 1.0 / (a1 * b2 - a2 * b1);
+    let px = (c1 * b2 - c2 * b1) * idet;
+    let py = (a1 * c2 - a2 * c1) * idet;
+    let out = [px, py, a1 * w, b1 * w, a2 * h, b2 * h];
+    let cx = out[0] + (out[2] + out[4]) * 0.5;
+    let cy = out[1] + (out[3] + out[5]) * 0.5;
+    let mut rw = ((out[2] as f64).powi(2) + (out[3] as f64).powi(2)).sqrt() as f32;
+    let mut rh = ((out[4] as f64).powi(2) + (out[5] as f64).powi(2)).sqrt() as f32;
+    let mut angle =
+        ((out[3] as f64).atan2(out[2] as f64) as f32 as f64 * 180.0 / std::f64::consts::PI) as f32;
+    // OpenCV reports an upright rectangle as angle -90 with width and height swapped.
+    if angle == 0.0 {
+        angle = -90.0;
+        std::mem::swap(&mut rw, &mut rh);
+    }
+    Some(RotRect {
+        cx,
+        cy,
+        w: rw,
+        h: rh,
+        angle,
+    })
+}
+
+/// OpenCV's `RotatedRect::points`, in single precision.
+fn cv_box_points(r: &RotRect) -> [[f32; 2]; 4] {
+    let ang = r.angle as f64 * std::f64::consts::PI / 180.0;
+    let b = (ang.cos() as f32) * 0.5;
+    let a = (ang.sin() as f32) * 0.5;
+    [
+        [r.cx - a * r.h - b * r.w, r.cy + b * r.h - a * r.w],
+        [r.cx + a * r.h - b * r.w, r.cy - b * r.h - a * r.w],
+        [r.cx + a * r.h + b * r.w, r.cy - b * r.h + a * r.w],
+        [r.cx - a * r.h + b * r.w, r.cy + b * r.h + a * r.w],
+    ]
+}
+
+/// RapidOCR's `get_mini_boxes`: the minimum-area rectangle's corners ordered (top-left,
+/// top-right, bottom-right, bottom-left), and its shorter side.
+fn mini_box_of(points: Vec<[f64; 2]>) -> Option<(Quad, f32)> {
+    let hull = cv_hull_order(convex_hull(points));
+    let r = cv_min_area_rect(&hull)?;
+    let mut q = cv_box_points(&r).map(|p| [p[0] as f64, p[1] as f64]);
+    // A stable sort by x, as Python's sorted().
     q.sort_by(|a, b| a[0].total_cmp(&b[0]));
     let (i1, i4) = if q[1][1] > q[0][1] { (0, 1) } else { (1, 0) };
     let (i2, i3) = if q[3][1] > q[2][1] { (2, 3) } else { (3, 2) };
-    [q[i1], q[i2], q[i3], q[i4]]
+    Some(([q[i1], q[i2], q[i3], q[i4]], r.w.min(r.h)))
 }
 
 /// Mean of `pred` inside the polygon (pixel centres inside or on the border), over its bounding box.
@@ -146,37 +278,42 @@ fn box_score(pred: &[f32], w: usize, h: usize, q: &Quad) -> f32 {
     if n == 0 { 0.0 } else { (sum / n as f64) as f32 }
 }
 
-/// Grows a rectangle by `area·ratio/perimeter` on every side (what pyclipper's round-join offset
-/// followed by a minimum-area rectangle amounts to for a rectangle).
-fn unclip(q: &Quad, ratio: f64) -> (Quad, f64) {
+/// RapidOCR's unclip: offset the box by area·ratio/perimeter (shapely on the float box), with
+/// pyclipper's integer arithmetic (input truncated, output rounded). For a rectangle the round
+/// joins never reach past the offset edges, so the rectangle's corners grown along its own axes
+/// carry the result.
+fn unclip(q: &Quad, ratio: f64) -> Vec<[f64; 2]> {
+    let area = 0.5
+        * (0..4)
+            .map(|i| q[i][0] * q[(i + 1) % 4][1] - q[(i + 1) % 4][0] * q[i][1])
+            .sum::<f64>()
+            .abs();
     let side = |a: [f64; 2], b: [f64; 2]| ((a[0] - b[0]).powi(2) + (a[1] - b[1]).powi(2)).sqrt();
-    let (w, h) = (side(q[0], q[1]), side(q[1], q[2]));
-    let area = w * h;
-    let perim = 2.0 * (w + h);
-    if perim == 0.0 {
-        return (*q, 0.0);
+    let perimeter: f64 = (0..4).map(|i| side(q[i], q[(i + 1) % 4])).sum();
+    if perimeter == 0.0 {
+        return q.to_vec();
     }
-    let d = area * ratio / perim;
-    let c = [(q[0][0] + q[2][0]) / 2.0, (q[0][1] + q[2][1]) / 2.0];
-    let (ux, uy) = (
-        (q[1][0] - q[0][0]) / w.max(1e-9),
-        (q[1][1] - q[0][1]) / w.max(1e-9),
-    );
-    let (vx, vy) = (
-        (q[3][0] - q[0][0]) / h.max(1e-9),
-        (q[3][1] - q[0][1]) / h.max(1e-9),
-    );
-    let (hw, hh) = (w / 2.0 + d, h / 2.0 + d);
-    let pt = |su: f64, sv: f64| {
+    let d = area * ratio / perimeter;
+    let t: Vec<[f64; 2]> = q.iter().map(|p| [p[0].trunc(), p[1].trunc()]).collect();
+    let (w, h) = (side(t[0], t[1]), side(t[1], t[2]));
+    if w == 0.0 || h == 0.0 {
+        return t;
+    }
+    let (ux, uy) = ((t[1][0] - t[0][0]) / w, (t[1][1] - t[0][1]) / w);
+    let (vx, vy) = ((t[3][0] - t[0][0]) / h, (t[3][1] - t[0][1]) / h);
+    // Clipper rounds half away from zero, as f64::round.
+    let grow = |p: [f64; 2], su: f64, sv: f64| {
         [
-            c[0] + su * hw * ux + sv * hh * vx,
-            c[1] + su * hw * uy + sv * hh * vy,
+            (p[0] + d * (su * ux + sv * vx)).round(),
+            (p[1] + d * (su * uy + sv * vy)).round(),
         ]
     };
-    (
-        [pt(-1.0, -1.0), pt(1.0, -1.0), pt(1.0, 1.0), pt(-1.0, 1.0)],
-        (w + 2.0 * d).min(h + 2.0 * d),
-    )
+    vec![
+        grow(t[0], -1.0, -1.0),
+        grow(t[1], 1.0, -1.0),
+        grow(t[2], 1.0, 1.0),
+        grow(t[3], -1.0, 1.0),
+    ]
 }
 
 /// Boxes (in the coordinates of a `dest_w`×`dest_h` image) from a `w`×`h` probability map.
@@ -249,26 +386,24 @@ pub fn boxes_from_map(
             .iter()
             .flat_map(|(&y, &(a, b))| [[a as f64, y as f64], [b as f64, y as f64]])
             .collect();
-        let hull = convex_hull(pts);
-        let Some((rect, sside)) = min_area_rect(&hull) else {
+        let Some((rect, sside)) = mini_box_of(pts) else {
             continue;
         };
         if sside < 3.0 {
             continue;
         }
-        let rect = mini_box(rect);
         if box_score(pred, w, h, &rect) < p.box_thresh {
             continue;
         }
-        // pyclipper works on integer coordinates.
-        let trunc = rect.map(|q| [q[0].trunc(), q[1].trunc()]);
-        let (grown, sside) = unclip(&trunc, p.unclip_ratio);
+        let Some((grown, sside)) = mini_box_of(unclip(&rect, p.unclip_ratio)) else {
+            continue;
+        };
         if sside < 5.0 {
             continue;
         }
-        let grown = mini_box(grown);
+        // numpy: float32 box / width * dest_width, rounded half to even.
         let scale = |v: f64, from: usize, to: usize| {
-            (v / from as f64 * to as f64).round().clamp(0.0, to as f64)
+            ((v as f32 / from as f32 * to as f32).round_ties_even() as f64).clamp(0.0, to as f64)
         };
         boxes.push(grown.map(|q| [scale(q[0], w, dest_w), scale(q[1], h, dest_h)]));
     }
@@ -368,8 +503,31 @@ mod tests {
 
     #[test]
     fn min_area_rect_of_a_tilted_square() {
-        let hull = convex_hull(vec![[0.0, 5.0], [5.0, 0.0], [10.0, 5.0], [5.0, 10.0]]);
-        let (q, s) = min_area_rect(&hull).unwrap();
-        assert!((s - 50f64.sqrt()).abs() < 1e-9, "{q:?} {s}");
+        let (q, s) = mini_box_of(vec![[0.0, 5.0], [5.0, 0.0], [10.0, 5.0], [5.0, 10.0]]).unwrap();
+        assert!((s as f64 - 50f64.sqrt()).abs() < 1e-5, "{q:?} {s}");
+    }
+
+    #[test]
+    fn upright_rectangles_carry_opencvs_single_precision_corners() {
+        // What cv2.minAreaRect + cv2.boxPoints give for this 12-point hull (OpenCV 5.0):
+        // corners just below the integers, which RapidOCR's truncation turns into a 1 px shift.
+        let hull = vec![
+            [1143.0, 324.0],
+            [1140.0, 325.0],
+            [1139.0, 327.0],
+            [1139.0, 333.0],
+            [1140.0, 334.0],
+            [1143.0, 335.0],
+            [1156.0, 336.0],
+            [1271.0, 336.0],
+            [1272.0, 335.0],
+            [1272.0, 327.0],
+            [1270.0, 325.0],
+            [1184.0, 324.0],
+        ];
+        let (q, s) = mini_box_of(hull).unwrap();
+        assert_eq!(q[0], [1138.9998779296875, 323.9999694824219]);
+        assert_eq!(q[2], [1271.9998779296875, 335.9999694824219]);
+        assert_eq!(s, 11.999998);
     }
 }

@@ -239,15 +239,13 @@ impl OcrEngine {
         let (crops, angles) = self.classify(&mut m, crops)?;
         let t_cls = t1.elapsed();
         let texts = self.recognize(&mut m, &crops)?;
-        if std::env::var_os("VIDCURATE_OCR_PROFILE").is_some() {
-            eprintln!(
-                "det {:?} cls {:?} rec {:?} boxes {}",
-                t_det,
-                t_cls,
-                t1.elapsed() - t_cls,
-                boxes.len()
-            );
-        }
+        tracing::debug!(
+            det_ms = t_det.as_millis() as u64,
+            cls_ms = t_cls.as_millis() as u64,
+            rec_ms = (t1.elapsed() - t_cls).as_millis() as u64,
+            boxes = boxes.len(),
+            "OCR timings."
+        );
         let mut out = vec![];
         for (i, (q, (text, score))) in boxes.iter().zip(texts).enumerate() {
             if score < self.params.text_score {
@@ -336,9 +334,12 @@ impl OcrEngine {
             .try_extract_tensor::<f32>()
             .map_err(|e| e.to_string())?;
         let (mh, mw) = (shape[2] as usize, shape[3] as usize);
-        if std::env::var_os("VIDCURATE_OCR_PROFILE").is_some() {
-            eprintln!("  det infer+pre {:?} ({rw}x{rh})", tp.elapsed());
-        }
+        tracing::trace!(
+            infer_ms = tp.elapsed().as_millis() as u64,
+            rw,
+            rh,
+            "Detection inference."
+        );
         let boxes = det::boxes_from_map(pred, mw, mh, w as usize, h as usize, &self.params.det);
         Ok(det::reading_order(det::tidy(boxes, w as usize, h as usize)))
     }

@@ -4,7 +4,7 @@
 //! text region (the `ocr_regions` table when the stage id is `ocr_regions`): text, score, box,
 //! layout (`layout.rs`), per-pixel stroke colour (`colour.rs`), creator-added verdict with its
 //! evidence (`creator.rs`). Calls: PP-OCRv4 det + cls + rec on ONNX Runtime (`crate::ocr`), on the
-//! CPU pool, one frame at a time with all cores given to ONNX Runtime. Caches: nothing beyond its
+//! CPU pool, one frame per core (each OCR worker is single-threaded). Caches: nothing beyond its
 //! shards; the models are loaded once per run.
 
 pub mod colour;
@@ -211,28 +211,33 @@ impl Processor for OcrStage {
             .as_ref()
             .ok_or_else(|| StageError::internal("missing_frames", "ocr needs frames"))?;
         let engine = self.engine(cx.cpu.threads())?;
-        let mut regions = vec![];
-        let mut facts = vec![];
-        for f in frames {
-            let jpeg = cx
-                .store
-                .get(&f.path)
-                .await
-                .map_err(|e| StageError::internal("read_frame", format!("{}: {e}", f.path)))?;
+        // Frames are read concurrently, one per OCR worker (the CPU pool bounds them).
+        let jobs = frames.iter().map(|f| {
             let (engine, cfg, idx, ts) = (
                 engine.clone(),
                 self.cfg.clone(),
                 f.frame_index,
                 f.timestamp_secs,
             );
-            for (r, c) in cx
-                .cpu
-                .run(move || analyse_frame(&engine, &cfg, &jpeg, idx, ts))
-                .await?
-            {
-                regions.push(r);
-                facts.push(c);
+            let (store, path, cpu) = (cx.store.clone(), f.path.clone(), cx.cpu.clone());
+            async move {
+                let jpeg = store
+                    .get(&path)
+                    .await
+                    .map_err(|e| StageError::internal("read_frame", format!("{path}: {e}")))?;
+                cpu.run(move || analyse_frame(&engine, &cfg, &jpeg, idx, ts))
+                    .await
             }
+        });
+        let mut regions = vec![];
+        let mut facts = vec![];
+        for (r, c) in futures::future::try_join_all(jobs)
+            .await?
+            .into_iter()
+            .flatten()
+        {
+            regions.push(r);
+            facts.push(c);
         }
         creator::classify(&mut regions, &facts);
         Ok(regions)
