@@ -19,11 +19,21 @@ fi
 python3 - <<'PY'
 import pyarrow.dataset as ds
 run = "data/runs/demo"
-for t in ["source", "probe", "frames", "rejects"]:
+for t in ["source", "probe", "frames", "ocr_regions", "ocr_videos", "rejects"]:
     tb = ds.dataset(f"{run}/{t}", format="parquet").to_table()
-    print(f"{t:8} {tb.num_rows:5} rows  columns: {', '.join(tb.schema.names)}")
+    cols = ", ".join(tb.schema.names)
+    print(f"{t:11} {tb.num_rows:5} rows  columns: {cols[:110]}{'...' if len(cols) > 110 else ''}")
 rej = ds.dataset(f"{run}/rejects", format="parquet").to_table().to_pylist()
 for r in rej:
     print(f"rejected {r['video_id']} at {r['stage']}: {r['reason']}")
+import collections
+regions = ds.dataset(f"{run}/ocr_regions", format="parquet").to_table().to_pylist()
+for label in ["fake", "real"]:
+    rs = [r for r in regions if r["label"] == label and r["creator_added"]]
+    if not rs:
+        continue
+    colours = collections.Counter(r["text_color"] for r in rs).most_common(3)
+    long_share = sum(r["aspect_ratio"] > 15 for r in rs) / len(rs)
+    print(f"{label}: {len(rs)} creator-added regions; colours {colours}; aspect > 15: {100 * long_share:.0f} %")
 PY
 echo "demo: done; the run directory is data/runs/demo (layout: README.md)"

@@ -20,7 +20,7 @@ FILES=(
 ok() { [ -f "$1" ] && echo "$2  $1" | sha256sum --check --status; }
 
 tmp=""
-cleanup() { [ -n "$tmp" ] && rm -rf "$tmp"; }
+cleanup() { if [ -n "$tmp" ]; then rm -rf "$tmp"; fi; }
 trap cleanup EXIT
 for entry in "${FILES[@]}"; do
   IFS='|' read -r rel sum spec member <<<"$entry"
