@@ -90,7 +90,39 @@ fn median(mut v: Vec<f32>) -> f32 {
     v[v.len() / 2]
 }
 
+/// sRGB to CIE Lab through a table of linearised channel values (the power function per pixel
+/// was most of the colour analysis' time).
+fn lab(p: [u8; 3]) -> [f32; 3] {
+    static LINEAR: std::sync::OnceLock<[f32; 256]> = std::sync::OnceLock::new();
+    let lin = LINEAR.get_or_init(|| {
+        std::array::from_fn(|v| {
+            Srgb::new(v as u8, 0, 0)
+                .into_format::<f32>()
+                .into_linear()
+                .red
+        })
+    });
+    let l: Lab = palette::LinSrgb::new(lin[p[0] as usize], lin[p[1] as usize], lin[p[2] as usize])
+        .into_color();
+    [l.l, l.a, l.b]
+}
+
+/// k-means, fitted on at most ~6000 evenly strided pixels, then every pixel assigned once.
 fn kmeans(labs: &[[f32; 3]], k: usize) -> Vec<usize> {
+    let stride = labs.len().div_ceil(6000).max(1);
+    let sample: Vec<[f32; 3]> = labs.iter().step_by(stride).copied().collect();
+    let centres = kmeans_fit(&sample, k);
+    labs.iter().map(|p| nearest(&centres, p)).collect()
+}
+
+fn nearest(centres: &[[f32; 3]], p: &[f32; 3]) -> usize {
+    let d = |c: &[f32; 3]| (p[0] - c[0]).powi(2) + (p[1] - c[1]).powi(2) + (p[2] - c[2]).powi(2);
+    (0..centres.len())
+        .min_by(|&a, &b| d(&centres[a]).total_cmp(&d(&centres[b])))
+        .unwrap_or(0)
+}
+
+fn kmeans_fit(labs: &[[f32; 3]], k: usize) -> Vec<[f32; 3]> {
     let mut by_l: Vec<usize> = (0..labs.len()).collect();
     by_l.sort_by(|&a, &b| labs[a][0].total_cmp(&labs[b][0]));
     let mut centres: Vec<[f32; 3]> = (0..k)
@@ -134,7 +166,7 @@ fn kmeans(labs: &[[f32; 3]], k: usize) -> Vec<usize> {
             break;
         }
     }
-    assign
+    centres
 }
 
 /// Measures the text colour inside the axis-aligned box (x0, y0)–(x1, y1) of `img`.
@@ -157,15 +189,7 @@ pub fn measure(img: &RgbImage, bx0: u32, by0: u32, bx1: u32, by1: u32) -> Region
         .flat_map(|y| (0..w).map(move |x| (x, y)))
         .map(|(x, y)| img.get_pixel(x0 + x as u32, y0 + y as u32).0)
         .collect();
-    let labs: Vec<[f32; 3]> = px
-        .iter()
-        .map(|p| {
-            let l: Lab = Srgb::new(p[0], p[1], p[2])
-                .into_format::<f32>()
-                .into_color();
-            [l.l, l.a, l.b]
-        })
-        .collect();
+    let labs: Vec<[f32; 3]> = px.iter().map(|p| lab(*p)).collect();
     let k = 5.min(px.len());
     let assign = kmeans(&labs, k);
     let n = px.len() as f64;

@@ -128,10 +128,12 @@ fn analyse_frame(
         .map_err(|e| StageError::data("bad_frame", e.to_string()))?
         .to_rgb8();
     let (fw, fh) = img.dimensions();
+    let t0 = std::time::Instant::now();
     let found = engine
         .ocr(&img)
         .map_err(|e| StageError::internal("ocr_failed", e))?;
-    Ok(found
+    let t1 = std::time::Instant::now();
+    let out: Vec<_> = found
         .into_iter()
         .map(|r| {
             let lay = layout::measure(&r.quad, fw, fh, cfg.grid_rows, cfg.grid_cols);
@@ -187,7 +189,14 @@ fn analyse_frame(
             };
             (region, facts)
         })
-        .collect())
+        .collect();
+    // The colour and layout share of the work, for RUST_LOG=vidcurate=debug.
+    tracing::debug!(
+        ocr_us = (t1 - t0).as_micros() as u64,
+        colour_layout_us = t1.elapsed().as_micros() as u64,
+        "Frame analysed."
+    );
+    Ok(out)
 }
 
 #[async_trait]
