@@ -21,6 +21,7 @@ pub enum Slot {
     Frames,
     Ocr,
     Overlays,
+    Shots,
 }
 
 impl Slot {
@@ -31,6 +32,7 @@ impl Slot {
             Slot::Frames => "frames",
             Slot::Ocr => "ocr",
             Slot::Overlays => "overlays",
+            Slot::Shots => "shots",
         }
     }
 }

@@ -9,3 +9,4 @@ mod frames;
 mod ocr;
 mod ocr_truth;
 mod resume;
+mod shots;

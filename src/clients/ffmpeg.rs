@@ -253,6 +253,9 @@ struct Grabber<'a> {
     skipping: bool,
     /// Latest presentation time among the stream's packets read so far.
     last_packet_pts: Option<i64>,
+    /// Two-tap bilinear (like OpenCV's INTER_LINEAR) instead of an area-aware filter when
+    /// shrinking: the cut detector must see text strokes, not their blur.
+    point_like: bool,
 }
 
 impl<'a> Grabber<'a> {
@@ -274,6 +277,7 @@ impl<'a> Grabber<'a> {
             skip_before: None,
             skipping: false,
             last_packet_pts: None,
+            point_like: false,
         }
     }
 
@@ -299,7 +303,11 @@ impl<'a> Grabber<'a> {
                 ff::format::Pixel::RGB24,
                 ow,
                 oh,
-                ff::software::scaling::Flags::BILINEAR,
+                if self.point_like {
+                    ff::software::scaling::Flags::POINT
+                } else {
+                    ff::software::scaling::Flags::BILINEAR
+                },
             )
             .map_err(|e| ff_err("pixel_conversion", self.path, e))?;
             self.scaler = Some((ctx, fmt, w, h));
@@ -545,6 +553,43 @@ pub fn grab_at_counted(
     }
     let decoded = g.decoded;
     Ok((out.into_iter().flatten().collect(), decoded))
+}
+
+/// Decodes the whole video once and hands `each` one small frame (longer side `side` px) every
+/// 1/`fps` seconds: the first frame at or after each tick. Frames between ticks that nothing
+/// references are not decoded. Returns the number of frames handed over.
+pub fn sample_small(
+    path: &Path,
+    fps: f64,
+    side: u32,
+    mut each: impl FnMut(f64, &RgbImage),
+) -> Result<u64, StageError> {
+    let mut o = open(path)?;
+    let decoder = video_decoder(&o, path)?;
+    let tb = f64::from(o.time_base);
+    let start = o.start_pts;
+    let step = ((1.0 / fps) / tb).max(1.0);
+    let mut g = Grabber::new(&mut o, decoder, Some(side), path);
+    g.point_like = true;
+    let mut tick = 0u64;
+    let next_pts = |tick: u64| start + ((tick as f64 * step) - 1e-6).ceil() as i64;
+    let mut handed = 0u64;
+    g.skip_before = Some(next_pts(0));
+    let mut want = next_pts(0);
+    while let Some(d) = g.next_frame(|pts| pts >= want)? {
+        if d.pts < want {
+            continue;
+        }
+        each((d.pts - start) as f64 * tb, &d.image);
+        handed += 1;
+        // The next tick after this frame (a long frame may cover several ticks).
+        while next_pts(tick) <= d.pts {
+            tick += 1;
+        }
+        want = next_pts(tick);
+        g.skip_before = Some(want);
+    }
+    Ok(handed)
 }
 
 /// Every frame whose presentation time lies in [start, end), at most `limit` frames.

@@ -7,6 +7,7 @@ pub mod local;
 pub mod ocr;
 pub mod overlays;
 pub mod probe;
+pub mod shots;
 
 use crate::config::plan::BuildCx;
 use crate::config::{ConfigError, Seg, StageCommon};
@@ -80,6 +81,7 @@ pub fn build_stage(
         "frames" => frames::build(common, compute_at, select_at, bcx),
         "ocr" => ocr::build(common, compute_at, select_at, bcx),
         "overlays" => overlays::build(common, compute_at, select_at, bcx),
+        "shots" => shots::build(common, compute_at, select_at, bcx),
         other => {
             let mut at = compute_at.to_vec();
             at.pop();
