@@ -169,6 +169,13 @@ pub enum Seg {
     Index(usize),
 }
 
+/// `at` extended by one key: where a setting lives, for error messages.
+pub fn key_at(at: &[Seg], key: &str) -> Vec<Seg> {
+    let mut p = at.to_vec();
+    p.push(Seg::Key(key.into()));
+    p
+}
+
 pub fn path_string(path: &[Seg]) -> String {
     let mut s = String::new();
     for seg in path {

@@ -172,11 +172,7 @@ pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
     for (i, table) in raw.stages.iter().enumerate() {
         let at = vec![Seg::Key("stages".into()), Seg::Index(i)];
         let common: StageCommon = src.typed(table, &at)?;
-        let key = |k: &str| {
-            let mut p = at.clone();
-            p.push(Seg::Key(k.into()));
-            p
-        };
+        let key = |k: &str| super::key_at(&at, k);
         if !is_snake_case(&common.id) {
             return Err(src.error_at(
                 &key("id"),

@@ -369,23 +369,8 @@ impl OcrEngine {
         let (h, w) = (48u32, 192u32);
         let mut angles = vec![(String::new(), 0.0f32); crops.len()];
         for batch in self.batches(&crops) {
-            let per = (3 * h * w) as usize;
-            let mut input = vec![0f32; per * batch.len()];
-            for (k, &i) in batch.iter().enumerate() {
-                imgops::to_line_tensor(&crops[i], h, w, &mut input[k * per..(k + 1) * per]);
-            }
-            let tensor = TensorRef::from_array_view((
-                [batch.len(), 3, h as usize, w as usize],
-                input.as_slice(),
-            ))
-            .map_err(|e| e.to_string())?;
-            let outputs = m
-                .cls
-                .run(ort::inputs![tensor])
-                .map_err(|e| format!("cls: {e}"))?;
-            let (_, probs) = outputs[0]
-                .try_extract_tensor::<f32>()
-                .map_err(|e| e.to_string())?;
+            let (_, probs) =
+                run_lines(&mut m.cls, &crops, &batch, h, w).map_err(|e| format!("cls: {e}"))?;
             for (k, &i) in batch.iter().enumerate() {
                 let (p0, p180) = (probs[2 * k], probs[2 * k + 1]);
                 let (label, score) = if p180 > p0 { ("180", p180) } else { ("0", p0) };
@@ -407,23 +392,8 @@ impl OcrEngine {
                 .map(|&i| crops[i].width() as f64 / crops[i].height() as f64)
                 .fold(320.0 / 48.0, f64::max);
             let w = (h as f64 * max_ratio) as u32;
-            let per = (3 * h * w) as usize;
-            let mut input = vec![0f32; per * batch.len()];
-            for (k, &i) in batch.iter().enumerate() {
-                imgops::to_line_tensor(&crops[i], h, w, &mut input[k * per..(k + 1) * per]);
-            }
-            let tensor = TensorRef::from_array_view((
-                [batch.len(), 3, h as usize, w as usize],
-                input.as_slice(),
-            ))
-            .map_err(|e| e.to_string())?;
-            let outputs = m
-                .rec
-                .run(ort::inputs![tensor])
-                .map_err(|e| format!("rec: {e}"))?;
-            let (shape, probs) = outputs[0]
-                .try_extract_tensor::<f32>()
-                .map_err(|e| e.to_string())?;
+            let (shape, probs) =
+                run_lines(&mut m.rec, crops, &batch, h, w).map_err(|e| format!("rec: {e}"))?;
             let (steps, classes) = (shape[1] as usize, shape[2] as usize);
             for (k, &i) in batch.iter().enumerate() {
                 out[i] = self.ctc_decode(
@@ -459,6 +429,31 @@ impl OcrEngine {
         }
         (text, if n == 0 { 0.0 } else { sum / n as f32 })
     }
+}
+
+/// Runs a line model (cls or rec) on crops `batch` resized to height `h`, padded to width `w`.
+fn run_lines(
+    session: &mut Session,
+    crops: &[RgbImage],
+    batch: &[usize],
+    h: u32,
+    w: u32,
+) -> Result<(Vec<i64>, Vec<f32>), String> {
+    let per = (3 * h * w) as usize;
+    let mut input = vec![0f32; per * batch.len()];
+    for (k, &i) in batch.iter().enumerate() {
+        imgops::to_line_tensor(&crops[i], h, w, &mut input[k * per..(k + 1) * per]);
+    }
+    let tensor =
+        TensorRef::from_array_view(([batch.len(), 3, h as usize, w as usize], input.as_slice()))
+            .map_err(|e| e.to_string())?;
+    let outputs = session
+        .run(ort::inputs![tensor])
+        .map_err(|e| e.to_string())?;
+    let (shape, data) = outputs[0]
+        .try_extract_tensor::<f32>()
+        .map_err(|e| e.to_string())?;
+    Ok((shape.iter().copied().collect(), data.to_vec()))
 }
 
 fn round32(v: u32) -> u32 {

@@ -136,11 +136,7 @@ pub fn build(
 ) -> Result<super::Built, ConfigError> {
     let (cfg, _) = super::compute_settings::<FramesConfig>(common, at, bcx)?;
     super::no_select(common, select_at, bcx)?;
-    let key = |k: &str| {
-        let mut p = at.to_vec();
-        p.push(Seg::Key(k.into()));
-        p
-    };
+    let key = |k: &str| crate::config::key_at(at, k);
     if cfg.mode == Mode::Uniform && cfg.count == 0 {
         return Err(bcx.src.error_at(&key("count"), "must be at least 1"));
     }

@@ -79,11 +79,7 @@ pub fn build(
 ) -> Result<super::Built, ConfigError> {
     let (cfg, compute) = super::compute_settings::<ShotsConfig>(common, at, bcx)?;
     super::no_select(common, select_at, bcx)?;
-    let key = |k: &str| {
-        let mut p = at.to_vec();
-        p.push(Seg::Key(k.into()));
-        p
-    };
+    let key = |k: &str| crate::config::key_at(at, k);
     if cfg.fps.is_some_and(|f| !(f > 0.0 && f <= 120.0)) {
         return Err(bcx.src.error_at(&key("fps"), "must be in (0, 120]"));
     }

@@ -65,11 +65,7 @@ pub fn build(
 ) -> Result<super::Built, ConfigError> {
     let (cfg, mut compute) = super::compute_settings::<OcrConfig>(common, at, bcx)?;
     super::no_select(common, select_at, bcx)?;
-    let key = |k: &str| {
-        let mut p = at.to_vec();
-        p.push(Seg::Key(k.into()));
-        p
-    };
+    let key = |k: &str| crate::config::key_at(at, k);
     if !(1..=20).contains(&cfg.grid_rows) {
         return Err(bcx
             .src
