@@ -214,7 +214,7 @@ mod tests {
             (1.5, 30.0),
         ];
         assert_eq!(cuts(&s, 27.0, 0.5), vec![1.5]);
-        assert_eq!(cuts(&s, 27.0, 0.1), vec![0.2, 0.3, 1.5]);
+        assert_eq!(cuts(&s, 27.0, 0.05), vec![0.2, 0.3, 1.5]);
     }
 
     #[test]
