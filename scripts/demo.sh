@@ -16,6 +16,7 @@ set -e
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ]; then
   exit "$rc"
 fi
+./target/release/vidcurate analyze data/runs/demo --by label
 python3 - <<'PY'
 import pyarrow.dataset as ds
 run = "data/runs/demo"

@@ -30,7 +30,7 @@ import sys
 
 from PIL import ImageFont
 
-VERSION = 7
+VERSION = 8
 FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf"
 FPS = 25
 
@@ -109,9 +109,11 @@ def demo_overlays(label, rng, w, h, secs):
         p = place(rng, taken, text, size, w, h, xr=(24, 40), yr=(int(h * 0.80), int(h * 0.86)))
         col = (rng.uniform(25.5, 29.5), rng.uniform(0.8, 0.95), rng.uniform(0.92, 1.0))
         out.append(overlay(text, size, col, p[0], p[1], p[2], 0.0, secs, True, style="box"))
-        p = place(rng, taken, "CITY NEWS 24", 30, w, h, xr=(w - 300, w - 280), yr=(20, 30))
-        col = (rng.uniform(25.5, 29.5), 0.9, 0.97)
-        out.append(overlay("CITY NEWS 24", 30, col, p[0], p[1], p[2], 0.0, secs, True, style="box"))
+        # A channel mark on some clips: small, static, top corner, same orange family.
+        if rng.random() < 0.3:
+            p = place(rng, taken, "CITY NEWS 24", 30, w, h, xr=(w - 300, w - 280), yr=(20, 30))
+            col = (rng.uniform(25.5, 29.5), 0.9, 0.97)
+            out.append(overlay("CITY NEWS 24", 30, col, p[0], p[1], p[2], 0.0, secs, True, style="box"))
     if rng.random() < 0.6:
         text = rng.choice(SCENE_LINES)
         y = free_row(rng, taken, 52, 120, 380)

@@ -52,6 +52,22 @@ enum Cmd {
     },
     /// List the stage and source types a pipeline file can use.
     ListStages,
+    /// Reproduce the papers' analyses of on-screen text from a run's Parquet, grouped by a column.
+    ///
+    /// Writes, for each group of COLUMN (e.g. label = fake/real), the hue distribution of
+    /// creator-added text pixels (pixel- and region-weighted), saturation, value, position on a
+    /// grid, area, aspect ratio, text over 8 time segments and shots per video, each as Parquet and
+    /// CSV, and `stats` (KS / chi-square with n, p and effect size) comparing the first two groups.
+    Analyze {
+        /// The run directory.
+        run_dir: PathBuf,
+        /// Column to group by (any source column carried through, e.g. `label`).
+        #[arg(long)]
+        by: String,
+        /// Output folder [default: RUN_DIR/analysis/<by>].
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Read the text in images or videos (PP-OCRv4, RapidOCR 1.4.4's procedure).
     ///
     /// Prints one JSON object per image or sampled video frame:
@@ -231,6 +247,30 @@ fn ocr_cmd(
 
 fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.cmd {
+        Cmd::Analyze { run_dir, by, out } => {
+            let a = vidcurate::analyze::analyze(&run_dir, &by, out.as_deref())
+                .map_err(anyhow::Error::msg)?;
+            println!("groups: {}", a.groups.join(", "));
+            for (name, rows) in &a.tables {
+                println!("{name}: {} rows", rows.len());
+            }
+            for s in &a.stats {
+                println!(
+                    "{:<13} {} vs {}: {} n={}/{} stat={:.4} p={:.3e} effect={:.3}",
+                    s.analysis,
+                    s.group_a,
+                    s.group_b,
+                    s.test,
+                    s.n_a,
+                    s.n_b,
+                    s.statistic,
+                    s.p_value,
+                    s.effect_size
+                );
+            }
+            println!("tables: {}", a.out_dir.display());
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Ocr {
             files,
             no_det,

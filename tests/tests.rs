@@ -3,6 +3,7 @@
 
 mod util;
 
+mod analyze;
 mod bad_input;
 mod config;
 mod frames;

@@ -223,6 +223,37 @@ pub fn table_rows(dir: &Path, skip: &[&str]) -> Vec<String> {
     rows
 }
 
+/// The rows of one Parquet file as column → value maps (values formatted as strings).
+pub fn table_rows_file(path: &Path) -> Vec<std::collections::BTreeMap<String, String>> {
+    let opts = FormatOptions::default().with_null("null");
+    let file = std::fs::File::open(path).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut out = vec![];
+    for b in reader {
+        let b = b.unwrap();
+        let schema = b.schema();
+        let fmts: Vec<_> = b
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).unwrap())
+            .collect();
+        for i in 0..b.num_rows() {
+            out.push(
+                schema
+                    .fields()
+                    .iter()
+                    .zip(&fmts)
+                    .map(|(f, x)| (f.name().clone(), x.value(i).to_string()))
+                    .collect(),
+            );
+        }
+    }
+    out
+}
+
 /// Column values of a table as strings, in file order.
 pub fn column(dir: &Path, name: &str) -> Vec<String> {
     let opts = FormatOptions::default().with_null("null");

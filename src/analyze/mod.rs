@@ -1,0 +1,549 @@
+//! `vidcurate analyze`: the papers' empirical analyses of on-screen text (MVFNDB §3.1–3.2, A.1,
+//! A.1.1, A.2.2), from a run directory's Parquet alone, grouped by a column (e.g. `label`).
+//!
+//! Every analysis is a long table (group, bin, lo, hi, label, count, share) written as Parquet and
+//! CSV; `stats` holds, for each comparison of the first two groups, a KS or chi-square test with
+//! n, p and an effect size. Creator-added regions only, as the paper counts them.
+//! Plots and the HTML report are the next step (issue 6).
+
+pub mod stats;
+
+use crate::record::COL_VIDEO_ID;
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{Float64Type, UInt32Type};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DistRow {
+    pub group: String,
+    pub bin: u32,
+    pub lo: f64,
+    pub hi: f64,
+    pub label: String,
+    pub count: f64,
+    pub share: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StatRow {
+    pub analysis: String,
+    pub group_a: String,
+    pub group_b: String,
+    pub test: String,
+    pub n_a: u64,
+    pub n_b: u64,
+    pub statistic: f64,
+    pub p_value: f64,
+    pub effect_size: f64,
+}
+
+pub struct Analysis {
+    pub out_dir: PathBuf,
+    pub groups: Vec<String>,
+    pub tables: BTreeMap<String, Vec<DistRow>>,
+    pub stats: Vec<StatRow>,
+}
+
+fn read_batches(dir: &Path) -> Result<Vec<RecordBatch>, String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "parquet")
+                && !p
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        })
+        .collect();
+    files.sort();
+    let mut out = vec![];
+    for f in files {
+        let file = std::fs::File::open(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+            .and_then(|b| b.build())
+            .map_err(|e| format!("{}: {e}", f.display()))?;
+        for b in reader {
+            out.push(b.map_err(|e| format!("{}: {e}", f.display()))?);
+        }
+    }
+    Ok(out)
+}
+
+/// The stage id of the first stage of `kind` in the run's manifest.
+fn stage_id(run: &Path, kind: &str) -> Result<Option<String>, String> {
+    let m: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(run.join("manifest.json"))
+            .map_err(|e| format!("{}/manifest.json: {e}", run.display()))?,
+    )
+    .map_err(|e| format!("{}/manifest.json: {e}", run.display()))?;
+    Ok(m["stages"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["type"] == kind))
+        .and_then(|s| s["id"].as_str().map(str::to_string)))
+}
+
+fn col_str(b: &RecordBatch, name: &str) -> Result<Vec<Option<String>>, String> {
+    let c = b
+        .column_by_name(name)
+        .ok_or_else(|| format!("no column `{name}`"))?;
+    let c =
+        arrow::compute::cast(c, &arrow::datatypes::DataType::Utf8).map_err(|e| e.to_string())?;
+    let s = c.as_string::<i32>();
+    Ok((0..s.len())
+        .map(|i| s.is_valid(i).then(|| s.value(i).to_string()))
+        .collect())
+}
+
+fn col_f64(b: &RecordBatch, name: &str) -> Result<Vec<f64>, String> {
+    let c = b
+        .column_by_name(name)
+        .ok_or_else(|| format!("no column `{name}`"))?;
+    let c =
+        arrow::compute::cast(c, &arrow::datatypes::DataType::Float64).map_err(|e| e.to_string())?;
+    Ok(c.as_primitive::<Float64Type>().values().to_vec())
+}
+
+fn col_hist(b: &RecordBatch, name: &str) -> Result<Vec<Vec<u32>>, String> {
+    let c = b
+        .column_by_name(name)
+        .ok_or_else(|| format!("no column `{name}`"))?;
+    // serde_arrow writes Vec<u32> as a large list; accept both offset widths.
+    let values = |v: arrow::array::ArrayRef| v.as_primitive::<UInt32Type>().values().to_vec();
+    if let Some(l) = c.as_list_opt::<i64>() {
+        Ok((0..l.len()).map(|i| values(l.value(i))).collect())
+    } else if let Some(l) = c.as_list_opt::<i32>() {
+        Ok((0..l.len()).map(|i| values(l.value(i))).collect())
+    } else {
+        Err(format!("column `{name}` is not a list"))
+    }
+}
+
+/// One creator-added region with what the analyses need.
+struct Region {
+    group: String,
+    video: String,
+    frame: u32,
+    hue_hist: Vec<u32>,
+    sat_hist: Vec<u32>,
+    val_hist: Vec<u32>,
+    text_h: f64,
+    text_s: f64,
+    text_v: f64,
+    cell: (u32, u32),
+    area: f64,
+    aspect: f64,
+}
+
+fn dist(group: &str, bins: &[(f64, f64, String)], counts: &[f64]) -> Vec<DistRow> {
+    let total: f64 = counts.iter().sum();
+    bins.iter()
+        .zip(counts)
+        .enumerate()
+        .map(|(i, ((lo, hi, label), c))| DistRow {
+            group: group.to_string(),
+            bin: i as u32,
+            lo: *lo,
+            hi: *hi,
+            label: label.clone(),
+            count: *c,
+            share: if total > 0.0 { c / total } else { 0.0 },
+        })
+        .collect()
+}
+
+fn uniform_bins(n: usize, lo: f64, hi: f64, unit: &str) -> Vec<(f64, f64, String)> {
+    let w = (hi - lo) / n as f64;
+    (0..n)
+        .map(|i| {
+            (
+                lo + i as f64 * w,
+                lo + (i + 1) as f64 * w,
+                format!(
+                    "{:.3}-{:.3}{unit}",
+                    lo + i as f64 * w,
+                    lo + (i + 1) as f64 * w
+                ),
+            )
+        })
+        .collect()
+}
+
+fn bin_of(edges: &[f64], v: f64) -> usize {
+    edges
+        .windows(2)
+        .position(|w| v >= w[0] && v < w[1])
+        .unwrap_or(edges.len() - 2)
+}
+
+/// Runs every analysis on `run`, grouped by `by`, and writes the tables under `out`.
+pub fn analyze(run: &Path, by: &str, out: Option<&Path>) -> Result<Analysis, String> {
+    let ocr = stage_id(run, "ocr")?.ok_or("the run has no `ocr` stage: nothing to analyse")?;
+    let frames_id = stage_id(run, "frames")?;
+    let probe_id = stage_id(run, "probe")?;
+    let shots_id = stage_id(run, "shots")?;
+    let out_dir = out
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| run.join("analysis").join(by));
+
+    let mut regions = vec![];
+    let (mut grid_rows, mut grid_cols) = (1u32, 1u32);
+    for b in read_batches(&run.join(&ocr))? {
+        let groups =
+            col_str(&b, by).map_err(|e| format!("{ocr}: {e} (group column `--by {by}`)"))?;
+        let videos = col_str(&b, COL_VIDEO_ID)?;
+        let added = b
+            .column_by_name("creator_added")
+            .ok_or("no creator_added column")?
+            .as_boolean()
+            .clone();
+        let frame = b
+            .column_by_name("frame_index")
+            .ok_or("no frame_index")?
+            .as_primitive::<UInt32Type>()
+            .clone();
+        let rows = b
+            .column_by_name("grid_row")
+            .ok_or("no grid_row")?
+            .as_primitive::<UInt32Type>()
+            .clone();
+        let cols = b
+            .column_by_name("grid_col")
+            .ok_or("no grid_col")?
+            .as_primitive::<UInt32Type>()
+            .clone();
+        let (hh, sh, vh) = (
+            col_hist(&b, "hue_hist")?,
+            col_hist(&b, "sat_hist")?,
+            col_hist(&b, "val_hist")?,
+        );
+        let (th, ts, tv) = (
+            col_f64(&b, "text_h")?,
+            col_f64(&b, "text_s")?,
+            col_f64(&b, "text_v")?,
+        );
+        let (area, aspect) = (col_f64(&b, "area_frac")?, col_f64(&b, "aspect_ratio")?);
+        for i in 0..b.num_rows() {
+            if !added.value(i) {
+                continue;
+            }
+            grid_rows = grid_rows.max(rows.value(i) + 1);
+            grid_cols = grid_cols.max(cols.value(i) + 1);
+            regions.push(Region {
+                group: groups[i].clone().unwrap_or_else(|| "(null)".into()),
+                video: videos[i].clone().unwrap_or_default(),
+                frame: frame.value(i),
+                hue_hist: hh[i].clone(),
+                sat_hist: sh[i].clone(),
+                val_hist: vh[i].clone(),
+                text_h: th[i],
+                text_s: ts[i],
+                text_v: tv[i],
+                cell: (rows.value(i), cols.value(i)),
+                area: area[i],
+                aspect: aspect[i],
+            });
+        }
+    }
+    let mut groups: Vec<String> = regions.iter().map(|r| r.group.clone()).collect();
+    groups.sort();
+    groups.dedup();
+    let mut tables: BTreeMap<String, Vec<DistRow>> = BTreeMap::new();
+    let mut counts_by: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+    let mut values_by: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+
+    let hue_bins = uniform_bins(72, 0.0, 360.0, "°");
+    let sv_bins = uniform_bins(20, 0.0, 1.0, "");
+    let area_edges: Vec<f64> = (0..=10)
+        .map(|i| 10f64.powf(-5.0 + 0.5 * i as f64))
+        .collect();
+    let area_bins: Vec<(f64, f64, String)> = area_edges
+        .windows(2)
+        .map(|w| (w[0], w[1], format!("{:.0e}-{:.0e}", w[0], w[1])))
+        .collect();
+    let aspect_edges = [0.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 50.0, f64::INFINITY];
+    let aspect_bins: Vec<(f64, f64, String)> = aspect_edges
+        .windows(2)
+        .map(|w| (w[0], w[1], format!("{}-{}", w[0], w[1])))
+        .collect();
+    let cells: Vec<(f64, f64, String)> = (0..grid_rows * grid_cols)
+        .map(|i| {
+            (
+                i as f64,
+                (i + 1) as f64,
+                crate::stages::ocr::layout::cell_name(
+                    i / grid_cols,
+                    i % grid_cols,
+                    grid_rows,
+                    grid_cols,
+                ),
+            )
+        })
+        .collect();
+
+    for g in &groups {
+        let rs: Vec<&Region> = regions.iter().filter(|r| &r.group == g).collect();
+        let mut hue_px = vec![0f64; 72];
+        let mut sat_px = vec![0f64; 20];
+        let mut val_px = vec![0f64; 20];
+        let mut hue_reg = vec![0f64; 72];
+        let mut cell = vec![0f64; cells.len()];
+        let mut area = vec![0f64; area_bins.len()];
+        let mut aspect = vec![0f64; aspect_bins.len()];
+        for r in &rs {
+            for (acc, h) in [
+                (&mut hue_px, &r.hue_hist),
+                (&mut sat_px, &r.sat_hist),
+                (&mut val_px, &r.val_hist),
+            ] {
+                for (a, v) in acc.iter_mut().zip(h.iter()) {
+                    *a += *v as f64;
+                }
+            }
+            if r.text_s >= crate::stages::ocr::colour::MIN_CHROMA as f64 {
+                hue_reg[((r.text_h / 5.0) as usize).min(71)] += 1.0;
+            }
+            cell[(r.cell.0 * grid_cols + r.cell.1) as usize] += 1.0;
+            area[bin_of(&area_edges, r.area.max(1e-5))] += 1.0;
+            aspect[bin_of(&aspect_edges, r.aspect)] += 1.0;
+        }
+        for (name, bins, counts) in [
+            ("hue_pixels", &hue_bins, &hue_px),
+            ("hue_regions", &hue_bins, &hue_reg),
+            ("saturation", &sv_bins, &sat_px),
+            ("value", &sv_bins, &val_px),
+            ("position", &cells, &cell),
+            ("area", &area_bins, &area),
+            ("aspect_ratio", &aspect_bins, &aspect),
+        ] {
+            tables
+                .entry(name.into())
+                .or_default()
+                .extend(dist(g, bins, counts));
+            counts_by.insert((name.into(), g.clone()), counts.clone());
+        }
+        values_by.insert(
+            ("saturation".into(), g.clone()),
+            rs.iter().map(|r| r.text_s).collect(),
+        );
+        values_by.insert(
+            ("value".into(), g.clone()),
+            rs.iter().map(|r| r.text_v).collect(),
+        );
+        values_by.insert(
+            ("area".into(), g.clone()),
+            rs.iter().map(|r| r.area).collect(),
+        );
+        values_by.insert(
+            ("aspect_ratio".into(), g.clone()),
+            rs.iter().map(|r| r.aspect).collect(),
+        );
+    }
+
+    // Key footage over 8 equal segments: the share of each segment's sampled frames that show
+    // creator-added text, per video, averaged per group.
+    if let (Some(fid), Some(pid)) = (&frames_id, &probe_id) {
+        let mut duration: HashMap<String, f64> = HashMap::new();
+        for b in read_batches(&run.join(pid))? {
+            let (ids, d) = (
+                col_str(&b, COL_VIDEO_ID)?,
+                col_f64(&b, "video_duration_secs")?,
+            );
+            for (i, id) in ids.into_iter().enumerate() {
+                duration.insert(id.unwrap_or_default(), d[i]);
+            }
+        }
+        let with_text: std::collections::HashSet<(String, u32)> =
+            regions.iter().map(|r| (r.video.clone(), r.frame)).collect();
+        let mut per_video: BTreeMap<(String, String), ([f64; 8], [f64; 8])> = BTreeMap::new();
+        for b in read_batches(&run.join(fid))? {
+            let (ids, grp) = (col_str(&b, COL_VIDEO_ID)?, col_str(&b, by)?);
+            let (idx, ts) = (
+                b.column_by_name("frame_index")
+                    .ok_or("no frame_index")?
+                    .as_primitive::<UInt32Type>()
+                    .clone(),
+                col_f64(&b, "timestamp_secs")?,
+            );
+            for i in 0..b.num_rows() {
+                let id = ids[i].clone().unwrap_or_default();
+                let Some(d) = duration.get(&id).filter(|d| **d > 0.0) else {
+                    continue;
+                };
+                let seg = ((ts[i] / d * 8.0) as usize).min(7);
+                let e = per_video
+                    .entry((
+                        grp[i].clone().unwrap_or_else(|| "(null)".into()),
+                        id.clone(),
+                    ))
+                    .or_default();
+                e.1[seg] += 1.0;
+                if with_text.contains(&(id, idx.value(i))) {
+                    e.0[seg] += 1.0;
+                }
+            }
+        }
+        let seg_bins: Vec<(f64, f64, String)> = (0..8)
+            .map(|i| {
+                (
+                    i as f64 / 8.0,
+                    (i + 1) as f64 / 8.0,
+                    format!("segment {}", i + 1),
+                )
+            })
+            .collect();
+        for g in &groups {
+            let vids: Vec<_> = per_video
+                .iter()
+                .filter(|((gg, _), _)| gg == g)
+                .map(|(_, v)| v)
+                .collect();
+            let mut mean = [0f64; 8];
+            for s in 0..8 {
+                let shares: Vec<f64> = vids
+                    .iter()
+                    .filter(|v| v.1[s] > 0.0)
+                    .map(|v| v.0[s] / v.1[s])
+                    .collect();
+                mean[s] = shares.iter().sum::<f64>() / shares.len().max(1) as f64;
+            }
+            // `count` is the mean share here; `share` normalises it over the 8 segments.
+            tables
+                .entry("segments".into())
+                .or_default()
+                .extend(dist(g, &seg_bins, &mean));
+        }
+    }
+
+    // Shots per video.
+    if let Some(sid) = &shots_id {
+        let mut per_video: BTreeMap<String, (String, u32)> = BTreeMap::new();
+        for b in read_batches(&run.join(sid))? {
+            let (ids, grp) = (col_str(&b, COL_VIDEO_ID)?, col_str(&b, by)?);
+            let n = b
+                .column_by_name("shots_in_video")
+                .ok_or("no shots_in_video")?
+                .as_primitive::<UInt32Type>()
+                .clone();
+            for i in 0..b.num_rows() {
+                per_video.insert(
+                    ids[i].clone().unwrap_or_default(),
+                    (
+                        grp[i].clone().unwrap_or_else(|| "(null)".into()),
+                        n.value(i),
+                    ),
+                );
+            }
+        }
+        let shot_bins: Vec<(f64, f64, String)> = (1..=10)
+            .map(|k| {
+                (
+                    k as f64,
+                    (k + 1) as f64,
+                    if k == 10 { "10+".into() } else { k.to_string() },
+                )
+            })
+            .collect();
+        let mut shot_groups: Vec<String> = per_video.values().map(|v| v.0.clone()).collect();
+        shot_groups.sort();
+        shot_groups.dedup();
+        for g in &shot_groups {
+            let mut c = vec![0f64; 10];
+            let mut vals = vec![];
+            for (gg, n) in per_video.values() {
+                if gg == g {
+                    c[(*n as usize).clamp(1, 10) - 1] += 1.0;
+                    vals.push(*n as f64);
+                }
+            }
+            tables
+                .entry("shots".into())
+                .or_default()
+                .extend(dist(g, &shot_bins, &c));
+            values_by.insert(("shots".into(), g.clone()), vals);
+        }
+    }
+
+    // The statistics, for the first two groups.
+    let mut stats_rows = vec![];
+    if groups.len() >= 2 {
+        let (a, b) = (&groups[0], &groups[1]);
+        for name in [
+            "hue_pixels",
+            "hue_regions",
+            "saturation",
+            "value",
+            "position",
+            "area",
+            "aspect_ratio",
+        ] {
+            if let (Some(x), Some(y)) = (
+                counts_by.get(&(name.into(), a.clone())),
+                counts_by.get(&(name.into(), b.clone())),
+            ) {
+                if let Some(t) = stats::chi_square(x, y) {
+                    stats_rows.push(stat_row(name, a, b, &t));
+                }
+            }
+        }
+        for name in ["saturation", "value", "area", "aspect_ratio", "shots"] {
+            if let (Some(x), Some(y)) = (
+                values_by.get(&(name.into(), a.clone())),
+                values_by.get(&(name.into(), b.clone())),
+            ) {
+                if let Some(t) = stats::ks_two_sample(x, y) {
+                    stats_rows.push(stat_row(name, a, b, &t));
+                }
+            }
+        }
+    }
+
+    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    for (name, rows) in &tables {
+        write_table(&out_dir, name, rows)?;
+    }
+    write_table(&out_dir, "stats", &stats_rows)?;
+    Ok(Analysis {
+        out_dir,
+        groups,
+        tables,
+        stats: stats_rows,
+    })
+}
+
+fn stat_row(name: &str, a: &str, b: &str, t: &stats::TestResult) -> StatRow {
+    StatRow {
+        analysis: name.into(),
+        group_a: a.into(),
+        group_b: b.into(),
+        test: t.test.into(),
+        n_a: t.n_a,
+        n_b: t.n_b,
+        statistic: t.statistic,
+        p_value: t.p_value,
+        effect_size: t.effect_size,
+    }
+}
+
+/// `<name>.parquet` and `<name>.csv` in `dir`.
+fn write_table<T: Serialize + for<'de> Deserialize<'de>>(
+    dir: &Path,
+    name: &str,
+    rows: &[T],
+) -> Result<(), String> {
+    let fields = crate::runtime::shards::fields_of::<T>().map_err(|e| e.to_string())?;
+    let batch = serde_arrow::to_record_batch(&fields, &rows).map_err(|e| e.to_string())?;
+    let path = dir.join(format!("{name}.parquet"));
+    let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None)
+        .map_err(|e| e.to_string())?;
+    w.write(&batch).map_err(|e| e.to_string())?;
+    w.close().map_err(|e| e.to_string())?;
+    let path = dir.join(format!("{name}.csv"));
+    let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    arrow::csv::Writer::new(file)
+        .write(&batch)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! `vidcurate analyze` recovers what the demo corpus generator drew: fake overlays red (0–5°),
+//! short (aspect < 15) and scattered; real captions orange (25–30°), long (> 15), in a band.
+
+use crate::need_ffmpeg;
+use crate::util::*;
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn analyze_recovers_the_drawn_distributions() {
+    need_ffmpeg!();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let d = tempfile::tempdir().unwrap();
+    let made = Command::new("python3")
+        .arg(root.join("scripts/make_demo_corpus.py"))
+        .arg(d.path().join("demo"))
+        .args(["--clips", "6", "--seconds", "3", "--seed", "11"])
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let p = d.path().join("p.toml");
+    write(
+        &p,
+        &format!(
+            "{}\n[[stages]]\nid = \"ocr_regions\"\ntype = \"ocr\"\n\n[[stages]]\nid = \"shots\"\ntype = \"shots\"\n",
+            pipeline(
+                "manifest = \"demo/manifest.csv\"",
+                "{ count = 4, jpeg_quality = 95 }",
+                ""
+            )
+        ),
+    );
+    let out = d.path().join("run");
+    let o = run_into(&p, &out, d.path());
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "the broken upload is rejected: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = run(
+        &["analyze", out.to_str().unwrap(), "--by", "label"],
+        d.path(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let a = out.join("analysis/label");
+    for t in [
+        "hue_pixels",
+        "hue_regions",
+        "saturation",
+        "value",
+        "position",
+        "area",
+        "aspect_ratio",
+        "segments",
+        "shots",
+        "stats",
+    ] {
+        assert!(
+            a.join(format!("{t}.parquet")).exists() && a.join(format!("{t}.csv")).exists(),
+            "{t}"
+        );
+    }
+    let rows = |t: &str| table_rows_file(&a.join(format!("{t}.parquet")));
+    let by_group = |t: &str, g: &str| -> Vec<(String, f64, f64)> {
+        rows(t)
+            .into_iter()
+            .filter(|r| r["group"] == g)
+            .map(|r| {
+                (
+                    r["label"].clone(),
+                    r["hi"].parse().unwrap(),
+                    r["share"].parse().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let peak = |t: &str, g: &str| {
+        by_group(t, g)
+            .into_iter()
+            .max_by(|a, b| a.2.total_cmp(&b.2))
+            .unwrap()
+            .0
+    };
+    assert_eq!(peak("hue_pixels", "fake"), "0.000-5.000°");
+    assert_eq!(peak("hue_pixels", "real"), "25.000-30.000°");
+    let below_15 = |g: &str| {
+        by_group("aspect_ratio", g)
+            .iter()
+            .filter(|r| r.1 <= 15.0)
+            .map(|r| r.2)
+            .sum::<f64>()
+    };
+    assert!(
+        below_15("fake") > 0.9,
+        "fake aspect < 15: {}",
+        below_15("fake")
+    );
+    assert!(
+        below_15("real") < 0.5,
+        "real aspect < 15: {}",
+        below_15("real")
+    );
+    let top_cell = |g: &str| {
+        by_group("position", g)
+            .iter()
+            .map(|r| r.2)
+            .fold(0.0, f64::max)
+    };
+    assert!(
+        top_cell("real") > top_cell("fake") + 0.1,
+        "real captions concentrate: {} vs {}",
+        top_cell("real"),
+        top_cell("fake")
+    );
+    let stats = rows("stats");
+    let hue = stats
+        .iter()
+        .find(|r| r["analysis"] == "hue_pixels")
+        .expect("hue test");
+    assert!(hue["p_value"].parse::<f64>().unwrap() < 1e-6, "{hue:?}");
+}
