@@ -3,35 +3,22 @@
 
 use crate::need_ffmpeg;
 use crate::util::*;
-use std::path::Path;
-use std::process::Command;
 
 #[test]
 fn analyze_recovers_the_drawn_distributions() {
     need_ffmpeg!();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let d = tempfile::tempdir().unwrap();
-    let made = Command::new("python3")
-        .arg(root.join("scripts/make_demo_corpus.py"))
-        .arg(d.path().join("demo"))
-        .args(["--clips", "6", "--seconds", "3", "--seed", "11"])
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
+    make_corpus(
+        &d.path().join("demo"),
+        &["--clips", "6", "--seconds", "3", "--seed", "11"],
     );
     let p = d.path().join("p.toml");
     write(
         &p,
-        &format!(
-            "{}\n[[stages]]\nid = \"ocr_regions\"\ntype = \"ocr\"\n\n[[stages]]\nid = \"shots\"\ntype = \"shots\"\n",
-            pipeline(
-                "manifest = \"demo/manifest.csv\"",
-                "{ count = 4, jpeg_quality = 95 }",
-                ""
-            )
+        &pipeline_with(
+            "manifest = \"demo/manifest.csv\"",
+            "{ count = 4, jpeg_quality = 95 }",
+            &[("ocr_regions", "ocr"), ("shots", "shots")],
         ),
     );
     let out = d.path().join("run");

@@ -15,27 +15,17 @@ fn regions_match_the_drawn_overlays() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let d = tempfile::tempdir().unwrap();
     let corpus = d.path().join("truth");
-    let made = Command::new("python3")
-        .arg(root.join("scripts/make_demo_corpus.py"))
-        .arg(&corpus)
-        .args(["--profile", "ocr-truth", "--clips", "8", "--seconds", "3"])
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
+    make_corpus(
+        &corpus,
+        &["--profile", "ocr-truth", "--clips", "8", "--seconds", "3"],
     );
     let p = d.path().join("p.toml");
     write(
         &p,
-        &format!(
-            "{}\n[[stages]]\nid = \"ocr_regions\"\ntype = \"ocr\"\n\n[[stages]]\nid = \"ocr_videos\"\ntype = \"overlays\"\n",
-            pipeline(
-                "manifest = \"truth/manifest.csv\"",
-                "{ count = 4, jpeg_quality = 95 }",
-                ""
-            )
+        &pipeline_with(
+            "manifest = \"truth/manifest.csv\"",
+            "{ count = 4, jpeg_quality = 95 }",
+            &[("ocr_regions", "ocr"), ("ocr_videos", "overlays")],
         ),
     );
     let run_dir = d.path().join("run");

@@ -22,6 +22,30 @@ pub fn fixture_video(name: &str) -> PathBuf {
     p
 }
 
+/// Runs scripts/make_demo_corpus.py into `dest` with `args` (profile, clips, seconds, seed).
+pub fn make_corpus(dest: &Path, args: &[&str]) {
+    let made = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/make_demo_corpus.py"))
+        .arg(dest)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "corpus generator: {}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+}
+
+/// `pipeline(...)` followed by extra `[[stages]]` given as (id, type) pairs.
+pub fn pipeline_with(source: &str, frames_compute: &str, stages: &[(&str, &str)]) -> String {
+    let mut s = pipeline(source, frames_compute, "");
+    for (id, kind) in stages {
+        s += &format!("\n[[stages]]\nid = \"{id}\"\ntype = \"{kind}\"\n");
+    }
+    s
+}
+
 pub fn has_ffmpeg() -> bool {
     Command::new("ffmpeg")
         .arg("-version")
