@@ -279,3 +279,33 @@ print("pyarrow ok", frames.num_rows)
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+#[test]
+fn a_second_run_on_the_same_directory_is_refused() {
+    need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    corpus(d.path());
+    let p = pipeline_file(d.path(), 40);
+    let out = d.path().join("run");
+    let mut first = spawn_run(&p, &out, d.path());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !out.join("manifest.json").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let second = run_into(&p, &out, d.path());
+    let finished_first = first.try_wait().unwrap().is_some();
+    let _ = first.kill();
+    let _ = first.wait();
+    if !finished_first {
+        assert_eq!(
+            second.status.code(),
+            Some(2),
+            "{}",
+            String::from_utf8_lossy(&second.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&second.stderr)
+                .contains("another vidcurate run is using this run directory")
+        );
+    }
+}
