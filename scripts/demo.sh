@@ -37,4 +37,4 @@ for label in ["fake", "real"]:
     long_share = sum(r["aspect_ratio"] > 15 for r in rs) / len(rs)
     print(f"{label}: {len(rs)} creator-added regions; colours {colours}; aspect > 15: {100 * long_share:.0f} %")
 PY
-echo "demo: done; the run directory is data/runs/demo (layout: README.md)"
+echo "demo: done; the run directory is data/runs/demo (layout: README.md); report: data/runs/demo/analysis/label/report.html"

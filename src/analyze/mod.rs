@@ -4,8 +4,9 @@
 //! Every analysis is a long table (group, bin, lo, hi, label, count, share) written as Parquet and
 //! CSV; `stats` holds, for each comparison of the first two groups, a KS or chi-square test with
 //! n, p and an effect size. Creator-added regions only, as the paper counts them.
-//! Plots and the HTML report are the next step (issue 6).
+//! Each analysis is also a PNG plot, and `report.html` shows them all with the statistics.
 
+pub mod plot;
 pub mod stats;
 
 use crate::record::COL_VIDEO_ID;
@@ -155,17 +156,11 @@ fn dist(group: &str, bins: &[(f64, f64, String)], counts: &[f64]) -> Vec<DistRow
 
 fn uniform_bins(n: usize, lo: f64, hi: f64, unit: &str) -> Vec<(f64, f64, String)> {
     let w = (hi - lo) / n as f64;
+    let decimals = if unit.is_empty() { 2 } else { 0 };
     (0..n)
         .map(|i| {
-            (
-                lo + i as f64 * w,
-                lo + (i + 1) as f64 * w,
-                format!(
-                    "{:.3}-{:.3}{unit}",
-                    lo + i as f64 * w,
-                    lo + (i + 1) as f64 * w
-                ),
-            )
+            let (a, b) = (lo + i as f64 * w, lo + (i + 1) as f64 * w);
+            (a, b, format!("{a:.decimals$}{unit}"))
         })
         .collect()
 }
@@ -504,6 +499,54 @@ pub fn analyze(run: &Path, by: &str, out: Option<&Path>) -> Result<Analysis, Str
         write_table(&out_dir, name, rows)?;
     }
     write_table(&out_dir, "stats", &stats_rows)?;
+
+    let mut sizes: BTreeMap<String, usize> = BTreeMap::new();
+    for r in &regions {
+        *sizes.entry(r.group.clone()).or_default() += 1;
+    }
+    let mut plots = vec![];
+    for (name, title, marker) in [
+        ("hue_pixels", "Hue of text pixels (figure 1)", None),
+        ("hue_regions", "Hue, one vote per region", None),
+        ("saturation", "Saturation of text pixels (figure 16)", None),
+        ("value", "Value of text pixels (figure 17)", None),
+        ("area", "Region area / frame area (figure 14)", None),
+        (
+            "aspect_ratio",
+            "Aspect ratio, threshold 15 marked (figure 15)",
+            Some(15.0),
+        ),
+        (
+            "segments",
+            "Overlay text over 8 time segments (section 3.2.1)",
+            None,
+        ),
+        ("shots", "Shots per video (A.2.2)", None),
+    ] {
+        if let Some(rows) = tables.get(name) {
+            let file = format!("{name}.png");
+            plot::bars(&out_dir.join(&file), title, rows, &groups, &sizes, marker)?;
+            plots.push((title.to_string(), file));
+        }
+    }
+    if let Some(rows) = tables.get("position") {
+        plot::heatmaps(
+            &out_dir.join("position.png"),
+            "Position",
+            rows,
+            &groups,
+            (grid_rows, grid_cols),
+            &sizes,
+        )?;
+        plots.insert(
+            4.min(plots.len()),
+            (
+                "Position of text regions (figure 2)".to_string(),
+                "position.png".to_string(),
+            ),
+        );
+    }
+    plot::report(&out_dir, &plots, &sizes, &stats_rows)?;
     Ok(Analysis {
         out_dir,
         groups,

@@ -1,0 +1,191 @@
+//! PNG plots of the analysis tables (plotters, bitmap backend) and the HTML report that shows
+//! them with the group sizes and the statistics, so a person looks rather than reads.
+
+use super::{DistRow, StatRow};
+use plotters::prelude::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::OnceLock;
+
+const FONT_PATHS: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+];
+const COLOURS: [RGBColor; 4] = [
+    RGBColor(214, 39, 40),
+    RGBColor(255, 127, 14),
+    RGBColor(31, 119, 180),
+    RGBColor(44, 160, 44),
+];
+
+/// Registers DejaVu Sans for plot text once (fonts-dejavu-core, installed by the setup).
+fn font() -> Result<(), String> {
+    static FONT: OnceLock<Result<(), String>> = OnceLock::new();
+    FONT.get_or_init(|| {
+        let path = FONT_PATHS
+            .iter()
+            .find(|p| Path::new(p).exists())
+            .ok_or("DejaVuSans.ttf not found: install fonts-dejavu-core")?;
+        let bytes: &'static [u8] = Box::leak(
+            std::fs::read(path)
+                .map_err(|e| format!("{path}: {e}"))?
+                .into_boxed_slice(),
+        );
+        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+            .map_err(|_| format!("{path}: not a font"))
+    })
+    .clone()
+}
+
+fn err<E: std::fmt::Debug>(e: E) -> String {
+    format!("{e:?}")
+}
+
+/// Grouped bars: one bar per group in each bin, heights = shares.
+pub fn bars(
+    path: &Path,
+    title: &str,
+    rows: &[DistRow],
+    groups: &[String],
+    sizes: &BTreeMap<String, usize>,
+    marker: Option<f64>,
+) -> Result<(), String> {
+    font()?;
+    let nbins = rows.iter().map(|r| r.bin + 1).max().unwrap_or(1) as usize;
+    let ymax = rows.iter().map(|r| r.share).fold(0.0, f64::max).max(1e-9) * 1.1;
+    let root = BitMapBackend::new(path, (1000, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(60)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..nbins as f64, 0f64..ymax)
+        .map_err(err)?;
+    let labels: Vec<String> = (0..nbins)
+        .map(|b| {
+            rows.iter()
+                .find(|r| r.bin as usize == b)
+                .map(|r| r.label.clone())
+                .unwrap_or_default()
+        })
+        .collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(nbins.min(12))
+        .x_label_formatter(&|x| labels.get(*x as usize).cloned().unwrap_or_default())
+        .y_desc("share")
+        .label_style(("sans-serif", 12))
+        .draw()
+        .map_err(err)?;
+    let w = 0.8 / groups.len().max(1) as f64;
+    for (gi, g) in groups.iter().enumerate() {
+        let colour = COLOURS[gi % COLOURS.len()];
+        chart
+            .draw_series(rows.iter().filter(|r| &r.group == g).map(|r| {
+                let x0 = r.bin as f64 + 0.1 + gi as f64 * w;
+                Rectangle::new([(x0, 0.0), (x0 + w, r.share)], colour.filled())
+            }))
+            .map_err(err)?
+            .label(format!("{g} (n = {})", sizes.get(g).copied().unwrap_or(0)))
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
+    }
+    if let Some(m) = marker {
+        // The bin edge at value `m` (e.g. aspect ratio 15).
+        if let Some(b) = rows.iter().find(|r| (r.lo - m).abs() < 1e-9) {
+            let x = b.bin as f64;
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(x, 0.0), (x, ymax)],
+                    BLACK.stroke_width(2),
+                )))
+                .map_err(err)?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)
+}
+
+/// One heat map per group of the position grid (share of regions per cell).
+pub fn heatmaps(
+    path: &Path,
+    title: &str,
+    rows: &[DistRow],
+    groups: &[String],
+    grid: (u32, u32),
+    sizes: &BTreeMap<String, usize>,
+) -> Result<(), String> {
+    font()?;
+    let (gr, gc) = grid;
+    let root =
+        BitMapBackend::new(path, (420 * groups.len().max(1) as u32, 360)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let panels = root.split_evenly((1, groups.len().max(1)));
+    for (g, panel) in groups.iter().zip(panels) {
+        let cells: Vec<&DistRow> = rows.iter().filter(|r| &r.group == g).collect();
+        let max = cells.iter().map(|r| r.share).fold(0.0, f64::max).max(1e-9);
+        let mut chart = ChartBuilder::on(&panel)
+            .caption(
+                format!("{title}: {g} (n = {})", sizes.get(g).copied().unwrap_or(0)),
+                ("sans-serif", 16),
+            )
+            .margin(10)
+            .build_cartesian_2d(0i32..gc as i32, gr as i32..0i32)
+            .map_err(err)?;
+        chart
+            .draw_series(cells.iter().map(|r| {
+                let (row, col) = ((r.bin / gc) as i32, (r.bin % gc) as i32);
+                let t = r.share / max;
+                let c = RGBColor(255, (255.0 * (1.0 - t)) as u8, (255.0 * (1.0 - t)) as u8);
+                Rectangle::new([(col, row), (col + 1, row + 1)], c.filled())
+            }))
+            .map_err(err)?;
+    }
+    root.present().map_err(err)
+}
+
+/// `report.html`: every plot, with group sizes and the statistics table.
+pub fn report(
+    dir: &Path,
+    plots: &[(String, String)],
+    sizes: &BTreeMap<String, usize>,
+    stats: &[StatRow],
+) -> Result<(), String> {
+    let mut h = String::from(
+        "<!doctype html><meta charset=utf-8><title>vidcurate analysis</title>\n<style>body{font-family:sans-serif;max-width:1100px;margin:auto}img{max-width:100%}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}</style>\n<h1>On-screen text by group</h1>\n<p>Creator-added text regions per group: ",
+    );
+    h += &sizes
+        .iter()
+        .map(|(g, n)| format!("<b>{g}</b> {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    h += "</p>\n";
+    for (title, file) in plots {
+        h += &format!("<h2>{title}</h2>\n<img src=\"{file}\" alt=\"{title}\">\n");
+    }
+    h += "<h2>Statistics</h2>\n<table><tr><th>analysis</th><th>groups</th><th>test</th><th>n</th><th>statistic</th><th>p</th><th>effect size</th></tr>\n";
+    for s in stats {
+        h += &format!(
+            "<tr><td>{}</td><td>{} vs {}</td><td>{}</td><td>{} / {}</td><td>{:.4}</td><td>{:.3e}</td><td>{:.3}</td></tr>\n",
+            s.analysis,
+            s.group_a,
+            s.group_b,
+            s.test,
+            s.n_a,
+            s.n_b,
+            s.statistic,
+            s.p_value,
+            s.effect_size
+        );
+    }
+    h += "</table>\n<p>KS: two-sample Kolmogorov–Smirnov on per-region values, effect size D. Chi-square: homogeneity of the binned counts, effect size Cramér's V.</p>\n";
+    std::fs::write(dir.join("report.html"), h)
+        .map_err(|e| format!("{}: {e}", dir.join("report.html").display()))
+}
