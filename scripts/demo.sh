@@ -8,6 +8,10 @@ cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "demo: cargo not found: install Rust (rustup) first" >&2; exit 1; }
 cargo build --release --locked
 python3 scripts/make_demo_corpus.py data/demo
+# The demo's ids are fixed (demo000...): a regenerated corpus needs a fresh run directory.
+if [ data/demo/.corpus-stamp -nt data/runs/demo/manifest.json ]; then
+  rm -rf data/runs/demo
+fi
 set +e
 ./target/release/vidcurate run pipelines/demo.toml "$@"
 rc=$?

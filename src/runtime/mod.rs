@@ -282,8 +282,20 @@ pub async fn run_source(
         counts.received += 1;
         match item {
             Ok(rec) => {
-                if prior.rows.remove(&rec.video_id).is_some() {
+                if let Some(before) = prior.rows.remove(&rec.video_id) {
                     counts.reused += 1;
+                    // Finished work is keyed by video id: a different file under the same id keeps
+                    // the old results. Say so rather than mix them silently.
+                    if before
+                        .first()
+                        .is_some_and(|b| b.size_bytes != rec.source.size_bytes)
+                    {
+                        tracing::warn!(
+                            video_id = %rec.video_id,
+                            path = %rec.source.path,
+                            "This id was processed from a different file; its results are the old file's. Give the new file a new id, or use a new run directory."
+                        );
+                    }
                 } else {
                     counts.computed += 1;
                     writer.add(&rec, vec![rec.source.clone()]);
