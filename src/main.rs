@@ -67,6 +67,10 @@ enum Cmd {
         /// Output folder [default: RUN_DIR/analysis/<by>].
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Only rows passing these conditions, e.g. `domain = demo-news and score >= 0.8` or
+        /// `language in (en, fr)`: `and`-joined `column op value`, op one of = != < <= > >= in.
+        #[arg(long = "where", value_name = "EXPR")]
+        filter: Option<String>,
     },
     /// Read the text in images or videos (PP-OCRv4, RapidOCR 1.4.4's procedure).
     ///
@@ -247,8 +251,18 @@ fn ocr_cmd(
 
 fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.cmd {
-        Cmd::Analyze { run_dir, by, out } => {
-            let a = vidcurate::analyze::analyze(&run_dir, &by, out.as_deref())
+        Cmd::Analyze {
+            run_dir,
+            by,
+            out,
+            filter,
+        } => {
+            let filter = filter
+                .as_deref()
+                .map(vidcurate::analyze::filter::Filter::parse)
+                .transpose()
+                .map_err(anyhow::Error::msg)?;
+            let a = vidcurate::analyze::analyze(&run_dir, &by, out.as_deref(), filter.as_ref())
                 .map_err(anyhow::Error::msg)?;
             println!("groups: {}", a.groups.join(", "));
             for (name, rows) in &a.tables {

@@ -124,6 +124,38 @@ fn analyze_recovers_the_drawn_distributions() {
             && html.contains("position.png")
             && html.contains("chi2_homogeneity")
     );
+    // --where restricts the rows: only real captions are 10 characters or longer.
+    let o = run(
+        &[
+            "analyze",
+            out.to_str().unwrap(),
+            "--by",
+            "label",
+            "--where",
+            "text_len >= 10",
+            "--out",
+            d.path().join("long").to_str().unwrap(),
+        ],
+        d.path(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).starts_with("groups: real\n"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let o = run(
+        &[
+            "analyze",
+            out.to_str().unwrap(),
+            "--by",
+            "label",
+            "--where",
+            "no_such_column = 1",
+        ],
+        d.path(),
+    );
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no_such_column"));
     let stats = rows("stats");
     let hue = stats
         .iter()

@@ -6,6 +6,7 @@
 //! n, p and an effect size. Creator-added regions only, as the paper counts them.
 //! Each analysis is also a PNG plot, and `report.html` shows them all with the statistics.
 
+pub mod filter;
 pub mod plot;
 pub mod stats;
 
@@ -173,7 +174,19 @@ fn bin_of(edges: &[f64], v: f64) -> usize {
 }
 
 /// Runs every analysis on `run`, grouped by `by`, and writes the tables under `out`.
-pub fn analyze(run: &Path, by: &str, out: Option<&Path>) -> Result<Analysis, String> {
+pub fn analyze(
+    run: &Path,
+    by: &str,
+    out: Option<&Path>,
+    filter: Option<&filter::Filter>,
+) -> Result<Analysis, String> {
+    // Applies `--where` to a batch; None when the table lacks one of its columns.
+    let filtered = |b: RecordBatch| -> Result<Option<RecordBatch>, String> {
+        match filter {
+            Some(f) => f.apply(&b),
+            None => Ok(Some(b)),
+        }
+    };
     let ocr = stage_id(run, "ocr")?.ok_or("the run has no `ocr` stage: nothing to analyse")?;
     let frames_id = stage_id(run, "frames")?;
     let probe_id = stage_id(run, "probe")?;
@@ -185,6 +198,13 @@ pub fn analyze(run: &Path, by: &str, out: Option<&Path>) -> Result<Analysis, Str
     let mut regions = vec![];
     let (mut grid_rows, mut grid_cols) = (1u32, 1u32);
     for b in read_batches(&run.join(&ocr))? {
+        let b = filtered(b)?.ok_or_else(|| {
+            format!(
+                "--where {:?}: the {ocr} table has no column {:?}",
+                filter.map(|f| f.text.as_str()).unwrap_or(""),
+                filter.map(|f| f.columns()).unwrap_or_default()
+            )
+        })?;
         let groups =
             col_str(&b, by).map_err(|e| format!("{ocr}: {e} (group column `--by {by}`)"))?;
         let videos = col_str(&b, COL_VIDEO_ID)?;
@@ -353,6 +373,8 @@ pub fn analyze(run: &Path, by: &str, out: Option<&Path>) -> Result<Analysis, Str
             regions.iter().map(|r| (r.video.clone(), r.frame)).collect();
         let mut per_video: BTreeMap<(String, String), ([f64; 8], [f64; 8])> = BTreeMap::new();
         for b in read_batches(&run.join(fid))? {
+            // A filter on region columns cannot select frames: the segment analysis is skipped.
+            let Some(b) = filtered(b)? else { break };
             let (ids, grp) = (col_str(&b, COL_VIDEO_ID)?, col_str(&b, by)?);
             let (idx, ts) = (
                 b.column_by_name("frame_index")
@@ -415,6 +437,7 @@ pub fn analyze(run: &Path, by: &str, out: Option<&Path>) -> Result<Analysis, Str
     if let Some(sid) = &shots_id {
         let mut per_video: BTreeMap<String, (String, u32)> = BTreeMap::new();
         for b in read_batches(&run.join(sid))? {
+            let Some(b) = filtered(b)? else { break };
             let (ids, grp) = (col_str(&b, COL_VIDEO_ID)?, col_str(&b, by)?);
             let n = b
                 .column_by_name("shots_in_video")
