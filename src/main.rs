@@ -269,18 +269,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                 println!("{name}: {} rows", rows.len());
             }
             for s in &a.stats {
-                println!(
-                    "{:<13} {} vs {}: {} n={}/{} stat={:.4} p={:.3e} effect={:.3}",
-                    s.analysis,
-                    s.group_a,
-                    s.group_b,
-                    s.test,
-                    s.n_a,
-                    s.n_b,
-                    s.statistic,
-                    s.p_value,
-                    s.effect_size
-                );
+                println!("{}", s.cells().join("  "));
             }
             println!("tables: {}", a.out_dir.display());
             Ok(ExitCode::SUCCESS)

@@ -41,6 +41,22 @@ pub struct StatRow {
     pub effect_size: f64,
 }
 
+impl StatRow {
+    /// The row as display cells: analysis, groups, test, n, statistic, p, effect size (for the
+    /// terminal summary and the HTML report alike).
+    pub fn cells(&self) -> [String; 7] {
+        [
+            self.analysis.clone(),
+            format!("{} vs {}", self.group_a, self.group_b),
+            self.test.clone(),
+            format!("n={}/{}", self.n_a, self.n_b),
+            format!("stat={:.4}", self.statistic),
+            format!("p={:.3e}", self.p_value),
+            format!("effect={:.3}", self.effect_size),
+        ]
+    }
+}
+
 pub struct Analysis {
     pub out_dir: PathBuf,
     pub groups: Vec<String>,

@@ -173,16 +173,9 @@ pub fn report(
     h += "<h2>Statistics</h2>\n<table><tr><th>analysis</th><th>groups</th><th>test</th><th>n</th><th>statistic</th><th>p</th><th>effect size</th></tr>\n";
     for s in stats {
         h += &format!(
-            "<tr><td>{}</td><td>{} vs {}</td><td>{}</td><td>{} / {}</td><td>{:.4}</td><td>{:.3e}</td><td>{:.3}</td></tr>\n",
-            s.analysis,
-            s.group_a,
-            s.group_b,
-            s.test,
-            s.n_a,
-            s.n_b,
-            s.statistic,
-            s.p_value,
-            s.effect_size
+            "<tr><td>{}</td></tr>
+",
+            s.cells().join("</td><td>")
         );
     }
     h += "</table>\n<p>KS: two-sample Kolmogorov–Smirnov on per-region values, effect size D. Chi-square: homogeneity of the binned counts, effect size Cramér's V.</p>\n";
