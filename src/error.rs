@@ -67,6 +67,9 @@ pub enum RunError {
     },
     #[error("{0}")]
     Internal(String),
+    /// Stopped cleanly before the end (a spent quota, an unreachable API): rerun to continue.
+    #[error("{0}")]
+    Stopped(String),
 }
 
 impl RunError {

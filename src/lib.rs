@@ -9,6 +9,7 @@ pub mod clients;
 pub mod config;
 pub mod error;
 pub mod ocr;
+pub mod queries;
 pub mod record;
 pub mod runtime;
 pub mod stages;

@@ -17,7 +17,9 @@ use vidcurate::runtime::runner::{self, RunOptions, RunStatus};
 /// the ones after it, nothing before).
 ///
 /// Exit codes: 0 done, nothing rejected; 3 done, some videos rejected (see <run>/rejects/);
-/// 2 the pipeline file or its inputs are invalid; 130 interrupted (rerun to resume); 1 other errors.
+/// 2 the pipeline file or its inputs are invalid (or an API key is refused); 4 stopped cleanly
+/// before the end (a spent API quota: rerun after it resets to continue, nothing is repeated);
+/// 130 interrupted (rerun to resume); 1 other errors.
 #[derive(Parser)]
 #[command(
     name = "vidcurate",
@@ -52,6 +54,18 @@ enum Cmd {
     },
     /// List the stage and source types a pipeline file can use.
     ListStages,
+    /// Expand a query file (queries/*.toml) and print every search query with its parameters.
+    ///
+    /// One line per query: the text sent as `q`, then its search parameters; the count last.
+    /// Nothing is sent to YouTube.
+    Queries {
+        /// The query file(s).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// One JSON object per query instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Reproduce the papers' analyses of on-screen text from a run's Parquet, grouped by a column.
     ///
     /// Writes, for each group of COLUMN (e.g. label = fake/real), the hue distribution of
@@ -115,7 +129,14 @@ fn main() -> ExitCode {
             eprintln!("vidcurate: error: {e:#}");
             let config = e.downcast_ref::<vidcurate::config::ConfigError>().is_some()
                 || matches!(e.downcast_ref::<RunError>(), Some(RunError::Config(_)));
-            ExitCode::from(if config { 2 } else { 1 })
+            let stopped = matches!(e.downcast_ref::<RunError>(), Some(RunError::Stopped(_)));
+            ExitCode::from(if config {
+                2
+            } else if stopped {
+                4
+            } else {
+                1
+            })
         }
     }
 }
@@ -281,6 +302,33 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             frames,
             threads,
         } => ocr_cmd(&files, no_det, no_cls, frames, threads),
+        Cmd::Queries { files, json } => {
+            for f in &files {
+                let (qf, _) = vidcurate::queries::QueryFile::load(f)?;
+                let qs = qf.expand();
+                for q in &qs {
+                    if json {
+                        println!("{}", serde_json::to_string(q)?);
+                    } else {
+                        let params: Vec<String> =
+                            q.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                        if params.is_empty() {
+                            println!("{}", q.text);
+                        } else {
+                            println!("{}\t[{}]", q.text, params.join(" "));
+                        }
+                    }
+                }
+                eprintln!(
+                    "{}: {} queries (domain {}, {})",
+                    f.display(),
+                    qs.len(),
+                    qf.domain,
+                    qf.kind
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::ListStages => {
             println!("sources ([source] type = ...):");
             for (t, d) in vidcurate::stages::SOURCE_TYPES {

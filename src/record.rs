@@ -17,6 +17,8 @@ pub const META_STAGE: &str = "vidcurate.stage";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Slot {
     Source,
+    /// A local media file to decode (the local source, or a download stage).
+    Media,
     Probe,
     Frames,
     Ocr,
@@ -28,6 +30,7 @@ impl Slot {
     pub fn name(self) -> &'static str {
         match self {
             Slot::Source => "source",
+            Slot::Media => "media",
             Slot::Probe => "probe",
             Slot::Frames => "frames",
             Slot::Ocr => "ocr",
@@ -37,12 +40,67 @@ impl Slot {
     }
 }
 
-/// Where a video came from, as the source saw it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// Where a video came from, as the source saw it: a local file, or a remote video with the
+/// metadata its platform reported (YouTube). One row per video in the `source` table; metadata
+/// the source does not have is null.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct SourceInfo {
-    /// Local path (absolute) of the media file.
+    /// Local path (absolute) of the media file, when the source listed a file.
+    pub path: Option<String>,
+    /// Where the media can be fetched (the watch page or a direct URL), for a download stage.
+    pub url: Option<String>,
+    /// Size in bytes when the source listed a local file.
+    pub size_bytes: Option<u64>,
+    /// Title as shown to people (HTML entities decoded) and as the API returned it.
+    pub title: Option<String>,
+    pub title_raw: Option<String>,
+    pub description: Option<String>,
+    pub description_raw: Option<String>,
+    pub channel_id: Option<String>,
+    pub channel_title: Option<String>,
+    /// Upload time, RFC 3339 in UTC.
+    pub published_at: Option<String>,
+    pub duration_secs: Option<f64>,
+    /// The duration as the API wrote it (ISO 8601), kept when it could not be parsed too.
+    pub duration_iso: Option<String>,
+    pub view_count: Option<i64>,
+    pub like_count: Option<i64>,
+    pub comment_count: Option<i64>,
+    pub tags: Option<Vec<String>>,
+    pub category_id: Option<String>,
+    pub default_language: Option<String>,
+    pub default_audio_language: Option<String>,
+    pub live_broadcast_content: Option<String>,
+    pub definition: Option<String>,
+    pub caption: Option<bool>,
+    pub privacy_status: Option<String>,
+    pub license: Option<String>,
+    pub embeddable: Option<bool>,
+    pub made_for_kids: Option<bool>,
+    /// Every search that found the video (empty for local files).
+    pub provenance: Vec<Provenance>,
+}
+
+/// One (query, parameters, page, rank) that returned a video.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Provenance {
+    /// The query text as sent (`q`).
+    pub query: String,
+    /// The query file's group that produced it.
+    pub group: String,
+    /// The other search parameters as JSON (sorted keys), the date window included.
+    pub params: String,
+    /// 1-based page of the window's result list.
+    pub page: u32,
+    /// 1-based position in the window's result list across pages.
+    pub rank: u32,
+}
+
+/// The media file stages decode. `path` is absolute, or relative to the run directory for files a
+/// download stage stored there.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MediaFile {
     pub path: String,
-    /// Size in bytes when the source listed it.
     pub size_bytes: u64,
 }
 
@@ -139,9 +197,39 @@ pub struct VideoRecord {
     pub source: SourceInfo,
     /// Values of the source's extra columns (label, domain, ...), aligned with `Extras::names`.
     pub extra: Vec<Option<String>>,
+    pub media: Option<MediaFile>,
     pub probe: Option<Probe>,
     pub frames: Option<Vec<FrameRef>>,
     pub ocr: Option<Vec<TextRegion>>,
+}
+
+impl VideoRecord {
+    /// A record with only the source's part filled.
+    pub fn new(video_id: String, source: SourceInfo, extra: Vec<Option<String>>) -> Self {
+        Self {
+            video_id,
+            source,
+            extra,
+            media: None,
+            probe: None,
+            frames: None,
+            ocr: None,
+        }
+    }
+
+    /// The media file to decode, resolved against the run directory.
+    pub fn media_path(
+        &self,
+        run_dir: &std::path::Path,
+    ) -> Result<std::path::PathBuf, crate::error::StageError> {
+        match &self.media {
+            Some(m) => Ok(run_dir.join(&m.path)),
+            None => Err(crate::error::StageError::internal(
+                "no_media",
+                "no media file: the planner should have required a media stage",
+            )),
+        }
+    }
 }
 
 /// Names of the extra manifest columns carried through every output table.

@@ -1,6 +1,7 @@
 //! One integration-test binary (ripgrep's layout): the CLI on generated media and on the real
 //! fixtures in ../shared/fixtures.
 
+mod fake_http;
 mod util;
 
 mod analyze;
@@ -11,3 +12,4 @@ mod ocr;
 mod ocr_truth;
 mod resume;
 mod shots;
+mod youtube;

@@ -303,3 +303,16 @@ pub fn counts(run_dir: &Path, stage: &str) -> serde_json::Value {
     let m = manifest(run_dir);
     m["invocations"].as_array().unwrap().last().unwrap()["counts"][stage].clone()
 }
+
+/// The rows of every Parquet file of a table folder, as column → value maps.
+pub fn table_rows_file_all(dir: &Path) -> Vec<std::collections::BTreeMap<String, String>> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return vec![];
+    };
+    let mut files: Vec<PathBuf> = rd
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .collect();
+    files.sort();
+    files.iter().flat_map(|f| table_rows_file(f)).collect()
+}

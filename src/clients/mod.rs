@@ -1,2 +1,3 @@
 //! Clients of external programs and services; each one owns its connection details and limits.
 pub mod ffmpeg;
+pub mod youtube;

@@ -246,7 +246,12 @@ impl SourceText {
 
     /// Parses the whole file into the raw shape.
     pub fn parse_raw(&self) -> Result<RawPipeline, ConfigError> {
-        toml::from_str::<RawPipeline>(&self.text).map_err(|e| {
+        self.parse()
+    }
+
+    /// Parses the whole file as `T`; syntax errors name the line.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        toml::from_str::<T>(&self.text).map_err(|e| {
             let (line, column) = match e.span() {
                 Some(span) => {
                     let (l, c) = self.line_col(span.start);

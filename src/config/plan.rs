@@ -16,7 +16,7 @@ use std::time::Duration;
 pub const RESERVED_IDS: &[&str] = &["source", "rejects", "media", "manifest"];
 pub const SOURCE_STAGE_ID: &str = "source";
 /// Bumped when the source table's meaning changes.
-pub const SOURCE_FINGERPRINT: &str = "source-v1";
+pub const SOURCE_FINGERPRINT: &str = "source-v2";
 
 pub struct PlannedStage {
     pub id: String,
@@ -46,6 +46,8 @@ pub struct Plan {
 pub struct BuildCx<'a> {
     pub base_dir: &'a Path,
     pub src: &'a SourceText,
+    /// The pipeline's `[services.*]`, for stages that call one.
+    pub services: &'a BTreeMap<String, ServiceConfig>,
 }
 
 impl BuildCx<'_> {
@@ -109,6 +111,7 @@ pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
     let bcx = BuildCx {
         base_dir: &base_dir,
         src: &src,
+        services: &raw.services,
     };
 
     if !is_snake_case(&raw.name.replace('-', "_")) {
@@ -160,14 +163,16 @@ pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
                 "must be a string",
             ));
         }
-        None => return Err(src.error_at(&source_at, "missing field `type` (one of: local)")),
+        None => {
+            return Err(src.error_at(&source_at, "missing field `type` (one of: local, youtube)"));
+        }
     };
     let (source, source_settings) =
         stages::build_source(&source_kind, &raw.source, &source_at, &bcx)?;
 
     let mut planned = Vec::new();
     let mut seen = HashSet::new();
-    let mut filled: Vec<Slot> = vec![Slot::Source];
+    let mut filled: Vec<Slot> = source.provides().to_vec();
     let mut prev_fp = SOURCE_FINGERPRINT.to_string();
     for (i, table) in raw.stages.iter().enumerate() {
         let at = vec![Seg::Key("stages".into()), Seg::Index(i)];

@@ -5,6 +5,7 @@
 //! persistence of rows and rejects, progress, Ctrl-C, and the manifest. A full channel blocks the
 //! stage upstream, so memory stays bounded however large the source.
 
+pub mod cache;
 pub mod manifest;
 pub mod progress;
 pub mod runner;
@@ -292,7 +293,7 @@ pub async fn run_source(
                     {
                         tracing::warn!(
                             video_id = %rec.video_id,
-                            path = %rec.source.path,
+                            path = rec.source.path.as_deref().unwrap_or(""),
                             "This id was processed from a different file; its results are the old file's. Give the new file a new id, or use a new run directory."
                         );
                     }

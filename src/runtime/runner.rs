@@ -91,10 +91,13 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
             .unwrap_or(2)
     });
     let cpu = CpuPool::new(threads);
+    let cache = crate::runtime::cache::CacheHandle::new(&run_dir);
     let cx_for = |id: &str, fp: &str, extras| StageContext {
         stage_id: id.to_string(),
         fingerprint: fp.to_string(),
         store: store.clone(),
+        run_dir: run_dir.clone(),
+        cache: cache.clone(),
         cpu: cpu.clone(),
         cancel: cancel.clone(),
         extras,

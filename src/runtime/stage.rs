@@ -67,6 +67,10 @@ pub struct StageContext {
     /// Fingerprint of this stage's compute settings and of every stage before it.
     pub fingerprint: String,
     pub store: Arc<dyn Store>,
+    /// The run directory on disk (for files that tools open by path: media, the response cache).
+    pub run_dir: std::path::PathBuf,
+    /// The run's response cache (opened on first use).
+    pub cache: crate::runtime::cache::CacheHandle,
     pub cpu: CpuPool,
     pub cancel: CancellationToken,
     pub extras: Extras,
@@ -109,6 +113,9 @@ pub type SourceItem = Result<VideoRecord, SourceReject>;
 /// streams the records, and the runner persists them as the `source` table.
 #[async_trait]
 pub trait Source: Send + 'static {
+    /// Slots every record this source yields has filled (always `Source`; `Media` when it lists
+    /// local files).
+    fn provides(&self) -> &'static [Slot];
     /// Lists what is to be processed; errors here are configuration errors (missing folder...).
     async fn open(&mut self, cx: &StageContext) -> Result<(), crate::error::RunError>;
     /// Names of the extra columns carried through every table (known after `open`).

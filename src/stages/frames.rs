@@ -21,7 +21,6 @@ use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
@@ -175,7 +174,7 @@ impl Processor for FramesStage {
     type Row = FrameRef;
 
     fn requires(&self) -> &'static [Slot] {
-        &[Slot::Source, Slot::Probe]
+        &[Slot::Media, Slot::Probe]
     }
     fn provides(&self) -> Slot {
         Slot::Frames
@@ -191,7 +190,7 @@ impl Processor for FramesStage {
             .as_ref()
             .ok_or_else(|| StageError::internal("missing_probe", "frames needs probe"))?;
         let duration = probe.video_duration_secs;
-        let path = PathBuf::from(&rec.source.path);
+        let path = rec.media_path(&cx.run_dir)?;
         let cfg = self.cfg.clone();
         let targets = cfg.targets(duration);
         // Targets are split into contiguous chunks decoded on separate cores (each chunk opens
@@ -241,7 +240,7 @@ impl Processor for FramesStage {
         if grabs.is_empty() {
             return Err(StageError::data(
                 "no_frames",
-                format!("{}: no frame in the requested range", rec.source.path),
+                format!("{}: no frame in the requested range", path.display()),
             ));
         }
         let mut rows = Vec::with_capacity(grabs.len());

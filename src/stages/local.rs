@@ -10,7 +10,7 @@
 use crate::config::plan::BuildCx;
 use crate::config::{ConfigError, Seg};
 use crate::error::{RunError, StageError};
-use crate::record::{Extras, SourceInfo, VideoRecord};
+use crate::record::{Extras, MediaFile, Slot, SourceInfo, VideoRecord};
 use crate::runtime::stage::{Source, SourceItem, SourceReject, StageContext};
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -46,6 +46,10 @@ pub struct LocalConfig {
     /// Manifest column holding the video id (optional column).
     #[serde(default = "default_id_col")]
     pub id_column: String,
+    /// Accept http(s) URLs in the path column, to be fetched by a `download` stage (which the
+    /// pipeline then needs before `probe`). Without it, URLs are rejected as `url_not_local`.
+    #[serde(default)]
+    pub urls: bool,
 }
 
 fn default_exts() -> Vec<String> {
@@ -73,6 +77,7 @@ struct Entry {
     origin: String,
     id: Option<String>,
     path: Option<PathBuf>,
+    url: Option<String>,
     extra: Vec<Option<String>>,
     problem: Option<StageError>,
 }
@@ -174,6 +179,7 @@ impl LocalSource {
             origin,
             id,
             path: None,
+            url: None,
             extra,
             problem: None,
         };
@@ -186,6 +192,15 @@ impl LocalSource {
                         e.origin, self.cfg.path_column
                     ),
                 ))
+            }
+            Some(p)
+                if is_url(&p) && self.cfg.urls && !p.to_ascii_lowercase().starts_with("ftp") =>
+            {
+                // The URL names the video until a download gives it bytes.
+                if e.id.is_none() {
+                    e.id = Some(blake3::hash(p.as_bytes()).to_hex()[..16].to_string());
+                }
+                e.url = Some(p);
             }
             Some(p) if is_url(&p) => {
                 e.problem = Some(StageError::data(
@@ -243,6 +258,7 @@ impl LocalSource {
                     origin: origin.clone(),
                     id: None,
                     path: None,
+                    url: None,
                     extra: vec![None; extra_cols.len()],
                     problem: Some(StageError::data(
                         "bad_manifest_line",
@@ -305,6 +321,7 @@ impl LocalSource {
                     origin: origin.clone(),
                     id: None,
                     path: None,
+                    url: None,
                     extra: vec![None; names.len()],
                     problem: Some(StageError::data(
                         "bad_manifest_line",
@@ -327,6 +344,14 @@ pub fn content_id(path: &Path) -> std::io::Result<String> {
 
 #[async_trait]
 impl Source for LocalSource {
+    fn provides(&self) -> &'static [Slot] {
+        if self.cfg.urls {
+            // Some records may have only a URL: a download stage must come first.
+            &[Slot::Source]
+        } else {
+            &[Slot::Source, Slot::Media]
+        }
+    }
     async fn open(&mut self, _cx: &StageContext) -> Result<(), RunError> {
         if let Some(dir) = self.dir.clone() {
             if !dir.is_dir() {
@@ -344,6 +369,7 @@ impl Source for LocalSource {
                     origin: p.display().to_string(),
                     id: None,
                     path: Some(p),
+                    url: None,
                     extra: vec![],
                     problem: None,
                 })
@@ -433,7 +459,6 @@ impl Source for LocalSource {
                         error: problem,
                     });
                 }
-                let path = e.path.expect("no problem implies a path");
                 if let Some(first) = seen.get(&id) {
                     return Err(SourceReject {
                         video_id: id.clone(),
@@ -445,19 +470,31 @@ impl Source for LocalSource {
                     });
                 }
                 seen.insert(id.clone(), e.origin.clone());
+                if let Some(url) = e.url {
+                    let info = SourceInfo {
+                        url: Some(url),
+                        ..Default::default()
+                    };
+                    return Ok(VideoRecord::new(id, info, e.extra));
+                }
+                let path = e.path.expect("no problem implies a path or a URL");
                 let abs = path.canonicalize().unwrap_or(path);
                 let size = std::fs::metadata(&abs).map(|m| m.len()).unwrap_or(0);
-                Ok(VideoRecord {
-                    video_id: id,
-                    source: SourceInfo {
-                        path: abs.display().to_string(),
-                        size_bytes: size,
+                let path = abs.display().to_string();
+                let mut rec = VideoRecord::new(
+                    id,
+                    SourceInfo {
+                        path: Some(path.clone()),
+                        size_bytes: Some(size),
+                        ..Default::default()
                     },
-                    extra: e.extra,
-                    probe: None,
-                    frames: None,
-                    ocr: None,
-                })
+                    e.extra,
+                );
+                rec.media = Some(MediaFile {
+                    path,
+                    size_bytes: size,
+                });
+                Ok(rec)
             })
             .boxed()
     }

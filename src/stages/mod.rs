@@ -2,12 +2,14 @@
 //! Adding a stage: a new `stages/<name>.rs` with `build`, a `mod` line, an arm in `build_stage`
 //! and a line in `STAGE_TYPES`.
 
+pub mod download;
 pub mod frames;
 pub mod local;
 pub mod ocr;
 pub mod overlays;
 pub mod probe;
 pub mod shots;
+pub mod youtube;
 
 use crate::config::plan::BuildCx;
 use crate::config::{ConfigError, Seg, StageCommon};
@@ -19,6 +21,10 @@ use serde::de::DeserializeOwned;
 /// (type, what it adds) for `vidcurate list-stages` and error messages.
 pub const STAGE_TYPES: &[(&str, &str)] = &[
     (
+        "download",
+        "media into the run's content-addressed store: direct links (resumable), YouTube via yt-dlp (opt-in), local files as they are",
+    ),
+    (
         "probe",
         "duration, display size, fps, codec, frame count, audio (ffmpeg, in process)",
     ),
@@ -26,12 +32,30 @@ pub const STAGE_TYPES: &[(&str, &str)] = &[
         "frames",
         "sampled frames as JPEG: uniform N, fps with a cap, or every frame in a time range",
     ),
+    (
+        "ocr",
+        "text regions of every sampled frame (PP-OCRv4) with stroke colour (HSV), layout and creator-added vs scene text",
+    ),
+    (
+        "overlays",
+        "per-video summary of creator-added text: counts, colours, positions, share over 8 time segments",
+    ),
+    (
+        "shots",
+        "shot boundaries (content detector, PySceneDetect-style) and shots per video",
+    ),
 ];
 
-pub const SOURCE_TYPES: &[(&str, &str)] = &[(
-    "local",
-    "a folder of video files, or a CSV/JSONL manifest with extra columns carried through",
-)];
+pub const SOURCE_TYPES: &[(&str, &str)] = &[
+    (
+        "local",
+        "a folder of video files, or a CSV/JSONL manifest with extra columns carried through",
+    ),
+    (
+        "youtube",
+        "a query file -> YouTube Data API search and videos.list: one row per video with provenance (quota-aware, cached)",
+    ),
+];
 
 /// A built stage and what its fingerprint hashes.
 pub struct Built {
@@ -77,6 +101,7 @@ pub fn build_stage(
     bcx: &BuildCx,
 ) -> Result<Built, ConfigError> {
     match common.kind.as_str() {
+        "download" => download::build(common, compute_at, select_at, bcx),
         "probe" => probe::build(common, compute_at, select_at, bcx),
         "frames" => frames::build(common, compute_at, select_at, bcx),
         "ocr" => ocr::build(common, compute_at, select_at, bcx),
@@ -105,6 +130,7 @@ pub fn build_source(
 ) -> Result<(Box<dyn Source>, serde_json::Value), ConfigError> {
     match kind {
         "local" => local::build(table, at, bcx),
+        "youtube" => youtube::build(table, at, bcx),
         other => {
             let mut at = at.to_vec();
             at.push(Seg::Key("type".into()));

@@ -14,7 +14,6 @@ use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// `probe` has no settings yet; the table exists so files stay uniform.
@@ -45,7 +44,7 @@ impl Processor for ProbeStage {
     type Row = Probe;
 
     fn requires(&self) -> &'static [Slot] {
-        &[Slot::Source]
+        &[Slot::Media]
     }
     fn provides(&self) -> Slot {
         Slot::Probe
@@ -56,12 +55,13 @@ impl Processor for ProbeStage {
         rec: &VideoRecord,
         cx: &StageContext,
     ) -> Result<Vec<Probe>, StageError> {
-        let path = PathBuf::from(&rec.source.path);
+        let path = rec.media_path(&cx.run_dir)?;
+        let shown = path.display().to_string();
         let p = cx.cpu.run(move || ffmpeg::probe(&path)).await?;
         if p.video_duration_secs <= 0.0 {
             return Err(StageError::data(
                 "no_duration",
-                format!("{}: duration unknown or zero", rec.source.path),
+                format!("{shown}: duration unknown or zero"),
             ));
         }
         Ok(vec![p])

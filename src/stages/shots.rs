@@ -159,7 +159,7 @@ impl Processor for ShotsStage {
     type Row = Shot;
 
     fn requires(&self) -> &'static [Slot] {
-        &[Slot::Source, Slot::Probe]
+        &[Slot::Media, Slot::Probe]
     }
     fn provides(&self) -> Slot {
         Slot::Shots
@@ -170,7 +170,7 @@ impl Processor for ShotsStage {
             .probe
             .as_ref()
             .ok_or_else(|| StageError::internal("missing_probe", "shots needs probe"))?;
-        let (path, cfg) = (PathBuf::from(&rec.source.path), self.cfg.clone());
+        let (path, cfg) = (rec.media_path(&cx.run_dir)?, self.cfg.clone());
         let rate = self
             .cfg
             .fps

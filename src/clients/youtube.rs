@@ -1,0 +1,679 @@
+//! YouTube Data API v3 through `google-youtube3`, with the run's response cache and a persistent
+//! quota ledger in front of every call.
+//!
+//! A call goes: response cache (hit → no call, no quota) → quota ledger (would the call overspend
+//! today's budget? → stop) → the API, retried with backoff on 429, 5xx and transport errors →
+//! cache. `quotaExceeded` marks the day's bucket spent and stops; `keyInvalid` stops at once. The
+//! key travels only as the `key` query parameter; the cache and every message name the key by a
+//! short hash.
+
+use crate::runtime::cache::{CacheKey, CachedResponse, ResponseCache};
+use chrono::{DateTime, NaiveDate, Utc};
+use google_youtube3::api::{SearchListResponse, VideoListResponse};
+use google_youtube3::{YouTube, common};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+type Connector = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
+
+/// Budgets and costs, with the published defaults.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QuotaConfig {
+    /// search.list counted in its own bucket of calls (YouTube's accounting since 2026-06);
+    /// false: it costs `search_cost` units of the general bucket, as before.
+    pub search_bucket: bool,
+    pub search_calls_per_day: u64,
+    pub search_cost: u64,
+    pub units_per_day: u64,
+    pub videos_cost: u64,
+    /// The ledger file (shared by every run using the same key).
+    /// Default: $XDG_STATE_HOME/vidcurate/youtube-quota.sqlite (~/.local/state/...).
+    pub ledger: Option<PathBuf>,
+}
+
+impl Default for QuotaConfig {
+    fn default() -> Self {
+        Self {
+            search_bucket: true,
+            search_calls_per_day: 100,
+            search_cost: 100,
+            units_per_day: 10_000,
+            videos_cost: 1,
+            ledger: None,
+        }
+    }
+}
+
+impl QuotaConfig {
+    fn ledger_path(&self) -> PathBuf {
+        if let Some(p) = &self.ledger {
+            return p.clone();
+        }
+        let state = std::env::var_os("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+            .unwrap_or_else(|| PathBuf::from("."));
+        state.join("vidcurate").join("youtube-quota.sqlite")
+    }
+
+    /// (bucket, cost, budget) of a method.
+    fn charge(&self, method: Method) -> (&'static str, u64, u64) {
+        match method {
+            Method::Search if self.search_bucket => ("search.list", 1, self.search_calls_per_day),
+            Method::Search => ("units", self.search_cost, self.units_per_day),
+            Method::Videos => ("units", self.videos_cost, self.units_per_day),
+        }
+    }
+}
+
+/// The day YouTube's quota counts in: it resets at midnight Pacific time.
+pub fn pacific_day(now: DateTime<Utc>) -> NaiveDate {
+    now.with_timezone(&chrono_tz::America::Los_Angeles)
+        .date_naive()
+}
+
+/// Time until the next Pacific midnight, for the stop message.
+fn until_reset(now: DateTime<Utc>) -> Duration {
+    let tz = chrono_tz::America::Los_Angeles;
+    let next = pacific_day(now).succ_opt().unwrap_or(pacific_day(now));
+    let midnight = next
+        .and_hms_opt(0, 0, 0)
+        .and_then(|t| t.and_local_timezone(tz).earliest())
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or(now);
+    (midnight - now).to_std().unwrap_or_default()
+}
+
+/// Units used per API key (by hash), Pacific day and bucket. SQLite so concurrent runs with the
+/// same key count together.
+pub struct QuotaLedger {
+    path: PathBuf,
+    conn: std::sync::Mutex<Connection>,
+}
+
+impl QuotaLedger {
+    pub fn open(path: &Path) -> Result<Self, YtError> {
+        let err = |e: String| YtError::Setup(format!("quota ledger {}: {e}", path.display()));
+        if let Some(d) = path.parent() {
+            std::fs::create_dir_all(d).map_err(|e| err(e.to_string()))?;
+        }
+        let conn = Connection::open(path).map_err(|e| err(e.to_string()))?;
+        conn.busy_timeout(Duration::from_secs(30))
+            .map_err(|e| err(e.to_string()))?;
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             CREATE TABLE IF NOT EXISTS quota (
+                 key_id TEXT NOT NULL, day TEXT NOT NULL, bucket TEXT NOT NULL,
+                 used INTEGER NOT NULL, PRIMARY KEY (key_id, day, bucket));",
+        )
+        .map_err(|e| err(e.to_string()))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            conn: std::sync::Mutex::new(conn),
+        })
+    }
+
+    fn err(&self, e: rusqlite::Error) -> YtError {
+        YtError::Setup(format!("quota ledger {}: {e}", self.path.display()))
+    }
+
+    pub fn used(&self, key_id: &str, day: NaiveDate, bucket: &str) -> Result<u64, YtError> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        conn.query_row(
+            "SELECT used FROM quota WHERE key_id = ?1 AND day = ?2 AND bucket = ?3",
+            params![key_id, day.to_string(), bucket],
+            |r| r.get::<_, i64>(0),
+        )
+        .optional()
+        .map(|u| u.unwrap_or(0) as u64)
+        .map_err(|e| self.err(e))
+    }
+
+    /// Takes `cost` from today's bucket, or says how much is left when it would overspend.
+    fn reserve(
+        &self,
+        key_id: &str,
+        day: NaiveDate,
+        bucket: &str,
+        cost: u64,
+        budget: u64,
+    ) -> Result<Result<(), u64>, YtError> {
+        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let tx = conn.transaction().map_err(|e| self.err(e))?;
+        let used: u64 = tx
+            .query_row(
+                "SELECT used FROM quota WHERE key_id = ?1 AND day = ?2 AND bucket = ?3",
+                params![key_id, day.to_string(), bucket],
+                |r| r.get::<_, i64>(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?
+            .unwrap_or(0) as u64;
+        if used + cost > budget {
+            return Ok(Err(used));
+        }
+        tx.execute(
+            "INSERT INTO quota (key_id, day, bucket, used) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (key_id, day, bucket) DO UPDATE SET used = ?4",
+            params![key_id, day.to_string(), bucket, (used + cost) as i64],
+        )
+        .map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(Ok(()))
+    }
+
+    /// The API said the quota is gone: count the bucket as spent for the rest of the day.
+    fn exhaust(
+        &self,
+        key_id: &str,
+        day: NaiveDate,
+        bucket: &str,
+        budget: u64,
+    ) -> Result<(), YtError> {
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        conn.execute(
+            "INSERT INTO quota (key_id, day, bucket, used) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (key_id, day, bucket) DO UPDATE SET used = MAX(used, ?4)",
+            params![key_id, day.to_string(), bucket, budget as i64],
+        )
+        .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Method {
+    Search,
+    Videos,
+}
+
+impl Method {
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Search => "search.list",
+            Method::Videos => "videos.list",
+        }
+    }
+}
+
+/// Why a call gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum YtError {
+    /// Today's budget for this key is spent (by our ledger or by the API's `quotaExceeded`).
+    #[error("{0}")]
+    QuotaSpent(String),
+    #[error(
+        "the YouTube API rejected the key in ${env} (reason `{reason}`): check the key, and that the YouTube Data API v3 is enabled for its project"
+    )]
+    KeyInvalid { env: String, reason: String },
+    /// A request the API refuses whatever we retry (bad parameter...).
+    #[error("{method} refused ({code} {reason}): {message}")]
+    Refused {
+        method: &'static str,
+        code: i64,
+        reason: String,
+        message: String,
+    },
+    /// Retries used up on 429, 5xx or transport errors.
+    #[error("{method} failed after {attempts} attempts: {last}")]
+    Unavailable {
+        method: &'static str,
+        attempts: u32,
+        last: String,
+    },
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Connection settings, from `[services.youtube]`.
+#[derive(Debug, Clone)]
+pub struct ClientSettings {
+    pub base_url: String,
+    pub api_key_env: String,
+    pub timeout: Duration,
+    pub max_retries: u32,
+    pub quota: QuotaConfig,
+}
+
+pub struct YouTubeClient {
+    hub: YouTube<Connector>,
+    key: String,
+    key_id: String,
+    settings: ClientSettings,
+    cache: Arc<ResponseCache>,
+    ledger: QuotaLedger,
+    /// Requests that went over the network in this process.
+    pub calls: AtomicU64,
+    /// Quota units (or search calls) charged in this process, per bucket name.
+    pub charged: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
+}
+
+/// A short, stable name for a key that does not reveal it.
+pub fn key_id(key: &str) -> String {
+    blake3::hash(format!("vidcurate-key\0{key}").as_bytes()).to_hex()[..12].to_string()
+}
+
+impl YouTubeClient {
+    pub fn new(settings: ClientSettings, cache: Arc<ResponseCache>) -> Result<Self, YtError> {
+        let key = std::env::var(&settings.api_key_env)
+            .ok()
+            .filter(|k| !k.trim().is_empty())
+            .ok_or_else(|| {
+                YtError::Setup(format!(
+                    "set ${} to a YouTube Data API v3 key (the pipeline's services.youtube.api_key_env names this variable)",
+                    settings.api_key_env
+                ))
+            })?;
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_native_roots()
+            .map_err(|e| YtError::Setup(format!("TLS roots: {e}")))?
+            .https_or_http()
+            .enable_http1()
+            .build();
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build(connector);
+        let mut hub = YouTube::new(client, common::NoToken);
+        let mut base = settings.base_url.clone();
+        if !base.ends_with('/') {
+            base.push('/');
+        }
+        hub.base_url(base.clone());
+        hub.root_url(base);
+        let ledger = QuotaLedger::open(&settings.quota.ledger_path())?;
+        Ok(Self {
+            hub,
+            key_id: key_id(&key),
+            key,
+            settings,
+            cache,
+            ledger,
+            calls: AtomicU64::new(0),
+            charged: Default::default(),
+        })
+    }
+
+    pub fn key_id(&self) -> &str {
+        &self.key_id
+    }
+
+    /// What is left today, per bucket, for messages.
+    pub fn remaining(&self) -> Result<Vec<(&'static str, u64, u64)>, YtError> {
+        let day = pacific_day(Utc::now());
+        let q = &self.settings.quota;
+        let mut buckets = vec![("units", q.units_per_day)];
+        if q.search_bucket {
+            buckets.insert(0, ("search.list", q.search_calls_per_day));
+        }
+        buckets
+            .into_iter()
+            .map(|(b, budget)| Ok((b, self.ledger.used(&self.key_id, day, b)?, budget)))
+            .collect()
+    }
+
+    /// One search.list page. `params` are YouTube's parameter names and values (sorted: they are
+    /// also the cache key).
+    pub async fn search(
+        &self,
+        params: &std::collections::BTreeMap<String, String>,
+    ) -> Result<SearchListResponse, YtError> {
+        let request = canonical(params);
+        self.cached(Method::Search, request, || {
+            let mut call = self
+                .hub
+                .search()
+                .list(&vec!["snippet".to_string()])
+                .param("key", &self.key);
+            // The builder refuses its own parameters as custom ones: use its setters.
+            for (k, v) in params {
+                call = match k.as_str() {
+                    "q" => call.q(v),
+                    "type" => call.add_type(v),
+                    "maxResults" => call.max_results(v.parse().unwrap_or(50)),
+                    "pageToken" => call.page_token(v),
+                    "publishedAfter" | "publishedBefore" => match DateTime::parse_from_rfc3339(v) {
+                        Ok(t) if k == "publishedAfter" => call.published_after(t.to_utc()),
+                        Ok(t) => call.published_before(t.to_utc()),
+                        Err(_) => call.param(k, v),
+                    },
+                    "regionCode" => call.region_code(v),
+                    "relevanceLanguage" => call.relevance_language(v),
+                    "videoDuration" => call.video_duration(v),
+                    "videoDefinition" => call.video_definition(v),
+                    "videoCaption" => call.video_caption(v),
+                    "videoLicense" => call.video_license(v),
+                    "order" => call.order(v),
+                    "safeSearch" => call.safe_search(v),
+                    "location" => call.location(v),
+                    "locationRadius" => call.location_radius(v),
+                    _ => call.param(k, v),
+                };
+            }
+            call.doit()
+        })
+        .await
+    }
+
+    /// One videos.list call for up to 50 ids.
+    pub async fn videos(&self, ids: &[String]) -> Result<VideoListResponse, YtError> {
+        let parts = ["snippet", "contentDetails", "statistics", "status"];
+        let request = format!("part={}&id={}", parts.join(","), ids.join(","));
+        self.cached(Method::Videos, request, || {
+            self.hub
+                .videos()
+                .list(&parts.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .add_id(&ids.join(","))
+                .max_results(50)
+                .param("key", &self.key)
+                .doit()
+        })
+        .await
+    }
+
+    async fn cached<T, F, Fut>(
+        &self,
+        method: Method,
+        request: String,
+        call: F,
+    ) -> Result<T, YtError>
+    where
+        T: serde::de::DeserializeOwned,
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = common::Result<(common::Response, T)>>,
+    {
+        let key = CacheKey {
+            service: "youtube".into(),
+            method: method.name().into(),
+            request,
+        };
+        let setup = |e: crate::error::StageError| YtError::Setup(e.detail);
+        if let Some(hit) = self.cache.get(&key).map_err(setup)? {
+            return serde_json::from_slice(&hit.body).map_err(|e| {
+                YtError::Setup(format!(
+                    "cached {} answer does not parse ({e}); delete the run's cache/responses.sqlite to refetch",
+                    method.name()
+                ))
+            });
+        }
+        let (bucket, cost, budget) = self.settings.quota.charge(method);
+        let mut attempt = 0u32;
+        loop {
+            let day = pacific_day(Utc::now());
+            if let Err(used) = self
+                .ledger
+                .reserve(&self.key_id, day, bucket, cost, budget)?
+            {
+                return Err(YtError::QuotaSpent(format!(
+                    "the {bucket} budget of key {} for {day} (Pacific) is spent: {used} of {budget} used, {} needs {cost}; it resets in {}",
+                    self.key_id,
+                    method.name(),
+                    human(until_reset(Utc::now()))
+                )));
+            }
+            *self
+                .charged
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(bucket)
+                .or_default() += cost;
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            let started = Instant::now();
+            let result = tokio::time::timeout(self.settings.timeout, call()).await;
+            let failure = match result {
+                Ok(Ok((resp, parsed))) => {
+                    let body = common::to_bytes(resp.into_body())
+                        .await
+                        .map(|b| b.to_vec())
+                        .unwrap_or_default();
+                    self.cache
+                        .put(
+                            &key,
+                            &CachedResponse {
+                                status: 200,
+                                body,
+                                latency_ms: started.elapsed().as_millis() as i64,
+                                ..Default::default()
+                            },
+                        )
+                        .map_err(setup)?;
+                    return Ok(parsed);
+                }
+                Ok(Err(e)) => classify(method, e),
+                Err(_) => Failure::Retry(format!(
+                    "no answer within {} s",
+                    self.settings.timeout.as_secs_f64()
+                )),
+            };
+            match failure {
+                Failure::Retry(last) if attempt < self.settings.max_retries => {
+                    let wait = Duration::from_millis(
+                        (500u64 << attempt.min(6)).min(30_000) + rand_jitter(&key.request, attempt),
+                    );
+                    tracing::warn!(method = method.name(), attempt = attempt + 1, wait_ms = wait.as_millis() as u64, error = %last, "Retrying YouTube call.");
+                    tokio::time::sleep(wait).await;
+                    attempt += 1;
+                }
+                Failure::Retry(last) => {
+                    return Err(YtError::Unavailable {
+                        method: method.name(),
+                        attempts: attempt + 1,
+                        last,
+                    });
+                }
+                Failure::QuotaExceeded(reason) => {
+                    self.ledger.exhaust(&self.key_id, day, bucket, budget)?;
+                    return Err(YtError::QuotaSpent(format!(
+                        "YouTube answered `{reason}` for key {} on {day} (Pacific); the {bucket} bucket is counted as spent until it resets in {}",
+                        self.key_id,
+                        human(until_reset(Utc::now()))
+                    )));
+                }
+                Failure::KeyInvalid(reason) => {
+                    return Err(YtError::KeyInvalid {
+                        env: self.settings.api_key_env.clone(),
+                        reason,
+                    });
+                }
+                Failure::Refused(code, reason, message) => {
+                    return Err(YtError::Refused {
+                        method: method.name(),
+                        code,
+                        reason,
+                        message,
+                    });
+                }
+            }
+        }
+    }
+}
+
+enum Failure {
+    Retry(String),
+    QuotaExceeded(String),
+    KeyInvalid(String),
+    Refused(i64, String, String),
+}
+
+/// Maps the crate's error to what we do about it. Transport error texts never contain the URL
+/// (and so never the key); API error bodies are Google's JSON.
+fn classify(method: Method, e: common::Error) -> Failure {
+    match e {
+        common::Error::BadRequest(json) => {
+            let err = &json["error"];
+            let code = err["code"].as_i64().unwrap_or(0);
+            let message = err["message"].as_str().unwrap_or("").to_string();
+            let reasons: Vec<String> = err["errors"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x["reason"].as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let details: Vec<String> = err["details"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x["reason"].as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let all: Vec<&str> = reasons
+                .iter()
+                .chain(details.iter())
+                .map(String::as_str)
+                .collect();
+            let first = all.first().map(|s| s.to_string()).unwrap_or_default();
+            if let Some(r) = all
+                .iter()
+                .find(|r| matches!(**r, "quotaExceeded" | "dailyLimitExceeded"))
+            {
+                Failure::QuotaExceeded(r.to_string())
+            } else if let Some(r) = all.iter().find(|r| {
+                matches!(
+                    **r,
+                    "keyInvalid"
+                        | "API_KEY_INVALID"
+                        | "keyExpired"
+                        | "accessNotConfigured"
+                        | "forbidden"
+                )
+            }) {
+                Failure::KeyInvalid(r.to_string())
+            } else if code == 429
+                || code >= 500
+                || all.iter().any(|r| {
+                    matches!(
+                        *r,
+                        "rateLimitExceeded" | "userRateLimitExceeded" | "backendError"
+                    )
+                })
+            {
+                Failure::Retry(format!("{code} {first}: {message}"))
+            } else {
+                let _ = method;
+                Failure::Refused(code, first, message)
+            }
+        }
+        common::Error::Failure(resp) => {
+            let status = resp.status().as_u16();
+            if status == 429 || status >= 500 {
+                Failure::Retry(format!("HTTP {status}"))
+            } else {
+                Failure::Refused(
+                    status as i64,
+                    "http_status".into(),
+                    format!("HTTP {status} without a JSON body"),
+                )
+            }
+        }
+        common::Error::HttpError(e) => Failure::Retry(format!("transport: {e}")),
+        common::Error::Io(e) => Failure::Retry(format!("transport: {e}")),
+        common::Error::JsonDecodeError(_, e) => Failure::Refused(
+            200,
+            "bad_json".into(),
+            format!("the answer is not the expected JSON: {e}"),
+        ),
+        other => Failure::Refused(0, "client".into(), other.to_string()),
+    }
+}
+
+fn rand_jitter(seed: &str, attempt: u32) -> u64 {
+    let b = blake3::hash(format!("{seed}{attempt}{:?}", Instant::now()).as_bytes());
+    (b.as_bytes()[0] as u64) * 2
+}
+
+fn human(d: Duration) -> String {
+    let m = d.as_secs() / 60;
+    format!("{} h {:02} min", m / 60, m % 60)
+}
+
+/// Sorted `k=v` pairs joined by `&`: the cache key of a request (the key is never in it).
+fn canonical(params: &std::collections::BTreeMap<String, String>) -> String {
+    params
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// Seconds of an ISO 8601 duration as YouTube and others write it: `PT21M7S`, fractions
+/// (`PT1H0.040S`), a trailing `Z`, a missing leading `P` (`T30M38S`). Years and months count as
+/// 365 and 30 days (YouTube never sends them for videos; yt-dlp does the same).
+pub fn parse_duration(s: &str) -> Option<f64> {
+    let t = s.trim();
+    let t = t.strip_suffix('Z').unwrap_or(t);
+    let owned;
+    let t = if t.starts_with('T') {
+        owned = format!("P{t}");
+        owned.as_str()
+    } else {
+        t
+    };
+    match iso8601::duration(t).ok()? {
+        iso8601::Duration::YMDHMS {
+            year,
+            month,
+            day,
+            hour,
+            minute,
+            second,
+            millisecond,
+        } => Some(
+            ((year as f64 * 365.0 + month as f64 * 30.0 + day as f64) * 86_400.0)
+                + hour as f64 * 3600.0
+                + minute as f64 * 60.0
+                + second as f64
+                + millisecond as f64 / 1000.0,
+        ),
+        iso8601::Duration::Weeks(w) => Some(w as f64 * 7.0 * 86_400.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pacific_day_follows_los_angeles() {
+        // 07:59 UTC on 30 Nov is 23:59 on 29 Nov in Los Angeles (PST, UTC-8).
+        let t = DateTime::parse_from_rfc3339("2026-11-30T07:59:00Z")
+            .unwrap()
+            .to_utc();
+        assert_eq!(pacific_day(t).to_string(), "2026-11-29");
+        let t = DateTime::parse_from_rfc3339("2026-11-30T08:00:00Z")
+            .unwrap()
+            .to_utc();
+        assert_eq!(pacific_day(t).to_string(), "2026-11-30");
+        // Summer time: UTC-7.
+        let t = DateTime::parse_from_rfc3339("2026-07-01T06:59:00Z")
+            .unwrap()
+            .to_utc();
+        assert_eq!(pacific_day(t).to_string(), "2026-06-30");
+        assert_eq!(until_reset(t), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn ledger_reserves_until_the_budget_and_exhausts() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = QuotaLedger::open(&dir.path().join("q.sqlite")).unwrap();
+        let day = NaiveDate::from_ymd_opt(2026, 11, 30).unwrap();
+        assert_eq!(l.reserve("k", day, "units", 4, 10).unwrap(), Ok(()));
+        assert_eq!(l.reserve("k", day, "units", 6, 10).unwrap(), Ok(()));
+        assert_eq!(l.reserve("k", day, "units", 1, 10).unwrap(), Err(10));
+        // Another key, another day: separate.
+        assert_eq!(l.reserve("j", day, "units", 1, 10).unwrap(), Ok(()));
+        assert_eq!(
+            l.reserve("k", day.succ_opt().unwrap(), "units", 1, 10)
+                .unwrap(),
+            Ok(())
+        );
+        l.exhaust("j", day, "units", 10).unwrap();
+        assert_eq!(l.used("j", day, "units").unwrap(), 10);
+    }
+}

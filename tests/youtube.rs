@@ -1,0 +1,585 @@
+//! The `youtube` source against a fake YouTube Data API v3 on 127.0.0.1 that replays the real
+//! recorded bodies in ../shared/fixtures/youtube/, and the download stage against a local server.
+
+use crate::fake_http::{FakeServer, Request, Response};
+use crate::need_ffmpeg;
+use crate::util::*;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// A key that must never show up in a file, a log line or an error.
+const KEY: &str = "AIzaSy-test-secret-4f9b2c";
+
+fn fixture_json(name: &str) -> Value {
+    let p = fixtures().join("youtube").join(name);
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+}
+
+/// The id the fake videos.list never returns (as if deleted).
+const GONE: &str = "i2hewkFijuY";
+
+struct YouTubeFake {
+    server: FakeServer,
+    /// After this many successful calls, answer 403 quotaExceeded (while `refuse` is set).
+    quota_after: Arc<AtomicUsize>,
+    refuse: Arc<AtomicBool>,
+}
+
+/// search.list: page 1 without a token, page 2 for `CBkQAA` (both real captures; the video
+/// `-2IlD-x8wvY` is on both). videos.list: one item per requested id, built on the real
+/// full-parts item with the search result's own title and description; every fourth id gets the
+/// real snippet-and-player-only item shape (no contentDetails, no statistics).
+fn youtube_fake() -> YouTubeFake {
+    let p1 = fixture_json("search_by_keywords_p1.json");
+    let p2 = fixture_json("search_by_keywords_p2.json");
+    let full = fixture_json("videos_list_full_parts.json")["items"][0].clone();
+    let partial = fixture_json("videos_list_snippet_player_only.json")["items"][0].clone();
+    let key_invalid = std::fs::read(fixtures().join("youtube/error_400_keyInvalid.json")).unwrap();
+    let mut snippets = std::collections::HashMap::new();
+    for page in [&p1, &p2] {
+        for it in page["items"].as_array().unwrap() {
+            snippets.insert(
+                it["id"]["videoId"].as_str().unwrap().to_string(),
+                it["snippet"].clone(),
+            );
+        }
+    }
+    let ok_calls = Arc::new(AtomicUsize::new(0));
+    let quota_after = Arc::new(AtomicUsize::new(usize::MAX));
+    let refuse = Arc::new(AtomicBool::new(true));
+    let (qa, rf) = (quota_after.clone(), refuse.clone());
+    let server = FakeServer::start(move |r: &Request| {
+        if r.query.get("key").map(String::as_str) != Some(KEY) {
+            return Response::json(400, key_invalid.clone());
+        }
+        if rf.load(Ordering::SeqCst) && ok_calls.load(Ordering::SeqCst) >= qa.load(Ordering::SeqCst)
+        {
+            return Response::json(
+                403,
+                json!({"error": {"code": 403, "message": "The request cannot be completed because you have exceeded your <a href=\"/youtube/v3/getting-started#quota\">quota</a>.",
+                  "errors": [{"message": "The request cannot be completed because you have exceeded your quota.", "domain": "youtube.quota", "reason": "quotaExceeded"}]}})
+                .to_string(),
+            );
+        }
+        let body = match r.path.as_str() {
+            "/youtube/v3/search" => {
+                assert_eq!(r.query.get("type").map(String::as_str), Some("video"));
+                assert_eq!(r.query.get("maxResults").map(String::as_str), Some("50"));
+                if let (Some(a), Some(b)) = (
+                    r.query.get("publishedAfter"),
+                    r.query.get("publishedBefore"),
+                ) {
+                    // Dated windows: longer than 3 days estimate 600 results (over the cap).
+                    let t = |s: &str| chrono::DateTime::parse_from_rfc3339(s).unwrap();
+                    let days = (t(b) - t(a)).num_hours() as f64 / 24.0;
+                    let mut page = p1.clone();
+                    page["pageInfo"]["totalResults"] = json!(if days > 3.0 { 600 } else { 25 });
+                    page.as_object_mut().unwrap().remove("nextPageToken");
+                    ok_calls.fetch_add(1, Ordering::SeqCst);
+                    return Response::json(200, page.to_string());
+                }
+                match r.query.get("pageToken").map(String::as_str) {
+                    None => p1.clone(),
+                    Some("CBkQAA") => p2.clone(),
+                    Some(other) => panic!("unexpected page token {other}"),
+                }
+            }
+            "/youtube/v3/videos" => {
+                let ids: Vec<&str> = r.query["id"].split(',').collect();
+                assert!(ids.len() <= 50);
+                let items: Vec<Value> = ids
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, id)| **id != GONE)
+                    .map(|(i, id)| {
+                        let mut it = if i % 4 == 3 {
+                            partial.clone()
+                        } else {
+                            full.clone()
+                        };
+                        it["id"] = json!(id);
+                        if let Some(sn) = snippets.get(*id) {
+                            for k in [
+                                "title",
+                                "description",
+                                "publishedAt",
+                                "channelId",
+                                "channelTitle",
+                            ] {
+                                it["snippet"][k] = sn[k].clone();
+                            }
+                        }
+                        it
+                    })
+                    .collect();
+                json!({"kind": "youtube#videoListResponse", "items": items,
+                       "pageInfo": {"totalResults": ids.len(), "resultsPerPage": ids.len()}})
+            }
+            other => panic!("unexpected path {other}"),
+        };
+        ok_calls.fetch_add(1, Ordering::SeqCst);
+        Response::json(200, body.to_string())
+    });
+    YouTubeFake {
+        server,
+        quota_after,
+        refuse,
+    }
+}
+
+fn query_file(dir: &Path) {
+    write(
+        &dir.join("queries/surf.toml"),
+        r#"domain = "surfing"
+kind = "micro"
+[[groups]]
+template = "{spot} surfing"
+cross = { spot = ["pipeline"] }
+params = { region_code = "JP" }
+"#,
+    );
+}
+
+fn yt_pipeline(dir: &Path, url: &str, quota: &str) -> std::path::PathBuf {
+    query_file(dir);
+    let p = dir.join("p.toml");
+    write(
+        &p,
+        &format!(
+            r#"name = "yt"
+[services.youtube]
+base_url = "{url}"
+api_key_env = "VIDCURATE_TEST_YT_KEY"
+max_retries = 1
+
+[source]
+type = "youtube"
+queries = "queries/surf.toml"
+max_pages = 2
+
+[source.quota]
+ledger = "ledger/quota.sqlite"
+{quota}
+"#
+        ),
+    );
+    p
+}
+
+fn run_yt(p: &Path, out: &Path, key: &str) -> std::process::Output {
+    run_command(p, out)
+        .env("VIDCURATE_TEST_YT_KEY", key)
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Every file under `dir`, as bytes, to look for a leaked secret.
+fn any_file_contains(dir: &Path, needle: &[u8]) -> Option<std::path::PathBuf> {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            if let Some(f) = any_file_contains(&p, needle) {
+                return Some(f);
+            }
+        } else if std::fs::read(&p)
+            .unwrap()
+            .windows(needle.len())
+            .any(|w| w == needle)
+        {
+            return Some(p);
+        }
+    }
+    None
+}
+
+#[test]
+fn collects_one_row_per_video_with_every_provenance_and_reruns_without_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = youtube_fake();
+    let p = yt_pipeline(dir.path(), &fake.server.url(), "");
+    let out = dir.path().join("run");
+    let o = run_yt(&p, &out, KEY);
+    // One id is not returned by videos.list: a reject, so exit code 3.
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert_eq!(fake.server.count("/search"), 2);
+    assert_eq!(fake.server.count("/videos"), 1);
+
+    let rows = table_rows_file_all(&out.join("source"));
+    // 25 + 25 results, one video on both pages, one unavailable.
+    assert_eq!(rows.len(), 48);
+    let twice = rows
+        .iter()
+        .find(|r| r["video_id"] == "-2IlD-x8wvY")
+        .unwrap();
+    let prov = &twice["provenance"];
+    assert_eq!(prov.matches("rank").count(), 2, "{prov}");
+    assert!(
+        prov.contains("page: 1") && prov.contains("page: 2"),
+        "{prov}"
+    );
+    assert!(prov.contains("pipeline surfing"), "{prov}");
+    assert!(
+        prov.contains("regionCode") || prov.contains("region_code"),
+        "{prov}"
+    );
+    // HTML entities decoded in `title`, kept in `title_raw`.
+    let amp = rows
+        .iter()
+        .find(|r| r["title_raw"].contains("&amp;"))
+        .expect("a title with &amp;");
+    assert!(amp["title"].contains(" & ") && !amp["title"].contains("&amp;"));
+    // Full parts: duration in seconds, counts as integers; missing parts are nulls.
+    let full = rows
+        .iter()
+        .find(|r| r["duration_iso"] == "PT21M7S")
+        .unwrap();
+    assert_eq!(full["duration_secs"], "1267.0");
+    assert_eq!(full["view_count"], "7920");
+    assert_eq!(full["privacy_status"], "public");
+    assert_eq!(full["domain"], "surfing");
+    assert!(full["url"].starts_with("https://www.youtube.com/watch?v="));
+    let partial = rows.iter().filter(|r| r["view_count"] == "null").count();
+    assert!(partial >= 10, "{partial} rows without statistics");
+    assert!(
+        rows.iter()
+            .filter(|r| r["view_count"] == "null")
+            .all(|r| r["duration_secs"] == "null")
+    );
+    let rejects = table_rows(&out.join("rejects"), &[]);
+    assert_eq!(rejects.len(), 1);
+    assert!(
+        rejects[0].contains(GONE) && rejects[0].contains("unavailable"),
+        "{rejects:?}"
+    );
+
+    // The rerun answers from the cache: no call at all.
+    let before = fake.server.requests().len();
+    let o = run_yt(&p, &out, KEY);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert_eq!(fake.server.requests().len(), before);
+    assert_eq!(table_rows_file_all(&out.join("source")).len(), 48);
+    // The key is in no file of the run directory nor of the ledger, and in no message.
+    assert_eq!(any_file_contains(dir.path(), KEY.as_bytes()), None);
+    assert!(!stderr(&o).contains(KEY));
+}
+
+#[test]
+fn a_spent_budget_stops_and_the_next_run_resumes_without_repeating_a_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = youtube_fake();
+    // One search call a day: page 1 is fetched, page 2 would overspend.
+    let p = yt_pipeline(dir.path(), &fake.server.url(), "search_calls_per_day = 1");
+    let out = dir.path().join("run");
+    let o = run_yt(&p, &out, KEY);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("search.list budget") && err.contains("1 of 1 used"),
+        "{err}"
+    );
+    assert!(err.contains("resets in"), "{err}");
+    assert_eq!(fake.server.count("/search"), 1);
+    assert!(!out.join("source").exists() || table_rows_file_all(&out.join("source")).is_empty());
+
+    // A bigger budget (as after the reset): page 1 comes from the cache, page 2 and videos.list
+    // are new; nothing is asked twice.
+    let p = yt_pipeline(dir.path(), &fake.server.url(), "search_calls_per_day = 10");
+    let o = run_yt(&p, &out, KEY);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert_eq!(fake.server.count("/search"), 2);
+    assert_eq!(fake.server.count("/videos"), 1);
+    assert_eq!(fake.server.repeated_successes(), Vec::<String>::new());
+    assert_eq!(table_rows_file_all(&out.join("source")).len(), 48);
+}
+
+#[test]
+fn quota_exceeded_from_the_api_stops_until_the_reset_and_then_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = youtube_fake();
+    fake.quota_after.store(1, Ordering::SeqCst);
+    let p = yt_pipeline(dir.path(), &fake.server.url(), "");
+    let out = dir.path().join("run");
+    let o = run_yt(&p, &out, KEY);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(err.contains("quotaExceeded"), "{err}");
+    let calls = fake.server.requests().len();
+    assert_eq!(calls, 2, "page 1, then page 2 refused");
+
+    // Same day: the ledger knows the bucket is spent, so not even one call is tried.
+    let o = run_yt(&p, &out, KEY);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert_eq!(fake.server.requests().len(), calls);
+
+    // After the reset (a fresh ledger stands in for the next Pacific day).
+    fake.refuse.store(false, Ordering::SeqCst);
+    std::fs::remove_dir_all(dir.path().join("ledger")).unwrap();
+    let o = run_yt(&p, &out, KEY);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert_eq!(fake.server.repeated_successes(), Vec::<String>::new());
+    assert_eq!(
+        fake.server.count("/search"),
+        3,
+        "page 1 once, page 2 refused then fetched"
+    );
+    assert_eq!(table_rows_file_all(&out.join("source")).len(), 48);
+}
+
+#[test]
+fn an_invalid_key_stops_at_once_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = youtube_fake();
+    let p = yt_pipeline(dir.path(), &fake.server.url(), "");
+    let bad = "AIzaSy-wrong-key-0000";
+    let o = run_yt(&p, &dir.path().join("run"), bad);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("keyInvalid") && err.contains("$VIDCURATE_TEST_YT_KEY"),
+        "{err}"
+    );
+    assert!(!err.contains(bad));
+    assert_eq!(
+        fake.server.requests().len(),
+        1,
+        "no retry of an invalid key"
+    );
+    // Without the variable: a configuration error naming it, before any call.
+    let o = run_command(&p, &dir.path().join("run2"))
+        .env_remove("VIDCURATE_TEST_YT_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("VIDCURATE_TEST_YT_KEY"));
+    assert_eq!(fake.server.requests().len(), 1);
+}
+
+#[test]
+fn a_window_over_the_result_cap_is_split_until_it_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = youtube_fake();
+    let p = yt_pipeline(dir.path(), &fake.server.url(), "");
+    write(
+        &dir.path().join("queries/surf.toml"),
+        r#"domain = "surfing"
+kind = "macro"
+[[groups]]
+template = "surfing {year}"
+rows = [{ year = 2019 }]
+params = { published_after = "{year}-01-01", published_before = "{year}-01-09" }
+"#,
+    );
+    let text = std::fs::read_to_string(&p).unwrap() + "";
+    write(
+        &p,
+        &text.replace("max_pages = 2", "max_pages = 2\nmin_window_hours = 48"),
+    );
+    let out = dir.path().join("run");
+    let o = run_yt(&p, &out, KEY);
+    assert!(
+        o.status.code() == Some(0) || o.status.code() == Some(3),
+        "{}",
+        stderr(&o)
+    );
+    let windows: Vec<(String, String)> = fake
+        .server
+        .requests()
+        .iter()
+        .filter(|(r, _)| r.path.ends_with("/search"))
+        .map(|(r, _)| {
+            (
+                r.query["publishedAfter"].clone(),
+                r.query["publishedBefore"].clone(),
+            )
+        })
+        .collect();
+    // 8 days → 2 × 4 days (still estimated over 500) → 4 × 2 days, depth first.
+    let day = |s: &str| s[..10].to_string();
+    let got: Vec<(String, String)> = windows.iter().map(|(a, b)| (day(a), day(b))).collect();
+    let want: Vec<(String, String)> = [
+        ("01", "09"),
+        ("01", "05"),
+        ("01", "03"),
+        ("03", "05"),
+        ("05", "09"),
+        ("05", "07"),
+        ("07", "09"),
+    ]
+    .iter()
+    .map(|(a, b)| (format!("2019-01-{a}"), format!("2019-01-{b}")))
+    .collect();
+    assert_eq!(got, want);
+    let rows = table_rows_file_all(&out.join("source"));
+    assert_eq!(rows.len(), 24, "p1's 25 videos minus the unavailable one");
+    // Each video was found by the 8-day window (page 1 before the split) and by one 2-day window.
+    assert!(
+        rows[0]["provenance"].contains("2019-01-03T00:00:00Z")
+            && rows[0]["provenance"].contains("2019-01-09T00:00:00Z"),
+        "{}",
+        rows[0]["provenance"]
+    );
+}
+
+#[test]
+fn durations_parse_like_the_upstream_tests() {
+    let cases = fixture_json("iso8601_duration_cases.json");
+    for c in cases["cases"].as_array().unwrap() {
+        let input = c["input"].as_str().unwrap();
+        let got = vidcurate::clients::youtube::parse_duration(input);
+        match c["seconds"].as_f64() {
+            Some(want) => {
+                let got = got.unwrap_or_else(|| panic!("{input} did not parse"));
+                assert!((got - want).abs() < 1e-9, "{input}: {got} != {want}");
+            }
+            None => assert_eq!(got, None, "{input} should not parse"),
+        }
+    }
+    for (input, want) in cases["computed_from_real_file_not_upstream_asserted"]
+        .as_object()
+        .unwrap()
+    {
+        if let Some(want) = want.as_f64() {
+            assert_eq!(
+                vidcurate::clients::youtube::parse_duration(input),
+                Some(want),
+                "{input}"
+            );
+        }
+    }
+}
+
+#[test]
+fn queries_command_expands_the_four_domain_files() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (file, min) in [
+        ("protest", 20),
+        ("car_crash", 40),
+        ("arson", 40),
+        ("cruise_collision", 30),
+    ] {
+        let o = run(&["queries", &format!("queries/{file}.toml")], root);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = String::from_utf8_lossy(&o.stdout);
+        let n = text.lines().count();
+        assert!(n >= min, "{file}: {n} queries");
+        assert!(
+            stderr(&o).contains(&format!("{n} queries")),
+            "{}",
+            stderr(&o)
+        );
+        // Exclusions are rendered in YouTube's syntax on every line.
+        assert!(text.lines().all(|l| l.contains(" -")), "{file}");
+    }
+    let o = run(&["queries", "queries/protest.toml"], root);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("Hong Kong protest 2019"), "{text}");
+    assert!(text.contains("published_after=2019-01-01"), "{text}");
+}
+
+/// A clip served by a local server that honours Range, fetched by the download stage with
+/// reqwest and (the same URL) with yt-dlp; both land in the content-addressed store once.
+#[test]
+fn download_stage_fetches_direct_links_resumably_and_through_yt_dlp() {
+    need_ffmpeg!();
+    let dir = tempfile::tempdir().unwrap();
+    let clip = dir.path().join("clip.mp4");
+    plain_clip(&clip, 2.0, "160x90");
+    let bytes = Arc::new(std::fs::read(&clip).unwrap());
+    let b2 = bytes.clone();
+    let server = FakeServer::start(move |r: &Request| match r.path.as_str() {
+        "/media/clip.mp4" => match r.headers.get("range") {
+            Some(range) => {
+                let from: usize = range
+                    .trim_start_matches("bytes=")
+                    .trim_end_matches('-')
+                    .parse()
+                    .unwrap();
+                Response::bytes(206, "video/mp4", b2[from..].to_vec()).header(
+                    "Content-Range",
+                    &format!("bytes {from}-{}/{}", b2.len() - 1, b2.len()),
+                )
+            }
+            None => Response::bytes(200, "video/mp4", b2.to_vec()),
+        },
+        _ => Response::bytes(404, "text/plain", b"no".to_vec()),
+    });
+    let url = format!("{}media/clip.mp4", server.url());
+    let missing = format!("{}media/gone.mp4", server.url());
+    write(
+        &dir.path().join("m.csv"),
+        &format!(
+            "id,path\nhttp,{url}\nmissing,{missing}\nyt,https://www.youtube.com/watch?v=abc\n"
+        ),
+    );
+    let ytdlp = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/venv-tools/bin/yt-dlp");
+    let p = dir.path().join("p.toml");
+    let pipeline = |youtube: bool| {
+        format!(
+            "name = \"dl\"\n[source]\ntype = \"local\"\nmanifest = \"m.csv\"\nurls = true\n\n[[stages]]\nid = \"download\"\ntype = \"download\"\ncompute = {{ youtube = {youtube}, yt_dlp = \"{}\" }}\n\n[[stages]]\nid = \"probe\"\ntype = \"probe\"\n",
+            ytdlp.display()
+        )
+    };
+    write(&p, &pipeline(false));
+    // A partial file from an interrupted earlier attempt: the stage asks only for the rest.
+    let out = dir.path().join("run");
+    let key = &blake3::hash(url.as_bytes()).to_hex()[..16];
+    write(&out.join(format!("media/partial/http-{key}.part")), "");
+    std::fs::write(
+        out.join(format!("media/partial/http-{key}.part")),
+        &bytes[..1000],
+    )
+    .unwrap();
+    let o = run_into(&p, &out, dir.path());
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let ranged: Vec<String> = server
+        .requests()
+        .iter()
+        .filter_map(|(r, _)| r.headers.get("range").cloned())
+        .collect();
+    assert_eq!(ranged, vec!["bytes=1000-".to_string()]);
+    let rows = table_rows_file_all(&out.join("download"));
+    assert_eq!(rows.len(), 1);
+    let hash = blake3::hash(&bytes).to_hex().to_string();
+    assert_eq!(rows[0]["blake3"], hash);
+    assert_eq!(
+        rows[0]["path"],
+        format!("media/objects/{}/{hash}.mp4", &hash[..2])
+    );
+    assert_eq!(std::fs::read(out.join(&rows[0]["path"])).unwrap(), *bytes);
+    // The probe read the downloaded file.
+    let probe = table_rows_file_all(&out.join("probe"));
+    assert_eq!(probe.len(), 1);
+    assert_eq!(probe[0]["width"], "160");
+    let rejects = table_rows(&out.join("rejects"), &[]).join("\n");
+    assert!(
+        rejects.contains("http_status") && rejects.contains("404"),
+        "{rejects}"
+    );
+    assert!(rejects.contains("youtube_download_off"), "{rejects}");
+
+    // yt-dlp on the same direct link (its generic extractor), into a fresh run: same object.
+    if ytdlp.exists() {
+        write(
+            &dir.path().join("m.csv"),
+            &format!("id,path\nviaytdlp,{url}\n"),
+        );
+        let p2 = dir.path().join("p2.toml");
+        let text =
+            pipeline(true).replace("compute = {", "compute = { yt_dlp_hosts = [\"127.0.0.1\"],");
+        write(&p2, &text);
+        let out2 = dir.path().join("run2");
+        let o = run_into(&p2, &out2, dir.path());
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let rows = table_rows_file_all(&out2.join("download"));
+        assert_eq!(rows[0]["method"], "yt-dlp");
+        assert_eq!(rows[0]["blake3"], hash);
+    } else {
+        eprintln!("yt-dlp part skipped: scripts/setup.sh installs data/venv-tools/bin/yt-dlp");
+    }
+}
