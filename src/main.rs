@@ -378,18 +378,19 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             let report = rt.block_on(runner::run(plan, RunOptions { out, quiet }))?;
             eprintln!("run directory: {}", report.run_dir.display());
             eprintln!(
-                "{:<14} {:>9} {:>9} {:>9} {:>9} {:>9}",
-                "stage", "received", "computed", "reused", "rejected", "forwarded"
+                "{:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                "stage", "received", "computed", "reused", "rejected", "filtered", "forwarded"
             );
             for id in &report.order {
                 if let Some(c) = report.counts.get(id) {
                     eprintln!(
-                        "{:<14} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                        "{:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
                         id,
                         c.received,
                         c.computed,
                         c.reused,
                         c.rejected + c.rejected_before,
+                        c.filtered,
                         c.forwarded
                     );
                 }

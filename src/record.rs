@@ -24,6 +24,10 @@ pub enum Slot {
     Ocr,
     Overlays,
     Shots,
+    Relevance,
+    Prescreen,
+    Quality,
+    Committee,
 }
 
 impl Slot {
@@ -36,6 +40,10 @@ impl Slot {
             Slot::Ocr => "ocr",
             Slot::Overlays => "overlays",
             Slot::Shots => "shots",
+            Slot::Relevance => "relevance",
+            Slot::Prescreen => "prescreen",
+            Slot::Quality => "quality",
+            Slot::Committee => "committee",
         }
     }
 }
@@ -201,6 +209,10 @@ pub struct VideoRecord {
     pub probe: Option<Probe>,
     pub frames: Option<Vec<FrameRef>>,
     pub ocr: Option<Vec<TextRegion>>,
+    /// Shots in the whole video (the `shots` stage).
+    pub shots: Option<u32>,
+    /// Relevance score 1–10 (the `relevance` stage).
+    pub relevance: Option<u8>,
 }
 
 impl VideoRecord {
@@ -214,6 +226,8 @@ impl VideoRecord {
             probe: None,
             frames: None,
             ocr: None,
+            shots: None,
+            relevance: None,
         }
     }
 

@@ -1,3 +1,5 @@
 //! Clients of external programs and services; each one owns its connection details and limits.
 pub mod ffmpeg;
+pub mod llm;
+pub mod minilm;
 pub mod youtube;

@@ -60,6 +60,15 @@ pub struct ServiceConfig {
     /// Retries of a failed request (429, 5xx, timeouts) before the video is rejected.
     #[serde(default)]
     pub max_retries: Option<u32>,
+    /// Model services: "openai" (chat/completions, also vLLM, Ollama, llama.cpp) or "gemini"
+    /// (generateContent). Inferred from base_url when absent.
+    #[serde(default)]
+    pub api: Option<String>,
+    /// Prices in US dollars per million input / output tokens, for `vidcurate cache stats`.
+    #[serde(default)]
+    pub usd_per_mtok_input: Option<f64>,
+    #[serde(default)]
+    pub usd_per_mtok_output: Option<f64>,
 }
 
 /// Output settings.

@@ -48,6 +48,36 @@ pub struct BuildCx<'a> {
     pub src: &'a SourceText,
     /// The pipeline's `[services.*]`, for stages that call one.
     pub services: &'a BTreeMap<String, ServiceConfig>,
+    /// Model services built so far: stages naming the same service share one (and its limits).
+    pub llm: std::sync::Mutex<BTreeMap<String, std::sync::Arc<crate::clients::llm::LlmService>>>,
+}
+
+impl BuildCx<'_> {
+    /// The shared client of `[services.<name>]`; `at` is where the stage names it.
+    pub fn llm_service(
+        &self,
+        name: &str,
+        at: &[super::Seg],
+    ) -> Result<std::sync::Arc<crate::clients::llm::LlmService>, ConfigError> {
+        let mut built = self.llm.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = built.get(name) {
+            return Ok(s.clone());
+        }
+        let cfg = self.services.get(name).ok_or_else(|| {
+            self.src.error_at(
+                at,
+                format!(
+                    "no [services.{name}] in the pipeline file (known: {})",
+                    self.services.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            )
+        })?;
+        let svc = crate::clients::llm::LlmService::new(name, cfg)
+            .map_err(|e| self.src.error_at(at, e))?;
+        let svc = std::sync::Arc::new(svc);
+        built.insert(name.to_string(), svc.clone());
+        Ok(svc)
+    }
 }
 
 impl BuildCx<'_> {
@@ -112,6 +142,7 @@ pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
         base_dir: &base_dir,
         src: &src,
         services: &raw.services,
+        llm: Default::default(),
     };
 
     if !is_snake_case(&raw.name.replace('-', "_")) {

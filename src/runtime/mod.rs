@@ -49,6 +49,9 @@ pub struct StageCounts {
     pub rejected: u64,
     /// Rejected by an earlier invocation (not retried).
     pub rejected_before: u64,
+    /// Scored but below the stage's `select` thresholds (not passed on).
+    #[serde(default)]
+    pub filtered: u64,
     /// Passed on to the next stage.
     pub forwarded: u64,
 }
@@ -194,23 +197,21 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
             };
             counts.received += 1;
             let forward = match outcome {
-                Outcome::Reused(mut rec, rows) => {
+                Outcome::Reused(rec, rows) => {
                     counts.reused += 1;
                     progress.inc(false);
-                    P::attach(&mut rec, rows);
-                    Some(rec)
+                    select(&*self.0, rec, rows, &cx.extras, &mut counts)
                 }
                 Outcome::RejectedBefore => {
                     counts.rejected_before += 1;
                     progress.inc(true);
                     None
                 }
-                Outcome::Computed(mut rec, Ok(rows)) => {
+                Outcome::Computed(rec, Ok(rows)) => {
                     counts.computed += 1;
                     progress.inc(false);
                     writer.add(&rec, rows.clone());
-                    P::attach(&mut rec, rows);
-                    Some(rec)
+                    select(&*self.0, rec, rows, &cx.extras, &mut counts)
                 }
                 Outcome::Computed(rec, Err(e)) => match e.kind {
                     ErrorKind::Data | ErrorKind::External => {
@@ -220,7 +221,15 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
                         writer.reject(&rec.video_id, &rec.extra, &e);
                         None
                     }
-                    ErrorKind::Config | ErrorKind::Internal => {
+                    ErrorKind::Config => {
+                        // A refused key, a missing tool: no other video would fare better.
+                        writer.flush().await?;
+                        return Err(RunError::Config(format!(
+                            "stage {}: {} (at video {})",
+                            cx.stage_id, e.detail, rec.video_id
+                        )));
+                    }
+                    ErrorKind::Internal => {
                         // Keep what is finished, then stop the run.
                         writer.flush().await?;
                         return Err(RunError::Internal(format!(
@@ -242,6 +251,23 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
         writer.flush().await?;
         progress.finish();
         Ok(counts)
+    }
+}
+
+/// Applies the stage's thresholds; a kept record gets its rows attached.
+fn select<P: Processor>(
+    p: &P,
+    mut rec: VideoRecord,
+    rows: Vec<P::Row>,
+    extras: &[String],
+    counts: &mut StageCounts,
+) -> Option<VideoRecord> {
+    if p.keep(&rec, extras, &rows) {
+        P::attach(&mut rec, rows);
+        Some(rec)
+    } else {
+        counts.filtered += 1;
+        None
     }
 }
 

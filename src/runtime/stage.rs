@@ -97,6 +97,14 @@ pub trait Processor: Send + Sync + 'static {
 
     /// Puts the rows (fresh or read back from a previous run) into the record's slot.
     fn attach(rec: &mut VideoRecord, rows: Vec<Self::Row>);
+
+    /// Whether the video goes on down the chain, from its rows and the stage's `select`
+    /// thresholds. Thresholds are not part of the fingerprint: changing them re-decides from the
+    /// stored rows, with no recomputation (and `vidcurate rethreshold` does it without a run).
+    /// `extras` names the record's extra columns (a reference label, say).
+    fn keep(&self, _rec: &VideoRecord, _extras: &[String], _rows: &[Self::Row]) -> bool {
+        true
+    }
 }
 
 /// Something the source could not turn into a video.

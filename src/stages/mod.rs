@@ -2,12 +2,17 @@
 //! Adding a stage: a new `stages/<name>.rs` with `build`, a `mod` line, an arm in `build_stage`
 //! and a line in `STAGE_TYPES`.
 
+pub mod committee;
 pub mod download;
 pub mod frames;
+pub mod judge;
 pub mod local;
 pub mod ocr;
 pub mod overlays;
+pub mod prescreen;
 pub mod probe;
+pub mod quality;
+pub mod relevance;
 pub mod shots;
 pub mod youtube;
 
@@ -23,6 +28,22 @@ pub const STAGE_TYPES: &[(&str, &str)] = &[
     (
         "download",
         "media into the run's content-addressed store: direct links (resumable), YouTube via yt-dlp (opt-in), local files as they are",
+    ),
+    (
+        "relevance",
+        "1-10 likelihood of the risk event from title + description (RiskCue prompt; a model service, or the local MiniLM judge)",
+    ),
+    (
+        "prescreen",
+        "local verdicts on the rubric's visible criteria (subtitles, dates, locations, logos, SNS overlays, jump cuts) from OCR and shots: rejects before any paid call when certain",
+    ),
+    (
+        "quality",
+        "the 12-criterion visual rubric (RiskCue A.4 prompt) by a vision model over the sampled frames; keep >= 10 of 12 scoring 2",
+    ),
+    (
+        "committee",
+        "N vision models answer one visual-only risk question; every vote stored; hardness rule configurable",
     ),
     (
         "probe",
@@ -102,6 +123,10 @@ pub fn build_stage(
 ) -> Result<Built, ConfigError> {
     match common.kind.as_str() {
         "download" => download::build(common, compute_at, select_at, bcx),
+        "relevance" => relevance::build(common, compute_at, select_at, bcx),
+        "prescreen" => prescreen::build(common, compute_at, select_at, bcx),
+        "quality" => quality::build(common, compute_at, select_at, bcx),
+        "committee" => committee::build(common, compute_at, select_at, bcx),
         "probe" => probe::build(common, compute_at, select_at, bcx),
         "frames" => frames::build(common, compute_at, select_at, bcx),
         "ocr" => ocr::build(common, compute_at, select_at, bcx),

@@ -197,7 +197,9 @@ impl Processor for ShotsStage {
             .collect())
     }
 
-    fn attach(_rec: &mut VideoRecord, _rows: Vec<Shot>) {}
+    fn attach(rec: &mut VideoRecord, rows: Vec<Shot>) {
+        rec.shots = rows.first().map(|s| s.shots_in_video);
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,526 @@
+//! Model endpoints for every judging stage: OpenAI-compatible `chat/completions` (OpenAI, vLLM,
+//! Ollama, llama.cpp's server...) and Gemini `generateContent`, text plus images.
+//!
+//! One `LlmService` per `[services.<name>]`, shared by every stage that names it, so its request
+//! and token budgets (governor rate limiters) count all of them together. A call goes: response
+//! cache (hit → no call) → rate limiters → HTTP with a timeout → retries with exponential backoff
+//! and jitter on 429 / 5xx / timeouts / unreadable bodies, waiting at least what the server asks
+//! (`Retry-After`, OpenAI's "try again in 6ms", Gemini's `RetryInfo.retryDelay`) → cache. Errors
+//! that no retry can fix (a refused key, `insufficient_quota`) are configuration errors: the run
+//! stops with the message. Keys come from the environment and are scrubbed from every message.
+
+use crate::config::ServiceConfig;
+use crate::error::{ErrorKind, StageError};
+use crate::runtime::cache::{CacheKey, CachedResponse, ResponseCache};
+use base64::Engine;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use serde_json::{Value, json};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Api {
+    OpenAi,
+    Gemini,
+}
+
+/// One image sent with a prompt.
+#[derive(Debug, Clone)]
+pub struct ImageInput {
+    pub jpeg: Arc<Vec<u8>>,
+    /// BLAKE3 of the bytes: what the cache key holds instead of the image.
+    pub hash: String,
+}
+
+impl ImageInput {
+    pub fn new(jpeg: Vec<u8>) -> Self {
+        let hash = blake3::hash(&jpeg).to_hex().to_string();
+        Self {
+            jpeg: Arc::new(jpeg),
+            hash,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    pub model: String,
+    pub prompt: String,
+    pub images: Vec<ImageInput>,
+    pub temperature: f32,
+    pub max_tokens: u32,
+    /// Ask for JSON output where the API has a switch for it.
+    pub json: bool,
+}
+
+/// What the model said.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatAnswer {
+    pub text: Option<String>,
+    /// Normalised: `stop`, `length`, `refusal`, `blocked`, or the API's own word.
+    pub finish: String,
+    /// The refusal or block reason, when there is one.
+    pub refusal: Option<String>,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    /// Answered from the response cache (no call made).
+    pub cached: bool,
+}
+
+pub struct LlmService {
+    pub name: String,
+    pub api: Api,
+    base_url: String,
+    key: Option<String>,
+    key_env: Option<String>,
+    timeout: Duration,
+    max_retries: u32,
+    http: reqwest::Client,
+    requests: Option<DefaultDirectRateLimiter>,
+    tokens: Option<DefaultDirectRateLimiter>,
+    token_burst: u32,
+    /// Requests sent over the network by this process.
+    pub calls: AtomicU64,
+    /// A fatal answer (bad key, no quota): later calls fail at once with the same message.
+    fatal: Mutex<Option<String>>,
+}
+
+/// Per-minute quota that refills smoothly (burst of about one second's worth), so a full budget
+/// is not spent in the first second and then throttled by the server.
+fn smooth_quota(per_minute: u32) -> Option<Quota> {
+    let n = NonZeroU32::new(per_minute)?;
+    let burst = NonZeroU32::new((per_minute / 60).max(1)).expect("at least 1");
+    Some(Quota::per_minute(n).allow_burst(burst))
+}
+
+impl LlmService {
+    /// `api` is `openai` or `gemini`; when absent it is inferred from the base URL.
+    pub fn new(name: &str, cfg: &ServiceConfig) -> Result<Self, String> {
+        let api = match cfg.api.as_deref() {
+            Some("openai") => Api::OpenAi,
+            Some("gemini") => Api::Gemini,
+            Some(other) => {
+                return Err(format!(
+                    "api must be \"openai\" or \"gemini\", got {other:?}"
+                ));
+            }
+            None if cfg.base_url.contains("generativelanguage") => Api::Gemini,
+            None => Api::OpenAi,
+        };
+        // Read now but required only when a call is made, so `validate` and `rethreshold` work
+        // without keys.
+        let key = cfg
+            .api_key_env
+            .as_ref()
+            .and_then(|env| std::env::var(env).ok())
+            .filter(|k| !k.trim().is_empty());
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(15))
+            .build()
+            .map_err(|e| e.to_string())?;
+        let mut base_url = cfg.base_url.clone();
+        if !base_url.ends_with('/') {
+            base_url.push('/');
+        }
+        Ok(Self {
+            name: name.to_string(),
+            api,
+            base_url,
+            key,
+            key_env: cfg.api_key_env.clone(),
+            timeout: Duration::from_secs(cfg.timeout_secs.unwrap_or(120)),
+            max_retries: cfg.max_retries.unwrap_or(5),
+            http,
+            requests: cfg
+                .requests_per_minute
+                .and_then(smooth_quota)
+                .map(RateLimiter::direct),
+            tokens: cfg
+                .tokens_per_minute
+                .and_then(smooth_quota)
+                .map(RateLimiter::direct),
+            token_burst: cfg.tokens_per_minute.map_or(1, |t| (t / 60).max(1)),
+            calls: AtomicU64::new(0),
+            fatal: Mutex::new(None),
+        })
+    }
+
+    fn scrub(&self, text: &str) -> String {
+        match &self.key {
+            Some(k) if !k.is_empty() => text.replace(k.as_str(), "***"),
+            _ => text.to_string(),
+        }
+    }
+
+    /// The request body and the URL path for this API.
+    fn body(&self, req: &ChatRequest) -> (String, Value) {
+        let b64 = |i: &ImageInput| base64::engine::general_purpose::STANDARD.encode(&*i.jpeg);
+        match self.api {
+            Api::OpenAi => {
+                let mut content = vec![json!({"type": "text", "text": req.prompt})];
+                for i in &req.images {
+                    content.push(json!({"type": "image_url", "image_url": {"url": format!("data:image/jpeg;base64,{}", b64(i))}}));
+                }
+                let content = if req.images.is_empty() {
+                    json!(req.prompt)
+                } else {
+                    json!(content)
+                };
+                let mut body = json!({
+                    "model": req.model,
+                    "messages": [{"role": "user", "content": content}],
+                    "temperature": req.temperature,
+                    "max_tokens": req.max_tokens,
+                });
+                if req.json {
+                    body["response_format"] = json!({"type": "json_object"});
+                }
+                ("chat/completions".to_string(), body)
+            }
+            Api::Gemini => {
+                let mut parts = vec![json!({"text": req.prompt})];
+                for i in &req.images {
+                    parts.push(json!({"inline_data": {"mime_type": "image/jpeg", "data": b64(i)}}));
+                }
+                let mut gen_cfg =
+                    json!({"temperature": req.temperature, "maxOutputTokens": req.max_tokens});
+                if req.json {
+                    gen_cfg["responseMimeType"] = json!("application/json");
+                }
+                (
+                    format!("models/{}:generateContent", req.model),
+                    json!({"contents": [{"role": "user", "parts": parts}], "generationConfig": gen_cfg}),
+                )
+            }
+        }
+    }
+
+    fn cache_key(&self, req: &ChatRequest) -> CacheKey {
+        let hashes: Vec<&str> = req.images.iter().map(|i| i.hash.as_str()).collect();
+        CacheKey {
+            service: self.name.clone(),
+            method: format!("{:?}:{}", self.api, req.model).to_lowercase(),
+            request: json!({
+                "api": self.api, "model": req.model, "prompt": req.prompt, "images": hashes,
+                "temperature": req.temperature, "max_tokens": req.max_tokens, "json": req.json,
+            })
+            .to_string(),
+        }
+    }
+
+    /// Sends `req` (or answers it from `cache`).
+    pub async fn chat(
+        &self,
+        req: &ChatRequest,
+        cache: &ResponseCache,
+    ) -> Result<ChatAnswer, StageError> {
+        let key = self.cache_key(req);
+        if let Some(hit) = cache.get(&key)? {
+            if let Ok(mut a) = parse_answer(self.api, &hit.body) {
+                a.cached = true;
+                return Ok(a);
+            }
+        }
+        if let Some(msg) = self.fatal.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Err(StageError::new(ErrorKind::Config, "service_refused", msg));
+        }
+        if let (None, Some(env)) = (&self.key, &self.key_env) {
+            return Err(StageError::new(
+                ErrorKind::Config,
+                "missing_key",
+                format!("set ${env} to the API key of service `{}`", self.name),
+            ));
+        }
+        let (path, body) = self.body(req);
+        let body = body.to_string();
+        let url = format!("{}{}", self.base_url, path);
+        // Rough token count for the token budget: 4 characters a token, ~260 per image, plus the
+        // answer's allowance.
+        let est =
+            (req.prompt.len() / 4 + req.images.len() * 260 + req.max_tokens as usize).max(1) as u32;
+        let mut attempt = 0u32;
+        loop {
+            if let Some(l) = &self.requests {
+                l.until_ready().await;
+            }
+            if let Some(l) = &self.tokens {
+                // A request larger than the burst could never pass: it takes the whole burst.
+                let n = NonZeroU32::new(est.min(self.token_burst)).expect("at least 1");
+                let _ = l.until_n_ready(n).await;
+            }
+            let mut r = self
+                .http
+                .post(&url)
+                .timeout(self.timeout)
+                .header("content-type", "application/json")
+                .body(body.clone());
+            if let Some(k) = &self.key {
+                r = match self.api {
+                    Api::OpenAi => r.bearer_auth(k),
+                    Api::Gemini => r.header("x-goog-api-key", k),
+                };
+            }
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            let started = Instant::now();
+            let outcome = match r.send().await {
+                Ok(resp) => {
+                    let status = resp.status().as_u16();
+                    let retry_after = resp
+                        .headers()
+                        .get(reqwest::header::RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                        .map(Duration::from_secs_f64);
+                    match resp.bytes().await {
+                        Ok(bytes) => Some((status, retry_after, bytes.to_vec())),
+                        Err(e) => {
+                            tracing::debug!(error = %e.without_url(), "body read failed");
+                            None
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e.without_url(), "request failed");
+                    None
+                }
+            };
+            let latency = started.elapsed().as_millis() as i64;
+            let (retry_reason, wait_hint) = match outcome {
+                None => ("no answer (timeout or connection error)".to_string(), None),
+                Some((200, _, bytes)) => match parse_answer(self.api, &bytes) {
+                    Ok(a) => {
+                        cache.put(
+                            &key,
+                            &CachedResponse {
+                                status: 200,
+                                parsed: a.text.clone(),
+                                input_tokens: Some(a.input_tokens),
+                                output_tokens: Some(a.output_tokens),
+                                latency_ms: latency,
+                                body: bytes,
+                            },
+                        )?;
+                        return Ok(a);
+                    }
+                    Err(e) => (format!("unreadable answer: {e}"), None),
+                },
+                Some((status, retry_after, bytes)) => {
+                    let err: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                    match classify(status, &err) {
+                        Class::Fatal(why) => {
+                            let msg = self.scrub(&format!(
+                                "service `{}` refused the request ({status}, {why}){}",
+                                self.name,
+                                self.key_env
+                                    .as_ref()
+                                    .map(|e| format!("; check the key in ${e} and its plan"))
+                                    .unwrap_or_default()
+                            ));
+                            *self.fatal.lock().unwrap_or_else(|p| p.into_inner()) =
+                                Some(msg.clone());
+                            return Err(StageError::new(ErrorKind::Config, "service_refused", msg));
+                        }
+                        Class::Retry(why, hint) => (why, retry_after.or(hint)),
+                        Class::Reject(why) => {
+                            return Err(StageError::data(
+                                "request_refused",
+                                self.scrub(&format!("{status}: {why}")),
+                            ));
+                        }
+                    }
+                }
+            };
+            if attempt >= self.max_retries {
+                return Err(StageError::external(
+                    "service_unavailable",
+                    self.scrub(&format!(
+                        "{}: {} attempts, last: {retry_reason}",
+                        self.name,
+                        attempt + 1
+                    )),
+                ));
+            }
+            let backoff = Duration::from_millis((500u64 << attempt.min(6)).min(30_000));
+            let jitter = Duration::from_millis(
+                blake3::hash(
+                    format!("{}{attempt}{:?}", key.request.len(), Instant::now()).as_bytes(),
+                )
+                .as_bytes()[0] as u64
+                    * 2,
+            );
+            let wait = wait_hint.map_or(backoff, |h| h.max(Duration::from_millis(50))) + jitter;
+            tracing::warn!(service = %self.name, attempt = attempt + 1, wait_ms = wait.as_millis() as u64, reason = %self.scrub(&retry_reason), "Retrying model call.");
+            tokio::time::sleep(wait).await;
+            attempt += 1;
+        }
+    }
+}
+
+enum Class {
+    Retry(String, Option<Duration>),
+    Fatal(String),
+    Reject(String),
+}
+
+/// "try again in 6ms" / "in 1.5s" in an OpenAI message; Gemini's RetryInfo "retryDelay": "6s".
+fn retry_hint(err: &Value) -> Option<Duration> {
+    let msg = err["error"]["message"].as_str().unwrap_or("");
+    if let Some(i) = msg.find("try again in ") {
+        let rest = &msg[i + 13..];
+        let num: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        let unit = &rest[num.len()..];
+        if let Ok(v) = num.parse::<f64>() {
+            return Some(Duration::from_secs_f64(if unit.starts_with("ms") {
+                v / 1000.0
+            } else {
+                v
+            }));
+        }
+    }
+    err["error"]["details"].as_array().and_then(|d| {
+        d.iter().find_map(|x| {
+            x["retryDelay"]
+                .as_str()
+                .and_then(|s| s.trim_end_matches('s').parse::<f64>().ok())
+                .map(Duration::from_secs_f64)
+        })
+    })
+}
+
+fn classify(status: u16, err: &Value) -> Class {
+    let e = &err["error"];
+    let code = e["code"].as_str().or(e["type"].as_str()).unwrap_or("");
+    let reasons: Vec<&str> = e["details"]
+        .as_array()
+        .map(|d| d.iter().filter_map(|x| x["reason"].as_str()).collect())
+        .unwrap_or_default();
+    let message = e["message"].as_str().unwrap_or("").to_string();
+    let why = |w: &str| {
+        if message.is_empty() {
+            w.to_string()
+        } else {
+            format!("{w}: {message}")
+        }
+    };
+    if code == "insufficient_quota" || e["type"] == "insufficient_quota" {
+        return Class::Fatal(why("insufficient_quota"));
+    }
+    if reasons.contains(&"API_KEY_INVALID")
+        || code == "invalid_api_key"
+        || status == 401
+        || (status == 403 && !reasons.contains(&"RATE_LIMIT_EXCEEDED"))
+    {
+        let r = reasons.first().copied().unwrap_or(if code.is_empty() {
+            "unauthorized"
+        } else {
+            code
+        });
+        return Class::Fatal(why(r));
+    }
+    if status == 429 || status >= 500 || status == 408 {
+        return Class::Retry(
+            why(if code.is_empty() {
+                "rate limited or server error"
+            } else {
+                code
+            }),
+            retry_hint(err),
+        );
+    }
+    Class::Reject(why(if code.is_empty() {
+        e["status"].as_str().unwrap_or("bad request")
+    } else {
+        code
+    }))
+}
+
+/// Reads a 200 body of either API.
+pub fn parse_answer(api: Api, body: &[u8]) -> Result<ChatAnswer, String> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    match api {
+        Api::OpenAi => {
+            let choice = v["choices"].get(0).ok_or("no choices")?;
+            let msg = &choice["message"];
+            let refusal = msg["refusal"].as_str().map(String::from);
+            let finish = choice["finish_reason"].as_str().unwrap_or("").to_string();
+            Ok(ChatAnswer {
+                text: msg["content"].as_str().map(String::from),
+                finish: if refusal.is_some() {
+                    "refusal".into()
+                } else {
+                    finish
+                },
+                refusal,
+                input_tokens: v["usage"]["prompt_tokens"].as_i64().unwrap_or(0),
+                output_tokens: v["usage"]["completion_tokens"].as_i64().unwrap_or(0),
+                cached: false,
+            })
+        }
+        Api::Gemini => {
+            let usage = &v["usageMetadata"];
+            let (input_tokens, output_tokens) = (
+                usage["promptTokenCount"].as_i64().unwrap_or(0),
+                usage["candidatesTokenCount"].as_i64().unwrap_or(0),
+            );
+            let Some(c) = v["candidates"].get(0) else {
+                // The prompt itself was blocked.
+                let why = v["promptFeedback"]["blockReason"]
+                    .as_str()
+                    .ok_or("no candidates")?;
+                return Ok(ChatAnswer {
+                    text: None,
+                    finish: "blocked".into(),
+                    refusal: Some(format!("prompt blocked: {why}")),
+                    input_tokens,
+                    output_tokens,
+                    cached: false,
+                });
+            };
+            let text: String = c["content"]["parts"]
+                .as_array()
+                .map(|p| p.iter().filter_map(|x| x["text"].as_str()).collect())
+                .unwrap_or_default();
+            let reason = c["finishReason"].as_str().unwrap_or("");
+            let (finish, refusal) = match reason {
+                "STOP" => ("stop".to_string(), None),
+                "MAX_TOKENS" => ("length".to_string(), None),
+                "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII"
+                | "IMAGE_SAFETY" => (
+                    "blocked".to_string(),
+                    Some(format!("finishReason {reason}")),
+                ),
+                other => (other.to_ascii_lowercase(), None),
+            };
+            Ok(ChatAnswer {
+                text: if text.is_empty() { None } else { Some(text) },
+                finish,
+                refusal,
+                input_tokens,
+                output_tokens,
+                cached: false,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_hints_from_both_apis() {
+        let o: Value = serde_json::from_str(
+            r#"{"error":{"message":"Limit 10000 / min. Please try again in 6ms. Visit"}}"#,
+        )
+        .unwrap();
+        assert_eq!(retry_hint(&o), Some(Duration::from_millis(6)));
+        let g: Value = serde_json::from_str(r#"{"error":{"details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"1.5s"}]}}"#).unwrap();
+        assert_eq!(retry_hint(&g), Some(Duration::from_millis(1500)));
+    }
+}

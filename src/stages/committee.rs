@@ -1,0 +1,316 @@
+//! `committee` stage: hard-example mining with a committee of vision models (RiskCue §3.2, A.4).
+//!
+//! Reads: the sampled frames. Calls: every member (a service and a model; the paper used five)
+//! with one visual-only risk question and the frames. Caches: every answer. Writes: one row per
+//! (video, member): the vote (yes / no, null when the answer was neither), the raw answer, and
+//! the video's vote counts. Selection (`select`, re-appliable with `vidcurate rethreshold`):
+//!   - `rule = "majority_share"` (default): hard when the largest camp holds at most
+//!     `max_majority_share` of the valid votes (default 0.6: a 3–2 split of five);
+//!   - `rule = "entropy"`: hard when the vote entropy is at least `min_entropy` bits;
+//!   - `rule = "disagree_with_label"`: hard when at least `min_disagree` members contradict the
+//!     reference label in the column `label_column` (values yes/no, true/false, 1/0, risk/no_risk).
+//!
+//! The paper calls a video hard "if more than three out of five models disagree with each other";
+//! with binary answers that cannot happen literally, so the default reads it as the most
+//! disagreement five binary votes can show. `keep = "hard"` passes only hard videos on; "all"
+//! passes every video (the votes are stored either way).
+
+use super::judge::frame_inputs;
+use crate::clients::llm::{ChatRequest, LlmService};
+use crate::config::plan::BuildCx;
+use crate::config::{ConfigError, Seg, StageCommon};
+use crate::error::StageError;
+use crate::record::{Slot, VideoRecord};
+use crate::runtime::ProcessorTask;
+use crate::runtime::stage::{Processor, StageContext};
+use crate::stages::{Built, compute_settings};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// The standardized visual-only question (the event fills `[risk event]`).
+pub const COMMITTEE_PROMPT: &str = "These are frames sampled in order from one video. Looking only at what is visible in the frames (ignore any text, captions or logos), is [risk event] happening or about to happen? Answer with a single word: yes or no.";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Member {
+    /// A `[services.<name>]` entry.
+    pub service: String,
+    pub model: String,
+    /// Column value naming the member (default: the model).
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommitteeConfig {
+    /// The committee (the paper: five VLMs).
+    pub members: Vec<Member>,
+    /// Fills `[risk event]`.
+    pub event: String,
+    #[serde(default = "default_images")]
+    pub max_images: usize,
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: u32,
+}
+
+fn default_images() -> usize {
+    8
+}
+fn default_max_tokens() -> u32 {
+    8
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CommitteeSelect {
+    /// "majority_share", "entropy" or "disagree_with_label".
+    pub rule: String,
+    pub max_majority_share: f64,
+    pub min_entropy: f64,
+    pub label_column: String,
+    pub min_disagree: u32,
+    /// "hard": pass only hard videos on; "all": pass every video.
+    pub keep: String,
+}
+
+impl Default for CommitteeSelect {
+    fn default() -> Self {
+        Self {
+            rule: "majority_share".into(),
+            max_majority_share: 0.6,
+            min_entropy: 0.9,
+            label_column: "label".into(),
+            min_disagree: 3,
+            keep: "hard".into(),
+        }
+    }
+}
+
+/// Reference label text → risk yes/no.
+pub fn label_bool(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "yes" | "true" | "1" | "risk" | "y" => Some(true),
+        "no" | "false" | "0" | "no_risk" | "no-risk" | "n" => Some(false),
+        _ => None,
+    }
+}
+
+impl CommitteeSelect {
+    pub fn check(&self) -> Result<(), String> {
+        match self.rule.as_str() {
+            "majority_share" | "entropy" | "disagree_with_label" => {}
+            r => {
+                return Err(format!(
+                    "rule {r:?}: use majority_share, entropy or disagree_with_label"
+                ));
+            }
+        }
+        match self.keep.as_str() {
+            "hard" | "all" => Ok(()),
+            k => Err(format!("keep {k:?}: use hard or all")),
+        }
+    }
+
+    /// Is the video hard, from its votes and (for `disagree_with_label`) its reference label?
+    pub fn hard(&self, votes: &[Option<bool>], label: Option<&str>) -> bool {
+        let yes = votes.iter().filter(|v| **v == Some(true)).count() as f64;
+        let no = votes.iter().filter(|v| **v == Some(false)).count() as f64;
+        let n = yes + no;
+        if n == 0.0 {
+            return false;
+        }
+        match self.rule.as_str() {
+            "entropy" => {
+                let h = |p: f64| if p > 0.0 { -p * p.log2() } else { 0.0 };
+                h(yes / n) + h(no / n) >= self.min_entropy
+            }
+            "disagree_with_label" => match label.and_then(label_bool) {
+                Some(l) => {
+                    let against = if l { no } else { yes };
+                    against as u32 >= self.min_disagree
+                }
+                None => false,
+            },
+            _ => yes.max(no) / n <= self.max_majority_share,
+        }
+    }
+
+    pub fn keep(&self, votes: &[Option<bool>], label: Option<&str>) -> bool {
+        self.keep == "all" || self.hard(votes, label)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Vote {
+    pub member: String,
+    pub provider: String,
+    pub model: String,
+    /// true = risk, false = no risk, null = the answer was neither.
+    pub vote: Option<bool>,
+    pub raw: String,
+    pub yes_votes: u32,
+    pub no_votes: u32,
+}
+
+/// "yes"/"no" as the first word, case and punctuation ignored.
+pub fn parse_vote(text: &str) -> Option<bool> {
+    let w: String = text
+        .trim()
+        .chars()
+        .take_while(|c| c.is_alphabetic())
+        .collect::<String>()
+        .to_ascii_lowercase();
+    match w.as_str() {
+        "yes" => Some(true),
+        "no" => Some(false),
+        _ => None,
+    }
+}
+
+pub struct CommitteeStage {
+    cfg: CommitteeConfig,
+    select: CommitteeSelect,
+    services: Vec<Arc<LlmService>>,
+}
+
+pub fn build(
+    common: &StageCommon,
+    compute_at: &[Seg],
+    select_at: &[Seg],
+    bcx: &BuildCx,
+) -> Result<Built, ConfigError> {
+    let (cfg, compute): (CommitteeConfig, _) = compute_settings(common, compute_at, bcx)?;
+    let select: CommitteeSelect = bcx.src.typed(&common.select, select_at)?;
+    select.check().map_err(|e| bcx.src.error_at(select_at, e))?;
+    if cfg.members.is_empty() {
+        return Err(bcx.src.error_at(compute_at, "a committee needs members"));
+    }
+    let mut services = vec![];
+    for (i, m) in cfg.members.iter().enumerate() {
+        let mut at = crate::config::key_at(compute_at, "members");
+        at.push(Seg::Index(i));
+        at.push(Seg::Key("service".into()));
+        services.push(bcx.llm_service(&m.service, &at)?);
+    }
+    Ok(Built {
+        task: Box::new(ProcessorTask(Arc::new(CommitteeStage {
+            cfg,
+            select,
+            services,
+        }))),
+        compute,
+        version: 1,
+        default_in_flight: 4,
+    })
+}
+
+#[async_trait]
+impl Processor for CommitteeStage {
+    type Row = Vote;
+
+    fn requires(&self) -> &'static [Slot] {
+        &[Slot::Frames]
+    }
+    fn provides(&self) -> Slot {
+        Slot::Committee
+    }
+
+    async fn process(&self, rec: &VideoRecord, cx: &StageContext) -> Result<Vec<Vote>, StageError> {
+        let images = frame_inputs(rec, cx, self.cfg.max_images).await?;
+        if images.is_empty() {
+            return Err(StageError::data(
+                "no_frames",
+                "no sampled frames to show the committee",
+            ));
+        }
+        let cache = cx.cache.get()?;
+        let prompt = COMMITTEE_PROMPT.replace("[risk event]", &self.cfg.event);
+        let asks = self.cfg.members.iter().zip(&self.services).map(|(m, svc)| {
+            let req = ChatRequest {
+                model: m.model.clone(),
+                prompt: prompt.clone(),
+                images: images.clone(),
+                temperature: 0.0,
+                max_tokens: self.cfg.max_tokens,
+                json: false,
+            };
+            let cache = cache.clone();
+            async move { svc.chat(&req, &cache).await }
+        });
+        let answers = futures::future::join_all(asks).await;
+        let mut votes = vec![];
+        for ((m, svc), a) in self.cfg.members.iter().zip(&self.services).zip(answers) {
+            let a = a?;
+            let raw = a
+                .text
+                .clone()
+                .or(a.refusal.clone().map(|r| format!("[{}] {r}", a.finish)))
+                .unwrap_or_default();
+            votes.push(Vote {
+                member: m.name.clone().unwrap_or_else(|| m.model.clone()),
+                provider: svc.name.clone(),
+                model: m.model.clone(),
+                vote: a.text.as_deref().and_then(parse_vote),
+                raw,
+                yes_votes: 0,
+                no_votes: 0,
+            });
+        }
+        let yes = votes.iter().filter(|v| v.vote == Some(true)).count() as u32;
+        let no = votes.iter().filter(|v| v.vote == Some(false)).count() as u32;
+        for v in &mut votes {
+            v.yes_votes = yes;
+            v.no_votes = no;
+        }
+        Ok(votes)
+    }
+
+    fn attach(_rec: &mut VideoRecord, _rows: Vec<Vote>) {}
+
+    fn keep(&self, rec: &VideoRecord, extras: &[String], rows: &[Vote]) -> bool {
+        let votes: Vec<Option<bool>> = rows.iter().map(|r| r.vote).collect();
+        let label = extras
+            .iter()
+            .position(|n| *n == self.select.label_column)
+            .and_then(|i| rec.extra.get(i).cloned().flatten());
+        self.select.keep(&votes, label.as_deref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hardness_rules() {
+        let s = CommitteeSelect::default();
+        let v = |y: usize, n: usize| {
+            let mut out = vec![Some(true); y];
+            out.extend(vec![Some(false); n]);
+            out
+        };
+        assert!(s.hard(&v(3, 2), None));
+        assert!(!s.hard(&v(4, 1), None));
+        assert!(!s.hard(&v(5, 0), None));
+        let e = CommitteeSelect {
+            rule: "entropy".into(),
+            min_entropy: 0.9,
+            ..Default::default()
+        };
+        assert!(e.hard(&v(3, 2), None)); // 0.971 bits
+        assert!(!e.hard(&v(4, 1), None)); // 0.722 bits
+        let d = CommitteeSelect {
+            rule: "disagree_with_label".into(),
+            min_disagree: 3,
+            ..Default::default()
+        };
+        assert!(d.hard(&v(1, 4), Some("yes")));
+        assert!(!d.hard(&v(3, 2), Some("yes")));
+        assert!(!d.hard(&v(1, 4), None));
+        assert_eq!(parse_vote("Yes."), Some(true));
+        assert_eq!(parse_vote(" no\n"), Some(false));
+        assert_eq!(parse_vote("Maybe"), None);
+    }
+}

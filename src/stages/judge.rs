@@ -1,0 +1,141 @@
+//! What the model-judging stages share: the papers' prompts, the domain's event text, the
+//! video's title and description, and frames as model inputs.
+
+use crate::clients::llm::ImageInput;
+use crate::config::plan::BuildCx;
+use crate::config::{ConfigError, Seg};
+use crate::error::StageError;
+use crate::queries::QueryFile;
+use crate::record::VideoRecord;
+use crate::runtime::stage::StageContext;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// RiskCue §3.2, verbatim, with the domain's risk event in place of `[risk event]`.
+pub const RELEVANCE_PROMPT: &str = "On a scale from 1 to 10, how likely is this video to contain [risk event] video in action but not lecture/tutorial/slides, etc.? Answer with a single integer from 1 (very unlikely) to 10 (very likely).";
+
+/// RiskCue appendix A.4, verbatim.
+pub const QUALITY_PROMPT: &str = include_str!("quality_prompt.txt");
+
+/// The twelve criteria of A.2 / A.4, in order, with the names the prompt asks the model to use.
+pub const CRITERIA: [&str; 12] = [
+    "Logo Assessment",
+    "Location Information",
+    "Time/Date Information",
+    "Reporter Presence",
+    "SNS Engagement Overlays",
+    "Natural Image Quality",
+    "Natural Temporal Continuity",
+    "Consequence Text",
+    "Title/Description/Banner Text",
+    "Subtitle Text",
+    "Camera Perspective",
+    "Post-Production Effects",
+];
+
+/// The domain's event: inline, or the `[event]` table of a query file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventConfig {
+    /// A query file whose `[event]` table describes the event (relative to the pipeline file).
+    #[serde(default)]
+    pub queries: Option<PathBuf>,
+    /// ... or the event inline: fills `[risk event]`.
+    #[serde(default)]
+    pub event: Option<String>,
+    #[serde(default)]
+    pub positive: Vec<String>,
+    #[serde(default)]
+    pub negative: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Event {
+    pub name: String,
+    pub positive: Vec<String>,
+    pub negative: Vec<String>,
+}
+
+impl EventConfig {
+    pub fn resolve(&self, at: &[Seg], bcx: &BuildCx) -> Result<Event, ConfigError> {
+        let mut ev = Event {
+            name: String::new(),
+            positive: self.positive.clone(),
+            negative: self.negative.clone(),
+        };
+        if let Some(q) = &self.queries {
+            let (qf, _) = QueryFile::load(&bcx.resolve(q))?;
+            let Some(e) = qf.event else {
+                return Err(bcx.src.error_at(
+                    &crate::config::key_at(at, "queries"),
+                    format!("{}: no [event] table", q.display()),
+                ));
+            };
+            ev.name = e.name;
+            if ev.positive.is_empty() {
+                ev.positive = e.positive;
+            }
+            if ev.negative.is_empty() {
+                ev.negative = e.negative;
+            }
+        }
+        if let Some(n) = &self.event {
+            ev.name = n.clone();
+        }
+        if ev.name.trim().is_empty() {
+            return Err(bcx.src.error_at(
+                at,
+                "give the risk event: `event = \"a protest turning violent\"` or `queries = \"../queries/<domain>.toml\"`",
+            ));
+        }
+        Ok(ev)
+    }
+}
+
+/// Title and description: the source's metadata, else manifest columns `title` / `description`.
+pub fn title_description(rec: &VideoRecord, cx: &StageContext) -> (String, String) {
+    let extra = |name: &str| {
+        cx.extras
+            .iter()
+            .position(|n| n == name)
+            .and_then(|i| rec.extra.get(i).cloned().flatten())
+    };
+    let title = rec.source.title.clone().or_else(|| extra("title"));
+    let desc = rec
+        .source
+        .description
+        .clone()
+        .or_else(|| extra("description"));
+    (title.unwrap_or_default(), desc.unwrap_or_default())
+}
+
+/// Up to `max` of the video's sampled frames, evenly spread, as model inputs.
+pub async fn frame_inputs(
+    rec: &VideoRecord,
+    cx: &StageContext,
+    max: usize,
+) -> Result<Vec<ImageInput>, StageError> {
+    let frames: &[crate::record::FrameRef] = rec.frames.as_deref().unwrap_or_default();
+    let n = frames.len();
+    let pick: Vec<usize> = if n <= max {
+        (0..n).collect()
+    } else {
+        (0..max).map(|i| i * n / max + n / (2 * max)).collect()
+    };
+    let mut out = Vec::with_capacity(pick.len());
+    for i in pick {
+        let bytes = cx.store.get(&frames[i].path).await.map_err(|e| {
+            StageError::internal("frame_missing", format!("{}: {e}", frames[i].path))
+        })?;
+        out.push(ImageInput::new(bytes.to_vec()));
+    }
+    Ok(out)
+}
+
+/// The text between the first `open` and the last `close` (model answers wrap JSON in prose and
+/// code fences).
+pub fn span(text: &str, open: char, close: char) -> Option<&str> {
+    let a = text.find(open)?;
+    let b = text.rfind(close)?;
+    (b > a).then(|| &text[a..=b])
+}

@@ -1,0 +1,406 @@
+//! `prescreen` stage: the rubric's criteria that local signals can see, before any paid call.
+//!
+//! Reads: the `ocr` stage's text regions (text, confidence, position, creator-added verdict) and,
+//! when a `shots` stage ran before, the number of shots. Calls: nothing. Caches: nothing (its own
+//! table). Writes: one row per video with a verdict per criterion — `fail` (certain), `likely_fail`,
+//! `pass`, `unknown` — and the evidence behind it:
+//!   1 logo: the same creator-added text in a corner cell of most frames (a watermark or channel
+//!     logo);  2 location: a place name from `locations` (or the query file's `location` values) in
+//!     on-screen text;  3 time/date: dates and clock times in several languages and scripts;
+//!   5 SNS overlays: subscribe/like/follow calls, @handles, #hashtags, platform names;
+//!   7 continuity: jump cuts (3 or more shots);  10 subtitles: creator-added text in the bottom
+//!     band of many frames whose content keeps changing (transcribed speech).
+//! `select = { min_twos = 10 }`: the quality rubric keeps a video only if at least `min_twos` of 12
+//! criteria score 2, so a video with more than 12 − min_twos *certain* failures cannot pass and
+//! is dropped here; every other video goes on to the quality model. The run summary's `filtered`
+//! count of this stage is the number of quality-model calls saved.
+
+use crate::config::plan::BuildCx;
+use crate::config::{ConfigError, Seg, StageCommon};
+use crate::error::StageError;
+use crate::queries::QueryFile;
+use crate::record::{Slot, TextRegion, VideoRecord};
+use crate::runtime::ProcessorTask;
+use crate::runtime::stage::{Processor, StageContext};
+use crate::stages::{Built, compute_settings};
+use async_trait::async_trait;
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, LazyLock};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrescreenConfig {
+    /// Regions read with less confidence than this are not evidence.
+    pub min_text_score: f32,
+    /// Text whose centre is below this (0 = top, 1 = bottom) is in the subtitle band.
+    pub bottom_band: f32,
+    /// Place names that count as location information (case-insensitive, whole words).
+    pub locations: Vec<String>,
+    /// A query file whose `location` values are added to `locations` (relative to the pipeline).
+    pub queries: Option<std::path::PathBuf>,
+}
+
+impl Default for PrescreenConfig {
+    fn default() -> Self {
+        Self {
+            min_text_score: 0.8,
+            bottom_band: 0.75,
+            locations: vec![],
+            queries: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrescreenSelect {
+    /// The quality stage's min_twos: more than 12 − min_twos certain failures cannot pass.
+    pub min_twos: u32,
+    /// false: record verdicts only, pass every video on.
+    pub reject_certain: bool,
+}
+
+impl Default for PrescreenSelect {
+    fn default() -> Self {
+        Self {
+            min_twos: 10,
+            reject_certain: true,
+        }
+    }
+}
+
+impl PrescreenSelect {
+    pub fn keep(&self, rows: &[Prescreen]) -> bool {
+        !self.reject_certain
+            || rows
+                .first()
+                .is_none_or(|r| r.certain_failures <= 12u32.saturating_sub(self.min_twos))
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Prescreen {
+    pub logo: String,
+    pub logo_evidence: String,
+    pub location: String,
+    pub location_evidence: String,
+    pub time_date: String,
+    pub time_date_evidence: String,
+    pub sns: String,
+    pub sns_evidence: String,
+    pub jump_cuts: String,
+    pub jump_cuts_evidence: String,
+    pub subtitles: String,
+    pub subtitles_evidence: String,
+    /// Criteria certainly failed, and their rubric numbers ("1,3,10").
+    pub certain_failures: u32,
+    pub failed_criteria: String,
+}
+
+static DATE_TIME: LazyLock<Vec<Regex>> = LazyLock::new(|| {
+    let months = "jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?|enero|febrero|marzo|abril|mayo|junio|julio|agosto|septiembre|octubre|noviembre|diciembre|janvier|février|fevrier|mars|avril|mai|juin|juillet|août|aout|septembre|octobre|novembre|décembre|decembre|januar|februar|märz|maerz|juni|juli|oktober|dezember|janeiro|fevereiro|março|maio|junho|julho|setembro|outubro|novembro|dezembro";
+    [
+        r"\b\d{4}[-/.]\d{1,2}[-/.]\d{1,2}\b".to_string(),
+        r"\b\d{1,2}[-/.]\d{1,2}[-/.](?:\d{4}|\d{2})\b".to_string(),
+        format!(r"(?i)\b(?:{months})\.?\s+\d{{1,2}}(?:st|nd|rd|th)?\b"),
+        format!(r"(?i)\b\d{{1,2}}(?:st|nd|rd|th|er|\.)?\s+(?:de\s+)?(?:{months})\b"),
+        r"\d{4}\s*年\s*\d{1,2}\s*月|\d{1,2}\s*月\s*\d{1,2}\s*日".to_string(),
+        r"\d{1,2}\s*월\s*\d{1,2}\s*일|\d{4}\s*년".to_string(),
+        r"(?i)\b(?:[01]?\d|2[0-3])[:h][0-5]\d(?::[0-5]\d)?\s*(?:am|pm|uhr)?\b".to_string(),
+        r"(?i)\b(?:1[0-2]|0?[1-9])\s*(?:am|pm|a\.m\.|p\.m\.)".to_string(),
+    ]
+    .iter()
+    .map(|p| Regex::new(p).expect("valid pattern"))
+    .collect()
+});
+
+static SNS: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:subscribe|like\s*(?:&|and|\+)\s*share|follow\s+(?:us|me|for)|share\s+this|comment\s+below|tiktok|instagram|facebook|twitter|retweet|whatsapp|telegram|youtube)\b|(?:^|\s)@[a-z0-9_.]{3,}|(?:^|\s)#[\p{L}\d_]{2,}|点赞|关注|订阅|转发|좋아요|구독")
+        .expect("valid pattern")
+});
+
+pub struct PrescreenStage {
+    cfg: PrescreenConfig,
+    select: PrescreenSelect,
+    places: Vec<Regex>,
+}
+
+pub fn build(
+    common: &StageCommon,
+    compute_at: &[Seg],
+    select_at: &[Seg],
+    bcx: &BuildCx,
+) -> Result<Built, ConfigError> {
+    let (cfg, _): (PrescreenConfig, _) = compute_settings(common, compute_at, bcx)?;
+    let select: PrescreenSelect = bcx.src.typed(&common.select, select_at)?;
+    let mut names: BTreeSet<String> = cfg.locations.iter().cloned().collect();
+    if let Some(q) = &cfg.queries {
+        let (qf, _) = QueryFile::load(&bcx.resolve(q))?;
+        for g in &qf.groups {
+            for r in &g.rows {
+                if let Some(toml::Value::String(l)) = r.get("location") {
+                    names.insert(l.clone());
+                }
+            }
+            if let Some(ls) = g.cross.get("location") {
+                names.extend(ls.iter().filter_map(|v| v.as_str().map(String::from)));
+            }
+        }
+    }
+    let places = names
+        .iter()
+        .filter(|n| !n.trim().is_empty())
+        .map(|n| Regex::new(&format!(r"(?i)\b{}\b", regex::escape(n.trim()))).expect("escaped"))
+        .collect();
+    let compute = serde_json::json!({
+        "min_text_score": cfg.min_text_score, "bottom_band": cfg.bottom_band, "locations": names,
+    });
+    Ok(Built {
+        task: Box::new(ProcessorTask(Arc::new(PrescreenStage {
+            cfg,
+            select,
+            places,
+        }))),
+        compute,
+        version: 1,
+        default_in_flight: 4,
+    })
+}
+
+fn norm(t: &str) -> String {
+    t.to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric())
+        .collect()
+}
+
+fn quote(t: &str) -> String {
+    let t: String = t.chars().take(40).collect();
+    format!("{t:?}")
+}
+
+impl PrescreenStage {
+    /// The verdicts of one video, from its regions, number of sampled frames and shots.
+    pub fn judge(&self, regions: &[TextRegion], frames: usize, shots: Option<u32>) -> Prescreen {
+        let good: Vec<&TextRegion> = regions
+            .iter()
+            .filter(|r| r.score >= self.cfg.min_text_score)
+            .collect();
+        let frames = frames.max(1);
+        let frames_with = |f: &dyn Fn(&TextRegion) -> bool| {
+            good.iter()
+                .filter(|r| f(r))
+                .map(|r| r.frame_index)
+                .collect::<BTreeSet<_>>()
+        };
+
+        // 1. Logo: the same creator-added text in a corner cell of most frames.
+        let mut corner: BTreeMap<String, (BTreeSet<u32>, String)> = BTreeMap::new();
+        for r in &good {
+            let edge_row = r.center_y < 0.2 || r.center_y > 0.8;
+            let edge_col = r.center_x < 0.25 || r.center_x > 0.75;
+            if r.creator_added && edge_row && edge_col && norm(&r.text).len() >= 2 {
+                let e = corner.entry(norm(&r.text)).or_default();
+                e.0.insert(r.frame_index);
+                e.1 = r.text.clone();
+            }
+        }
+        let (logo, logo_evidence) = match corner.values().max_by_key(|(f, _)| f.len()) {
+            Some((f, t)) if f.len() * 10 >= frames * 6 && f.len() >= 3 => (
+                "fail",
+                format!("{} in a corner of {}/{frames} frames", quote(t), f.len()),
+            ),
+            Some((f, t)) if f.len() >= 2 => (
+                "likely_fail",
+                format!("{} in a corner of {}/{frames} frames", quote(t), f.len()),
+            ),
+            _ => ("pass", String::new()),
+        };
+
+        // 2. Location names.
+        let place_hits: Vec<String> = good
+            .iter()
+            .filter_map(|r| {
+                self.places
+                    .iter()
+                    .find(|p| p.is_match(&r.text))
+                    .map(|_| quote(&r.text))
+            })
+            .collect();
+        let (location, location_evidence) = if !place_hits.is_empty() {
+            (
+                "fail",
+                place_hits
+                    .into_iter()
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )
+        } else if self.places.is_empty() {
+            ("unknown", "no place names configured".to_string())
+        } else {
+            ("pass", String::new())
+        };
+
+        // 3. Dates and times.
+        let dated: Vec<&&TextRegion> = good
+            .iter()
+            .filter(|r| DATE_TIME.iter().any(|re| re.is_match(&r.text)))
+            .collect();
+        let dated_frames: BTreeSet<u32> = dated.iter().map(|r| r.frame_index).collect();
+        let ev = |rs: &[&&TextRegion]| {
+            rs.iter()
+                .map(|r| quote(&r.text))
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let (time_date, time_date_evidence) = match dated_frames.len() {
+            0 => ("pass", String::new()),
+            1 => ("likely_fail", ev(&dated)),
+            n => ("fail", format!("{} in {n} frames", ev(&dated))),
+        };
+
+        // 5. SNS engagement overlays.
+        let social: Vec<&&TextRegion> = good.iter().filter(|r| SNS.is_match(&r.text)).collect();
+        let (sns, sns_evidence) = if social.iter().any(|r| r.creator_added) {
+            ("fail", ev(&social))
+        } else if !social.is_empty() {
+            ("likely_fail", ev(&social))
+        } else {
+            ("pass", String::new())
+        };
+
+        // 7. Jump cuts.
+        let (jump_cuts, jump_cuts_evidence) = match shots {
+            None => ("unknown", "no shots stage before".to_string()),
+            Some(n) if n >= 3 => ("fail", format!("{n} shots")),
+            Some(2) => ("likely_fail", "2 shots".to_string()),
+            Some(n) => ("pass", format!("{n} shot")),
+        };
+
+        // 10. Subtitles: creator-added bottom-band text, in many frames, changing content.
+        let band = self.cfg.bottom_band;
+        let sub_frames = frames_with(&|r| r.creator_added && r.center_y >= band);
+        let sub_texts: BTreeSet<String> = good
+            .iter()
+            .filter(|r| r.creator_added && r.center_y >= band)
+            .map(|r| norm(&r.text))
+            .collect();
+        let share = sub_frames.len() as f64 / frames as f64;
+        let (subtitles, subtitles_evidence) = if share >= 0.5 && sub_texts.len() >= 4 {
+            (
+                "fail",
+                format!(
+                    "bottom-band text in {}/{frames} frames, {} different lines",
+                    sub_frames.len(),
+                    sub_texts.len()
+                ),
+            )
+        } else if sub_frames.len() >= 2 && sub_texts.len() >= 2 {
+            (
+                "likely_fail",
+                format!(
+                    "bottom-band text in {}/{frames} frames, {} different lines",
+                    sub_frames.len(),
+                    sub_texts.len()
+                ),
+            )
+        } else {
+            ("pass", String::new())
+        };
+
+        let verdicts = [
+            (1, logo),
+            (2, location),
+            (3, time_date),
+            (5, sns),
+            (7, jump_cuts),
+            (10, subtitles),
+        ];
+        let failed: Vec<String> = verdicts
+            .iter()
+            .filter(|(_, v)| *v == "fail")
+            .map(|(n, _)| n.to_string())
+            .collect();
+        Prescreen {
+            logo: logo.into(),
+            logo_evidence,
+            location: location.into(),
+            location_evidence,
+            time_date: time_date.into(),
+            time_date_evidence,
+            sns: sns.into(),
+            sns_evidence,
+            jump_cuts: jump_cuts.into(),
+            jump_cuts_evidence,
+            subtitles: subtitles.into(),
+            subtitles_evidence,
+            certain_failures: failed.len() as u32,
+            failed_criteria: failed.join(","),
+        }
+    }
+}
+
+#[async_trait]
+impl Processor for PrescreenStage {
+    type Row = Prescreen;
+
+    fn requires(&self) -> &'static [Slot] {
+        &[Slot::Ocr]
+    }
+    fn provides(&self) -> Slot {
+        Slot::Prescreen
+    }
+
+    async fn process(
+        &self,
+        rec: &VideoRecord,
+        _cx: &StageContext,
+    ) -> Result<Vec<Prescreen>, StageError> {
+        let regions = rec.ocr.as_deref().unwrap_or_default();
+        let frames = rec.frames.as_ref().map_or(0, |f| f.len());
+        Ok(vec![self.judge(regions, frames, rec.shots)])
+    }
+
+    fn attach(_rec: &mut VideoRecord, _rows: Vec<Prescreen>) {}
+
+    fn keep(&self, _rec: &VideoRecord, _extras: &[String], rows: &[Prescreen]) -> bool {
+        self.select.keep(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn date_and_time_patterns_in_several_languages() {
+        let hit = |t: &str| DATE_TIME.iter().any(|re| re.is_match(t));
+        for t in [
+            "May 25th, 2025",
+            "25 mai 2024",
+            "13:00",
+            "1:05 PM",
+            "2024-05-25",
+            "25/05/2024",
+            "2025年5月25日",
+            "5월 25일",
+            "12 de octubre",
+            "14h30",
+        ] {
+            assert!(hit(t), "{t}");
+        }
+        for t in ["BREAKING NEWS", "Score 3-1", "Route 66", "version 2.0"] {
+            assert!(!hit(t), "{t}");
+        }
+        assert!(SNS.is_match("Like & Share"));
+        assert!(SNS.is_match("follow @citynews24"));
+        assert!(SNS.is_match("#protest"));
+        assert!(!SNS.is_match("The crowd gathered"));
+    }
+}

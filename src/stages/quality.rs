@@ -1,0 +1,336 @@
+//! `quality` stage: the 12-criterion visual quality rubric (RiskCue §3.2, A.2 table 7, A.4).
+//!
+//! Reads: the video's sampled frames (up to `max_images`, evenly spread). Calls: a vision model
+//! service with the A.4 prompt verbatim and the frames as JPEG images, JSON mode where the API
+//! has it. Caches: every answer, in the run's response cache (key includes each frame's hash).
+//! Writes: one row per video with the 12 scores as columns, the number of 2s and the raw answer.
+//! Validation is strict: exactly 12 objects, category numbers 1–12 once each, names matching the
+//! rubric, scores in {0, 1, 2}; code fences and prose around the array are tolerated. An invalid
+//! answer gets one repair request naming the problem, then the video is rejected with it.
+//! `select = { min_twos = 10 }`: keep a video when at least 10 of 12 criteria score 2.
+
+use super::judge::{CRITERIA, QUALITY_PROMPT, frame_inputs, span};
+use crate::clients::llm::{ChatRequest, LlmService};
+use crate::config::plan::BuildCx;
+use crate::config::{ConfigError, Seg, StageCommon};
+use crate::error::StageError;
+use crate::record::{Slot, VideoRecord};
+use crate::runtime::ProcessorTask;
+use crate::runtime::stage::{Processor, StageContext};
+use crate::stages::{Built, compute_settings};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QualityConfig {
+    /// A `[services.<name>]` entry (a vision model; the paper: Gemini 2.5 Flash Lite).
+    pub service: String,
+    pub model: String,
+    /// Frames sent per video (evenly spread over the sampled ones).
+    #[serde(default = "default_images")]
+    pub max_images: usize,
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: u32,
+    #[serde(default)]
+    pub temperature: f32,
+    /// Ask for JSON output (OpenAI `response_format`, Gemini `responseMimeType`).
+    #[serde(default = "yes")]
+    pub json_mode: bool,
+}
+
+fn default_images() -> usize {
+    8
+}
+fn default_max_tokens() -> u32 {
+    1024
+}
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QualitySelect {
+    /// Keep when at least this many of the 12 criteria score 2 (the paper: 10).
+    #[serde(default = "default_min_twos")]
+    pub min_twos: u32,
+}
+
+fn default_min_twos() -> u32 {
+    10
+}
+
+impl Default for QualitySelect {
+    fn default() -> Self {
+        Self {
+            min_twos: default_min_twos(),
+        }
+    }
+}
+
+impl QualitySelect {
+    pub fn keep(&self, rows: &[Quality]) -> bool {
+        rows.first().is_some_and(|r| r.twos >= self.min_twos)
+    }
+}
+
+/// The 12 scores in rubric order, as columns.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Quality {
+    pub q01_logo: u8,
+    pub q02_location: u8,
+    pub q03_time_date: u8,
+    pub q04_reporter: u8,
+    pub q05_sns_overlays: u8,
+    pub q06_natural_image: u8,
+    pub q07_temporal_continuity: u8,
+    pub q08_consequence_text: u8,
+    pub q09_banner_text: u8,
+    pub q10_subtitles: u8,
+    pub q11_camera_perspective: u8,
+    pub q12_post_production: u8,
+    /// Criteria scoring 2.
+    pub twos: u32,
+    pub images: u32,
+    pub raw: String,
+    pub provider: String,
+    pub model: String,
+    pub attempts: u32,
+}
+
+impl Quality {
+    fn from_scores(s: [u8; 12]) -> Self {
+        Self {
+            q01_logo: s[0],
+            q02_location: s[1],
+            q03_time_date: s[2],
+            q04_reporter: s[3],
+            q05_sns_overlays: s[4],
+            q06_natural_image: s[5],
+            q07_temporal_continuity: s[6],
+            q08_consequence_text: s[7],
+            q09_banner_text: s[8],
+            q10_subtitles: s[9],
+            q11_camera_perspective: s[10],
+            q12_post_production: s[11],
+            twos: s.iter().filter(|x| **x == 2).count() as u32,
+            images: 0,
+            raw: String::new(),
+            provider: String::new(),
+            model: String::new(),
+            attempts: 0,
+        }
+    }
+}
+
+/// The scores in rubric order, or what is wrong with the answer.
+pub fn parse_rubric(text: &str) -> Result<[u8; 12], String> {
+    let arr = span(text, '[', ']').ok_or("no JSON array in the answer")?;
+    let v: Vec<serde_json::Value> =
+        serde_json::from_str(arr).map_err(|e| format!("not a JSON array: {e}"))?;
+    if v.len() != 12 {
+        return Err(format!("{} objects, expected exactly 12", v.len()));
+    }
+    let norm = |s: &str| {
+        s.to_ascii_lowercase()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect::<String>()
+    };
+    let mut scores = [None::<u8>; 12];
+    for (i, o) in v.iter().enumerate() {
+        let n = o["category_number"].as_u64().ok_or(format!(
+            "object {}: category_number is not an integer",
+            i + 1
+        ))?;
+        if !(1..=12).contains(&n) {
+            return Err(format!("object {}: category_number {n} is not 1-12", i + 1));
+        }
+        let idx = n as usize - 1;
+        if scores[idx].is_some() {
+            return Err(format!("category_number {n} appears twice"));
+        }
+        let name = o["category_name"]
+            .as_str()
+            .ok_or(format!("category {n}: category_name missing"))?;
+        if norm(name) != norm(CRITERIA[idx]) {
+            return Err(format!(
+                "category {n} is named {name:?}, expected {:?}",
+                CRITERIA[idx]
+            ));
+        }
+        let s = o["score"].as_u64().filter(|s| *s <= 2).ok_or(format!(
+            "category {n}: score {} is not 0, 1 or 2",
+            o["score"]
+        ))?;
+        scores[idx] = Some(s as u8);
+    }
+    let mut out = [0u8; 12];
+    for (i, s) in scores.iter().enumerate() {
+        out[i] = s.ok_or(format!("category_number {} missing", i + 1))?;
+    }
+    Ok(out)
+}
+
+pub struct QualityStage {
+    cfg: QualityConfig,
+    select: QualitySelect,
+    svc: Arc<LlmService>,
+}
+
+pub fn build(
+    common: &StageCommon,
+    compute_at: &[Seg],
+    select_at: &[Seg],
+    bcx: &BuildCx,
+) -> Result<Built, ConfigError> {
+    let (cfg, compute): (QualityConfig, _) = compute_settings(common, compute_at, bcx)?;
+    let select: QualitySelect = bcx.src.typed(&common.select, select_at)?;
+    if select.min_twos > 12 {
+        return Err(bcx.src.error_at(
+            &crate::config::key_at(select_at, "min_twos"),
+            "min_twos must be 0..12",
+        ));
+    }
+    let svc = bcx.llm_service(&cfg.service, &crate::config::key_at(compute_at, "service"))?;
+    Ok(Built {
+        task: Box::new(ProcessorTask(Arc::new(QualityStage { cfg, select, svc }))),
+        compute,
+        version: 1,
+        default_in_flight: 8,
+    })
+}
+
+#[async_trait]
+impl Processor for QualityStage {
+    type Row = Quality;
+
+    fn requires(&self) -> &'static [Slot] {
+        &[Slot::Frames]
+    }
+    fn provides(&self) -> Slot {
+        Slot::Quality
+    }
+
+    async fn process(
+        &self,
+        rec: &VideoRecord,
+        cx: &StageContext,
+    ) -> Result<Vec<Quality>, StageError> {
+        let images = frame_inputs(rec, cx, self.cfg.max_images).await?;
+        if images.is_empty() {
+            return Err(StageError::data(
+                "no_frames",
+                "no sampled frames to show the model",
+            ));
+        }
+        let cache = cx.cache.get()?;
+        let mut prompt = QUALITY_PROMPT.to_string();
+        let mut problem = String::new();
+        for attempt in 1..=2u32 {
+            let a = self
+                .svc
+                .chat(
+                    &ChatRequest {
+                        model: self.cfg.model.clone(),
+                        prompt: prompt.clone(),
+                        images: images.clone(),
+                        temperature: self.cfg.temperature,
+                        max_tokens: self.cfg.max_tokens,
+                        json: self.cfg.json_mode,
+                    },
+                    &cache,
+                )
+                .await?;
+            if let Some(why) = &a.refusal {
+                return Err(StageError::data(
+                    if a.finish == "blocked" {
+                        "blocked"
+                    } else {
+                        "refused"
+                    },
+                    format!("{}: {why}", self.svc.name),
+                ));
+            }
+            let text = a.text.unwrap_or_default();
+            match parse_rubric(&text) {
+                Ok(scores) => {
+                    let mut q = Quality::from_scores(scores);
+                    q.images = images.len() as u32;
+                    q.raw = text;
+                    q.provider = self.svc.name.clone();
+                    q.model = self.cfg.model.clone();
+                    q.attempts = attempt;
+                    return Ok(vec![q]);
+                }
+                Err(e) => {
+                    problem = if a.finish == "length" {
+                        format!("{e} (the answer was cut off at max_tokens)")
+                    } else {
+                        e
+                    };
+                    prompt = format!(
+                        "{QUALITY_PROMPT}\n\nYour previous answer was invalid: {problem}. Reply with only the JSON array of exactly 12 objects (category_number, category_name, score)."
+                    );
+                }
+            }
+        }
+        Err(StageError::data("invalid_rubric", problem))
+    }
+
+    fn attach(_rec: &mut VideoRecord, _rows: Vec<Quality>) {}
+
+    fn keep(&self, _rec: &VideoRecord, _extras: &[String], rows: &[Quality]) -> bool {
+        self.select.keep(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(scores: &[u8]) -> String {
+        let objs: Vec<String> = scores
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                format!(
+                    r#"{{"category_number": {}, "category_name": "{}", "score": {s}}}"#,
+                    i + 1,
+                    CRITERIA[i]
+                )
+            })
+            .collect();
+        format!("[{}]", objs.join(", "))
+    }
+
+    #[test]
+    fn strict_rubric_parsing() {
+        let ok = answer(&[2, 2, 2, 1, 2, 2, 2, 2, 0, 2, 2, 2]);
+        assert_eq!(parse_rubric(&ok).unwrap()[3], 1);
+        let fenced = format!("Here is my analysis:\n```json\n{ok}\n```\nDone.");
+        assert!(parse_rubric(&fenced).is_ok());
+        assert!(
+            parse_rubric(&answer(&[2; 11]))
+                .unwrap_err()
+                .contains("11 objects")
+        );
+        let bad_score = ok.replacen("\"score\": 1", "\"score\": 3", 1);
+        assert!(
+            parse_rubric(&bad_score)
+                .unwrap_err()
+                .contains("not 0, 1 or 2")
+        );
+        let renamed = ok.replace("Logo Assessment", "Branding");
+        assert!(
+            parse_rubric(&renamed)
+                .unwrap_err()
+                .contains("expected \"Logo Assessment\"")
+        );
+        let twice = ok.replace("\"category_number\": 2,", "\"category_number\": 1,");
+        assert!(parse_rubric(&twice).is_err());
+        assert!(parse_rubric("{\"").is_err());
+    }
+}

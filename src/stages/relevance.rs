@@ -1,0 +1,366 @@
+//! `relevance` stage: how likely the video shows the domain's risk event, 1–10 (RiskCue §3.2).
+//!
+//! Reads: title and description (YouTube metadata, or manifest columns `title` / `description`).
+//! Calls: a model service with the paper's prompt verbatim (`service = "<name>"` in
+//! `[services.*]`), or, with `service = "local"`, the embedded judge: all-MiniLM-L6-v2 similarity
+//! of the text to the event's positive descriptions minus its negatives, mapped to 1–10. Caches:
+//! every model answer, in the run's response cache. Writes: `score`, the raw answer, provider,
+//! model, attempts. A reply that is not one integer 1–10 gets one retry with a reminder, then the
+//! video is rejected (`unparseable_score`, raw answer kept); refusals and safety blocks are
+//! rejected with the reason. `select = { min_score = 9 }` (the paper's threshold).
+
+use super::judge::{Event, EventConfig, RELEVANCE_PROMPT, title_description};
+use crate::clients::llm::{ChatRequest, LlmService};
+use crate::clients::minilm::{MiniLm, cosine};
+use crate::config::plan::BuildCx;
+use crate::config::{ConfigError, Seg, StageCommon};
+use crate::error::{ErrorKind, StageError};
+use crate::record::{Slot, VideoRecord};
+use crate::runtime::ProcessorTask;
+use crate::runtime::stage::{Processor, StageContext};
+use crate::stages::{Built, compute_settings};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::sync::{Arc, OnceLock};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelevanceConfig {
+    /// A `[services.<name>]` entry, or "local" for the embedded MiniLM judge.
+    pub service: String,
+    /// Model name sent to the service (ignored by "local").
+    #[serde(default)]
+    pub model: String,
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: u32,
+    #[serde(default)]
+    pub temperature: f32,
+    /// The event: a query file with an `[event]` table (relative to the pipeline file)...
+    #[serde(default)]
+    pub queries: Option<std::path::PathBuf>,
+    /// ... or inline: fills `[risk event]` in the prompt.
+    #[serde(default)]
+    pub event: Option<String>,
+    /// Local judge: descriptions of wanted and unwanted videos (default: the query file's).
+    #[serde(default)]
+    pub positive: Vec<String>,
+    #[serde(default)]
+    pub negative: Vec<String>,
+    /// Local judge: score = 5.5 + scale × (mean similarity to positives − to negatives), clamped
+    /// to 1–10.
+    #[serde(default = "default_scale")]
+    pub scale: f32,
+    /// Characters of the description used (titles are short; descriptions ramble).
+    #[serde(default = "default_desc_chars")]
+    pub description_chars: usize,
+}
+
+fn default_max_tokens() -> u32 {
+    8
+}
+fn default_scale() -> f32 {
+    40.0
+}
+fn default_desc_chars() -> usize {
+    400
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelevanceSelect {
+    /// Keep videos scoring at least this (the paper: 9).
+    #[serde(default = "default_min_score")]
+    pub min_score: u8,
+}
+
+fn default_min_score() -> u8 {
+    9
+}
+
+impl Default for RelevanceSelect {
+    fn default() -> Self {
+        Self {
+            min_score: default_min_score(),
+        }
+    }
+}
+
+impl RelevanceSelect {
+    pub fn keep(&self, rows: &[Relevance]) -> bool {
+        rows.first().is_some_and(|r| r.score >= self.min_score)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Relevance {
+    /// 1–10.
+    pub score: u8,
+    /// The model's reply (local judge: the similarities).
+    pub raw: String,
+    pub provider: String,
+    pub model: String,
+    /// Calls it took (2 after a reminder).
+    pub attempts: u32,
+    /// Local judge: mean similarity to the positive and negative descriptions.
+    pub pos_sim: Option<f32>,
+    pub neg_sim: Option<f32>,
+}
+
+enum Judge {
+    Model(Arc<LlmService>),
+    Local(OnceLock<Result<LocalJudge, String>>),
+}
+
+struct LocalJudge {
+    model: MiniLm,
+    pos: Vec<Vec<f32>>,
+    neg: Vec<Vec<f32>>,
+}
+
+pub struct RelevanceStage {
+    cfg: RelevanceConfig,
+    event: Event,
+    select: RelevanceSelect,
+    judge: Arc<Judge>,
+}
+
+pub fn build(
+    common: &StageCommon,
+    compute_at: &[Seg],
+    select_at: &[Seg],
+    bcx: &BuildCx,
+) -> Result<Built, ConfigError> {
+    let (cfg, _): (RelevanceConfig, _) = compute_settings(common, compute_at, bcx)?;
+    let select: RelevanceSelect = bcx.src.typed(&common.select, select_at)?;
+    if !(1..=10).contains(&select.min_score) {
+        return Err(bcx.src.error_at(
+            &crate::config::key_at(select_at, "min_score"),
+            "min_score must be 1..10",
+        ));
+    }
+    let event = EventConfig {
+        queries: cfg.queries.clone(),
+        event: cfg.event.clone(),
+        positive: cfg.positive.clone(),
+        negative: cfg.negative.clone(),
+    }
+    .resolve(compute_at, bcx)?;
+    let judge = if cfg.service == "local" {
+        if event.positive.is_empty() || event.negative.is_empty() {
+            return Err(bcx.src.error_at(
+                compute_at,
+                "the local judge compares against the event's `positive` and `negative` descriptions: give both (or a query file with them)",
+            ));
+        }
+        Judge::Local(OnceLock::new())
+    } else {
+        if cfg.model.is_empty() {
+            return Err(bcx
+                .src
+                .error_at(compute_at, "missing `model` for the service"));
+        }
+        Judge::Model(bcx.llm_service(&cfg.service, &crate::config::key_at(compute_at, "service"))?)
+    };
+    // What decides the score: the event text, the judge and its parameters (not the paths).
+    let compute = serde_json::json!({
+        "service": cfg.service, "model": cfg.model, "max_tokens": cfg.max_tokens,
+        "temperature": cfg.temperature, "event": event, "scale": cfg.scale,
+        "description_chars": cfg.description_chars,
+    });
+    Ok(Built {
+        task: Box::new(ProcessorTask(Arc::new(RelevanceStage {
+            cfg,
+            event,
+            select,
+            judge: Arc::new(judge),
+        }))),
+        compute,
+        version: 1,
+        default_in_flight: 8,
+    })
+}
+
+/// One integer 1–10, whitespace allowed around it, nothing else.
+pub fn parse_score(text: &str) -> Option<u8> {
+    let t = text.trim();
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    t.parse::<u8>().ok().filter(|s| (1..=10).contains(s))
+}
+
+fn clip(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+impl RelevanceStage {
+    fn prompt(&self, title: &str, desc: &str) -> String {
+        format!(
+            "{}\n\nTitle: {title}\nDescription: {}",
+            RELEVANCE_PROMPT.replace("[risk event]", &self.event.name),
+            clip(desc, self.cfg.description_chars)
+        )
+    }
+
+    async fn ask(
+        &self,
+        svc: &LlmService,
+        title: &str,
+        desc: &str,
+        cx: &StageContext,
+    ) -> Result<Relevance, StageError> {
+        let cache = cx.cache.get()?;
+        let base = self.prompt(title, desc);
+        let mut prompt = base.clone();
+        let mut last = String::new();
+        for attempt in 1..=2u32 {
+            let a = svc
+                .chat(
+                    &ChatRequest {
+                        model: self.cfg.model.clone(),
+                        prompt: prompt.clone(),
+                        images: vec![],
+                        temperature: self.cfg.temperature,
+                        max_tokens: self.cfg.max_tokens,
+                        json: false,
+                    },
+                    &cache,
+                )
+                .await?;
+            if let Some(why) = &a.refusal {
+                return Err(StageError::data(
+                    if a.finish == "blocked" {
+                        "blocked"
+                    } else {
+                        "refused"
+                    },
+                    format!("{}: {why}", svc.name),
+                ));
+            }
+            let text = a.text.clone().unwrap_or_default();
+            if let Some(score) = parse_score(&text) {
+                return Ok(Relevance {
+                    score,
+                    raw: text,
+                    provider: svc.name.clone(),
+                    model: self.cfg.model.clone(),
+                    attempts: attempt,
+                    pos_sim: None,
+                    neg_sim: None,
+                });
+            }
+            last = format!("{text:?} (finish: {})", a.finish);
+            prompt = format!(
+                "{base}\n\nYour previous answer was {text:?}. Reply with a single integer from 1 to 10 and nothing else."
+            );
+        }
+        Err(StageError::data(
+            "unparseable_score",
+            format!("no integer 1-10 after a reminder; last answer {last}"),
+        ))
+    }
+}
+
+#[async_trait]
+impl Processor for RelevanceStage {
+    type Row = Relevance;
+
+    fn requires(&self) -> &'static [Slot] {
+        &[Slot::Source]
+    }
+    fn provides(&self) -> Slot {
+        Slot::Relevance
+    }
+
+    async fn process(
+        &self,
+        rec: &VideoRecord,
+        cx: &StageContext,
+    ) -> Result<Vec<Relevance>, StageError> {
+        let (title, desc) = title_description(rec, cx);
+        if title.trim().is_empty() && desc.trim().is_empty() {
+            return Err(StageError::data(
+                "no_text",
+                "no title or description to judge",
+            ));
+        }
+        match &*self.judge {
+            Judge::Model(svc) => self.ask(svc, &title, &desc, cx).await.map(|r| vec![r]),
+            Judge::Local(cell) => {
+                let judge = self.judge.clone();
+                let event = self.event.clone();
+                let text = format!("{title}. {}", clip(&desc, self.cfg.description_chars));
+                let scale = self.cfg.scale;
+                let _ = cell;
+                let row = cx
+                    .cpu
+                    .run(move || {
+                        let Judge::Local(cell) = &*judge else {
+                            unreachable!()
+                        };
+                        let j = cell
+                            .get_or_init(|| LocalJudge::load(&event))
+                            .as_ref()
+                            .map_err(|e| {
+                                StageError::new(ErrorKind::Config, "model_missing", e.clone())
+                            })?;
+                        j.score(&text, scale)
+                            .map_err(|e| StageError::internal("embedding", e))
+                    })
+                    .await?;
+                Ok(vec![row])
+            }
+        }
+    }
+
+    fn attach(rec: &mut VideoRecord, mut rows: Vec<Relevance>) {
+        rec.relevance = rows.pop().map(|r| r.score);
+    }
+
+    fn keep(&self, _rec: &VideoRecord, _extras: &[String], rows: &[Relevance]) -> bool {
+        self.select.keep(rows)
+    }
+}
+
+impl LocalJudge {
+    fn load(event: &Event) -> Result<Self, String> {
+        let model = MiniLm::load(&crate::clients::minilm::default_dir())?;
+        let pos = model.embed(&event.positive)?;
+        let neg = model.embed(&event.negative)?;
+        Ok(Self { model, pos, neg })
+    }
+
+    fn score(&self, text: &str, scale: f32) -> Result<Relevance, String> {
+        let e = self.model.embed(&[text.to_string()])?.remove(0);
+        let mean =
+            |set: &[Vec<f32>]| set.iter().map(|p| cosine(&e, p)).sum::<f32>() / set.len() as f32;
+        let (pos, neg) = (mean(&self.pos), mean(&self.neg));
+        let score = (5.5 + scale * (pos - neg)).round().clamp(1.0, 10.0) as u8;
+        Ok(Relevance {
+            score,
+            raw: format!("pos {pos:.4} neg {neg:.4}"),
+            provider: "local".into(),
+            model: "all-MiniLM-L6-v2".into(),
+            attempts: 1,
+            pos_sim: Some(pos),
+            neg_sim: Some(neg),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_score;
+
+    #[test]
+    fn a_score_is_one_integer_from_1_to_10() {
+        assert_eq!(parse_score(" 9\n"), Some(9));
+        assert_eq!(parse_score("10"), Some(10));
+        for bad in ["0", "11", "9.", "9/10", "The answer is 7", "", "nine", "-3"] {
+            assert_eq!(parse_score(bad), None, "{bad}");
+        }
+    }
+}
