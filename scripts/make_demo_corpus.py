@@ -30,7 +30,23 @@ import sys
 
 from PIL import ImageFont
 
-VERSION = 8
+VERSION = 9
+
+# Titles and descriptions for the demo's relevance stage (event: a protest turning violent):
+# every third clip reads like studio talk or a lecture, the rest like raw street footage.
+TITLES_RAW = [
+    ("Police fire tear gas at protesters near the square", "Raw phone footage from inside the crowd"),
+    ("Protesters and riot police clash at the barricade", "Shaky handheld video filmed by a bystander"),
+    ("Crowd runs as police charge the demonstration", "Unedited clip from the street corner"),
+    ("Stones thrown at police line during night protest", "Filmed from a balcony above the street"),
+    ("Water cannon turned on protesters blocking the road", "Bystander video, no edits"),
+    ("Demonstrators push through police cordon", "CCTV camera footage of the confrontation"),
+]
+TITLES_TALK = [
+    ("Why protests turn violent: a sociology lecture", "Slides from my university course on collective action"),
+    ("Studio panel discusses the weekend's demonstrations", "Our guests debate the government's response"),
+    ("How to stay safe at a march: tutorial", "Step by step guide with animated slides"),
+]
 FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans-Bold.ttf"
 FPS = 25
 
@@ -202,7 +218,12 @@ def main():
         bg = BACKGROUNDS[n % len(BACKGROUNDS)].format(w=w, h=h, fps=FPS, seed=n + 1)
         path = os.path.join(vdir, f"{vid}.mp4")
         encode(filtergraph(bg, ovs, tmp, vid, w), path, a.seconds, 300 + 40 * n)
-        rows.append(dict(path=f"videos/{vid}.mp4", id=vid, label=label, domain="demo-news", language="en"))
+        row = dict(path=f"videos/{vid}.mp4", id=vid, label=label, domain="demo-news", language="en")
+        if a.profile == "demo":
+            title, desc = (TITLES_TALK[(n // 3) % len(TITLES_TALK)] if n % 3 == 2
+                           else TITLES_RAW[n % len(TITLES_RAW)])
+            row.update(title=title, description=desc)
+        rows.append(row)
         for i, o in enumerate(ovs):
             t = dict(video_id=vid, overlay=i, label=label, text=o["text"],
                      color_hex=hsv_hex(o["hue"], o["sat"], o["val"]), hue_deg=round(o["hue"], 3),
@@ -224,15 +245,19 @@ def main():
         run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-i", plain, "-c", "copy",
              "-metadata:s:v:0", "rotate=90", rot])
         rows.append(dict(path="videos/demo_rotated.mp4", id="demo_rotated", label="real", domain="demo-phone",
-                         language="en"))
+                         language="en", title="Phone video: protesters clash with police outside the station",
+                         description="Filmed upright on my phone"))
         # A broken upload: the first 20 kB of a clip. The run must reject it and carry on.
         with open(os.path.join(vdir, "demo000.mp4"), "rb") as src, \
                 open(os.path.join(vdir, "demo_broken.mp4"), "wb") as dst:
             dst.write(src.read(20000))
         rows.append(dict(path="videos/demo_broken.mp4", id="demo_broken", label="fake", domain="demo-news",
-                         language="en"))
+                         language="en", title="Riot footage (upload cut short)", description="Broken file"))
     with open(os.path.join(a.out, "manifest.csv"), "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=["path", "id", "label", "domain", "language"])
+        cols = ["path", "id", "label", "domain", "language"]
+        if a.profile == "demo":
+            cols += ["title", "description"]
+        wr = csv.DictWriter(f, fieldnames=cols)
         wr.writeheader()
         wr.writerows(rows)
     with open(os.path.join(a.out, "ground_truth.jsonl"), "w") as f:

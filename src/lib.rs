@@ -11,5 +11,6 @@ pub mod error;
 pub mod ocr;
 pub mod queries;
 pub mod record;
+pub mod rethreshold;
 pub mod runtime;
 pub mod stages;

@@ -54,6 +54,25 @@ enum Cmd {
     },
     /// List the stage and source types a pipeline file can use.
     ListStages,
+    /// Re-apply the scoring stages' thresholds to stored scores, with no model call.
+    ///
+    /// Prints the funnel (videos in / done / rejected / pending / out per stage) under the
+    /// pipeline's own `select` settings and under the new ones, and writes both selections to
+    /// RUN_DIR/selections/ (video_id, kept per stage, selected). `pending` videos passed a lowered
+    /// threshold upstream but were never scored downstream: rerun the pipeline with the new
+    /// thresholds to score them.
+    Rethreshold {
+        run_dir: PathBuf,
+        /// STAGE.KEY=VALUE, e.g. relevance.min_score=8, quality.min_twos=9,
+        /// committee.rule=entropy, committee.min_entropy=0.9 (repeatable).
+        #[arg(long = "set", value_name = "STAGE.KEY=VALUE")]
+        set: Vec<vidcurate::rethreshold::Override>,
+    },
+    /// The run's response cache: `vidcurate cache stats RUN_DIR`.
+    Cache {
+        #[command(subcommand)]
+        cmd: CacheCmd,
+    },
     /// Expand a query file (queries/*.toml) and print every search query with its parameters.
     ///
     /// One line per query: the text sent as `q`, then its search parameters; the count last.
@@ -108,6 +127,14 @@ enum Cmd {
         #[arg(long)]
         threads: Option<usize>,
     },
+}
+
+#[derive(Subcommand)]
+enum CacheCmd {
+    /// Entries, hits, misses, tokens and estimated cost per service and model.
+    ///
+    /// Cost uses `usd_per_mtok_input` / `usd_per_mtok_output` of the run's `[services.*]`.
+    Stats { run_dir: PathBuf },
 }
 
 fn init_logs() {
@@ -327,6 +354,94 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                     qf.kind
                 );
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Rethreshold { run_dir, set } => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the runtime")?;
+            let r = rt.block_on(vidcurate::rethreshold::rethreshold(&run_dir, &set))?;
+            println!("funnel with the pipeline's thresholds:");
+            print!("{}", vidcurate::rethreshold::render(&r.before));
+            println!("funnel with the new thresholds:");
+            print!("{}", vidcurate::rethreshold::render(&r.after));
+            println!("selection: {}", r.selection_file.display());
+            if r.after.iter().any(|f| f.pending > 0) {
+                println!(
+                    "pending videos were never scored by that stage: run the pipeline with the new select settings to score them"
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Cache {
+            cmd: CacheCmd::Stats { run_dir },
+        } => {
+            let path = vidcurate::runtime::cache::ResponseCache::path_in(&run_dir);
+            let Some(cache) = vidcurate::runtime::cache::ResponseCache::open_existing(&path)
+                .map_err(|e| anyhow::anyhow!(e.detail))?
+            else {
+                println!(
+                    "{}: no response cache (no API stage has run)",
+                    path.display()
+                );
+                return Ok(ExitCode::SUCCESS);
+            };
+            // Prices from the run's pipeline, when it names them.
+            let prices: std::collections::BTreeMap<String, (f64, f64)> =
+                std::fs::read_to_string(run_dir.join("manifest.json"))
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                    .and_then(|m| m["pipeline_toml"].as_str().map(String::from))
+                    .and_then(|t| toml::from_str::<toml::Table>(&t).ok())
+                    .and_then(|t| t.get("services").and_then(|s| s.as_table()).cloned())
+                    .map(|s| {
+                        s.iter()
+                            .map(|(k, v)| {
+                                let p = |f: &str| {
+                                    v.get(f)
+                                        .and_then(|x| {
+                                            x.as_float().or(x.as_integer().map(|i| i as f64))
+                                        })
+                                        .unwrap_or(0.0)
+                                };
+                                (
+                                    k.clone(),
+                                    (p("usd_per_mtok_input"), p("usd_per_mtok_output")),
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+            println!(
+                "{:<12} {:<28} {:>8} {:>8} {:>8} {:>12} {:>12} {:>10}",
+                "service",
+                "method",
+                "entries",
+                "hits",
+                "misses",
+                "tokens_in",
+                "tokens_out",
+                "est_usd"
+            );
+            let mut total = 0.0;
+            for s in cache.stats().map_err(|e| anyhow::anyhow!(e.detail))? {
+                let (pi, po) = prices.get(&s.service).copied().unwrap_or((0.0, 0.0));
+                let usd = s.input_tokens as f64 * pi / 1e6 + s.output_tokens as f64 * po / 1e6;
+                total += usd;
+                println!(
+                    "{:<12} {:<28} {:>8} {:>8} {:>8} {:>12} {:>12} {:>10.4}",
+                    s.service,
+                    s.method,
+                    s.entries,
+                    s.hits,
+                    s.misses,
+                    s.input_tokens,
+                    s.output_tokens,
+                    usd
+                );
+            }
+            println!("estimated cost of the cached answers: ${total:.4} (hits cost nothing)");
             Ok(ExitCode::SUCCESS)
         }
         Cmd::ListStages => {

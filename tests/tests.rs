@@ -8,6 +8,7 @@ mod analyze;
 mod bad_input;
 mod config;
 mod frames;
+mod judge;
 mod ocr;
 mod ocr_truth;
 mod resume;

@@ -405,3 +405,117 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
     }
     Ok(prior)
 }
+
+/// A stage table read without touching the run directory (for `rethreshold` and reports): the
+/// done and rejected videos of `fingerprint`, and the batches of its shards.
+pub struct TableView {
+    pub done: HashSet<String>,
+    pub rejected: HashSet<String>,
+    pub batches: Vec<RecordBatch>,
+}
+
+pub async fn read_table(
+    store: &Arc<dyn Store>,
+    stage_id: &str,
+    fingerprint: &str,
+    with_rows: bool,
+) -> Result<TableView, RunError> {
+    let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
+    let mut view = TableView {
+        done: HashSet::new(),
+        rejected: HashSet::new(),
+        batches: vec![],
+    };
+    let rej_prefix = format!("{REJECTS_DIR}/{stage_id}-part-");
+    let mut paths: Vec<(String, bool)> = store
+        .list(stage_id)
+        .await
+        .map_err(|e| io(stage_id, e))?
+        .into_iter()
+        .map(|p| (p, false))
+        .collect();
+    paths.extend(
+        store
+            .list(REJECTS_DIR)
+            .await
+            .map_err(|e| io(REJECTS_DIR, e))?
+            .into_iter()
+            .filter(|p| p.starts_with(&rej_prefix))
+            .map(|p| (p, true)),
+    );
+    for (path, is_reject) in paths {
+        if !path.ends_with(".parquet") {
+            continue;
+        }
+        let data = store.get(&path).await.map_err(|e| io(&path, e))?;
+        let c = decode_parquet(data, with_rows && !is_reject)
+            .map_err(|e| RunError::Internal(format!("{path}: unreadable shard: {e}")))?;
+        if c.fingerprint.as_deref() != Some(fingerprint) {
+            continue;
+        }
+        if is_reject {
+            view.rejected.extend(c.videos);
+        } else {
+            view.done.extend(c.videos);
+            view.batches.extend(c.batches);
+        }
+    }
+    Ok(view)
+}
+
+impl TableView {
+    /// Rows as `R` (the stage's row type), keyed by video id.
+    pub fn rows<R: Serialize + DeserializeOwned>(
+        &self,
+    ) -> Result<HashMap<String, Vec<R>>, RunError> {
+        let fields = fields_of::<R>()?;
+        let mut out: HashMap<String, Vec<R>> = HashMap::new();
+        for batch in &self.batches {
+            let ids = string_column(batch, COL_VIDEO_ID)?;
+            let idx = fields
+                .iter()
+                .map(|f| batch.schema().index_of(f.name()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| RunError::Internal(e.to_string()))?;
+            let projected = batch
+                .project(&idx)
+                .map_err(|e| RunError::Internal(e.to_string()))?;
+            let rows: Vec<R> = serde_arrow::from_record_batch(&projected)
+                .map_err(|e| RunError::Internal(format!("decoding rows: {e}")))?;
+            for (i, r) in rows.into_iter().enumerate() {
+                out.entry(ids.value(i).to_string()).or_default().push(r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One string column (an extra column such as a label), first value per video.
+    pub fn column(&self, name: &str) -> Result<HashMap<String, String>, RunError> {
+        let mut out = HashMap::new();
+        for batch in &self.batches {
+            let ids = string_column(batch, COL_VIDEO_ID)?;
+            let Some(col) = batch
+                .column_by_name(name)
+                .and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned())
+            else {
+                return Err(RunError::Config(format!(
+                    "no string column `{name}` in the table"
+                )));
+            };
+            for i in 0..batch.num_rows() {
+                if !arrow::array::Array::is_null(&col, i) {
+                    out.entry(ids.value(i).to_string())
+                        .or_insert_with(|| col.value(i).to_string());
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn string_column(batch: &RecordBatch, name: &str) -> Result<StringArray, RunError> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned())
+        .ok_or_else(|| RunError::Internal(format!("no {name} column")))
+}

@@ -1,0 +1,393 @@
+//! `vidcurate rethreshold`: re-applies the scoring stages' `select` thresholds to the stored
+//! scores, with new values, and prints the funnel before and after — no model is called, no stage
+//! runs. The selection is written to `selections/` beside the one of the pipeline's own settings.
+//!
+//! Funnel: every stage in chain order takes the videos the stages before it passed on; of those,
+//! `done` have rows, `rejected` failed there, `pending` were never reached (a lower threshold
+//! upstream lets through videos a rerun must still score), and `out` go on.
+
+use crate::error::RunError;
+use crate::runtime::manifest;
+use crate::runtime::shards::{TableView, read_table};
+use crate::runtime::store::{LocalStore, Store};
+use crate::stages::committee::{CommitteeSelect, Vote};
+use crate::stages::prescreen::{Prescreen, PrescreenSelect};
+use crate::stages::quality::{Quality, QualitySelect};
+use crate::stages::relevance::{Relevance, RelevanceSelect};
+use arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+/// `stage.key=value` from the command line.
+#[derive(Debug, Clone)]
+pub struct Override {
+    pub stage: String,
+    pub key: String,
+    pub value: toml::Value,
+}
+
+impl std::str::FromStr for Override {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (lhs, v) = s.split_once('=').ok_or_else(|| {
+            format!("{s:?}: expected STAGE.KEY=VALUE, e.g. relevance.min_score=8")
+        })?;
+        let (stage, key) = lhs
+            .trim()
+            .split_once('.')
+            .ok_or_else(|| format!("{s:?}: expected STAGE.KEY=VALUE"))?;
+        let v = v.trim();
+        // A TOML value (8, 0.5, true, "x"); bare words are strings.
+        let value = toml::from_str::<toml::Table>(&format!("v = {v}"))
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or_else(|| toml::Value::String(v.to_string()));
+        Ok(Self {
+            stage: stage.to_string(),
+            key: key.to_string(),
+            value,
+        })
+    }
+}
+
+/// One line of the funnel.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FunnelRow {
+    pub stage: String,
+    pub kind: String,
+    pub input: usize,
+    pub done: usize,
+    pub rejected: usize,
+    pub pending: usize,
+    pub out: usize,
+}
+
+#[derive(Debug)]
+pub struct Rethreshold {
+    pub before: Vec<FunnelRow>,
+    pub after: Vec<FunnelRow>,
+    pub selection_file: std::path::PathBuf,
+    pub settings: BTreeMap<String, serde_json::Value>,
+}
+
+/// A scoring stage's rule, ready to decide.
+enum Rule {
+    Relevance(RelevanceSelect, HashMap<String, Vec<Relevance>>),
+    Prescreen(PrescreenSelect, HashMap<String, Vec<Prescreen>>),
+    Quality(QualitySelect, HashMap<String, Vec<Quality>>),
+    Committee(
+        CommitteeSelect,
+        HashMap<String, Vec<Vote>>,
+        HashMap<String, String>,
+    ),
+}
+
+impl Rule {
+    fn keep(&self, id: &str) -> bool {
+        match self {
+            Rule::Relevance(s, r) => r.get(id).is_some_and(|rows| s.keep(rows)),
+            Rule::Prescreen(s, r) => r.get(id).is_none_or(|rows| s.keep(rows)),
+            Rule::Quality(s, r) => r.get(id).is_some_and(|rows| s.keep(rows)),
+            Rule::Committee(s, r, labels) => r.get(id).is_some_and(|rows| {
+                let votes: Vec<Option<bool>> = rows.iter().map(|v| v.vote).collect();
+                s.keep(&votes, labels.get(id).map(String::as_str))
+            }),
+        }
+    }
+}
+
+fn typed<T: serde::de::DeserializeOwned>(stage: &str, t: &toml::Table) -> Result<T, RunError> {
+    toml::Value::Table(t.clone())
+        .try_into()
+        .map_err(|e| RunError::Config(format!("select of stage {stage}: {e}")))
+}
+
+fn settings_json<T: Serialize>(t: &T) -> serde_json::Value {
+    serde_json::to_value(t).unwrap_or_default()
+}
+
+/// Builds the rule of a scoring stage from its select table (None for other stages).
+fn rule(
+    kind: &str,
+    stage: &str,
+    select: &toml::Table,
+    view: &TableView,
+) -> Result<Option<(Rule, serde_json::Value)>, RunError> {
+    Ok(Some(match kind {
+        "relevance" => {
+            let s: RelevanceSelect = typed(stage, select)?;
+            let j = settings_json(&s);
+            (Rule::Relevance(s, view.rows()?), j)
+        }
+        "prescreen" => {
+            let s: PrescreenSelect = typed(stage, select)?;
+            let j = settings_json(&s);
+            (Rule::Prescreen(s, view.rows()?), j)
+        }
+        "quality" => {
+            let s: QualitySelect = typed(stage, select)?;
+            let j = settings_json(&s);
+            (Rule::Quality(s, view.rows()?), j)
+        }
+        "committee" => {
+            let s: CommitteeSelect = typed(stage, select)?;
+            s.check()
+                .map_err(|e| RunError::Config(format!("stage {stage}: {e}")))?;
+            let labels = if s.rule == "disagree_with_label" {
+                view.column(&s.label_column)?
+            } else {
+                HashMap::new()
+            };
+            let j = settings_json(&s);
+            (Rule::Committee(s, view.rows()?, labels), j)
+        }
+        _ => return Ok(None),
+    }))
+}
+
+struct StageData {
+    id: String,
+    kind: String,
+    view: TableView,
+    before: Option<Rule>,
+    after: Option<Rule>,
+}
+
+fn funnel(
+    sources: &[String],
+    stages: &[StageData],
+    after: bool,
+) -> (Vec<FunnelRow>, Vec<Vec<Option<bool>>>) {
+    let mut current: Vec<&String> = sources.iter().collect();
+    let mut rows = vec![];
+    // Per stage, per source video: kept (Some(true/false)) or not reached / not done (None).
+    let mut kept: Vec<Vec<Option<bool>>> = vec![];
+    let index: HashMap<&String, usize> = sources.iter().enumerate().map(|(i, s)| (s, i)).collect();
+    for st in stages {
+        let rule = if after { &st.after } else { &st.before };
+        let mut r = FunnelRow {
+            stage: st.id.clone(),
+            kind: st.kind.clone(),
+            input: current.len(),
+            ..Default::default()
+        };
+        let mut col = vec![None; sources.len()];
+        let mut next = vec![];
+        for id in current {
+            if st.view.rejected.contains(id.as_str()) {
+                r.rejected += 1;
+                col[index[id]] = Some(false);
+            } else if st.view.done.contains(id.as_str()) {
+                r.done += 1;
+                let k = rule.as_ref().is_none_or(|rule| rule.keep(id));
+                col[index[id]] = Some(k);
+                if k {
+                    next.push(id);
+                }
+            } else {
+                r.pending += 1;
+            }
+        }
+        r.out = next.len();
+        rows.push(r);
+        kept.push(col);
+        current = next;
+    }
+    (rows, kept)
+}
+
+pub async fn rethreshold(run_dir: &Path, overrides: &[Override]) -> Result<Rethreshold, RunError> {
+    let local =
+        LocalStore::open(run_dir).map_err(|e| RunError::io(run_dir.display().to_string(), e))?;
+    let store: Arc<dyn Store> = Arc::new(local);
+    let m = manifest::load(store.as_ref()).await.ok_or_else(|| {
+        RunError::Config(format!(
+            "{}: no manifest.json (not a run directory?)",
+            run_dir.display()
+        ))
+    })?;
+    let pipeline: toml::Table = toml::from_str(&m.pipeline_toml)
+        .map_err(|e| RunError::Config(format!("manifest.json: pipeline text: {e}")))?;
+    let selects: HashMap<String, toml::Table> = pipeline
+        .get("stages")
+        .and_then(|s| s.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|t| {
+                    let id = t.get("id")?.as_str()?.to_string();
+                    let sel = t
+                        .get("select")
+                        .and_then(|s| s.as_table())
+                        .cloned()
+                        .unwrap_or_default();
+                    Some((id, sel))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    for o in overrides {
+        let Some(st) = m.stages.iter().find(|s| s.id == o.stage) else {
+            return Err(RunError::Config(format!(
+                "--set {}.{}: no stage {:?} in this run (stages: {})",
+                o.stage,
+                o.key,
+                o.stage,
+                m.stages
+                    .iter()
+                    .map(|s| s.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        };
+        if !matches!(
+            st.kind.as_str(),
+            "relevance" | "prescreen" | "quality" | "committee"
+        ) {
+            return Err(RunError::Config(format!(
+                "--set {}.{}: stage {} ({}) has no thresholds",
+                o.stage, o.key, o.stage, st.kind
+            )));
+        }
+    }
+
+    let mut sources: Vec<String> = vec![];
+    let mut stages = vec![];
+    let mut settings = BTreeMap::new();
+    for st in &m.stages {
+        let scoring = matches!(
+            st.kind.as_str(),
+            "relevance" | "prescreen" | "quality" | "committee"
+        );
+        let view = read_table(&store, &st.id, &st.fingerprint, scoring).await?;
+        if st.id == crate::config::plan::SOURCE_STAGE_ID {
+            let mut ids: Vec<String> = view.done.iter().cloned().collect();
+            ids.sort();
+            sources = ids;
+            continue;
+        }
+        let stored = selects.get(&st.id).cloned().unwrap_or_default();
+        let mut changed = stored.clone();
+        for o in overrides.iter().filter(|o| o.stage == st.id) {
+            changed.insert(o.key.clone(), o.value.clone());
+        }
+        let before = rule(&st.kind, &st.id, &stored, &view)?.map(|(r, _)| r);
+        let after = match rule(&st.kind, &st.id, &changed, &view)? {
+            Some((r, j)) => {
+                settings.insert(st.id.clone(), j);
+                Some(r)
+            }
+            None => None,
+        };
+        stages.push(StageData {
+            id: st.id.clone(),
+            kind: st.kind.clone(),
+            view,
+            before,
+            after,
+        });
+    }
+    let (before, kept_before) = funnel(&sources, &stages, false);
+    let (after, kept_after) = funnel(&sources, &stages, true);
+
+    let dir = run_dir.join("selections");
+    std::fs::create_dir_all(&dir).map_err(|e| RunError::io(dir.display().to_string(), e))?;
+    let write = |name: &str,
+                 kept: &[Vec<Option<bool>>],
+                 funnel: &[FunnelRow]|
+     -> Result<std::path::PathBuf, RunError> {
+        let mut fields = vec![Field::new("video_id", DataType::Utf8, false)];
+        let mut cols: Vec<ArrayRef> = vec![Arc::new(StringArray::from(sources.clone()))];
+        for (st, k) in stages.iter().zip(kept) {
+            fields.push(Field::new(
+                format!("{}_kept", st.id),
+                DataType::Boolean,
+                true,
+            ));
+            cols.push(Arc::new(BooleanArray::from(k.clone())));
+        }
+        let selected: Vec<bool> = (0..sources.len())
+            .map(|i| kept.last().is_some_and(|k| k[i] == Some(true)) || (kept.is_empty()))
+            .collect();
+        fields.push(Field::new("selected", DataType::Boolean, false));
+        cols.push(Arc::new(BooleanArray::from(selected)));
+        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
+            .map_err(|e| RunError::Internal(e.to_string()))?;
+        let path = dir.join(format!("{name}.parquet"));
+        let tmp = dir.join(format!(".{name}.parquet.tmp"));
+        let f =
+            std::fs::File::create(&tmp).map_err(|e| RunError::io(tmp.display().to_string(), e))?;
+        let mut w = parquet::arrow::ArrowWriter::try_new(f, batch.schema(), None)
+            .map_err(|e| RunError::Internal(e.to_string()))?;
+        w.write(&batch)
+            .map_err(|e| RunError::Internal(e.to_string()))?;
+        w.close().map_err(|e| RunError::Internal(e.to_string()))?;
+        std::fs::rename(&tmp, &path).map_err(|e| RunError::io(path.display().to_string(), e))?;
+        let meta = serde_json::json!({ "funnel": funnel, "created_at": manifest::now() });
+        std::fs::write(
+            dir.join(format!("{name}.json")),
+            serde_json::to_string_pretty(&meta).unwrap_or_default(),
+        )
+        .map_err(|e| RunError::io(dir.display().to_string(), e))?;
+        Ok(path)
+    };
+    write("pipeline", &kept_before, &before)?;
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ").to_string();
+    let selection_file = write(&format!("rethreshold-{stamp}"), &kept_after, &after)?;
+    let settings_path = dir.join(format!("rethreshold-{stamp}.settings.json"));
+    std::fs::write(
+        &settings_path,
+        serde_json::to_string_pretty(&settings).unwrap_or_default(),
+    )
+    .map_err(|e| RunError::io(settings_path.display().to_string(), e))?;
+    Ok(Rethreshold {
+        before,
+        after,
+        selection_file,
+        settings,
+    })
+}
+
+/// The funnel as text: one line per stage.
+pub fn render(rows: &[FunnelRow]) -> String {
+    let mut s = format!(
+        "{:<16} {:<10} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
+        "stage", "type", "in", "done", "rejected", "pending", "out"
+    );
+    for r in rows {
+        s += &format!(
+            "{:<16} {:<10} {:>8} {:>8} {:>8} {:>8} {:>8}\n",
+            r.stage, r.kind, r.input, r.done, r.rejected, r.pending, r.out
+        );
+    }
+    s
+}
+
+/// Ids kept at the end of a funnel (for tests and reports).
+pub fn selected_ids(path: &Path) -> Result<HashSet<String>, String> {
+    let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+        .map_err(|e| e.to_string())?
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut out = HashSet::new();
+    for b in reader {
+        let b = b.map_err(|e| e.to_string())?;
+        let ids = b
+            .column_by_name("video_id")
+            .and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned())
+            .ok_or("no video_id")?;
+        let sel = b
+            .column_by_name("selected")
+            .and_then(|c| c.as_any().downcast_ref::<BooleanArray>().cloned())
+            .ok_or("no selected")?;
+        for i in 0..b.num_rows() {
+            if sel.value(i) {
+                out.insert(ids.value(i).to_string());
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,711 @@
+//! The judging stages against fake OpenAI and Gemini servers on 127.0.0.1 that answer with the
+//! real recorded bodies in ../shared/fixtures/llm/ (content swapped where a test needs a given
+//! answer), and the local MiniLM judge on a hand-labelled title set.
+
+use crate::fake_http::{FakeServer, Request, Response};
+use crate::need_ffmpeg;
+use crate::util::*;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const OPENAI_KEY: &str = "sk-test-openai-8f2d1c";
+const GEMINI_KEY: &str = "AIza-test-gemini-77aa";
+
+fn llm_fixture(name: &str) -> Vec<u8> {
+    std::fs::read(fixtures().join("llm").join(name)).unwrap()
+}
+
+/// The real chat.completion body with `content` as the answer.
+fn openai_says(content: &str) -> Response {
+    let mut v: Value =
+        serde_json::from_slice(&llm_fixture("openai/chat_completion_text.json")).unwrap();
+    v["choices"][0]["message"]["content"] = json!(content);
+    Response::json(200, v.to_string())
+}
+
+/// The real generateContent body with `text` as the answer.
+fn gemini_says(text: &str) -> Response {
+    let mut v: Value =
+        serde_json::from_slice(&llm_fixture("gemini/generate_content_text.json")).unwrap();
+    v["candidates"][0]["content"]["parts"][0]["text"] = json!(text);
+    Response::json(200, v.to_string())
+}
+
+fn prompt_of(r: &Request) -> String {
+    let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    let c = &v["messages"][0]["content"];
+    match c {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+/// Answers by the video's title, with a first-time failure for some of them.
+fn openai_fake() -> FakeServer {
+    let seen: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    FakeServer::start(move |r: &Request| {
+        assert_eq!(r.path, "/v1/chat/completions");
+        if r.headers.get("authorization").map(String::as_str)
+            != Some(&format!("Bearer {OPENAI_KEY}"))
+        {
+            return Response::json(
+                401,
+                r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","code":"invalid_api_key"}}"#,
+            );
+        }
+        let prompt = prompt_of(r);
+        assert!(prompt.starts_with("On a scale from 1 to 10, how likely is this video to contain a protest turning violent video in action but not lecture/tutorial/slides, etc.? Answer with a single integer from 1 (very unlikely) to 10 (very likely)."), "{prompt}");
+        let title = prompt
+            .lines()
+            .find_map(|l| l.strip_prefix("Title: "))
+            .unwrap_or("")
+            .to_string();
+        let n = {
+            let mut s = seen.lock().unwrap();
+            let c = s.entry(title.clone()).or_default();
+            *c += 1;
+            *c
+        };
+        let reminded = prompt.contains("Your previous answer was");
+        match title.as_str() {
+            "riot" => openai_says("9"),
+            "lecture" => openai_says(" 2\n"),
+            "prose" if !reminded => openai_says("The answer is 7"),
+            "prose" => openai_says("7"),
+            "refuse" => Response::json(200, llm_fixture("openai/chat_completion_refusal.json")),
+            "truncated" => Response::json(
+                200,
+                llm_fixture("openai/chat_completion_finish_length.json"),
+            ),
+            "flaky" if n == 1 => {
+                Response::json(500, llm_fixture("openai/error_500_server_error.json"))
+            }
+            "flaky" => openai_says("10"),
+            "ratelimit" if n == 1 => {
+                Response::json(429, llm_fixture("openai/error_429_rate_limit.json"))
+            }
+            "ratelimit" => openai_says("9"),
+            "slow" if n == 1 => openai_says("1").delayed(Duration::from_millis(2500)),
+            "slow" => openai_says("8"),
+            "badjson" if n == 1 => Response::json(200, "{\"choices\": [{\"message\": "),
+            "badjson" => openai_says("9"),
+            "broke" => Response::json(429, llm_fixture("openai/error_429_insufficient_quota.json")),
+            other => panic!("unexpected title {other:?}"),
+        }
+    })
+}
+
+fn url_manifest(dir: &Path, titles: &[&str]) {
+    let mut m = String::from("id,path,title,description\n");
+    for t in titles {
+        m += &format!("{t},https://example.invalid/{t}.mp4,{t},a clip\n");
+    }
+    write(&dir.join("m.csv"), &m);
+}
+
+fn relevance_pipeline(dir: &Path, url: &str) -> PathBuf {
+    let p = dir.join("p.toml");
+    write(
+        &p,
+        &format!(
+            r#"name = "rel"
+[services.openai]
+base_url = "{url}v1/"
+api_key_env = "VIDCURATE_TEST_OPENAI_KEY"
+timeout_secs = 1
+max_retries = 3
+requests_per_minute = 6000
+usd_per_mtok_input = 2.5
+usd_per_mtok_output = 10.0
+
+[source]
+type = "local"
+manifest = "m.csv"
+urls = true
+
+[[stages]]
+id = "relevance"
+type = "relevance"
+retries = 0
+compute = {{ service = "openai", model = "gpt-4o", event = "a protest turning violent" }}
+select = {{ min_score = 9 }}
+"#
+        ),
+    );
+    p
+}
+
+fn run_with_key(p: &Path, out: &Path) -> std::process::Output {
+    run_command(p, out)
+        .env("VIDCURATE_TEST_OPENAI_KEY", OPENAI_KEY)
+        .env("VIDCURATE_TEST_GEMINI_KEY", GEMINI_KEY)
+        .output()
+        .unwrap()
+}
+
+fn err(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn relevance_parses_retries_rejects_and_never_pays_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = openai_fake();
+    let titles = [
+        "riot",
+        "lecture",
+        "prose",
+        "refuse",
+        "truncated",
+        "flaky",
+        "ratelimit",
+        "slow",
+        "badjson",
+    ];
+    url_manifest(dir.path(), &titles);
+    let p = relevance_pipeline(dir.path(), &server.url());
+    let out = dir.path().join("run");
+    let o = run_with_key(&p, &out);
+    assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+    let rows = table_rows_file_all(&out.join("relevance"));
+    let score = |id: &str| {
+        rows.iter()
+            .find(|r| r["video_id"] == id)
+            .map(|r| (r["score"].clone(), r["attempts"].clone()))
+    };
+    assert_eq!(score("riot"), Some(("9".into(), "1".into())));
+    assert_eq!(score("lecture"), Some(("2".into(), "1".into())));
+    assert_eq!(
+        score("prose"),
+        Some(("7".into(), "2".into())),
+        "one reminder"
+    );
+    assert_eq!(score("flaky").unwrap().0, "10", "500 retried");
+    assert_eq!(
+        score("ratelimit").unwrap().0,
+        "9",
+        "429 rate_limit_exceeded retried"
+    );
+    assert_eq!(score("slow").unwrap().0, "8", "a timeout retried");
+    assert_eq!(score("badjson").unwrap().0, "9", "malformed JSON retried");
+    let rejects = table_rows(&out.join("rejects"), &[]).join("\n");
+    assert!(
+        rejects.contains("refuse") && rejects.contains("refused"),
+        "{rejects}"
+    );
+    assert!(
+        rejects.contains("truncated")
+            && rejects.contains("unparseable_score")
+            && rejects.contains("finish: length"),
+        "{rejects}"
+    );
+    // Kept at 9: riot, flaky, ratelimit, badjson.
+    assert!(err(&o).contains("relevance"), "{}", err(&o));
+    let summary = err(&o);
+    let line = summary
+        .lines()
+        .find(|l| l.starts_with("relevance"))
+        .unwrap();
+    let cols: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(cols[5], "3", "filtered: lecture, prose, slow: {line}");
+    assert_eq!(cols[6], "4", "forwarded: {line}");
+    // 9 videos + reminder (prose) + second try (truncated) + one retry each for flaky,
+    // ratelimit, slow and badjson.
+    let calls = server.requests().len();
+    assert_eq!(calls, 15);
+
+    // A rerun pays for nothing.
+    let o = run_with_key(&p, &out);
+    assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+    assert_eq!(server.requests().len(), calls);
+
+    // Re-thresholding: zero calls, and the funnel moves.
+    let o = run(
+        &[
+            "rethreshold",
+            out.to_str().unwrap(),
+            "--set",
+            "relevance.min_score=7",
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("relevance"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    let out_col = |l: &str| l.split_whitespace().last().unwrap().to_string();
+    assert_eq!(out_col(lines[0]), "4", "{text}");
+    assert_eq!(out_col(lines[1]), "6", "{text}");
+    assert_eq!(server.requests().len(), calls);
+    let sel = text
+        .lines()
+        .find_map(|l| l.strip_prefix("selection: "))
+        .unwrap();
+    let kept = vidcurate::rethreshold::selected_ids(Path::new(sel)).unwrap();
+    assert!(kept.contains("prose") && kept.contains("slow") && !kept.contains("lecture"));
+
+    // cache stats: one entry per distinct request, tokens and a cost from the prices.
+    let o = run(&["cache", "stats", out.to_str().unwrap()], dir.path());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("openai"), "{text}");
+    assert!(text.contains("estimated cost"), "{text}");
+    // The key is nowhere in the run directory.
+    let mut leaked = false;
+    for e in walk(&out) {
+        if std::fs::read(&e)
+            .unwrap()
+            .windows(OPENAI_KEY.len())
+            .any(|w| w == OPENAI_KEY.as_bytes())
+        {
+            leaked = true;
+        }
+    }
+    assert!(!leaked);
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn insufficient_quota_stops_the_run_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = openai_fake();
+    url_manifest(dir.path(), &["broke", "riot", "lecture"]);
+    let p = relevance_pipeline(dir.path(), &server.url());
+    let text = std::fs::read_to_string(&p)
+        .unwrap()
+        .replace(
+            "requests_per_minute = 6000",
+            "requests_per_minute = 6000\nmax_retries = 0",
+        )
+        .replace("max_retries = 3\n", "");
+    write(&p, &text);
+    let text = std::fs::read_to_string(&p).unwrap().replace(
+        "retries = 0\ncompute",
+        "retries = 0\nmax_in_flight = 1\ncompute",
+    );
+    write(&p, &text);
+    let o = run_with_key(&p, &dir.path().join("run"));
+    let e = err(&o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("insufficient_quota") && e.contains("VIDCURATE_TEST_OPENAI_KEY"),
+        "{e}"
+    );
+    assert!(!e.contains(OPENAI_KEY));
+    // Not retried (429 with insufficient_quota is final).
+    let broke = server
+        .requests()
+        .iter()
+        .filter(|(r, _)| prompt_of(r).contains("Title: broke"))
+        .count();
+    assert_eq!(broke, 1);
+    // A wrong key: also a clear stop, no key in the message.
+    let o = run_command(&p, &dir.path().join("run2"))
+        .env("VIDCURATE_TEST_OPENAI_KEY", "sk-wrong-999")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("invalid_api_key") && !err(&o).contains("sk-wrong-999"));
+}
+
+/// Three clips of different sizes; the fake Gemini server knows each by its first image's width.
+fn gemini_fake(answers: HashMap<u32, Vec<Response>>) -> FakeServer {
+    let seen: Arc<Mutex<HashMap<u32, usize>>> = Arc::default();
+    let throttled = Arc::new(Mutex::new(false));
+    FakeServer::start(move |r: &Request| {
+        if r.headers.get("x-goog-api-key").map(String::as_str) != Some(GEMINI_KEY) {
+            return Response::json(400, llm_fixture("gemini/error_400_api_key_invalid.json"));
+        }
+        assert!(
+            r.path
+                .starts_with("/v1beta/models/gemini-2.5-flash-lite:generateContent"),
+            "{}",
+            r.path
+        );
+        // One rate-limit answer for the first request of the run.
+        {
+            let mut t = throttled.lock().unwrap();
+            if !*t {
+                *t = true;
+                return Response::json(
+                    429,
+                    llm_fixture("gemini/error_429_resource_exhausted.json"),
+                )
+                .header("Retry-After", "0.2");
+            }
+        }
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        let parts = v["contents"][0]["parts"].as_array().unwrap();
+        assert!(
+            parts[0]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("You are a video analysis expert")
+        );
+        assert_eq!(
+            v["generationConfig"]["responseMimeType"],
+            "application/json"
+        );
+        let b64 = parts[1]["inline_data"]["data"].as_str().unwrap();
+        use base64::Engine;
+        let jpeg = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
+        let width = image::load_from_memory(&jpeg).unwrap().width();
+        let n = {
+            let mut s = seen.lock().unwrap();
+            let c = s.entry(width).or_default();
+            *c += 1;
+            *c - 1
+        };
+        let list = &answers[&width];
+        list[n.min(list.len() - 1)].clone()
+    })
+}
+
+fn rubric(scores: [u8; 12]) -> String {
+    let names = vidcurate::stages::judge::CRITERIA;
+    let objs: Vec<Value> = scores
+        .iter()
+        .enumerate()
+        .map(|(i, s)| json!({"category_number": i + 1, "category_name": names[i], "score": s}))
+        .collect();
+    Value::Array(objs).to_string()
+}
+
+#[test]
+fn quality_rubric_on_frames_validates_repairs_and_rethresholds_without_calls() {
+    need_ffmpeg!();
+    let dir = tempfile::tempdir().unwrap();
+    let vids = dir.path().join("v");
+    std::fs::create_dir_all(&vids).unwrap();
+    for (name, size) in [("a", "160x90"), ("b", "192x108"), ("c", "224x126")] {
+        plain_clip(&vids.join(format!("{name}.mp4")), 1.0, size);
+    }
+    let mut answers = HashMap::new();
+    answers.insert(
+        160,
+        vec![gemini_says(&format!(
+            "Here is the analysis:\n```json\n{}\n```",
+            rubric([2; 12])
+        ))],
+    );
+    let mut eleven: Vec<Value> = serde_json::from_str(&rubric([2; 12])).unwrap();
+    eleven.pop();
+    answers.insert(
+        192,
+        vec![
+            gemini_says(&Value::Array(eleven).to_string()),
+            gemini_says(&rubric([2, 2, 1, 2, 2, 2, 2, 2, 0, 2, 2, 1])),
+        ],
+    );
+    answers.insert(
+        224,
+        vec![Response::json(
+            200,
+            llm_fixture("gemini/generate_content_finish_safety.json"),
+        )],
+    );
+    let server = gemini_fake(answers);
+    let p = dir.path().join("p.toml");
+    write(
+        &p,
+        &format!(
+            r#"name = "q"
+[services.gemini]
+base_url = "{}v1beta/"
+api = "gemini"
+api_key_env = "VIDCURATE_TEST_GEMINI_KEY"
+max_retries = 2
+
+[source]
+type = "local"
+dir = "v"
+
+[[stages]]
+id = "probe"
+type = "probe"
+
+[[stages]]
+id = "frames"
+type = "frames"
+compute = {{ mode = "uniform", count = 4 }}
+
+[[stages]]
+id = "quality"
+type = "quality"
+compute = {{ service = "gemini", model = "gemini-2.5-flash-lite", max_images = 4 }}
+select = {{ min_twos = 10 }}
+"#,
+            server.url()
+        ),
+    );
+    let out = dir.path().join("run");
+    let o = run_with_key(&p, &out);
+    assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+    let rows = table_rows_file_all(&out.join("quality"));
+    assert_eq!(rows.len(), 2);
+    let by_twos: HashMap<String, String> = rows
+        .iter()
+        .map(|r| (r["twos"].clone(), r["attempts"].clone()))
+        .collect();
+    assert_eq!(
+        by_twos.get("12").map(String::as_str),
+        Some("1"),
+        "fenced JSON accepted"
+    );
+    assert_eq!(
+        by_twos.get("9").map(String::as_str),
+        Some("2"),
+        "11 objects, repaired"
+    );
+    let b = rows.iter().find(|r| r["twos"] == "9").unwrap();
+    assert_eq!(b["q09_banner_text"], "0");
+    assert_eq!(b["q03_time_date"], "1");
+    let rejects = table_rows(&out.join("rejects"), &[]).join("\n");
+    assert!(
+        rejects.contains("blocked") && rejects.contains("SAFETY"),
+        "{rejects}"
+    );
+    // 429 once + a + b twice + c once.
+    let calls = server.requests().len();
+    assert_eq!(calls, 5);
+    let o = run_with_key(&p, &out);
+    assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+    assert_eq!(server.requests().len(), calls, "a rerun makes no call");
+    let o = run(
+        &[
+            "rethreshold",
+            out.to_str().unwrap(),
+            "--set",
+            "quality.min_twos=9",
+        ],
+        dir.path(),
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    let q: Vec<&str> = text.lines().filter(|l| l.starts_with("quality")).collect();
+    assert_eq!(q[0].split_whitespace().last(), Some("1"), "{text}");
+    assert_eq!(q[1].split_whitespace().last(), Some("2"), "{text}");
+    assert_eq!(server.requests().len(), calls, "rethreshold makes no call");
+
+    // A refused key stops at once and never shows the key.
+    let o = run_command(&p, &dir.path().join("run2"))
+        .env("VIDCURATE_TEST_GEMINI_KEY", "AIza-wrong")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(
+        err(&o).contains("API_KEY_INVALID") && !err(&o).contains("AIza-wrong"),
+        "{}",
+        err(&o)
+    );
+}
+
+#[test]
+fn committee_votes_are_stored_and_the_hardness_rule_is_reappliable() {
+    need_ffmpeg!();
+    let dir = tempfile::tempdir().unwrap();
+    let vids = dir.path().join("v");
+    std::fs::create_dir_all(&vids).unwrap();
+    plain_clip(&vids.join("split.mp4"), 1.0, "160x90");
+    plain_clip(&vids.join("clear.mp4"), 1.0, "192x108");
+    write(
+        &dir.path().join("m.csv"),
+        "id,path,label\nsplit,v/split.mp4,no\nclear,v/clear.mp4,no\n",
+    );
+    // Members m1..m5: on the 160-wide clip three say yes, two no; on the other all say yes.
+    let server = FakeServer::start(|r: &Request| {
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        let model = v["model"].as_str().unwrap().to_string();
+        let parts = v["messages"][0]["content"].as_array().unwrap();
+        assert!(
+            parts[0]["text"]
+                .as_str()
+                .unwrap()
+                .contains("a fight breaking out")
+        );
+        let url = parts[1]["image_url"]["url"].as_str().unwrap();
+        use base64::Engine;
+        let jpeg = base64::engine::general_purpose::STANDARD
+            .decode(url.trim_start_matches("data:image/jpeg;base64,"))
+            .unwrap();
+        let w = image::load_from_memory(&jpeg).unwrap().width();
+        let yes = w != 160 || ["m1", "m2", "m3"].contains(&model.as_str());
+        openai_says(if yes { "Yes." } else { "no" })
+    });
+    let members: Vec<String> = (1..=5)
+        .map(|i| format!("{{ service = \"openai\", model = \"m{i}\" }}"))
+        .collect();
+    let p = dir.path().join("p.toml");
+    write(
+        &p,
+        &format!(
+            r#"name = "c"
+[services.openai]
+base_url = "{}v1/"
+api_key_env = "VIDCURATE_TEST_OPENAI_KEY"
+
+[source]
+type = "local"
+manifest = "m.csv"
+
+[[stages]]
+id = "probe"
+type = "probe"
+
+[[stages]]
+id = "frames"
+type = "frames"
+compute = {{ mode = "uniform", count = 2 }}
+
+[[stages]]
+id = "committee"
+type = "committee"
+compute = {{ event = "a fight breaking out", members = [{}] }}
+"#,
+            server.url(),
+            members.join(", ")
+        ),
+    );
+    let out = dir.path().join("run");
+    let o = run_with_key(&p, &out);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let rows = table_rows_file_all(&out.join("committee"));
+    assert_eq!(rows.len(), 10, "one row per video and member");
+    let split: Vec<&std::collections::BTreeMap<String, String>> =
+        rows.iter().filter(|r| r["video_id"] == "split").collect();
+    assert!(
+        split
+            .iter()
+            .all(|r| r["yes_votes"] == "3" && r["no_votes"] == "2")
+    );
+    assert_eq!(server.requests().len(), 10);
+    let line = err(&o)
+        .lines()
+        .find(|l| l.starts_with("committee"))
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        line.split_whitespace().last(),
+        Some("1"),
+        "only the 3-2 split is hard: {line}"
+    );
+    // Against the reference label "no": 5 members contradict it on `clear`, 3 on `split`.
+    let o = run(
+        &[
+            "rethreshold",
+            out.to_str().unwrap(),
+            "--set",
+            "committee.rule=disagree_with_label",
+            "--set",
+            "committee.min_disagree=4",
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let sel = text
+        .lines()
+        .find_map(|l| l.strip_prefix("selection: "))
+        .unwrap();
+    let kept = vidcurate::rethreshold::selected_ids(Path::new(sel)).unwrap();
+    assert_eq!(
+        kept.into_iter().collect::<Vec<_>>(),
+        vec!["clear".to_string()]
+    );
+    assert_eq!(server.requests().len(), 10);
+}
+
+/// The local judge on a small hand-labelled title set (tests/fixtures/relevance_titles.csv):
+/// every relevant title must outrank every irrelevant one of its domain, and the paper's cut
+/// at 9 must separate them.
+#[test]
+fn local_relevance_judge_ranks_the_labelled_titles() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if !root.join("data/models/minilm/model.safetensors").exists() {
+        panic!("data/models/minilm missing: run scripts/setup.sh");
+    }
+    let labelled =
+        std::fs::read_to_string(root.join("tests/fixtures/relevance_titles.csv")).unwrap();
+    for domain in ["protest", "arson"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = String::from("id,path,title,description,relevant\n");
+        let mut truth = HashMap::new();
+        let mut rdr = csv::Reader::from_reader(labelled.as_bytes());
+        for r in rdr.records() {
+            let r = r.unwrap();
+            if &r[1] == domain {
+                m += &format!(
+                    "{},https://example.invalid/{}.mp4,\"{}\",\"{}\",{}\n",
+                    &r[0], &r[0], &r[3], &r[4], &r[2]
+                );
+                truth.insert(r[0].to_string(), &r[2] == "1");
+            }
+        }
+        write(&dir.path().join("m.csv"), &m);
+        let p = dir.path().join("p.toml");
+        write(
+            &p,
+            &format!(
+                "name = \"l\"\n[source]\ntype = \"local\"\nmanifest = \"m.csv\"\nurls = true\n[[stages]]\nid = \"relevance\"\ntype = \"relevance\"\ncompute = {{ service = \"local\", queries = \"{}\" }}\n",
+                root.join(format!("queries/{domain}.toml")).display()
+            ),
+        );
+        let out = dir.path().join("run");
+        let o = run_command(&p, &out)
+            .env("VIDCURATE_MODELS", root.join("data/models"))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        let rows = table_rows_file_all(&out.join("relevance"));
+        assert_eq!(rows.len(), truth.len());
+        let margin = |r: &std::collections::BTreeMap<String, String>| {
+            r["pos_sim"].parse::<f64>().unwrap() - r["neg_sim"].parse::<f64>().unwrap()
+        };
+        let lowest_relevant = rows
+            .iter()
+            .filter(|r| truth[&r["video_id"]])
+            .map(margin)
+            .fold(f64::MAX, f64::min);
+        let highest_other = rows
+            .iter()
+            .filter(|r| !truth[&r["video_id"]])
+            .map(margin)
+            .fold(f64::MIN, f64::max);
+        assert!(
+            lowest_relevant > highest_other,
+            "{domain}: ranking overlaps"
+        );
+        for r in &rows {
+            let s: u8 = r["score"].parse().unwrap();
+            assert_eq!(
+                s >= 9,
+                truth[&r["video_id"]],
+                "{domain} {}: score {s}",
+                r["video_id"]
+            );
+        }
+    }
+}
