@@ -88,12 +88,12 @@ pub struct LlmService {
     fatal: Mutex<Option<String>>,
 }
 
-/// Per-minute quota that refills smoothly (burst of about one second's worth), so a full budget
-/// is not spent in the first second and then throttled by the server.
-fn smooth_quota(per_minute: u32) -> Option<Quota> {
+/// Per-minute quota that refills smoothly with a burst of `burst`: requests are spaced evenly,
+/// so no 60-second window ever holds more than the limit (a server counting a sliding minute
+/// never throttles us).
+fn smooth_quota(per_minute: u32, burst: u32) -> Option<Quota> {
     let n = NonZeroU32::new(per_minute)?;
-    let burst = NonZeroU32::new((per_minute / 60).max(1)).expect("at least 1");
-    Some(Quota::per_minute(n).allow_burst(burst))
+    Some(Quota::per_minute(n).allow_burst(NonZeroU32::new(burst.max(1)).expect("at least 1")))
 }
 
 impl LlmService {
@@ -136,11 +136,12 @@ impl LlmService {
             http,
             requests: cfg
                 .requests_per_minute
-                .and_then(smooth_quota)
+                .and_then(|r| smooth_quota(r, 1))
                 .map(RateLimiter::direct),
+            // A token burst of one second's worth, so one large request can pass at all.
             tokens: cfg
                 .tokens_per_minute
-                .and_then(smooth_quota)
+                .and_then(|t| smooth_quota(t, t / 60))
                 .map(RateLimiter::direct),
             token_burst: cfg.tokens_per_minute.map_or(1, |t| (t / 60).max(1)),
             calls: AtomicU64::new(0),

@@ -78,6 +78,8 @@ struct Entry {
     id: Option<String>,
     path: Option<PathBuf>,
     url: Option<String>,
+    title: Option<String>,
+    description: Option<String>,
     extra: Vec<Option<String>>,
     problem: Option<StageError>,
 }
@@ -180,6 +182,8 @@ impl LocalSource {
             id,
             path: None,
             url: None,
+            title: None,
+            description: None,
             extra,
             problem: None,
         };
@@ -259,6 +263,8 @@ impl LocalSource {
                     id: None,
                     path: None,
                     url: None,
+                    title: None,
+                    description: None,
                     extra: vec![None; extra_cols.len()],
                     problem: Some(StageError::data(
                         "bad_manifest_line",
@@ -322,6 +328,8 @@ impl LocalSource {
                     id: None,
                     path: None,
                     url: None,
+                    title: None,
+                    description: None,
                     extra: vec![None; names.len()],
                     problem: Some(StageError::data(
                         "bad_manifest_line",
@@ -331,6 +339,49 @@ impl LocalSource {
             }
         }
         self.extras = Arc::new(names);
+        Ok(())
+    }
+}
+
+impl LocalSource {
+    /// Manifest columns `title` and `description` fill the source table's columns of the same
+    /// name (the judging stages read them there); other extra columns must not shadow a source
+    /// column, or the tables would have two columns of one name.
+    fn take_metadata_columns(&mut self, m: &Path) -> Result<(), RunError> {
+        let source_cols: Vec<String> = crate::runtime::shards::fields_of::<SourceInfo>()?
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let names = self.extras.as_ref().clone();
+        if let Some(bad) = names
+            .iter()
+            .find(|n| source_cols.contains(n) && *n != "title" && *n != "description")
+        {
+            return Err(RunError::Config(format!(
+                "{}: column `{bad}` has the name of a source table column; rename it",
+                m.display()
+            )));
+        }
+        let pos = |n: &str| names.iter().position(|x| x == n);
+        let (ti, di) = (pos("title"), pos("description"));
+        if ti.is_none() && di.is_none() {
+            return Ok(());
+        }
+        for e in &mut self.entries {
+            e.title = ti.and_then(|i| e.extra.get(i).cloned().flatten());
+            e.description = di.and_then(|i| e.extra.get(i).cloned().flatten());
+            let mut i = 0;
+            e.extra.retain(|_| {
+                i += 1;
+                Some(i - 1) != ti && Some(i - 1) != di
+            });
+        }
+        self.extras = Arc::new(
+            names
+                .into_iter()
+                .filter(|n| n != "title" && n != "description")
+                .collect(),
+        );
         Ok(())
     }
 }
@@ -370,6 +421,8 @@ impl Source for LocalSource {
                     id: None,
                     path: Some(p),
                     url: None,
+                    title: None,
+                    description: None,
                     extra: vec![],
                     problem: None,
                 })
@@ -391,6 +444,7 @@ impl Source for LocalSource {
             } else {
                 self.read_jsonl(&m)?
             }
+            self.take_metadata_columns(&m)?;
         }
         Ok(())
     }
@@ -473,6 +527,8 @@ impl Source for LocalSource {
                 if let Some(url) = e.url {
                     let info = SourceInfo {
                         url: Some(url),
+                        title: e.title,
+                        description: e.description,
                         ..Default::default()
                     };
                     return Ok(VideoRecord::new(id, info, e.extra));
@@ -486,6 +542,8 @@ impl Source for LocalSource {
                     SourceInfo {
                         path: Some(path.clone()),
                         size_bytes: Some(size),
+                        title: e.title,
+                        description: e.description,
                         ..Default::default()
                     },
                     e.extra,
