@@ -24,13 +24,21 @@ fi
 python3 - <<'PY'
 import pyarrow.dataset as ds
 run = "data/runs/demo"
-for t in ["source", "probe", "frames", "ocr_regions", "ocr_videos", "rejects"]:
+for t in ["source", "relevance", "probe", "frames", "ocr_regions", "ocr_videos", "shots", "prescreen", "rejects"]:
     tb = ds.dataset(f"{run}/{t}", format="parquet").to_table()
     cols = ", ".join(tb.schema.names)
     print(f"{t:11} {tb.num_rows:5} rows  columns: {cols[:110]}{'...' if len(cols) > 110 else ''}")
 rej = ds.dataset(f"{run}/rejects", format="parquet").to_table().to_pylist()
 for r in rej:
     print(f"rejected {r['video_id']} at {r['stage']}: {r['reason']}")
+titles = {r["video_id"]: r["title"] for r in ds.dataset(f"{run}/source", format="parquet").to_table(columns=["video_id", "title"]).to_pylist()}
+for r in sorted(ds.dataset(f"{run}/relevance", format="parquet").to_table().to_pylist(), key=lambda r: r["score"]):
+    if r["score"] < 9:
+        print(f"relevance {r['score']:2}: {titles[r['video_id']]!r} (filtered)")
+for r in ds.dataset(f"{run}/prescreen", format="parquet").to_table().to_pylist():
+    if r["failed_criteria"]:
+        ev = "; ".join(r[f"{c}_evidence"] for c in ["logo", "location", "time_date", "sns", "jump_cuts", "subtitles"] if r[c] == "fail")
+        print(f"prescreen {r['video_id']}: certain failures {r['failed_criteria']} ({ev})")
 import collections
 regions = ds.dataset(f"{run}/ocr_regions", format="parquet").to_table().to_pylist()
 for label in ["fake", "real"]:

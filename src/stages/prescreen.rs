@@ -403,4 +403,91 @@ mod tests {
         assert!(SNS.is_match("#protest"));
         assert!(!SNS.is_match("The crowd gathered"));
     }
+
+    fn region(frame: u32, text: &str, cx: f32, cy: f32, creator: bool) -> TextRegion {
+        TextRegion {
+            frame_index: frame,
+            timestamp_secs: frame as f64,
+            text: text.into(),
+            score: 0.95,
+            quad: vec![0.0; 8],
+            frame_width: 1280,
+            frame_height: 720,
+            center_x: cx,
+            center_y: cy,
+            width: 0.1,
+            height: 0.05,
+            area_frac: 0.005,
+            aspect_ratio: 2.0,
+            grid_row: 0,
+            grid_col: 0,
+            grid_cell: String::new(),
+            text_len: text.chars().count() as u32,
+            text_h: 0.0,
+            text_s: 0.0,
+            text_v: 1.0,
+            text_color: "white".into(),
+            bg_h: 0.0,
+            bg_s: 0.0,
+            bg_v: 0.0,
+            bg_color: "black".into(),
+            stroke_pixels: 100,
+            hue_hist: vec![],
+            sat_hist: vec![],
+            val_hist: vec![],
+            creator_added: creator,
+            creator_score: if creator { 0.9 } else { 0.1 },
+            creator_evidence: String::new(),
+        }
+    }
+
+    fn stage(places: &[&str]) -> PrescreenStage {
+        PrescreenStage {
+            cfg: PrescreenConfig::default(),
+            select: PrescreenSelect::default(),
+            places: places
+                .iter()
+                .map(|p| Regex::new(&format!(r"(?i)\b{}\b", regex::escape(p))).unwrap())
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn three_certain_failures_drop_the_video_two_do_not() {
+        let s = stage(&["Nairobi"]);
+        let mut regions = vec![];
+        for f in 0..8u32 {
+            // A channel logo in the top-right corner of every frame.
+            regions.push(region(f, "CITY TV", 0.9, 0.08, true));
+            // Changing subtitles in the bottom band.
+            regions.push(region(
+                f,
+                &format!("and then we walked to line {f}"),
+                0.5,
+                0.9,
+                true,
+            ));
+        }
+        // A date stamp on two frames, and a place name once.
+        regions.push(region(2, "25/05/2024 13:00", 0.2, 0.1, true));
+        regions.push(region(3, "25/05/2024 13:01", 0.2, 0.1, true));
+        regions.push(region(4, "Live from Nairobi", 0.5, 0.5, true));
+        let v = s.judge(&regions, 8, Some(1));
+        assert_eq!(v.logo, "fail", "{}", v.logo_evidence);
+        assert_eq!(v.subtitles, "fail", "{}", v.subtitles_evidence);
+        assert_eq!(v.time_date, "fail", "{}", v.time_date_evidence);
+        assert_eq!(v.location, "fail");
+        assert_eq!(v.jump_cuts, "pass");
+        assert_eq!(v.certain_failures, 4);
+        assert_eq!(v.failed_criteria, "1,2,3,10");
+        assert!(!s.select.keep(&[v]));
+        // Logo and subtitles only: the quality model could still keep it (10 of 12).
+        let two: Vec<TextRegion> = regions.into_iter().take(16).collect();
+        let v = s.judge(&two, 8, Some(1));
+        assert_eq!(v.certain_failures, 2);
+        assert!(s.select.keep(&[v]));
+        // Scene text (not creator-added) in a corner is no logo.
+        let scene: Vec<TextRegion> = (0..8).map(|f| region(f, "EXIT", 0.9, 0.1, false)).collect();
+        assert_eq!(s.judge(&scene, 8, None).logo, "pass");
+    }
 }
