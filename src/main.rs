@@ -486,6 +486,12 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Run { file, out, quiet } => {
             let plan = plan::load(&file)?;
+            let prescreens: Vec<String> = plan
+                .stages
+                .iter()
+                .filter(|s| s.kind == "prescreen")
+                .map(|s| s.id.clone())
+                .collect();
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
@@ -507,6 +513,14 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                         c.rejected + c.rejected_before,
                         c.filtered,
                         c.forwarded
+                    );
+                }
+            }
+            for id in &prescreens {
+                if let Some(c) = report.counts.get(id) {
+                    eprintln!(
+                        "{id}: {} videos dropped on certain local evidence: {} quality-model calls saved",
+                        c.filtered, c.filtered
                     );
                 }
             }

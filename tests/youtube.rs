@@ -25,6 +25,8 @@ struct YouTubeFake {
     /// After this many successful calls, answer 403 quotaExceeded (while `refuse` is set).
     quota_after: Arc<AtomicUsize>,
     refuse: Arc<AtomicBool>,
+    /// Answer the next videos.list with a 503 backendError (a transient failure).
+    fail_next_videos: Arc<AtomicBool>,
 }
 
 /// search.list: page 1 without a token, page 2 for `CBkQAA` (both real captures; the video
@@ -49,7 +51,12 @@ fn youtube_fake() -> YouTubeFake {
     let ok_calls = Arc::new(AtomicUsize::new(0));
     let quota_after = Arc::new(AtomicUsize::new(usize::MAX));
     let refuse = Arc::new(AtomicBool::new(true));
-    let (qa, rf) = (quota_after.clone(), refuse.clone());
+    let fail_next_videos = Arc::new(AtomicBool::new(false));
+    let (qa, rf, fv) = (
+        quota_after.clone(),
+        refuse.clone(),
+        fail_next_videos.clone(),
+    );
     let server = FakeServer::start(move |r: &Request| {
         if r.query.get("key").map(String::as_str) != Some(KEY) {
             return Response::json(400, key_invalid.clone());
@@ -85,6 +92,14 @@ fn youtube_fake() -> YouTubeFake {
                     Some("CBkQAA") => p2.clone(),
                     Some(other) => panic!("unexpected page token {other}"),
                 }
+            }
+            "/youtube/v3/videos" if fv.swap(false, Ordering::SeqCst) => {
+                return Response::json(
+                    503,
+                    json!({"error": {"code": 503, "message": "The service is currently unavailable.",
+                      "errors": [{"message": "The service is currently unavailable.", "domain": "global", "reason": "backendError"}]}})
+                    .to_string(),
+                );
             }
             "/youtube/v3/videos" => {
                 let ids: Vec<&str> = r.query["id"].split(',').collect();
@@ -126,6 +141,7 @@ fn youtube_fake() -> YouTubeFake {
         server,
         quota_after,
         refuse,
+        fail_next_videos,
     }
 }
 
@@ -424,6 +440,38 @@ params = { published_after = "{year}-01-01", published_before = "{year}-01-09" }
         "{}",
         rows[0]["provenance"]
     );
+}
+
+#[test]
+fn a_transient_server_error_is_retried_and_charged_to_the_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = youtube_fake();
+    fake.fail_next_videos.store(true, Ordering::SeqCst);
+    let p = yt_pipeline(dir.path(), &fake.server.url(), "");
+    let out = dir.path().join("run");
+    let o = run_yt(&p, &out, KEY);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let videos: Vec<u16> = fake
+        .server
+        .requests()
+        .iter()
+        .filter(|(r, _)| r.path.ends_with("/videos"))
+        .map(|(_, s)| *s)
+        .collect();
+    assert_eq!(videos, vec![503, 200]);
+    assert_eq!(table_rows_file_all(&out.join("source")).len(), 48);
+    // Both attempts count against the units bucket (YouTube charges failed requests too).
+    let ledger = rusqlite_units(&dir.path().join("ledger/quota.sqlite"));
+    assert_eq!(ledger, 2);
+}
+
+/// Units charged today in a ledger file (read with the sqlite3 CLI-free path: via vidcurate's
+/// own ledger type).
+fn rusqlite_units(path: &Path) -> u64 {
+    let l = vidcurate::clients::youtube::QuotaLedger::open(path).unwrap();
+    let day = vidcurate::clients::youtube::pacific_day(chrono::Utc::now());
+    l.used(&vidcurate::clients::youtube::key_id(KEY), day, "units")
+        .unwrap()
 }
 
 #[test]
