@@ -26,7 +26,7 @@ use vidcurate::runtime::runner::{self, RunOptions, RunStatus};
     version,
     about,
     long_about,
-    after_help = "Logs: set RUST_LOG (e.g. RUST_LOG=debug). Examples:\n  vidcurate validate pipelines/demo.toml\n  vidcurate run pipelines/demo.toml --out data/runs/demo\n  vidcurate list-stages"
+    after_help = "Logs: set RUST_LOG (e.g. RUST_LOG=debug). Examples:\n  vidcurate validate pipelines/demo.toml\n  vidcurate run pipelines/demo.toml --out data/runs/demo\n  vidcurate list-stages\n  vidcurate queries queries/protest.toml\n  YOUTUBE_API_KEY=... vidcurate run pipelines/riskcue-protest.toml\n  vidcurate rethreshold data/runs/demo --set relevance.min_score=5\n  vidcurate cache stats data/runs/riskcue-protest"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -62,6 +62,7 @@ enum Cmd {
     /// threshold upstream but were never scored downstream: rerun the pipeline with the new
     /// thresholds to score them.
     Rethreshold {
+        /// A run directory (with manifest.json).
         run_dir: PathBuf,
         /// STAGE.KEY=VALUE, e.g. relevance.min_score=8, quality.min_twos=9,
         /// committee.rule=entropy, committee.min_entropy=0.9 (repeatable).
