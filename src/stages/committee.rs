@@ -202,7 +202,7 @@ pub fn build(
         }))),
         compute,
         version: 1,
-        default_in_flight: 4,
+        default_in_flight: 8,
     })
 }
 

@@ -199,7 +199,7 @@ pub fn build(
         task: Box::new(ProcessorTask(Arc::new(QualityStage { cfg, select, svc }))),
         compute,
         version: 1,
-        default_in_flight: 8,
+        default_in_flight: 16,
     })
 }
 

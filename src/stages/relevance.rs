@@ -176,7 +176,7 @@ pub fn build(
         }))),
         compute,
         version: 1,
-        default_in_flight: 8,
+        default_in_flight: 32,
     })
 }
 
