@@ -443,7 +443,8 @@ impl YouTubeClient {
                         .map_err(setup)?;
                     return Ok(parsed);
                 }
-                Ok(Err(e)) => classify(method, e),
+                // Google's messages do not echo keys today; scrub anyway before anything is logged.
+                Ok(Err(e)) => classify(method, e).scrub(&self.key),
                 Err(_) => Failure::Retry(format!(
                     "no answer within {} s",
                     self.settings.timeout.as_secs_f64()
@@ -497,6 +498,24 @@ enum Failure {
     QuotaExceeded(String),
     KeyInvalid(String),
     Refused(i64, String, String),
+}
+
+impl Failure {
+    fn scrub(self, key: &str) -> Self {
+        let s = |t: String| {
+            if key.is_empty() {
+                t
+            } else {
+                t.replace(key, "***")
+            }
+        };
+        match self {
+            Failure::Retry(m) => Failure::Retry(s(m)),
+            Failure::QuotaExceeded(m) => Failure::QuotaExceeded(s(m)),
+            Failure::KeyInvalid(m) => Failure::KeyInvalid(s(m)),
+            Failure::Refused(c, r, m) => Failure::Refused(c, s(r), s(m)),
+        }
+    }
 }
 
 /// Maps the crate's error to what we do about it. Transport error texts never contain the URL
