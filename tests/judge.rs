@@ -709,3 +709,42 @@ fn local_relevance_judge_ranks_the_labelled_titles() {
         }
     }
 }
+
+/// JSON mode over the OpenAI API: the recorded JSON-content answer (an object, not the rubric's
+/// array) is refused with a repair request, the repaired answer accepted.
+#[test]
+fn quality_over_openai_json_mode_repairs_a_wrong_json_answer() {
+    need_ffmpeg!();
+    let dir = tempfile::tempdir().unwrap();
+    let vids = dir.path().join("v");
+    std::fs::create_dir_all(&vids).unwrap();
+    plain_clip(&vids.join("a.mp4"), 1.0, "160x90");
+    let server = FakeServer::start(|r: &Request| {
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(v["response_format"]["type"], "json_object");
+        assert_eq!(v["temperature"], 0.0);
+        let text = prompt_of(r);
+        if text.contains("Your previous answer was invalid") {
+            assert!(text.contains("no JSON array"), "{text}");
+            openai_says(&rubric([2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 2]))
+        } else {
+            Response::json(200, llm_fixture("openai/chat_completion_json_content.json"))
+        }
+    });
+    let p = dir.path().join("p.toml");
+    write(
+        &p,
+        &format!(
+            "name = \"qo\"\n[services.openai]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\n[source]\ntype = \"local\"\ndir = \"v\"\n[[stages]]\nid = \"probe\"\ntype = \"probe\"\n[[stages]]\nid = \"frames\"\ntype = \"frames\"\ncompute = {{ mode = \"uniform\", count = 2 }}\n[[stages]]\nid = \"quality\"\ntype = \"quality\"\ncompute = {{ service = \"openai\", model = \"gpt-4o\" }}\n",
+            server.url()
+        ),
+    );
+    let out = dir.path().join("run");
+    let o = run_with_key(&p, &out);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let rows = table_rows_file_all(&out.join("quality"));
+    assert_eq!(rows[0]["twos"], "11");
+    assert_eq!(rows[0]["attempts"], "2");
+    assert_eq!(rows[0]["q11_camera_perspective"], "1");
+    assert_eq!(server.requests().len(), 2);
+}
