@@ -245,6 +245,18 @@ impl YouTubeSource {
             provenance: HashMap::new(),
         };
         let n = self.queries.len();
+        // A bar on a terminal (collection runs before the stage bars exist); log lines otherwise.
+        let bar = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            let b = indicatif::ProgressBar::new(n as u64);
+            if let Ok(s) = indicatif::ProgressStyle::with_template(
+                "collect {bar:30} {pos}/{len} queries, {msg} [{elapsed_precise}, eta {eta}]",
+            ) {
+                b.set_style(s);
+            }
+            b
+        } else {
+            indicatif::ProgressBar::hidden()
+        };
         for (qi, q) in self.queries.iter().enumerate() {
             let base = Self::base_params(q);
             let pages = q
@@ -326,8 +338,13 @@ impl YouTubeSource {
                     }
                 }
             }
-            tracing::info!(query = %q.text, results = q_results, pages = q_pages, "Query {}/{n} done.", qi + 1);
+            if bar.is_hidden() {
+                tracing::info!(query = %q.text, results = q_results, pages = q_pages, "Query {}/{n} done.", qi + 1);
+            }
+            bar.set_message(format!("{} videos", found.order.len()));
+            bar.inc(1);
         }
+        bar.finish_and_clear();
         Ok(found)
     }
 }
