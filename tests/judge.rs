@@ -103,6 +103,13 @@ fn openai_fake() -> FakeServer {
     })
 }
 
+/// A `[services.openai]` table pointing at a fake server.
+fn openai_service(url: &str) -> String {
+    format!(
+        "[services.openai]\nbase_url = \"{url}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\n"
+    )
+}
+
 fn url_manifest(dir: &Path, titles: &[&str]) {
     let mut m = String::from("id,path,title,description\n");
     for t in titles {
@@ -430,37 +437,17 @@ fn quality_rubric_on_frames_validates_repairs_and_rethresholds_without_calls() {
     );
     let server = gemini_fake(answers);
     let p = dir.path().join("p.toml");
+    let services = format!(
+        "[services.gemini]\nbase_url = \"{}v1beta/\"\napi = \"gemini\"\napi_key_env = \"VIDCURATE_TEST_GEMINI_KEY\"\nmax_retries = 2\n",
+        server.url()
+    );
     write(
         &p,
-        &format!(
-            r#"name = "q"
-[services.gemini]
-base_url = "{}v1beta/"
-api = "gemini"
-api_key_env = "VIDCURATE_TEST_GEMINI_KEY"
-max_retries = 2
-
-[source]
-type = "local"
-dir = "v"
-
-[[stages]]
-id = "probe"
-type = "probe"
-
-[[stages]]
-id = "frames"
-type = "frames"
-compute = {{ mode = "uniform", count = 4 }}
-
-[[stages]]
-id = "quality"
-type = "quality"
-compute = {{ service = "gemini", model = "gemini-2.5-flash-lite", max_images = 4 }}
-select = {{ min_twos = 10 }}
-"#,
-            server.url()
-        ),
+        &(pipeline(
+            "dir = \"v\"",
+            "{ mode = \"uniform\", count = 4 }",
+            &services,
+        ) + "\n[[stages]]\nid = \"quality\"\ntype = \"quality\"\ncompute = { service = \"gemini\", model = \"gemini-2.5-flash-lite\", max_images = 4 }\nselect = { min_twos = 10 }\n"),
     );
     let out = dir.path().join("run");
     let o = run_with_key(&p, &out);
@@ -559,35 +546,17 @@ fn committee_votes_are_stored_and_the_hardness_rule_is_reappliable() {
         .map(|i| format!("{{ service = \"openai\", model = \"m{i}\" }}"))
         .collect();
     let p = dir.path().join("p.toml");
+    let services = openai_service(&server.url());
     write(
         &p,
-        &format!(
-            r#"name = "c"
-[services.openai]
-base_url = "{}v1/"
-api_key_env = "VIDCURATE_TEST_OPENAI_KEY"
-
-[source]
-type = "local"
-manifest = "m.csv"
-
-[[stages]]
-id = "probe"
-type = "probe"
-
-[[stages]]
-id = "frames"
-type = "frames"
-compute = {{ mode = "uniform", count = 2 }}
-
-[[stages]]
-id = "committee"
-type = "committee"
-compute = {{ event = "a fight breaking out", members = [{}] }}
-"#,
-            server.url(),
+        &(pipeline(
+            "manifest = \"m.csv\"",
+            "{ mode = \"uniform\", count = 2 }",
+            &services,
+        ) + &format!(
+            "\n[[stages]]\nid = \"committee\"\ntype = \"committee\"\ncompute = {{ event = \"a fight breaking out\", members = [{}] }}\n",
             members.join(", ")
-        ),
+        )),
     );
     let out = dir.path().join("run");
     let o = run_with_key(&p, &out);
@@ -732,12 +701,14 @@ fn quality_over_openai_json_mode_repairs_a_wrong_json_answer() {
         }
     });
     let p = dir.path().join("p.toml");
+    let services = openai_service(&server.url());
     write(
         &p,
-        &format!(
-            "name = \"qo\"\n[services.openai]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\n[source]\ntype = \"local\"\ndir = \"v\"\n[[stages]]\nid = \"probe\"\ntype = \"probe\"\n[[stages]]\nid = \"frames\"\ntype = \"frames\"\ncompute = {{ mode = \"uniform\", count = 2 }}\n[[stages]]\nid = \"quality\"\ntype = \"quality\"\ncompute = {{ service = \"openai\", model = \"gpt-4o\" }}\n",
-            server.url()
-        ),
+        &(pipeline(
+            "dir = \"v\"",
+            "{ mode = \"uniform\", count = 2 }",
+            &services,
+        ) + "\n[[stages]]\nid = \"quality\"\ntype = \"quality\"\ncompute = { service = \"openai\", model = \"gpt-4o\" }\n"),
     );
     let out = dir.path().join("run");
     let o = run_with_key(&p, &out);
