@@ -51,22 +51,15 @@ fn yes() -> bool {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct QualitySelect {
     /// Keep when at least this many of the 12 criteria score 2 (the paper: 10).
-    #[serde(default = "default_min_twos")]
     pub min_twos: u32,
-}
-
-fn default_min_twos() -> u32 {
-    10
 }
 
 impl Default for QualitySelect {
     fn default() -> Self {
-        Self {
-            min_twos: default_min_twos(),
-        }
+        Self { min_twos: 10 }
     }
 }
 

@@ -66,22 +66,15 @@ fn default_desc_chars() -> usize {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct RelevanceSelect {
     /// Keep videos scoring at least this (the paper: 9).
-    #[serde(default = "default_min_score")]
     pub min_score: u8,
-}
-
-fn default_min_score() -> u8 {
-    9
 }
 
 impl Default for RelevanceSelect {
     fn default() -> Self {
-        Self {
-            min_score: default_min_score(),
-        }
+        Self { min_score: 9 }
     }
 }
 
