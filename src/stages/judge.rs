@@ -139,3 +139,57 @@ pub fn span(text: &str, open: char, close: char) -> Option<&str> {
     let b = text.rfind(close)?;
     (b > a).then(|| &text[a..=b])
 }
+
+/// A validated answer and what it took to get it.
+pub struct Answer<T> {
+    pub value: T,
+    pub raw: String,
+    pub attempts: u32,
+}
+
+/// Asks `req`; a refusal or safety block rejects the video with the reason; an answer that
+/// `parse` refuses gets one repair request (`repair(problem)` appended to the prompt), then the
+/// video is rejected as `reason` with the problem and the last answer.
+pub async fn ask_validated<T>(
+    svc: &crate::clients::llm::LlmService,
+    mut req: crate::clients::llm::ChatRequest,
+    cx: &StageContext,
+    reason: &str,
+    parse: impl Fn(&str) -> Result<T, String>,
+    repair: impl Fn(&str) -> String,
+) -> Result<Answer<T>, StageError> {
+    let cache = cx.cache.get()?;
+    let base = req.prompt.clone();
+    let mut problem = String::new();
+    for attempt in 1..=2u32 {
+        let a = svc.chat(&req, &cache).await?;
+        if let Some(why) = &a.refusal {
+            let r = if a.finish == "blocked" {
+                "blocked"
+            } else {
+                "refused"
+            };
+            return Err(StageError::data(r, format!("{}: {why}", svc.name)));
+        }
+        let text = a.text.unwrap_or_default();
+        match parse(&text) {
+            Ok(value) => {
+                return Ok(Answer {
+                    value,
+                    raw: text,
+                    attempts: attempt,
+                });
+            }
+            Err(e) => {
+                let cut = if a.finish == "length" {
+                    " (the answer was cut off at max_tokens)"
+                } else {
+                    ""
+                };
+                problem = format!("{e}{cut}; last answer {text:?} (finish: {})", a.finish);
+                req.prompt = format!("{base}\n\n{}", repair(&format!("{e}{cut}")));
+            }
+        }
+    }
+    Err(StageError::data(reason, problem))
+}

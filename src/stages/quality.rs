@@ -9,7 +9,7 @@
 //! answer gets one repair request naming the problem, then the video is rejected with it.
 //! `select = { min_twos = 10 }`: keep a video when at least 10 of 12 criteria score 2.
 
-use super::judge::{CRITERIA, QUALITY_PROMPT, frame_inputs, span};
+use super::judge::{CRITERIA, QUALITY_PROMPT, ask_validated, frame_inputs, span};
 use crate::clients::llm::{ChatRequest, LlmService};
 use crate::config::plan::BuildCx;
 use crate::config::{ConfigError, Seg, StageCommon};
@@ -219,58 +219,25 @@ impl Processor for QualityStage {
                 "no sampled frames to show the model",
             ));
         }
-        let cache = cx.cache.get()?;
-        let mut prompt = QUALITY_PROMPT.to_string();
-        let mut problem = String::new();
-        for attempt in 1..=2u32 {
-            let a = self
-                .svc
-                .chat(
-                    &ChatRequest {
-                        model: self.cfg.model.clone(),
-                        prompt: prompt.clone(),
-                        images: images.clone(),
-                        temperature: self.cfg.temperature,
-                        max_tokens: self.cfg.max_tokens,
-                        json: self.cfg.json_mode,
-                    },
-                    &cache,
-                )
-                .await?;
-            if let Some(why) = &a.refusal {
-                return Err(StageError::data(
-                    if a.finish == "blocked" {
-                        "blocked"
-                    } else {
-                        "refused"
-                    },
-                    format!("{}: {why}", self.svc.name),
-                ));
-            }
-            let text = a.text.unwrap_or_default();
-            match parse_rubric(&text) {
-                Ok(scores) => {
-                    let mut q = Quality::from_scores(scores);
-                    q.images = images.len() as u32;
-                    q.raw = text;
-                    q.provider = self.svc.name.clone();
-                    q.model = self.cfg.model.clone();
-                    q.attempts = attempt;
-                    return Ok(vec![q]);
-                }
-                Err(e) => {
-                    problem = if a.finish == "length" {
-                        format!("{e} (the answer was cut off at max_tokens)")
-                    } else {
-                        e
-                    };
-                    prompt = format!(
-                        "{QUALITY_PROMPT}\n\nYour previous answer was invalid: {problem}. Reply with only the JSON array of exactly 12 objects (category_number, category_name, score)."
-                    );
-                }
-            }
-        }
-        Err(StageError::data("invalid_rubric", problem))
+        let req = ChatRequest {
+            model: self.cfg.model.clone(),
+            prompt: QUALITY_PROMPT.to_string(),
+            images: images.clone(),
+            temperature: self.cfg.temperature,
+            max_tokens: self.cfg.max_tokens,
+            json: self.cfg.json_mode,
+        };
+        let a = ask_validated(&self.svc, req, cx, "invalid_rubric", parse_rubric, |problem| {
+            format!("Your previous answer was invalid: {problem}. Reply with only the JSON array of exactly 12 objects (category_number, category_name, score).")
+        })
+        .await?;
+        let mut q = Quality::from_scores(a.value);
+        q.images = images.len() as u32;
+        q.raw = a.raw;
+        q.provider = self.svc.name.clone();
+        q.model = self.cfg.model.clone();
+        q.attempts = a.attempts;
+        Ok(vec![q])
     }
 
     fn attach(_rec: &mut VideoRecord, _rows: Vec<Quality>) {}

@@ -9,7 +9,7 @@
 //! video is rejected (`unparseable_score`, raw answer kept); refusals and safety blocks are
 //! rejected with the reason. `select = { min_score = 9 }` (the paper's threshold).
 
-use super::judge::{Event, EventConfig, RELEVANCE_PROMPT, title_description};
+use super::judge::{Event, EventConfig, RELEVANCE_PROMPT, ask_validated, title_description};
 use crate::clients::llm::{ChatRequest, LlmService};
 use crate::clients::minilm::{MiniLm, cosine};
 use crate::config::plan::BuildCx;
@@ -205,55 +205,32 @@ impl RelevanceStage {
         desc: &str,
         cx: &StageContext,
     ) -> Result<Relevance, StageError> {
-        let cache = cx.cache.get()?;
-        let base = self.prompt(title, desc);
-        let mut prompt = base.clone();
-        let mut last = String::new();
-        for attempt in 1..=2u32 {
-            let a = svc
-                .chat(
-                    &ChatRequest {
-                        model: self.cfg.model.clone(),
-                        prompt: prompt.clone(),
-                        images: vec![],
-                        temperature: self.cfg.temperature,
-                        max_tokens: self.cfg.max_tokens,
-                        json: false,
-                    },
-                    &cache,
-                )
-                .await?;
-            if let Some(why) = &a.refusal {
-                return Err(StageError::data(
-                    if a.finish == "blocked" {
-                        "blocked"
-                    } else {
-                        "refused"
-                    },
-                    format!("{}: {why}", svc.name),
-                ));
-            }
-            let text = a.text.clone().unwrap_or_default();
-            if let Some(score) = parse_score(&text) {
-                return Ok(Relevance {
-                    score,
-                    raw: text,
-                    provider: svc.name.clone(),
-                    model: self.cfg.model.clone(),
-                    attempts: attempt,
-                    pos_sim: None,
-                    neg_sim: None,
-                });
-            }
-            last = format!("{text:?} (finish: {})", a.finish);
-            prompt = format!(
-                "{base}\n\nYour previous answer was {text:?}. Reply with a single integer from 1 to 10 and nothing else."
-            );
-        }
-        Err(StageError::data(
+        let req = ChatRequest {
+            model: self.cfg.model.clone(),
+            prompt: self.prompt(title, desc),
+            images: vec![],
+            temperature: self.cfg.temperature,
+            max_tokens: self.cfg.max_tokens,
+            json: false,
+        };
+        let a = ask_validated(
+            svc,
+            req,
+            cx,
             "unparseable_score",
-            format!("no integer 1-10 after a reminder; last answer {last}"),
-        ))
+            |t| parse_score(t).ok_or_else(|| "not a single integer from 1 to 10".to_string()),
+            |_| "Your previous answer was not a single integer. Reply with a single integer from 1 to 10 and nothing else.".to_string(),
+        )
+        .await?;
+        Ok(Relevance {
+            score: a.value,
+            raw: a.raw,
+            provider: svc.name.clone(),
+            model: self.cfg.model.clone(),
+            attempts: a.attempts,
+            pos_sim: None,
+            neg_sim: None,
+        })
     }
 }
 
