@@ -13,6 +13,9 @@ Profiles:
              (hue 25-30 deg) in a lower band, long captions (aspect > 15) on a box, moderate size.
   ocr-truth  a variety for the OCR tests: red, orange, white and yellow text, plain, outlined,
              shadowed and on a semi-opaque box, over busy backgrounds, 720p and 1080p.
+  soak       many small clips for the runtime's soak test: 320x180, --seconds is the longest
+             (each clip 1 s to that), every other clip with one line of text, demo titles,
+             and every 40th file cut short (the run must reject it and carry on).
 Both add scene text (a sign drifting across the frame) to some clips; editor overlays stay put.
 Deterministic (seeded) and idempotent (an up-to-date corpus is left alone).
 
@@ -20,6 +23,7 @@ Usage: make_demo_corpus.py OUT_DIR [--profile demo|ocr-truth] [--clips N] [--sec
 """
 import argparse
 import colorsys
+import concurrent.futures
 import csv
 import json
 import os
@@ -171,6 +175,15 @@ def filtergraph(bg, ovs, tmp, name, w):
     return ",".join(parts)
 
 
+def soak_overlays(rng, w, h, secs, n):
+    if n % 2:
+        return []
+    text, size = rng.choice(FAKE_LINES), 24
+    p = place(rng, [], text, size, w, h)
+    col = COLOURS[list(COLOURS)[n // 2 % len(COLOURS)]]
+    return [overlay(text, size, col, p[0], p[1], p[2], 0.0, secs, True, style="box")] if p else []
+
+
 def run(cmd):
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
@@ -188,7 +201,7 @@ def encode(graph, path, secs, tone):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
-    ap.add_argument("--profile", choices=["demo", "ocr-truth"], default="demo")
+    ap.add_argument("--profile", choices=["demo", "ocr-truth", "soak"], default="demo")
     ap.add_argument("--clips", type=int, default=12)
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--seed", type=int, default=7)
@@ -207,19 +220,26 @@ def main():
     os.makedirs(vdir, exist_ok=True)
     os.makedirs(tmp, exist_ok=True)
     rows, truth = [], []
+    encodes = []
+    titled = a.profile in ("demo", "soak")
     for n in range(a.clips):
+        secs = a.seconds
         if a.profile == "demo":
             label, (w, h) = ("fake" if n % 2 == 0 else "real"), (1280, 720)
             ovs = demo_overlays(label, rng, w, h, a.seconds)
+        elif a.profile == "soak":
+            secs = round(rng.uniform(1.0, max(1.0, a.seconds)), 1)
+            label, (w, h) = ("fake" if n % 2 == 0 else "real"), (320, 180)
+            ovs = soak_overlays(rng, w, h, secs, n)
         else:
             label, (w, h) = "truth", ((1280, 720) if n % 2 == 0 else (1920, 1080))
             ovs = truth_overlays(rng, w, h, a.seconds, n)
-        vid = f"{'demo' if a.profile == 'demo' else 'truth'}{n:03d}"
+        vid = {"demo": "demo", "ocr-truth": "truth", "soak": "soak"}[a.profile] + f"{n:03d}"
         bg = BACKGROUNDS[n % len(BACKGROUNDS)].format(w=w, h=h, fps=FPS, seed=n + 1)
         path = os.path.join(vdir, f"{vid}.mp4")
-        encode(filtergraph(bg, ovs, tmp, vid, w), path, a.seconds, 300 + 40 * n)
+        encodes.append((filtergraph(bg, ovs, tmp, vid, w), path, secs, 300 + 40 * (n % 100)))
         row = dict(path=f"videos/{vid}.mp4", id=vid, label=label, domain="demo-news", language="en")
-        if a.profile == "demo":
+        if titled:
             title, desc = (TITLES_TALK[(n // 3) % len(TITLES_TALK)] if n % 3 == 2
                            else TITLES_RAW[n % len(TITLES_RAW)])
             row.update(title=title, description=desc)
@@ -235,6 +255,16 @@ def main():
                 t.update(ink_box=[x0, y0, x1, y1], center_x=(x0 + x1) / 2 / w, center_y=(y0 + y1) / 2 / h,
                          aspect_ratio=(x1 - x0) / max(1, y1 - y0))
             truth.append(t)
+    # The choices above are made in order (seeded); only the encoding runs in parallel.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        list(pool.map(lambda e: encode(*e), encodes))
+    if a.profile == "soak":
+        for n in range(39, a.clips, 40):
+            path = os.path.join(vdir, f"soak{n:03d}.mp4")
+            with open(path, "rb") as f:
+                head = f.read(3000)
+            with open(path, "wb") as f:
+                f.write(head)
     if a.profile == "demo":
         # A phone clip: coded landscape, rotation metadata says portrait. (FFmpeg 5.1 writes the
         # display matrix from the `rotate` tag only when stream-copying.)
@@ -255,7 +285,7 @@ def main():
                          language="en", title="Riot footage (upload cut short)", description="Broken file"))
     with open(os.path.join(a.out, "manifest.csv"), "w", newline="") as f:
         cols = ["path", "id", "label", "domain", "language"]
-        if a.profile == "demo":
+        if titled:
             cols += ["title", "description"]
         wr = csv.DictWriter(f, fieldnames=cols)
         wr.writeheader()

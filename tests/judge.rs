@@ -1,5 +1,5 @@
 //! The judging stages against fake OpenAI and Gemini servers on 127.0.0.1 that answer with the
-//! real recorded bodies in ../shared/fixtures/llm/ (content swapped where a test needs a given
+//! real recorded bodies in tests/fixtures/llm/ (content swapped where a test needs a given
 //! answer), and the local MiniLM judge on a hand-labelled title set.
 
 use crate::fake_http::{FakeServer, Request, Response};
@@ -718,4 +718,216 @@ fn quality_over_openai_json_mode_repairs_a_wrong_json_answer() {
     assert_eq!(rows[0]["attempts"], "2");
     assert_eq!(rows[0]["q11_camera_perspective"], "1");
     assert_eq!(server.requests().len(), 2);
+}
+
+/// The stall detector reports once, naming the stage that waits and what it holds, when nothing
+/// finishes for `stall_secs`; a run that then moves on at its own (slow) pace is not reported
+/// again, because the limit grows with the slowest stage's recent per-video time.
+#[test]
+fn a_stall_is_reported_once_with_what_each_stage_waits_on() {
+    let server =
+        FakeServer::start(|_r: &Request| openai_says("9").delayed(Duration::from_millis(3000)));
+    let d = tempfile::tempdir().unwrap();
+    url_manifest(d.path(), &["slow_a", "slow_b"]);
+    let p = d.path().join("p.toml");
+    write(
+        &p,
+        &format!(
+            r#"name = "stall"
+[services.openai]
+base_url = "{}v1/"
+api_key_env = "VIDCURATE_TEST_OPENAI_KEY"
+timeout_secs = 30
+
+[runtime]
+stall_secs = 1
+
+[source]
+type = "local"
+manifest = "m.csv"
+urls = true
+
+[[stages]]
+id = "relevance"
+type = "relevance"
+max_in_flight = 1
+compute = {{ service = "openai", model = "gpt-4o", event = "a protest turning violent" }}
+"#,
+            server.url()
+        ),
+    );
+    let out = d.path().join("run");
+    let o = run_with_key(&p, &out);
+    let log = err(&o);
+    assert!(o.status.success(), "{log}");
+    assert_eq!(log.matches("Stalled").count(), 1, "{log}");
+    let report = &log[log.find("Stalled").unwrap()..];
+    eprintln!("{report}");
+    assert!(
+        report.contains(
+            "relevance: taking input; received 1, finished 0, computing 1, waiting to send 0, 1/16 queued in front"
+        ),
+        "{report}"
+    );
+    assert!(report.contains("cpu pool"), "{report}");
+    assert!(!log.contains(OPENAI_KEY));
+    assert_eq!(server.count("/chat/completions"), 2);
+}
+
+/// Waits a server asks for are made safe: `Retry-After: -1`, `inf`, `1e30`, `abc` and a body's
+/// "try again in 56s" with `max_wait_secs = 5` neither crash the run nor make it wait past 5 s.
+#[test]
+fn absurd_retry_waits_from_a_server_are_clamped_not_fatal() {
+    let seen: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let server = FakeServer::start(move |r: &Request| {
+        let prompt = prompt_of(r);
+        let title = prompt
+            .lines()
+            .find_map(|l| l.strip_prefix("Title: "))
+            .unwrap_or("")
+            .to_string();
+        let n = {
+            let mut s = seen.lock().unwrap();
+            let c = s.entry(title.clone()).or_default();
+            *c += 1;
+            *c
+        };
+        if n > 1 {
+            return openai_says("9");
+        }
+        let limited = Response::json(429, llm_fixture("openai/error_429_rate_limit.json"));
+        match title.as_str() {
+            "neg" => limited.header("Retry-After", "-1"),
+            "inf" => limited.header("Retry-After", "inf"),
+            "huge" => limited.header("Retry-After", "1e30"),
+            "abc" => limited.header("Retry-After", "abc"),
+            "long" => Response::json(
+                429,
+                r#"{"error":{"message":"Rate limit reached. Please try again in 56s.","type":"requests","code":"rate_limit_exceeded"}}"#,
+            ),
+            other => panic!("unexpected title {other:?}"),
+        }
+    });
+    let d = tempfile::tempdir().unwrap();
+    url_manifest(d.path(), &["neg", "inf", "huge", "abc", "long"]);
+    let p = d.path().join("p.toml");
+    write(
+        &p,
+        &format!(
+            r#"name = "waits"
+[services.openai]
+base_url = "{}v1/"
+api_key_env = "VIDCURATE_TEST_OPENAI_KEY"
+max_retries = 2
+max_wait_secs = 5
+
+[source]
+type = "local"
+manifest = "m.csv"
+urls = true
+
+[[stages]]
+id = "relevance"
+type = "relevance"
+compute = {{ service = "openai", model = "gpt-4o", event = "a protest turning violent" }}
+"#,
+            server.url()
+        ),
+    );
+    let out = d.path().join("run");
+    let o = run_with_key(&p, &out);
+    let log = err(&o);
+    assert!(o.status.success(), "{log}");
+    assert_eq!(column(&out.join("relevance"), "score"), vec!["9"; 5]);
+    assert_eq!(server.count("/chat/completions"), 10);
+    let waits: Vec<u64> = log
+        .lines()
+        .filter(|l| l.contains("Retrying model call."))
+        .filter_map(|l| l.split("wait_ms=").nth(1))
+        .map(|w| w.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(waits.len(), 5, "{log}");
+    assert!(waits.iter().all(|&w| w <= 5000), "{waits:?}");
+    // The infinite, huge and 56 s asks were cut to the cap; the others fell back to backoff.
+    assert_eq!(waits.iter().filter(|&&w| w == 5000).count(), 3, "{waits:?}");
+}
+
+/// The prompt's text is part of the fingerprint: editing it redoes that stage and the later ones
+/// (and pays for their calls again), never the earlier ones.
+#[test]
+fn an_edited_prompt_redoes_its_stage_and_the_later_ones_only() {
+    let server = FakeServer::start(|_r: &Request| openai_says("9"));
+    let d = tempfile::tempdir().unwrap();
+    url_manifest(d.path(), &["a", "b"]);
+    let p = d.path().join("p.toml");
+    let pipeline = |first: &str, second: &str| {
+        format!(
+            r#"name = "prompts"
+{}
+[source]
+type = "local"
+manifest = "m.csv"
+urls = true
+
+[[stages]]
+id = "first"
+type = "relevance"
+compute = {{ service = "openai", model = "gpt-4o", event = "a flood", prompt = "{first}" }}
+
+[[stages]]
+id = "second"
+type = "relevance"
+compute = {{ service = "openai", model = "gpt-4o", event = "a flood", prompt = "{second}" }}
+"#,
+            openai_service(&server.url())
+        )
+    };
+    let out = d.path().join("run");
+    let c = |s: &str, k: &str| counts(&out, s)[k].as_u64().unwrap();
+    let run = |text: String| {
+        write(&p, &text);
+        let o = run_with_key(&p, &out);
+        assert!(o.status.success(), "{}", err(&o));
+    };
+    run(pipeline(
+        "Is [risk event] shown? 1-10.",
+        "Rate [risk event], 1-10.",
+    ));
+    assert_eq!(server.count("/chat/completions"), 4);
+    // Same prompts: nothing is asked again.
+    run(pipeline(
+        "Is [risk event] shown? 1-10.",
+        "Rate [risk event], 1-10.",
+    ));
+    assert_eq!(server.count("/chat/completions"), 4);
+    assert_eq!((c("first", "reused"), c("second", "reused")), (2, 2));
+    // The second prompt edited: only the second stage asks again.
+    run(pipeline(
+        "Is [risk event] shown? 1-10.",
+        "Rate how much [risk event], 1-10.",
+    ));
+    assert_eq!(server.count("/chat/completions"), 6);
+    assert_eq!((c("first", "reused"), c("second", "computed")), (2, 2));
+    // The first prompt edited: both stages are redone, the source is kept. The second stage's
+    // prompts are those of the run before, so its answers come from the response cache.
+    run(pipeline(
+        "Does it show [risk event]? 1-10.",
+        "Rate how much [risk event], 1-10.",
+    ));
+    assert_eq!(server.count("/chat/completions"), 8);
+    assert_eq!((c("first", "computed"), c("second", "computed")), (2, 2));
+    assert_eq!(c("source", "reused"), 2);
+    let prompts: Vec<String> = server
+        .requests()
+        .iter()
+        .map(|(r, _)| prompt_of(r))
+        .collect();
+    assert!(
+        prompts[4].starts_with("Rate how much a flood, 1-10."),
+        "{prompts:?}"
+    );
+    assert!(
+        prompts[7].starts_with("Does it show a flood? 1-10."),
+        "{prompts:?}"
+    );
 }

@@ -1,5 +1,5 @@
 //! One integration-test binary (ripgrep's layout): the CLI on generated media and on the real
-//! fixtures in ../shared/fixtures.
+//! recorded fixtures in tests/fixtures (sources and licences in its README).
 
 mod fake_http;
 mod util;
@@ -13,4 +13,5 @@ mod ocr;
 mod ocr_truth;
 mod resume;
 mod shots;
+mod soak;
 mod youtube;

@@ -60,6 +60,10 @@ pub struct ServiceConfig {
     /// Retries of a failed request (429, 5xx, timeouts) before the video is rejected.
     #[serde(default)]
     pub max_retries: Option<u32>,
+    /// The longest wait between two attempts, whatever the server asks for (`Retry-After`,
+    /// "try again in", `retryDelay`). Default 60 s.
+    #[serde(default)]
+    pub max_wait_secs: Option<f64>,
     /// Model services: "openai" (chat/completions, also vLLM, Ollama, llama.cpp) or "gemini"
     /// (generateContent). Inferred from base_url when absent.
     #[serde(default)]
@@ -102,6 +106,10 @@ pub struct RuntimeConfig {
     pub channel_capacity: usize,
     /// Threads for CPU-heavy work (decoding, OCR). Default: the number of cores.
     pub cpu_threads: Option<usize>,
+    /// The stall detector logs what every stage is waiting on when no stage has finished a video
+    /// for this many seconds (or for four times the slowest stage's recent per-video time, if
+    /// that is longer) while work is pending. 0 turns it off.
+    pub stall_secs: u64,
 }
 
 impl Default for RuntimeConfig {
@@ -109,6 +117,7 @@ impl Default for RuntimeConfig {
         Self {
             channel_capacity: 16,
             cpu_threads: None,
+            stall_secs: 180,
         }
     }
 }

@@ -6,25 +6,30 @@
 //! stage upstream, so memory stays bounded however large the source.
 
 pub mod cache;
+pub mod cpu;
 pub mod manifest;
 pub mod progress;
 pub mod runner;
 pub mod shards;
 pub mod stage;
 pub mod store;
+pub mod watch;
 
 use crate::error::{ErrorKind, RunError, StageError};
 use crate::record::{SourceInfo, VideoRecord};
 use async_trait::async_trait;
 use futures::StreamExt;
 use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use progress::StageProgress;
 use serde::{Deserialize, Serialize};
 use shards::ShardWriter;
 use stage::{Processor, StageContext};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
+use watch::StageWatch;
 
 /// Per-stage limits that do not change results (so they are not part of the fingerprint).
 #[derive(Debug, Clone, Serialize)]
@@ -62,6 +67,7 @@ pub struct StageIo {
     pub output: mpsc::Sender<VideoRecord>,
     pub settings: StageSettings,
     pub progress: Arc<StageProgress>,
+    pub watch: Arc<StageWatch>,
 }
 
 /// A type-erased stage, as the planner builds it.
@@ -72,6 +78,8 @@ pub trait StageTask: Send + Sync + 'static {
     /// The persisted columns and their types: part of the fingerprint, so a new column in a new
     /// version of the tool redoes the stage instead of failing to read old shards.
     fn schema_id(&self) -> String;
+    /// The names of the columns this stage writes (besides `video_id` and the fingerprint).
+    fn columns(&self) -> Vec<String>;
     /// Runs until the input closes (or a fatal error). Dropping the future aborts the stage.
     async fn run(self: Box<Self>, io: StageIo, cx: StageContext) -> Result<StageCounts, RunError>;
 }
@@ -82,7 +90,8 @@ pub struct ProcessorTask<P: Processor>(pub Arc<P>);
 enum Outcome<R> {
     Reused(VideoRecord, Vec<R>),
     RejectedBefore,
-    Computed(VideoRecord, Result<Vec<R>, StageError>),
+    /// With the compute time (set by the stage loop, for the stall detector).
+    Computed(VideoRecord, Result<Vec<R>, StageError>, Option<Duration>),
 }
 
 /// Exponential backoff with jitter: 0.5 s, 1 s, 2 s ... capped at 30 s.
@@ -122,24 +131,9 @@ async fn compute_with_retries<P: Processor>(
                 tokio::time::sleep(wait).await;
                 attempt += 1;
             }
-            other => return Outcome::Computed(rec, other),
+            other => return Outcome::Computed(rec, other, None),
         }
     }
-}
-
-/// The stage's input; ends when upstream closes or on Ctrl-C (videos still queued are not
-/// started: they were not recorded as done, so the rerun does them).
-fn recv_stream(
-    rx: mpsc::Receiver<VideoRecord>,
-    cancel: tokio_util::sync::CancellationToken,
-) -> impl futures::Stream<Item = VideoRecord> {
-    futures::stream::unfold((rx, cancel), |(mut rx, cancel)| async move {
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled() => None,
-            r = rx.recv() => r.map(|r| (r, (rx, cancel))),
-        }
-    })
 }
 
 #[async_trait]
@@ -160,97 +154,198 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
             Err(e) => e.to_string(),
         }
     }
+    fn columns(&self) -> Vec<String> {
+        shards::fields_of::<P::Row>()
+            .map(|fields| fields.iter().map(|f| f.name().clone()).collect())
+            .unwrap_or_default()
+    }
 
+    /// The stage loop. Its one rule: the videos in flight are polled all the time, also while
+    /// the loop waits for room downstream (a future left unpolled could sit on a shared resource
+    /// and stall every stage: issue 10). So the loop waits on four things at once: a finished
+    /// video, room in the output channel for one that is waiting to be sent, a new input (only
+    /// while fewer than `max_in_flight` videos are computing or waiting to be sent, which is what
+    /// bounds the stage's memory), and the flush timer.
     async fn run(self: Box<Self>, io: StageIo, cx: StageContext) -> Result<StageCounts, RunError> {
         let StageIo {
-            input,
+            mut input,
             output,
             settings,
             progress,
+            watch,
         } = io;
         let (mut prior, mut writer) = open_stage_tables::<P::Row>(&cx, &settings).await?;
         let mut counts = StageCounts::default();
-        let p = self.0.clone();
-        let (cx2, settings2) = (cx.clone(), settings.clone());
-        let mut outcomes = recv_stream(input, cx.cancel.clone())
-            .map(move |rec| -> BoxFuture<'static, Outcome<P::Row>> {
-                if let Some(rows) = prior.rows.remove(&rec.video_id) {
-                    Box::pin(futures::future::ready(Outcome::Reused(rec, rows)))
-                } else if prior.rejected.contains(&rec.video_id) {
-                    Box::pin(futures::future::ready(Outcome::RejectedBefore))
-                } else {
-                    Box::pin(compute_with_retries(
-                        p.clone(),
-                        rec,
-                        cx2.clone(),
-                        settings2.clone(),
-                    ))
-                }
-            })
-            .buffer_unordered(settings.max_in_flight.max(1))
-            .boxed();
+        let limit = settings.max_in_flight.max(1);
+        let mut in_flight = FuturesUnordered::<BoxFuture<'static, Outcome<P::Row>>>::new();
+        let mut to_send: VecDeque<VideoRecord> = VecDeque::new();
+        let mut input_open = true;
+        let mut downstream_open = true;
         let mut tick = tokio::time::interval(settings.flush_every.max(Duration::from_millis(100)));
         loop {
-            let outcome = tokio::select! {
-                o = outcomes.next() => match o { Some(o) => o, None => break },
-                _ = tick.tick() => { writer.maybe_flush().await?; continue; }
-            };
-            counts.received += 1;
-            let forward = match outcome {
-                Outcome::Reused(rec, rows) => {
-                    counts.reused += 1;
-                    progress.inc(false);
-                    select(&*self.0, rec, rows, &cx.extras, &mut counts)
-                }
-                Outcome::RejectedBefore => {
-                    counts.rejected_before += 1;
-                    progress.inc(true);
-                    None
-                }
-                Outcome::Computed(rec, Ok(rows)) => {
-                    counts.computed += 1;
-                    progress.inc(false);
-                    writer.add(&rec, rows.clone());
-                    select(&*self.0, rec, rows, &cx.extras, &mut counts)
-                }
-                Outcome::Computed(rec, Err(e)) => match e.kind {
-                    ErrorKind::Data | ErrorKind::External => {
-                        counts.rejected += 1;
-                        progress.inc(true);
-                        tracing::warn!(stage = %cx.stage_id, video_id = %rec.video_id, reason = %e.reason, detail = %e.detail, "Rejected.");
-                        writer.reject(&rec.video_id, &rec.extra, &e);
-                        None
-                    }
-                    ErrorKind::Config => {
-                        // A refused key, a missing tool: no other video would fare better.
-                        writer.flush().await?;
-                        return Err(RunError::Config(format!(
-                            "stage {}: {} (at video {})",
-                            cx.stage_id, e.detail, rec.video_id
-                        )));
-                    }
-                    ErrorKind::Internal => {
-                        // Keep what is finished, then stop the run.
-                        writer.flush().await?;
-                        return Err(RunError::Internal(format!(
-                            "stage {} failed on video {}: {e}",
-                            cx.stage_id, rec.video_id
-                        )));
-                    }
-                },
-            };
-            writer.maybe_flush().await?;
-            if let Some(rec) = forward {
-                counts.forwarded += 1;
-                if output.send(rec).await.is_err() {
-                    // Downstream has stopped (fatal error there); finish what we have.
-                    break;
-                }
+            if !input_open && in_flight.is_empty() && to_send.is_empty() {
+                break;
             }
+            let room = in_flight.len() + to_send.len() < limit;
+            let step = tokio::select! {
+                biased;
+                // Ctrl-C: queued videos are not started (they are not recorded as done, so the
+                // rerun does them); those in flight are finished and persisted.
+                _ = cx.cancel.cancelled(), if input_open => Step::InputClosed,
+                Some(o) = in_flight.next(), if !in_flight.is_empty() => Step::Finished(o),
+                permit = output.reserve(), if !to_send.is_empty() => match permit {
+                    Ok(permit) => {
+                        if let Some(rec) = to_send.pop_front() {
+                            permit.send(rec);
+                            watch.sent();
+                        }
+                        Step::Sent
+                    }
+                    Err(_) => Step::DownstreamClosed,
+                },
+                r = input.recv(), if input_open && room => match r {
+                    Some(rec) => Step::Received(rec),
+                    None => Step::InputClosed,
+                },
+                _ = tick.tick() => Step::Tick,
+            };
+            match step {
+                Step::InputClosed => {
+                    input_open = false;
+                    input.close();
+                    watch.input_closed();
+                }
+                Step::Received(rec) => {
+                    watch.received();
+                    in_flight.push(self.start(rec, &mut prior, &cx, &settings, &watch));
+                }
+                Step::Finished(outcome) => {
+                    if let Some(rec) = self
+                        .finish(outcome, &cx, &mut writer, &mut counts, &progress, &watch)
+                        .await?
+                    {
+                        counts.forwarded += 1;
+                        if downstream_open {
+                            to_send.push_back(rec);
+                        }
+                    }
+                    writer.maybe_flush().await?;
+                }
+                Step::Sent => {}
+                Step::DownstreamClosed => {
+                    // Downstream has stopped (a fatal error there, or Ctrl-C): finish and
+                    // persist what is in flight, forward nothing more.
+                    downstream_open = false;
+                    to_send.clear();
+                }
+                Step::Tick => writer.maybe_flush().await?,
+            }
+            watch.set_waiting_to_send(to_send.len());
         }
         writer.flush().await?;
         progress.finish();
+        watch.ended();
         Ok(counts)
+    }
+}
+
+/// What woke the stage loop.
+enum Step<R> {
+    InputClosed,
+    Received(VideoRecord),
+    Finished(Outcome<R>),
+    Sent,
+    DownstreamClosed,
+    Tick,
+}
+
+impl<P: Processor> ProcessorTask<P> {
+    /// The future that settles one video: rows from an earlier run, an earlier reject, or a
+    /// computation with retries.
+    fn start(
+        &self,
+        rec: VideoRecord,
+        prior: &mut shards::Prior<P::Row>,
+        cx: &StageContext,
+        settings: &StageSettings,
+        watch: &Arc<StageWatch>,
+    ) -> BoxFuture<'static, Outcome<P::Row>> {
+        if let Some(rows) = prior.rows.remove(&rec.video_id) {
+            Box::pin(futures::future::ready(Outcome::Reused(rec, rows)))
+        } else if prior.rejected.contains(&rec.video_id) {
+            Box::pin(futures::future::ready(Outcome::RejectedBefore))
+        } else {
+            watch.started_computing();
+            let (p, cx, settings) = (self.0.clone(), cx.clone(), settings.clone());
+            Box::pin(async move {
+                let t0 = std::time::Instant::now();
+                match compute_with_retries(p, rec, cx, settings).await {
+                    Outcome::Computed(rec, r, _) => Outcome::Computed(rec, r, Some(t0.elapsed())),
+                    other => other,
+                }
+            })
+        }
+    }
+
+    /// Counts, persists and selects one settled video; the record to forward, if any.
+    async fn finish(
+        &self,
+        outcome: Outcome<P::Row>,
+        cx: &StageContext,
+        writer: &mut ShardWriter<P::Row>,
+        counts: &mut StageCounts,
+        progress: &StageProgress,
+        watch: &StageWatch,
+    ) -> Result<Option<VideoRecord>, RunError> {
+        counts.received += 1;
+        let took = match &outcome {
+            Outcome::Computed(_, _, took) => *took,
+            _ => None,
+        };
+        watch.finished(took);
+        Ok(match outcome {
+            Outcome::Reused(rec, rows) => {
+                counts.reused += 1;
+                progress.inc(false);
+                select(&*self.0, rec, rows, &cx.extras, counts)
+            }
+            Outcome::RejectedBefore => {
+                counts.rejected_before += 1;
+                progress.inc(true);
+                None
+            }
+            Outcome::Computed(rec, Ok(rows), _) => {
+                counts.computed += 1;
+                progress.inc(false);
+                writer.add(&rec, rows.clone());
+                select(&*self.0, rec, rows, &cx.extras, counts)
+            }
+            Outcome::Computed(rec, Err(e), _) => match e.kind {
+                ErrorKind::Data | ErrorKind::External => {
+                    counts.rejected += 1;
+                    progress.inc(true);
+                    tracing::warn!(stage = %cx.stage_id, video_id = %rec.video_id, reason = %e.reason, detail = %e.detail, "Rejected.");
+                    writer.reject(&rec.video_id, &rec.extra, &e);
+                    None
+                }
+                ErrorKind::Config => {
+                    // A refused key, a missing tool: no other video would fare better.
+                    writer.flush().await?;
+                    return Err(RunError::Config(format!(
+                        "stage {}: {} (at video {})",
+                        cx.stage_id, e.detail, rec.video_id
+                    )));
+                }
+                ErrorKind::Internal => {
+                    // Keep what is finished, then stop the run.
+                    writer.flush().await?;
+                    return Err(RunError::Internal(format!(
+                        "stage {} failed on video {}: {e}",
+                        cx.stage_id, rec.video_id
+                    )));
+                }
+            },
+        })
     }
 }
 
@@ -296,6 +391,7 @@ pub async fn run_source(
     cx: StageContext,
     settings: StageSettings,
     progress: Arc<StageProgress>,
+    watch: Arc<StageWatch>,
 ) -> Result<StageCounts, RunError> {
     let (mut prior, mut writer) = open_stage_tables::<SourceInfo>(&cx, &settings).await?;
     let mut counts = StageCounts::default();
@@ -307,6 +403,8 @@ pub async fn run_source(
             i = items.next() => match i { Some(i) => i, None => break },
         };
         counts.received += 1;
+        watch.received();
+        watch.finished(None);
         match item {
             Ok(rec) => {
                 if let Some(before) = prior.rows.remove(&rec.video_id) {
@@ -333,6 +431,7 @@ pub async fn run_source(
                 if output.send(rec).await.is_err() {
                     break;
                 }
+                watch.sent();
             }
             Err(rej) => {
                 progress.inc(true);
@@ -349,5 +448,6 @@ pub async fn run_source(
     }
     writer.flush().await?;
     progress.finish();
+    watch.ended();
     Ok(counts)
 }

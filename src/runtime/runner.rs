@@ -5,6 +5,7 @@ use super::manifest::{self, Invocation, Manifest, ManifestStage};
 use super::progress::Progress;
 use super::stage::{CpuPool, StageContext};
 use super::store::{LocalStore, Store};
+use super::watch::{self, StageWatch, StallPolicy};
 use super::{StageCounts, StageIo, StageSettings};
 use crate::config::plan::{Plan, SOURCE_FINGERPRINT, SOURCE_STAGE_ID};
 use crate::error::RunError;
@@ -92,13 +93,19 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
     });
     let cpu = CpuPool::new(threads);
     let cache = crate::runtime::cache::CacheHandle::new(&run_dir);
+    // Each stage submits CPU work under its own name and chain position (later stages first).
+    let ranks: BTreeMap<String, u32> = std::iter::once(SOURCE_STAGE_ID.to_string())
+        .chain(plan.stages.iter().map(|s| s.id.clone()))
+        .zip(0u32..)
+        .collect();
+    let rank_of = |id: &str| ranks.get(id).copied().unwrap_or(0);
     let cx_for = |id: &str, fp: &str, extras| StageContext {
         stage_id: id.to_string(),
         fingerprint: fp.to_string(),
         store: store.clone(),
         run_dir: run_dir.clone(),
         cache: cache.clone(),
-        cpu: cpu.clone(),
+        cpu: cpu.for_stage(id, rank_of(id)),
         cancel: cancel.clone(),
         extras,
     };
@@ -107,6 +114,7 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
     let pre_cx = cx_for(SOURCE_STAGE_ID, SOURCE_FINGERPRINT, Arc::new(vec![]));
     source.open(&pre_cx).await?;
     let extras = source.extras();
+    check_extra_columns(&extras, &plan.stages)?;
     let total = source.total();
 
     let started_at = manifest::now();
@@ -160,23 +168,30 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
     let mut order = vec![SOURCE_STAGE_ID.to_string()];
     let mut tasks: JoinSet<(String, Result<StageCounts, RunError>)> = JoinSet::new();
 
+    let started = std::time::Instant::now();
+    let mut watches = vec![];
     let (tx, mut rx) = mpsc::channel::<VideoRecord>(cap);
+    let sw = StageWatch::new(SOURCE_STAGE_ID, started);
+    watches.push(sw.clone());
     let sp = progress.stage(SOURCE_STAGE_ID);
     let scx = cx_for(SOURCE_STAGE_ID, SOURCE_FINGERPRINT, extras.clone());
     let ss = settings_for(1, None, 0);
     tasks.spawn(async move {
         (
             SOURCE_STAGE_ID.to_string(),
-            super::run_source(source, tx, scx, ss, sp).await,
+            super::run_source(source, tx, scx, ss, sp, sw).await,
         )
     });
     for st in plan.stages {
         let (tx, next_rx) = mpsc::channel::<VideoRecord>(cap);
+        let watch = StageWatch::new(&st.id, started);
+        watches.push(watch.clone());
         let io = StageIo {
             input: rx,
             output: tx,
             settings: settings_for(st.max_in_flight, st.timeout, st.retries),
             progress: progress.stage(&st.id),
+            watch,
         };
         let cx = cx_for(&st.id, &st.fingerprint, extras.clone());
         order.push(st.id.clone());
@@ -195,6 +210,15 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
     }
     let log_stop = CancellationToken::new();
     progress.spawn_logger(Duration::from_secs(10), log_stop.clone());
+    if plan.runtime.stall_secs > 0 {
+        watch::spawn_monitor(
+            watches,
+            cap,
+            cpu.clone(),
+            StallPolicy::new(Duration::from_secs(plan.runtime.stall_secs)),
+            log_stop.clone(),
+        );
+    }
 
     let mut counts = BTreeMap::new();
     let mut failure: Option<RunError> = None;
@@ -248,6 +272,31 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
         counts,
         order,
     })
+}
+
+/// The source's extra columns are written into every table: one named like a stage's own
+/// column would sit beside it under the same name, and readers would pick either.
+fn check_extra_columns(
+    extras: &[String],
+    stages: &[crate::config::plan::PlannedStage],
+) -> Result<(), RunError> {
+    use crate::record::{COL_FINGERPRINT, COL_VIDEO_ID};
+    for x in extras {
+        if x == COL_VIDEO_ID || x == COL_FINGERPRINT {
+            return Err(RunError::Config(format!(
+                "manifest column `{x}` is a name every table uses; rename the column"
+            )));
+        }
+        for st in stages {
+            if st.task.columns().iter().any(|c| c == x) {
+                return Err(RunError::Config(format!(
+                    "manifest column `{x}` has the name of a column of stage `{}` (type {}); rename the manifest column",
+                    st.id, st.kind
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// First Ctrl-C: stop taking new videos, finish and persist what is in flight. Second: exit now

@@ -14,51 +14,9 @@ use futures::stream::BoxStream;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-/// Runs CPU-heavy closures off the async threads, at most `threads` at once.
-#[derive(Clone)]
-pub struct CpuPool {
-    permits: Arc<Semaphore>,
-    threads: usize,
-}
-
-impl CpuPool {
-    pub fn new(threads: usize) -> Self {
-        let threads = threads.max(1);
-        Self {
-            permits: Arc::new(Semaphore::new(threads)),
-            threads,
-        }
-    }
-
-    pub fn threads(&self) -> usize {
-        self.threads
-    }
-
-    /// Runs `f` on a blocking thread once a core is free.
-    pub async fn run<T, F>(&self, f: F) -> Result<T, StageError>
-    where
-        T: Send + 'static,
-        F: FnOnce() -> Result<T, StageError> + Send + 'static,
-    {
-        let permit = self
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| StageError::internal("cpu_pool_closed", "CPU pool closed"))?;
-        // The permit moves into the thread: if the caller is dropped (timeout, Ctrl-C) the core
-        // stays counted as busy until the work really ends.
-        tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            f()
-        })
-        .await
-        .map_err(|e| StageError::internal("cpu_task_panicked", e.to_string()))?
-    }
-}
+pub use super::cpu::CpuPool;
 
 /// What a stage may use while it computes.
 #[derive(Clone)]
