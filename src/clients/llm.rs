@@ -78,6 +78,8 @@ pub struct LlmService {
     key_env: Option<String>,
     timeout: Duration,
     max_retries: u32,
+    /// Cap on any wait between attempts (a server may ask for anything).
+    max_wait: Duration,
     http: reqwest::Client,
     requests: Option<DefaultDirectRateLimiter>,
     tokens: Option<DefaultDirectRateLimiter>,
@@ -133,6 +135,15 @@ impl LlmService {
             key_env: cfg.api_key_env.clone(),
             timeout: Duration::from_secs(cfg.timeout_secs.unwrap_or(120)),
             max_retries: cfg.max_retries.unwrap_or(5),
+            max_wait: match cfg.max_wait_secs {
+                None => Duration::from_secs(60),
+                Some(s) if s.is_finite() && s >= 0.0 && s <= 86_400.0 => Duration::from_secs_f64(s),
+                Some(s) => {
+                    return Err(format!(
+                        "max_wait_secs must be between 0 and 86400, got {s}"
+                    ));
+                }
+            },
             http,
             requests: cfg
                 .requests_per_minute
@@ -273,8 +284,7 @@ impl LlmService {
                         .headers()
                         .get(reqwest::header::RETRY_AFTER)
                         .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.trim().parse::<f64>().ok())
-                        .map(Duration::from_secs_f64);
+                        .and_then(|v| v.trim().parse::<f64>().ok());
                     match resp.bytes().await {
                         Ok(bytes) => Some((status, retry_after, bytes.to_vec())),
                         Err(e) => {
@@ -352,7 +362,9 @@ impl LlmService {
                 .as_bytes()[0] as u64
                     * 2,
             );
-            let wait = wait_hint.map_or(backoff, |h| h.max(Duration::from_millis(50))) + jitter;
+            let asked = wait_hint.and_then(|secs| server_wait(secs, self.max_wait));
+            let wait = (asked.map_or(backoff, |h| h.max(Duration::from_millis(50))) + jitter)
+                .min(self.max_wait);
             tracing::warn!(service = %self.name, attempt = attempt + 1, wait_ms = wait.as_millis() as u64, reason = %self.scrub(&retry_reason), "Retrying model call.");
             tokio::time::sleep(wait).await;
             attempt += 1;
@@ -361,13 +373,37 @@ impl LlmService {
 }
 
 enum Class {
-    Retry(String, Option<Duration>),
+    /// With the wait the server asked for, in seconds (unchecked).
+    Retry(String, Option<f64>),
     Fatal(String),
     Reject(String),
 }
 
-/// "try again in 6ms" / "in 1.5s" in an OpenAI message; Gemini's RetryInfo "retryDelay": "6s".
-fn retry_hint(err: &Value) -> Option<Duration> {
+/// A wait a server asked for, in seconds, made safe to sleep on: a negative or non-number value
+/// is ignored (our own backoff applies), anything longer than `cap` (an infinity, 1e30) is cut to
+/// `cap`. Both are logged; neither can panic.
+fn server_wait(secs: f64, cap: Duration) -> Option<Duration> {
+    if secs.is_nan() || secs < 0.0 {
+        tracing::warn!(
+            asked = secs,
+            "Ignoring a server's retry wait that is not a duration."
+        );
+        return None;
+    }
+    if secs > cap.as_secs_f64() {
+        tracing::warn!(
+            asked = secs,
+            cap_secs = cap.as_secs_f64(),
+            "A server asked for a longer retry wait than max_wait_secs; waiting max_wait_secs."
+        );
+        return Some(cap);
+    }
+    Some(Duration::from_secs_f64(secs))
+}
+
+/// "try again in 6ms" / "in 1.5s" in an OpenAI message; Gemini's RetryInfo "retryDelay": "6s"
+/// (seconds, not yet checked: see `server_wait`).
+fn retry_hint(err: &Value) -> Option<f64> {
     let msg = err["error"]["message"].as_str().unwrap_or("");
     if let Some(i) = msg.find("try again in ") {
         let rest = &msg[i + 13..];
@@ -377,11 +413,11 @@ fn retry_hint(err: &Value) -> Option<Duration> {
             .collect();
         let unit = &rest[num.len()..];
         if let Ok(v) = num.parse::<f64>() {
-            return Some(Duration::from_secs_f64(if unit.starts_with("ms") {
+            return Some(if unit.starts_with("ms") {
                 v / 1000.0
             } else {
                 v
-            }));
+            });
         }
     }
     err["error"]["details"].as_array().and_then(|d| {
@@ -389,7 +425,6 @@ fn retry_hint(err: &Value) -> Option<Duration> {
             x["retryDelay"]
                 .as_str()
                 .and_then(|s| s.trim_end_matches('s').parse::<f64>().ok())
-                .map(Duration::from_secs_f64)
         })
     })
 }
@@ -520,8 +555,21 @@ mod tests {
             r#"{"error":{"message":"Limit 10000 / min. Please try again in 6ms. Visit"}}"#,
         )
         .unwrap();
-        assert_eq!(retry_hint(&o), Some(Duration::from_millis(6)));
+        assert_eq!(retry_hint(&o), Some(0.006));
         let g: Value = serde_json::from_str(r#"{"error":{"details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"1.5s"}]}}"#).unwrap();
-        assert_eq!(retry_hint(&g), Some(Duration::from_millis(1500)));
+        assert_eq!(retry_hint(&g), Some(1.5));
+    }
+
+    #[test]
+    fn server_waits_never_panic_and_never_pass_the_cap() {
+        let cap = Duration::from_secs(5);
+        for bad in [-1.0, f64::NAN, f64::NEG_INFINITY] {
+            assert_eq!(server_wait(bad, cap), None, "{bad}");
+        }
+        for huge in [f64::INFINITY, 1e30, 56.0, f64::MAX] {
+            assert_eq!(server_wait(huge, cap), Some(cap), "{huge}");
+        }
+        assert_eq!(server_wait(1.5, cap), Some(Duration::from_millis(1500)));
+        assert_eq!(server_wait(0.0, cap), Some(Duration::ZERO));
     }
 }
