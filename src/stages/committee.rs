@@ -49,6 +49,10 @@ pub struct CommitteeConfig {
     pub members: Vec<Member>,
     /// Fills `[risk event]`.
     pub event: String,
+    /// The question; `[risk event]` is replaced by the event. Default: the standardized
+    /// visual-only question above. Part of the fingerprint (as a hash).
+    #[serde(default)]
+    pub prompt: Option<String>,
     #[serde(default = "default_images")]
     pub max_images: usize,
     #[serde(default = "default_max_tokens")]
@@ -181,7 +185,10 @@ pub fn build(
     select_at: &[Seg],
     bcx: &BuildCx,
 ) -> Result<Built, ConfigError> {
-    let (cfg, compute): (CommitteeConfig, _) = compute_settings(common, compute_at, bcx)?;
+    let (cfg, mut compute): (CommitteeConfig, _) = compute_settings(common, compute_at, bcx)?;
+    compute["prompt"] = serde_json::Value::Null;
+    compute["prompt_blake3"] =
+        super::judge::text_hash(cfg.prompt.as_deref().unwrap_or(COMMITTEE_PROMPT)).into();
     let select: CommitteeSelect = bcx.src.typed(&common.select, select_at)?;
     select.check().map_err(|e| bcx.src.error_at(select_at, e))?;
     if cfg.members.is_empty() {
@@ -226,7 +233,12 @@ impl Processor for CommitteeStage {
             ));
         }
         let cache = cx.cache.get()?;
-        let prompt = COMMITTEE_PROMPT.replace("[risk event]", &self.cfg.event);
+        let prompt = self
+            .cfg
+            .prompt
+            .as_deref()
+            .unwrap_or(COMMITTEE_PROMPT)
+            .replace("[risk event]", &self.cfg.event);
         let asks = self.cfg.members.iter().zip(&self.services).map(|(m, svc)| {
             let req = ChatRequest {
                 model: m.model.clone(),

@@ -12,6 +12,11 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// RiskCue §3.2, verbatim, with the domain's risk event in place of `[risk event]`.
+/// What a stage's fingerprint records of a prompt template: its full text, hashed.
+pub fn text_hash(text: &str) -> String {
+    blake3::hash(text.as_bytes()).to_hex()[..16].to_string()
+}
+
 pub const RELEVANCE_PROMPT: &str = "On a scale from 1 to 10, how likely is this video to contain [risk event] video in action but not lecture/tutorial/slides, etc.? Answer with a single integer from 1 (very unlikely) to 10 (very likely).";
 
 /// RiskCue appendix A.4, verbatim.

@@ -179,7 +179,9 @@ pub fn build(
     select_at: &[Seg],
     bcx: &BuildCx,
 ) -> Result<Built, ConfigError> {
-    let (cfg, compute): (QualityConfig, _) = compute_settings(common, compute_at, bcx)?;
+    let (cfg, mut compute): (QualityConfig, _) = compute_settings(common, compute_at, bcx)?;
+    // The rubric prompt's full text is hashed: a new text redoes the stage.
+    compute["prompt_blake3"] = super::judge::text_hash(QUALITY_PROMPT).into();
     let select: QualitySelect = bcx.src.typed(&common.select, select_at)?;
     if select.min_twos > 12 {
         return Err(bcx.src.error_at(

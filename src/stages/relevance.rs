@@ -53,6 +53,10 @@ pub struct RelevanceConfig {
     /// Characters of the description used (titles are short; descriptions ramble).
     #[serde(default = "default_desc_chars")]
     pub description_chars: usize,
+    /// The question sent before the title and description; `[risk event]` is replaced by the
+    /// event. Default: RiskCue §3.2's prompt, verbatim. Part of the fingerprint (as a hash).
+    #[serde(default)]
+    pub prompt: Option<String>,
 }
 
 fn default_max_tokens() -> u32 {
@@ -155,10 +159,13 @@ pub fn build(
         Judge::Model(bcx.llm_service(&cfg.service, &crate::config::key_at(compute_at, "service"))?)
     };
     // What decides the score: the event text, the judge and its parameters (not the paths).
+    // The prompt's full text is hashed, so an edited prompt (in the pipeline or in a new version
+    // of the paper's text) redoes the stage.
     let compute = serde_json::json!({
         "service": cfg.service, "model": cfg.model, "max_tokens": cfg.max_tokens,
         "temperature": cfg.temperature, "event": event, "scale": cfg.scale,
         "description_chars": cfg.description_chars,
+        "prompt_blake3": super::judge::text_hash(cfg.prompt.as_deref().unwrap_or(RELEVANCE_PROMPT)),
     });
     Ok(Built {
         task: Box::new(ProcessorTask(Arc::new(RelevanceStage {
@@ -193,7 +200,11 @@ impl RelevanceStage {
     fn prompt(&self, title: &str, desc: &str) -> String {
         format!(
             "{}\n\nTitle: {title}\nDescription: {}",
-            RELEVANCE_PROMPT.replace("[risk event]", &self.event.name),
+            self.cfg
+                .prompt
+                .as_deref()
+                .unwrap_or(RELEVANCE_PROMPT)
+                .replace("[risk event]", &self.event.name),
             clip(desc, self.cfg.description_chars)
         )
     }
