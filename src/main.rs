@@ -145,6 +145,8 @@ fn init_logs() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
+        // Colour only on a terminal: log files and CI output stay plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 }
 
@@ -253,49 +255,80 @@ fn ocr_cmd(
             }
         }
     }
-    // One thread per OCR worker; results are printed in input order, a window at a time.
-    let lines: Vec<std::sync::Mutex<Option<Result<String, String>>>> =
-        items.iter().map(|_| std::sync::Mutex::new(None)).collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut printed = 0;
-    std::thread::scope(|scope| {
-        for _ in 0..engine.workers() {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(item) = items.get(i) else { break };
-                let line = match item {
-                    OcrItem::File(p) => imgops::load_image(p).and_then(|img| read(&img)).map(|regions| {
-                        serde_json::json!({ "source": p.display().to_string(), "frame": null, "timestamp_secs": null, "regions": regions }).to_string()
-                    }),
-                    OcrItem::Frame { source, index, timestamp_secs, image } => read(image).map(|regions| {
-                        serde_json::json!({ "source": source, "frame": index, "timestamp_secs": timestamp_secs, "regions": regions }).to_string()
-                    }),
-                };
-                *lines[i].lock().expect("result slot") = Some(line);
-            });
+    // One thread per OCR worker; results are printed in input order as they arrive.
+    in_order_on_threads(
+        &items,
+        engine.workers(),
+        |item| {
+            match item {
+            OcrItem::File(p) => imgops::load_image(p).and_then(|img| read(&img)).map(|regions| {
+                serde_json::json!({ "source": p.display().to_string(), "frame": null, "timestamp_secs": null, "regions": regions }).to_string()
+            }),
+            OcrItem::Frame { source, index, timestamp_secs, image } => read(image).map(|regions| {
+                serde_json::json!({ "source": source, "frame": index, "timestamp_secs": timestamp_secs, "regions": regions }).to_string()
+            }),
         }
-        // Print in order as results arrive.
-        while printed < lines.len() {
-            let ready = lines[printed].lock().expect("result slot").take();
-            match ready {
-                Some(Ok(line)) => {
-                    println!("{line}");
-                    printed += 1;
-                }
-                Some(Err(e)) => {
-                    eprintln!("vidcurate: {e}");
-                    failed += 1;
-                    printed += 1;
-                }
-                None => std::thread::sleep(std::time::Duration::from_millis(2)),
+        },
+        |r| match r {
+            Ok(line) => println!("{line}"),
+            Err(e) => {
+                eprintln!("vidcurate: {e}");
+                failed += 1;
             }
-        }
-    });
+        },
+    );
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(3)
     })
+}
+
+/// Runs `work` on every item with `threads` threads and hands the results to `emit` in input
+/// order, as soon as each one's turn comes. A panic in `work` is that item's error (the printer
+/// must never wait for a slot a dead thread would have filled).
+fn in_order_on_threads<T: Sync>(
+    items: &[T],
+    threads: usize,
+    work: impl Fn(&T) -> Result<String, String> + Sync,
+    mut emit: impl FnMut(Result<String, String>),
+) {
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<String, String>)>();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1) {
+            let tx = tx.clone();
+            let (next, work) = (&next, &work);
+            scope.spawn(move || {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(item) = items.get(i) else { break };
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(item)))
+                        .unwrap_or_else(|p| {
+                            let msg = p
+                                .downcast_ref::<&str>()
+                                .map(|s| s.to_string())
+                                .or_else(|| p.downcast_ref::<String>().cloned())
+                                .unwrap_or_else(|| "unknown panic".into());
+                            Err(format!("item {}: OCR failed: {msg}", i + 1))
+                        });
+                    if tx.send((i, r)).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        let mut waiting = std::collections::BTreeMap::new();
+        let mut printed = 0;
+        for (i, r) in rx {
+            waiting.insert(i, r);
+            while let Some(r) = waiting.remove(&printed) {
+                emit(r);
+                printed += 1;
+            }
+        }
+    });
 }
 
 fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -538,6 +571,38 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::from(3));
             }
             Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_order_on_threads;
+
+    #[test]
+    fn ordered_results_survive_a_panicking_worker() {
+        let items: Vec<u32> = (0..20).collect();
+        let mut got = vec![];
+        in_order_on_threads(
+            &items,
+            3,
+            |&n| {
+                if n == 7 {
+                    panic!("model exploded");
+                }
+                std::thread::sleep(std::time::Duration::from_millis((20 - n as u64) % 5));
+                Ok(n.to_string())
+            },
+            |r| got.push(r),
+        );
+        assert_eq!(got.len(), 20);
+        for (i, r) in got.iter().enumerate() {
+            if i == 7 {
+                let e = r.as_ref().unwrap_err();
+                assert!(e.contains("model exploded"), "{e}");
+            } else {
+                assert_eq!(r.as_deref(), Ok(i.to_string().as_str()));
+            }
         }
     }
 }

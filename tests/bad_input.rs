@@ -131,3 +131,25 @@ fn manifest_problems_are_rejects_with_the_line() {
         "{frames:#?}"
     );
 }
+
+/// A manifest column named like a stage's own column would sit beside it in that stage's table:
+/// refused before any work, naming the column and the stage.
+#[test]
+fn a_manifest_column_named_like_a_stage_column_is_a_config_error() {
+    let d = tempfile::tempdir().unwrap();
+    write(&d.path().join("a.mp4"), "not read");
+    write(
+        &d.path().join("m.csv"),
+        "path,label,width\na.mp4,fake,640\n",
+    );
+    let p = d.path().join("p.toml");
+    write(&p, &pipeline("manifest = \"m.csv\"", "{ count = 2 }", ""));
+    let o = run_into(&p, &d.path().join("run"), d.path());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("manifest column `width`") && err.contains("stage `probe`"),
+        "{err}"
+    );
+    assert!(!d.path().join("run/probe").exists());
+}

@@ -151,7 +151,13 @@ pub fn heatmaps(
     root.present().map_err(err)
 }
 
-/// `report.html`: every plot, with group sizes and the statistics table.
+/// Text for HTML: group names and labels come from users' manifests.
+fn esc(s: &str) -> String {
+    html_escape::encode_double_quoted_attribute(s).into_owned()
+}
+
+/// `report.html`: every plot, with group sizes and the statistics table. Every string written
+/// is escaped.
 pub fn report(
     dir: &Path,
     plots: &[(String, String)],
@@ -163,11 +169,12 @@ pub fn report(
     );
     h += &sizes
         .iter()
-        .map(|(g, n)| format!("<b>{g}</b> {n}"))
+        .map(|(g, n)| format!("<b>{}</b> {n}", esc(g)))
         .collect::<Vec<_>>()
         .join(", ");
     h += "</p>\n";
     for (title, file) in plots {
+        let (title, file) = (esc(title), esc(file));
         h += &format!("<h2>{title}</h2>\n<img src=\"{file}\" alt=\"{title}\">\n");
     }
     h += "<h2>Statistics</h2>\n<table><tr><th>analysis</th><th>groups</th><th>test</th><th>n</th><th>statistic</th><th>p</th><th>effect size</th></tr>\n";
@@ -175,10 +182,47 @@ pub fn report(
         h += &format!(
             "<tr><td>{}</td></tr>
 ",
-            s.cells().join("</td><td>")
+            s.cells()
+                .iter()
+                .map(|c| esc(c))
+                .collect::<Vec<_>>()
+                .join("</td><td>")
         );
     }
     h += "</table>\n<p>KS: two-sample Kolmogorov–Smirnov on per-region values, effect size D. Chi-square: homogeneity of the binned counts, effect size Cramér's V.</p>\n";
     std::fs::write(dir.join("report.html"), h)
         .map_err(|e| format!("{}: {e}", dir.join("report.html").display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analyze::StatRow;
+
+    #[test]
+    fn report_escapes_every_string_from_the_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let evil = "<script>alert(1)</script>";
+        let sizes = BTreeMap::from([(evil.to_string(), 3usize), ("real\"x".to_string(), 2)]);
+        let stats = vec![StatRow {
+            analysis: "hue".into(),
+            group_a: evil.into(),
+            group_b: "real\"x".into(),
+            test: "ks".into(),
+            n_a: 3,
+            n_b: 2,
+            statistic: 0.5,
+            p_value: 0.1,
+            effect_size: 0.5,
+        }];
+        let plots = vec![(format!("hue {evil}"), "hue.png".to_string())];
+        report(dir.path(), &plots, &sizes, &stats).unwrap();
+        let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+        assert!(!html.contains("<script>"), "{html}");
+        assert!(
+            html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{html}"
+        );
+        assert!(!html.contains("real\"x"), "{html}");
+    }
 }
