@@ -11,11 +11,12 @@ pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_vidcurate"))
 }
 
+/// Recorded bodies and media from third parties, in the repository (see tests/fixtures/README.md).
 pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
-/// The real fixture videos: local copy of the shared fixtures.
+/// The real fixture videos.
 pub fn fixture_video(name: &str) -> PathBuf {
     let p = fixtures().join("video").join(name);
     assert!(p.exists(), "fixture {} missing", p.display());
@@ -53,13 +54,19 @@ pub fn has_ffmpeg() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// Skips the calling test (with a note) when the ffmpeg CLI is absent.
+/// The tests that make media need the ffmpeg CLI: without it they fail, unless
+/// `VIDCURATE_TESTS_WITHOUT_FFMPEG=1` says to skip them (with a note).
 #[macro_export]
 macro_rules! need_ffmpeg {
     () => {
         if !$crate::util::has_ffmpeg() {
-            eprintln!("skipped: ffmpeg CLI not installed (scripts/setup.sh installs it)");
-            return;
+            if std::env::var_os("VIDCURATE_TESTS_WITHOUT_FFMPEG").is_some_and(|v| v == "1") {
+                eprintln!("skipped: ffmpeg CLI not installed (VIDCURATE_TESTS_WITHOUT_FFMPEG=1)");
+                return;
+            }
+            panic!(
+                "the ffmpeg CLI is not installed: run scripts/setup.sh, or set VIDCURATE_TESTS_WITHOUT_FFMPEG=1 to skip the tests that need it"
+            );
         }
     };
 }

@@ -1,5 +1,5 @@
 //! The `youtube` source against a fake YouTube Data API v3 on 127.0.0.1 that replays the real
-//! recorded bodies in ../shared/fixtures/youtube/, and the download stage against a local server.
+//! recorded bodies in tests/fixtures/youtube/, and the download stage against a local server.
 
 use crate::fake_http::{FakeServer, Request, Response};
 use crate::need_ffmpeg;

@@ -24,7 +24,7 @@ import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.path.join(ROOT, "target", "release", "vidcurate")
-FIXTURE = os.path.join(ROOT, "..", "shared", "fixtures", "video", "slides_1080p_122s.mp4")
+FIXTURE = os.path.join(ROOT, "tests", "fixtures", "video", "slides_1080p_122s.mp4")
 N = 16
 
 

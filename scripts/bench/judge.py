@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.path.join(ROOT, "target", "release", "vidcurate")
-FIXTURE = os.path.join(ROOT, "..", "shared", "fixtures", "llm", "openai", "chat_completion_text.json")
+FIXTURE = os.path.join(ROOT, "tests", "fixtures", "llm", "openai", "chat_completion_text.json")
 LIMIT = 600
 LATENCY = 0.2
 

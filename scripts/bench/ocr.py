@@ -22,7 +22,7 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.path.join(ROOT, "target", "release", "vidcurate")
 RAPID_PY = os.path.join(ROOT, "data", "venv-rapidocr", "bin", "python")
-SLIDES = os.path.join(ROOT, "..", "shared", "fixtures", "video", "slides_1080p_122s.mp4")
+SLIDES = os.path.join(ROOT, "tests", "fixtures", "video", "slides_1080p_122s.mp4")
 
 RAPID = r"""
 import json, sys, time
