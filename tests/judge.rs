@@ -118,7 +118,16 @@ fn url_manifest(dir: &Path, titles: &[&str]) {
     write(&dir.join("m.csv"), &m);
 }
 
-fn relevance_pipeline(dir: &Path, url: &str) -> PathBuf {
+/// A pipeline over a URL manifest (`m.csv`) with one relevance stage asking the fake OpenAI
+/// server: `service` is extra `[services.openai]` lines, `head` extra top-level tables, `stage`
+/// extra lines of the stage.
+fn relevance_pipeline_with(
+    dir: &Path,
+    url: &str,
+    service: &str,
+    head: &str,
+    stage: &str,
+) -> PathBuf {
     let p = dir.join("p.toml");
     write(
         &p,
@@ -127,12 +136,8 @@ fn relevance_pipeline(dir: &Path, url: &str) -> PathBuf {
 [services.openai]
 base_url = "{url}v1/"
 api_key_env = "VIDCURATE_TEST_OPENAI_KEY"
-timeout_secs = 1
-max_retries = 3
-requests_per_minute = 6000
-usd_per_mtok_input = 2.5
-usd_per_mtok_output = 10.0
-
+{service}
+{head}
 [source]
 type = "local"
 manifest = "m.csv"
@@ -141,13 +146,22 @@ urls = true
 [[stages]]
 id = "relevance"
 type = "relevance"
-retries = 0
 compute = {{ service = "openai", model = "gpt-4o", event = "a protest turning violent" }}
-select = {{ min_score = 9 }}
+{stage}
 "#
         ),
     );
     p
+}
+
+fn relevance_pipeline(dir: &Path, url: &str) -> PathBuf {
+    relevance_pipeline_with(
+        dir,
+        url,
+        "timeout_secs = 1\nmax_retries = 3\nrequests_per_minute = 6000\nusd_per_mtok_input = 2.5\nusd_per_mtok_output = 10.0",
+        "",
+        "retries = 0\nselect = { min_score = 9 }",
+    )
 }
 
 fn run_with_key(p: &Path, out: &Path) -> std::process::Output {
@@ -729,32 +743,12 @@ fn a_stall_is_reported_once_with_what_each_stage_waits_on() {
         FakeServer::start(|_r: &Request| openai_says("9").delayed(Duration::from_millis(3000)));
     let d = tempfile::tempdir().unwrap();
     url_manifest(d.path(), &["slow_a", "slow_b"]);
-    let p = d.path().join("p.toml");
-    write(
-        &p,
-        &format!(
-            r#"name = "stall"
-[services.openai]
-base_url = "{}v1/"
-api_key_env = "VIDCURATE_TEST_OPENAI_KEY"
-timeout_secs = 30
-
-[runtime]
-stall_secs = 1
-
-[source]
-type = "local"
-manifest = "m.csv"
-urls = true
-
-[[stages]]
-id = "relevance"
-type = "relevance"
-max_in_flight = 1
-compute = {{ service = "openai", model = "gpt-4o", event = "a protest turning violent" }}
-"#,
-            server.url()
-        ),
+    let p = relevance_pipeline_with(
+        d.path(),
+        &server.url(),
+        "timeout_secs = 30",
+        "[runtime]\nstall_secs = 1",
+        "max_in_flight = 1",
     );
     let out = d.path().join("run");
     let o = run_with_key(&p, &out);
@@ -810,29 +804,12 @@ fn absurd_retry_waits_from_a_server_are_clamped_not_fatal() {
     });
     let d = tempfile::tempdir().unwrap();
     url_manifest(d.path(), &["neg", "inf", "huge", "abc", "long"]);
-    let p = d.path().join("p.toml");
-    write(
-        &p,
-        &format!(
-            r#"name = "waits"
-[services.openai]
-base_url = "{}v1/"
-api_key_env = "VIDCURATE_TEST_OPENAI_KEY"
-max_retries = 2
-max_wait_secs = 5
-
-[source]
-type = "local"
-manifest = "m.csv"
-urls = true
-
-[[stages]]
-id = "relevance"
-type = "relevance"
-compute = {{ service = "openai", model = "gpt-4o", event = "a protest turning violent" }}
-"#,
-            server.url()
-        ),
+    let p = relevance_pipeline_with(
+        d.path(),
+        &server.url(),
+        "max_retries = 2\nmax_wait_secs = 5",
+        "",
+        "",
     );
     let out = d.path().join("run");
     let o = run_with_key(&p, &out);
