@@ -51,7 +51,12 @@ impl StatRow {
             self.test.clone(),
             format!("n={}/{}", self.n_a, self.n_b),
             format!("stat={:.4}", self.statistic),
-            format!("p={:.3e}", self.p_value),
+            if self.p_value == 0.0 {
+                // Below what a double holds: say so rather than print an exact-looking zero.
+                "p<1e-300".to_string()
+            } else {
+                format!("p={:.3e}", self.p_value)
+            },
             format!("effect={:.3}", self.effect_size),
         ]
     }

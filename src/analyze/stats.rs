@@ -85,9 +85,8 @@ pub fn chi_square(a: &[f64], b: &[f64]) -> Option<TestResult> {
         return None;
     }
     let df = (bins - 1) as f64;
-    let p = ChiSquared::new(df)
-        .map(|d| 1.0 - d.cdf(chi))
-        .unwrap_or(f64::NAN);
+    // The survival function, not 1 - cdf: that is 0 as soon as the cdf rounds to 1 (p < 1e-16).
+    let p = ChiSquared::new(df).map(|d| d.sf(chi)).unwrap_or(f64::NAN);
     Some(TestResult {
         test: "chi2_homogeneity",
         n_a: ta as u64,
@@ -121,6 +120,18 @@ mod tests {
         let r = chi_square(&[10.0, 20.0], &[30.0, 40.0]).unwrap();
         assert!(
             (r.statistic - 0.7937).abs() < 1e-3 && (r.p_value - 0.373).abs() < 1e-3,
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn a_very_small_chi_square_p_value_does_not_round_to_zero() {
+        // [[300, 100], [100, 300]]: chi2 = 200 on 1 df, p = erfc(10) = 2.0885e-45 (1 - cdf gave
+        // exactly 0).
+        let r = chi_square(&[300.0, 100.0], &[100.0, 300.0]).unwrap();
+        assert!((r.statistic - 200.0).abs() < 1e-9, "{r:?}");
+        assert!(
+            (r.p_value / 2.088_487_583_762_545e-45 - 1.0).abs() < 1e-3,
             "{r:?}"
         );
     }
