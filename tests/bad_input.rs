@@ -153,3 +153,24 @@ fn a_manifest_column_named_like_a_stage_column_is_a_config_error() {
     );
     assert!(!d.path().join("run/probe").exists());
 }
+
+/// Thousands of bad manifest lines must not print thousands of warnings: the first few per
+/// reason, then one count; every reject is still a row.
+#[test]
+fn repeated_rejects_are_summarised_by_reason_in_the_log() {
+    let d = tempfile::tempdir().unwrap();
+    let mut m = String::from("path,label\n");
+    for i in 0..20 {
+        m += &format!("missing{i}.mp4,fake\n");
+    }
+    write(&d.path().join("m.csv"), &m);
+    let p = d.path().join("p.toml");
+    write(&p, &pipeline("manifest = \"m.csv\"", "{ count = 2 }", ""));
+    let run_dir = d.path().join("run");
+    let o = run_into(&p, &run_dir, d.path());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert_eq!(err.matches("Source rejected an entry.").count(), 5, "{err}");
+    assert!(err.contains("15 more rejected for this reason (20 in all"), "{err}");
+    assert_eq!(column(&run_dir.join("rejects"), "video_id").len(), 20);
+}

@@ -181,6 +181,7 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
         let mut to_send: VecDeque<VideoRecord> = VecDeque::new();
         let mut input_open = true;
         let mut downstream_open = true;
+        let mut rejects = RejectLog::default();
         let mut tick = tokio::time::interval(settings.flush_every.max(Duration::from_millis(100)));
         loop {
             if !input_open && in_flight.is_empty() && to_send.is_empty() {
@@ -221,7 +222,15 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
                 }
                 Step::Finished(outcome) => {
                     if let Some(rec) = self
-                        .finish(outcome, &cx, &mut writer, &mut counts, &progress, &watch)
+                        .finish(
+                            outcome,
+                            &cx,
+                            &mut writer,
+                            &mut counts,
+                            &progress,
+                            &watch,
+                            &mut rejects,
+                        )
                         .await?
                     {
                         counts.forwarded += 1;
@@ -243,9 +252,42 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
             watch.set_waiting_to_send(to_send.len());
         }
         writer.flush().await?;
+        rejects.summary(&cx.stage_id);
         progress.finish();
         watch.ended();
         Ok(counts)
+    }
+}
+
+/// Logs rejects the first few times per reason, then counts them: a manifest of thousands of bad
+/// lines must not print thousands of warnings (every reject is in `rejects/` anyway).
+#[derive(Default)]
+struct RejectLog {
+    seen: std::collections::BTreeMap<String, u64>,
+}
+
+impl RejectLog {
+    const SHOWN: u64 = 5;
+
+    /// Whether this reject is to be logged one by one.
+    fn note(&mut self, reason: &str) -> bool {
+        let n = self.seen.entry(reason.to_string()).or_default();
+        *n += 1;
+        *n <= Self::SHOWN
+    }
+
+    /// One line per reason that was cut short.
+    fn summary(&self, stage: &str) {
+        for (reason, n) in &self.seen {
+            if *n > Self::SHOWN {
+                tracing::warn!(
+                    stage,
+                    reason = %reason,
+                    "{} more rejected for this reason ({n} in all; see rejects/).",
+                    n - Self::SHOWN
+                );
+            }
+        }
     }
 }
 
@@ -296,6 +338,7 @@ impl<P: Processor> ProcessorTask<P> {
         counts: &mut StageCounts,
         progress: &StageProgress,
         watch: &StageWatch,
+        rejects: &mut RejectLog,
     ) -> Result<Option<VideoRecord>, RunError> {
         counts.received += 1;
         let took = match &outcome {
@@ -324,7 +367,9 @@ impl<P: Processor> ProcessorTask<P> {
                 ErrorKind::Data | ErrorKind::External => {
                     counts.rejected += 1;
                     progress.inc(true);
-                    tracing::warn!(stage = %cx.stage_id, video_id = %rec.video_id, reason = %e.reason, detail = %e.detail, "Rejected.");
+                    if rejects.note(&e.reason) {
+                        tracing::warn!(stage = %cx.stage_id, video_id = %rec.video_id, reason = %e.reason, detail = %e.detail, "Rejected.");
+                    }
                     writer.reject(&rec.video_id, &rec.extra, &e);
                     None
                 }
@@ -396,6 +441,7 @@ pub async fn run_source(
     let (mut prior, mut writer) = open_stage_tables::<SourceInfo>(&cx, &settings).await?;
     let mut counts = StageCounts::default();
     let cancel = cx.cancel.clone();
+    let mut rejects = RejectLog::default();
     let mut items = source.run(cx.clone());
     loop {
         let item = tokio::select! {
@@ -439,7 +485,9 @@ pub async fn run_source(
                     counts.rejected_before += 1;
                 } else {
                     counts.rejected += 1;
-                    tracing::warn!(video_id = %rej.video_id, reason = %rej.error.reason, detail = %rej.error.detail, "Source rejected an entry.");
+                    if rejects.note(&rej.error.reason) {
+                        tracing::warn!(video_id = %rej.video_id, reason = %rej.error.reason, detail = %rej.error.detail, "Source rejected an entry.");
+                    }
                     writer.reject(&rej.video_id, &rej.extra, &rej.error);
                 }
                 writer.maybe_flush().await?;
@@ -447,6 +495,7 @@ pub async fn run_source(
         }
     }
     writer.flush().await?;
+    rejects.summary(&cx.stage_id);
     progress.finish();
     watch.ended();
     Ok(counts)
