@@ -484,7 +484,8 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                 println!("  {t:<10} {d}");
             }
             println!("stages ([[stages]] type = ...):");
-            for (t, d) in vidcurate::stages::STAGE_TYPES {
+            for k in vidcurate::stages::STAGE_KINDS {
+                let (t, d) = (k.name, k.about);
                 println!("  {t:<10} {d}");
             }
             Ok(ExitCode::SUCCESS)
@@ -520,12 +521,15 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Run { file, out, quiet } => {
             let plan = plan::load(&file)?;
-            let prescreens: Vec<String> = plan
-                .stages
-                .iter()
-                .filter(|s| s.kind == "prescreen")
-                .map(|s| s.id.clone())
-                .collect();
+            // Stages with a line of their own for the summary (the prescreen's saved calls).
+            let summaries: Vec<(String, fn(&str, &vidcurate::runtime::StageCounts) -> String)> =
+                plan.stages
+                    .iter()
+                    .filter_map(|s| {
+                        let f = vidcurate::stages::stage_kind(&s.kind)?.summary?;
+                        Some((s.id.clone(), f))
+                    })
+                    .collect();
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
@@ -550,12 +554,9 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                     );
                 }
             }
-            for id in &prescreens {
+            for (id, line) in &summaries {
                 if let Some(c) = report.counts.get(id) {
-                    eprintln!(
-                        "{id}: {} videos dropped on certain local evidence: {} quality-model calls saved",
-                        c.filtered, c.filtered
-                    );
+                    eprintln!("{}", line(id, c));
                 }
             }
             if report.status == RunStatus::Interrupted {

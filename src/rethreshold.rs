@@ -10,10 +10,7 @@ use crate::error::RunError;
 use crate::runtime::manifest;
 use crate::runtime::shards::{TableView, read_table};
 use crate::runtime::store::{LocalStore, Store};
-use crate::stages::committee::{CommitteeSelect, Vote};
-use crate::stages::prescreen::{Prescreen, PrescreenSelect};
-use crate::stages::quality::{Quality, QualitySelect};
-use crate::stages::relevance::{Relevance, RelevanceSelect};
+use crate::stages::{Reselected, stage_kind};
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use serde::Serialize;
@@ -73,87 +70,37 @@ pub struct Rethreshold {
     pub settings: BTreeMap<String, serde_json::Value>,
 }
 
-/// A scoring stage's rule, ready to decide.
-enum Rule {
-    Relevance(RelevanceSelect, HashMap<String, Vec<Relevance>>),
-    Prescreen(PrescreenSelect, HashMap<String, Vec<Prescreen>>),
-    Quality(QualitySelect, HashMap<String, Vec<Quality>>),
-    Committee(
-        CommitteeSelect,
-        HashMap<String, Vec<Vote>>,
-        HashMap<String, String>,
-    ),
-}
-
-impl Rule {
-    fn keep(&self, id: &str) -> bool {
-        match self {
-            Rule::Relevance(s, r) => r.get(id).is_some_and(|rows| s.keep(rows)),
-            Rule::Prescreen(s, r) => r.get(id).is_none_or(|rows| s.keep(rows)),
-            Rule::Quality(s, r) => r.get(id).is_some_and(|rows| s.keep(rows)),
-            Rule::Committee(s, r, labels) => r.get(id).is_some_and(|rows| {
-                let votes: Vec<Option<bool>> = rows.iter().map(|v| v.vote).collect();
-                s.keep(&votes, labels.get(id).map(String::as_str))
-            }),
-        }
-    }
-}
-
-fn typed<T: serde::de::DeserializeOwned>(stage: &str, t: &toml::Table) -> Result<T, RunError> {
-    toml::Value::Table(t.clone())
-        .try_into()
-        .map_err(|e| RunError::Config(format!("select of stage {stage}: {e}")))
-}
-
-fn settings_json<T: Serialize>(t: &T) -> serde_json::Value {
-    serde_json::to_value(t).unwrap_or_default()
-}
-
-/// Builds the rule of a scoring stage from its select table (None for other stages).
-fn rule(
+/// A scoring stage's `select` (stored, or with the `--set` values) applied to its rows; None for
+/// stages without thresholds.
+fn reselect(
     kind: &str,
     stage: &str,
     select: &toml::Table,
     view: &TableView,
-) -> Result<Option<(Rule, serde_json::Value)>, RunError> {
-    Ok(Some(match kind {
-        "relevance" => {
-            let s: RelevanceSelect = typed(stage, select)?;
-            let j = settings_json(&s);
-            (Rule::Relevance(s, view.rows()?), j)
-        }
-        "prescreen" => {
-            let s: PrescreenSelect = typed(stage, select)?;
-            let j = settings_json(&s);
-            (Rule::Prescreen(s, view.rows()?), j)
-        }
-        "quality" => {
-            let s: QualitySelect = typed(stage, select)?;
-            let j = settings_json(&s);
-            (Rule::Quality(s, view.rows()?), j)
-        }
-        "committee" => {
-            let s: CommitteeSelect = typed(stage, select)?;
-            s.check()
-                .map_err(|e| RunError::Config(format!("stage {stage}: {e}")))?;
-            let labels = if s.rule == "disagree_with_label" {
-                view.column(&s.label_column)?
-            } else {
-                HashMap::new()
-            };
-            let j = settings_json(&s);
-            (Rule::Committee(s, view.rows()?, labels), j)
-        }
-        _ => return Ok(None),
-    }))
+) -> Result<Option<Reselected>, RunError> {
+    let Some(f) = stage_kind(kind).and_then(|k| k.reselect) else {
+        return Ok(None);
+    };
+    f(select, view).map(Some).map_err(|e| {
+        RunError::Config(if e.key.is_empty() {
+            format!("select of stage {stage}: {}", e.message)
+        } else {
+            format!("{stage}.{}: {}", e.key, e.message)
+        })
+    })
+}
+
+/// Whether a stage kind has thresholds to re-decide.
+fn scoring(kind: &str) -> bool {
+    stage_kind(kind).is_some_and(|k| k.reselect.is_some())
 }
 
 struct StageData {
     id: String,
     kind: String,
     view: TableView,
-    before: Option<Rule>,
-    after: Option<Rule>,
+    before: Option<Reselected>,
+    after: Option<Reselected>,
 }
 
 fn funnel(
@@ -182,7 +129,7 @@ fn funnel(
                 col[index[id]] = Some(false);
             } else if st.view.done.contains(id.as_str()) {
                 r.done += 1;
-                let k = rule.as_ref().is_none_or(|rule| rule.keep(id));
+                let k = rule.as_ref().is_none_or(|rule| (rule.keep)(id));
                 col[index[id]] = Some(k);
                 if k {
                     next.push(id);
@@ -242,10 +189,7 @@ pub async fn rethreshold(run_dir: &Path, overrides: &[Override]) -> Result<Rethr
                     .join(", ")
             )));
         };
-        if !matches!(
-            st.kind.as_str(),
-            "relevance" | "prescreen" | "quality" | "committee"
-        ) {
+        if !scoring(&st.kind) {
             return Err(RunError::Config(format!(
                 "--set {}.{}: stage {} ({}) has no thresholds",
                 o.stage, o.key, o.stage, st.kind
@@ -257,11 +201,7 @@ pub async fn rethreshold(run_dir: &Path, overrides: &[Override]) -> Result<Rethr
     let mut stages = vec![];
     let mut settings = BTreeMap::new();
     for st in &m.stages {
-        let scoring = matches!(
-            st.kind.as_str(),
-            "relevance" | "prescreen" | "quality" | "committee"
-        );
-        let view = read_table(&store, &st.id, &st.fingerprint, scoring).await?;
+        let view = read_table(&store, &st.id, &st.fingerprint, scoring(&st.kind)).await?;
         if st.id == crate::config::plan::SOURCE_STAGE_ID {
             let mut ids: Vec<String> = view.done.iter().cloned().collect();
             ids.sort();
@@ -273,14 +213,11 @@ pub async fn rethreshold(run_dir: &Path, overrides: &[Override]) -> Result<Rethr
         for o in overrides.iter().filter(|o| o.stage == st.id) {
             changed.insert(o.key.clone(), o.value.clone());
         }
-        let before = rule(&st.kind, &st.id, &stored, &view)?.map(|(r, _)| r);
-        let after = match rule(&st.kind, &st.id, &changed, &view)? {
-            Some((r, j)) => {
-                settings.insert(st.id.clone(), j);
-                Some(r)
-            }
-            None => None,
-        };
+        let before = reselect(&st.kind, &st.id, &stored, &view)?;
+        let after = reselect(&st.kind, &st.id, &changed, &view)?;
+        if let Some(r) = &after {
+            settings.insert(st.id.clone(), r.settings.clone());
+        }
         stages.push(StageData {
             id: st.id.clone(),
             kind: st.kind.clone(),

@@ -171,6 +171,9 @@ fn repeated_rejects_are_summarised_by_reason_in_the_log() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(3), "{err}");
     assert_eq!(err.matches("Source rejected an entry.").count(), 5, "{err}");
-    assert!(err.contains("15 more rejected for this reason (20 in all"), "{err}");
+    assert!(
+        err.contains("15 more rejected for this reason (20 in all"),
+        "{err}"
+    );
     assert_eq!(column(&run_dir.join("rejects"), "video_id").len(), 20);
 }

@@ -275,6 +275,19 @@ fn relevance_parses_retries_rejects_and_never_pays_twice() {
         .unwrap();
     let kept = vidcurate::rethreshold::selected_ids(Path::new(sel)).unwrap();
     assert!(kept.contains("prose") && kept.contains("slow") && !kept.contains("lecture"));
+    // A threshold a pipeline file could not hold is refused here too, naming stage.key.
+    for bad in ["relevance.min_score=0", "relevance.min_score=11"] {
+        let o = run(
+            &["rethreshold", out.to_str().unwrap(), "--set", bad],
+            dir.path(),
+        );
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", err(&o));
+        assert!(
+            err(&o).contains("relevance.min_score: min_score must be 1..10"),
+            "{bad}: {}",
+            err(&o)
+        );
+    }
 
     // cache stats: one entry per distinct request, tokens and a cost from the prices.
     let o = run(&["cache", "stats", out.to_str().unwrap()], dir.path());

@@ -208,10 +208,12 @@ pub fn analyze(
             None => Ok(Some(b)),
         }
     };
-    let ocr = stage_id(run, "ocr")?.ok_or("the run has no `ocr` stage: nothing to analyse")?;
-    let frames_id = stage_id(run, "frames")?;
-    let probe_id = stage_id(run, "probe")?;
-    let shots_id = stage_id(run, "shots")?;
+    use crate::stages::{frames, ocr, probe, shots};
+    let ocr =
+        stage_id(run, ocr::KIND.name)?.ok_or("the run has no `ocr` stage: nothing to analyse")?;
+    let frames_id = stage_id(run, frames::KIND.name)?;
+    let probe_id = stage_id(run, probe::KIND.name)?;
+    let shots_id = stage_id(run, shots::KIND.name)?;
     let out_dir = out
         .map(Path::to_path_buf)
         .unwrap_or_else(|| run.join("analysis").join(by));

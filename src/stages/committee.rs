@@ -66,30 +66,96 @@ fn default_max_tokens() -> u32 {
     8
 }
 
+/// What makes a video hard.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HardRule {
+    /// The larger side's share of the votes is at most `max_majority_share` (3–2 of five).
+    MajorityShare,
+    /// The vote entropy is at least `min_entropy` bits.
+    Entropy,
+    /// At least `min_disagree` members vote against the reference label in `label_column`.
+    DisagreeWithLabel,
+}
+
+/// Which videos the committee passes on.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PassOn {
+    /// Only hard videos.
+    Hard,
+    /// Every video (the votes are recorded).
+    All,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CommitteeSelect {
-    /// "majority_share", "entropy" or "disagree_with_label".
-    pub rule: String,
+    pub rule: HardRule,
     pub max_majority_share: f64,
     pub min_entropy: f64,
     pub label_column: String,
     pub min_disagree: u32,
-    /// "hard": pass only hard videos on; "all": pass every video.
-    pub keep: String,
+    pub keep: PassOn,
 }
 
 impl Default for CommitteeSelect {
     fn default() -> Self {
         Self {
-            rule: "majority_share".into(),
+            rule: HardRule::MajorityShare,
             max_majority_share: 0.6,
             min_entropy: 0.9,
             label_column: "label".into(),
             min_disagree: 3,
-            keep: "hard".into(),
+            keep: PassOn::Hard,
         }
     }
+}
+
+impl crate::stages::Thresholds for CommitteeSelect {
+    fn check(&self) -> Result<(), crate::stages::ThresholdError> {
+        use crate::stages::ThresholdError;
+        if !(0.0..=1.0).contains(&self.max_majority_share) {
+            return Err(ThresholdError::new(
+                "max_majority_share",
+                format!(
+                    "max_majority_share must be 0..1, got {}",
+                    self.max_majority_share
+                ),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.min_entropy) {
+            return Err(ThresholdError::new(
+                "min_entropy",
+                format!("min_entropy must be 0..1 (bits), got {}", self.min_entropy),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `vidcurate rethreshold`: the votes are kept; `disagree_with_label` reads the label column.
+fn reselect(
+    select: &toml::Table,
+    view: &crate::runtime::shards::TableView,
+) -> Result<crate::stages::Reselected, crate::stages::ThresholdError> {
+    let s: CommitteeSelect = crate::stages::thresholds(select)?;
+    let labels = if s.rule == HardRule::DisagreeWithLabel {
+        view.column(&s.label_column)
+            .map_err(|e| crate::stages::ThresholdError::new("label_column", e.to_string()))?
+    } else {
+        Default::default()
+    };
+    crate::stages::reselect_rows(
+        select,
+        view,
+        move |s: &CommitteeSelect, id: &str, rows: Option<&Vec<Vote>>| {
+            rows.is_some_and(|rows| {
+                let votes: Vec<Option<bool>> = rows.iter().map(|v| v.vote).collect();
+                s.keep(&votes, labels.get(id).map(String::as_str))
+            })
+        },
+    )
 }
 
 /// Reference label text → risk yes/no.
@@ -102,21 +168,6 @@ pub fn label_bool(s: &str) -> Option<bool> {
 }
 
 impl CommitteeSelect {
-    pub fn check(&self) -> Result<(), String> {
-        match self.rule.as_str() {
-            "majority_share" | "entropy" | "disagree_with_label" => {}
-            r => {
-                return Err(format!(
-                    "rule {r:?}: use majority_share, entropy or disagree_with_label"
-                ));
-            }
-        }
-        match self.keep.as_str() {
-            "hard" | "all" => Ok(()),
-            k => Err(format!("keep {k:?}: use hard or all")),
-        }
-    }
-
     /// Is the video hard, from its votes and (for `disagree_with_label`) its reference label?
     pub fn hard(&self, votes: &[Option<bool>], label: Option<&str>) -> bool {
         let yes = votes.iter().filter(|v| **v == Some(true)).count() as f64;
@@ -125,24 +176,24 @@ impl CommitteeSelect {
         if n == 0.0 {
             return false;
         }
-        match self.rule.as_str() {
-            "entropy" => {
+        match self.rule {
+            HardRule::Entropy => {
                 let h = |p: f64| if p > 0.0 { -p * p.log2() } else { 0.0 };
                 h(yes / n) + h(no / n) >= self.min_entropy
             }
-            "disagree_with_label" => match label.and_then(label_bool) {
+            HardRule::DisagreeWithLabel => match label.and_then(label_bool) {
                 Some(l) => {
                     let against = if l { no } else { yes };
                     against as u32 >= self.min_disagree
                 }
                 None => false,
             },
-            _ => yes.max(no) / n <= self.max_majority_share,
+            HardRule::MajorityShare => yes.max(no) / n <= self.max_majority_share,
         }
     }
 
     pub fn keep(&self, votes: &[Option<bool>], label: Option<&str>) -> bool {
-        self.keep == "all" || self.hard(votes, label)
+        self.keep == PassOn::All || self.hard(votes, label)
     }
 }
 
@@ -179,6 +230,15 @@ pub struct CommitteeStage {
     services: Vec<Arc<LlmService>>,
 }
 
+/// This stage in the registry (`stages::STAGE_KINDS`).
+pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
+    name: "committee",
+    about: "N vision models answer one visual-only risk question; every vote stored; hardness rule configurable",
+    build,
+    reselect: Some(reselect),
+    summary: None,
+};
+
 pub fn build(
     common: &StageCommon,
     compute_at: &[Seg],
@@ -189,8 +249,7 @@ pub fn build(
     compute["prompt"] = serde_json::Value::Null;
     compute["prompt_blake3"] =
         super::judge::text_hash(cfg.prompt.as_deref().unwrap_or(COMMITTEE_PROMPT)).into();
-    let select: CommitteeSelect = bcx.src.typed(&common.select, select_at)?;
-    select.check().map_err(|e| bcx.src.error_at(select_at, e))?;
+    let select: CommitteeSelect = crate::stages::select_settings(common, select_at, bcx)?;
     if cfg.members.is_empty() {
         return Err(bcx.src.error_at(compute_at, "a committee needs members"));
     }
@@ -307,14 +366,14 @@ mod tests {
         assert!(!s.hard(&v(4, 1), None));
         assert!(!s.hard(&v(5, 0), None));
         let e = CommitteeSelect {
-            rule: "entropy".into(),
+            rule: HardRule::Entropy,
             min_entropy: 0.9,
             ..Default::default()
         };
         assert!(e.hard(&v(3, 2), None)); // 0.971 bits
         assert!(!e.hard(&v(4, 1), None)); // 0.722 bits
         let d = CommitteeSelect {
-            rule: "disagree_with_label".into(),
+            rule: HardRule::DisagreeWithLabel,
             min_disagree: 3,
             ..Default::default()
         };

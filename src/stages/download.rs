@@ -84,6 +84,15 @@ pub struct DownloadStage {
     http: reqwest::Client,
 }
 
+/// This stage in the registry (`stages::STAGE_KINDS`).
+pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
+    name: "download",
+    about: "media into the run's content-addressed store: direct links (resumable), YouTube via yt-dlp (opt-in), local files as they are",
+    build,
+    reselect: None,
+    summary: None,
+};
+
 pub fn build(
     common: &StageCommon,
     compute_at: &[Seg],

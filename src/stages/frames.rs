@@ -127,6 +127,15 @@ pub struct FramesStage {
     cfg: FramesConfig,
 }
 
+/// This stage in the registry (`stages::STAGE_KINDS`).
+pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
+    name: "frames",
+    about: "sampled frames as JPEG: uniform N, fps with a cap, or every frame in a time range",
+    build,
+    reselect: None,
+    summary: None,
+};
+
 pub fn build(
     common: &StageCommon,
     at: &[Seg],

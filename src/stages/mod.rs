@@ -1,6 +1,8 @@
 //! The stage registry: every `type` a pipeline file may name, and how each is built.
-//! Adding a stage: a new `stages/<name>.rs` with `build`, a `mod` line, an arm in `build_stage`
-//! and a line in `STAGE_TYPES`.
+//! Adding a stage: a new `stages/<name>.rs` with its `build` and a `pub const KIND: StageKind`
+//! (name, about, build; `reselect` if it has thresholds), a `mod` line and one line in
+//! `STAGE_KINDS`; a new `Slot` in `record.rs` if it fills one. Nothing else names stage kinds:
+//! the runner, `rethreshold`, the CLI and `analyze` ask this table.
 
 pub mod committee;
 pub mod download;
@@ -18,54 +20,120 @@ pub mod youtube;
 
 use crate::config::plan::BuildCx;
 use crate::config::{ConfigError, Seg, StageCommon};
-use crate::runtime::StageTask;
+use crate::runtime::shards::TableView;
 use crate::runtime::stage::Source;
+use crate::runtime::{StageCounts, StageTask};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-/// (type, what it adds) for `vidcurate list-stages` and error messages.
-pub const STAGE_TYPES: &[(&str, &str)] = &[
-    (
-        "download",
-        "media into the run's content-addressed store: direct links (resumable), YouTube via yt-dlp (opt-in), local files as they are",
-    ),
-    (
-        "relevance",
-        "1-10 likelihood of the risk event from title + description (RiskCue prompt; a model service, or the local MiniLM judge)",
-    ),
-    (
-        "prescreen",
-        "local verdicts on the rubric's visible criteria (subtitles, dates, locations, logos, SNS overlays, jump cuts) from OCR and shots: rejects before any paid call when certain",
-    ),
-    (
-        "quality",
-        "the 12-criterion visual rubric (RiskCue A.4 prompt) by a vision model over the sampled frames; keep >= 10 of 12 scoring 2",
-    ),
-    (
-        "committee",
-        "N vision models answer one visual-only risk question; every vote stored; hardness rule configurable",
-    ),
-    (
-        "probe",
-        "duration, display size, fps, codec, frame count, audio (ffmpeg, in process)",
-    ),
-    (
-        "frames",
-        "sampled frames as JPEG: uniform N, fps with a cap, or every frame in a time range",
-    ),
-    (
-        "ocr",
-        "text regions of every sampled frame (PP-OCRv4) with stroke colour (HSV), layout and creator-added vs scene text",
-    ),
-    (
-        "overlays",
-        "per-video summary of creator-added text: counts, colours, positions, share over 8 time segments",
-    ),
-    (
-        "shots",
-        "shot boundaries (content detector, PySceneDetect-style) and shots per video",
-    ),
+/// How a stage kind is built and what the tools around the runner need to know of it.
+pub struct StageKind {
+    /// The `type` a pipeline file names.
+    pub name: &'static str,
+    /// What it adds, for `vidcurate list-stages` and error messages.
+    pub about: &'static str,
+    pub build: BuildFn,
+    /// Scoring stages: re-decides `select` from stored rows with the stage's own threshold type
+    /// and checks (the ones a pipeline file's `select` goes through), for `vidcurate rethreshold`.
+    pub reselect: Option<ReselectFn>,
+    /// A line for the run summary from the stage's counts, when it has something to say.
+    pub summary: Option<fn(stage_id: &str, counts: &StageCounts) -> String>,
+}
+
+pub type BuildFn = fn(&StageCommon, &[Seg], &[Seg], &BuildCx) -> Result<Built, ConfigError>;
+pub type ReselectFn = fn(&toml::Table, &TableView) -> Result<Reselected, ThresholdError>;
+
+/// A scoring stage's thresholds applied to its stored rows.
+pub struct Reselected {
+    /// The thresholds as applied, defaults filled in.
+    pub settings: serde_json::Value,
+    /// Whether a video (one with rows or a reject in the table) goes on.
+    pub keep: Box<dyn Fn(&str) -> bool + Send + Sync>,
+}
+
+/// An invalid threshold: the `select` key and what is wrong.
+#[derive(Debug)]
+pub struct ThresholdError {
+    pub key: String,
+    pub message: String,
+}
+
+/// A stage's `select` table, typed: `check` runs for pipeline files and `rethreshold` alike.
+pub trait Thresholds: DeserializeOwned + Serialize {
+    fn check(&self) -> Result<(), ThresholdError>;
+}
+
+impl ThresholdError {
+    pub fn new(key: &str, message: impl Into<String>) -> Self {
+        Self {
+            key: key.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Reads and checks a `select` table (rethreshold: the stored one with the `--set` values).
+pub fn thresholds<T: Thresholds>(select: &toml::Table) -> Result<T, ThresholdError> {
+    let t: T = toml::Value::Table(select.clone())
+        .try_into()
+        .map_err(|e: toml::de::Error| ThresholdError::new("", e.message().to_string()))?;
+    t.check()?;
+    Ok(t)
+}
+
+/// A stage's `select` table from a pipeline file, checked; errors point at the key.
+pub fn select_settings<T: Thresholds>(
+    common: &StageCommon,
+    select_at: &[Seg],
+    bcx: &BuildCx,
+) -> Result<T, ConfigError> {
+    let t: T = bcx.src.typed(&common.select, select_at)?;
+    t.check().map_err(|e| {
+        bcx.src
+            .error_at(&crate::config::key_at(select_at, &e.key), e.message)
+    })?;
+    Ok(t)
+}
+
+/// The thresholds and the stored rows of a scoring stage, as a `Reselected`: `keep_rows` decides
+/// from a video's id and rows (None: the video has no rows in the table).
+pub fn reselect_rows<T, R>(
+    select: &toml::Table,
+    view: &TableView,
+    keep_rows: impl Fn(&T, &str, Option<&Vec<R>>) -> bool + Send + Sync + 'static,
+) -> Result<Reselected, ThresholdError>
+where
+    T: Thresholds + Send + Sync + 'static,
+    R: Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    let t: T = thresholds(select)?;
+    let rows: std::collections::HashMap<String, Vec<R>> = view
+        .rows()
+        .map_err(|e| ThresholdError::new("", format!("reading the stored rows: {e}")))?;
+    Ok(Reselected {
+        settings: serde_json::to_value(&t).unwrap_or_default(),
+        keep: Box::new(move |id| keep_rows(&t, id, rows.get(id))),
+    })
+}
+
+/// Every stage kind: the one place that lists them.
+pub const STAGE_KINDS: &[StageKind] = &[
+    download::KIND,
+    relevance::KIND,
+    prescreen::KIND,
+    quality::KIND,
+    committee::KIND,
+    probe::KIND,
+    frames::KIND,
+    ocr::KIND,
+    overlays::KIND,
+    shots::KIND,
 ];
+
+/// The kind a pipeline names, if there is one.
+pub fn stage_kind(name: &str) -> Option<&'static StageKind> {
+    STAGE_KINDS.iter().find(|k| k.name == name)
+}
 
 pub const SOURCE_TYPES: &[(&str, &str)] = &[
     (
@@ -121,26 +189,22 @@ pub fn build_stage(
     select_at: &[Seg],
     bcx: &BuildCx,
 ) -> Result<Built, ConfigError> {
-    match common.kind.as_str() {
-        "download" => download::build(common, compute_at, select_at, bcx),
-        "relevance" => relevance::build(common, compute_at, select_at, bcx),
-        "prescreen" => prescreen::build(common, compute_at, select_at, bcx),
-        "quality" => quality::build(common, compute_at, select_at, bcx),
-        "committee" => committee::build(common, compute_at, select_at, bcx),
-        "probe" => probe::build(common, compute_at, select_at, bcx),
-        "frames" => frames::build(common, compute_at, select_at, bcx),
-        "ocr" => ocr::build(common, compute_at, select_at, bcx),
-        "overlays" => overlays::build(common, compute_at, select_at, bcx),
-        "shots" => shots::build(common, compute_at, select_at, bcx),
-        other => {
+    match stage_kind(&common.kind) {
+        Some(k) => (k.build)(common, compute_at, select_at, bcx),
+        None => {
             let mut at = compute_at.to_vec();
             at.pop();
             at.push(Seg::Key("type".into()));
             Err(bcx.src.error_at(
                 &at,
                 format!(
-                    "unknown stage type {other:?}; known types: {}",
-                    known(STAGE_TYPES)
+                    "unknown stage type {:?}; known types: {}",
+                    common.kind,
+                    STAGE_KINDS
+                        .iter()
+                        .map(|k| k.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             ))
         }

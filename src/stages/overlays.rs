@@ -38,6 +38,15 @@ pub struct OverlaySummary {
 
 pub struct OverlaysStage;
 
+/// This stage in the registry (`stages::STAGE_KINDS`).
+pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
+    name: "overlays",
+    about: "per-video summary of creator-added text: counts, colours, positions, share over 8 time segments",
+    build,
+    reselect: None,
+    summary: None,
+};
+
 pub fn build(
     common: &StageCommon,
     at: &[Seg],

@@ -71,6 +71,41 @@ impl Default for PrescreenSelect {
     }
 }
 
+impl crate::stages::Thresholds for PrescreenSelect {
+    fn check(&self) -> Result<(), crate::stages::ThresholdError> {
+        if self.min_twos > 12 {
+            return Err(crate::stages::ThresholdError::new(
+                "min_twos",
+                format!("min_twos must be 0..12, got {}", self.min_twos),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `vidcurate rethreshold`: the verdicts are kept; a video without a verdict goes on (the
+/// prescreen only ever drops on certain evidence).
+fn reselect(
+    select: &toml::Table,
+    view: &crate::runtime::shards::TableView,
+) -> Result<crate::stages::Reselected, crate::stages::ThresholdError> {
+    crate::stages::reselect_rows(
+        select,
+        view,
+        |s: &PrescreenSelect, _id: &str, rows: Option<&Vec<Prescreen>>| {
+            rows.is_none_or(|r| s.keep(r))
+        },
+    )
+}
+
+/// The run summary's line: every video dropped here is a quality-model call not paid for.
+fn summary(stage_id: &str, c: &crate::runtime::StageCounts) -> String {
+    format!(
+        "{stage_id}: {} videos dropped on certain local evidence: {} quality-model calls saved",
+        c.filtered, c.filtered
+    )
+}
+
 impl PrescreenSelect {
     pub fn keep(&self, rows: &[Prescreen]) -> bool {
         !self.reject_certain
@@ -127,6 +162,15 @@ pub struct PrescreenStage {
     places: Vec<Regex>,
 }
 
+/// This stage in the registry (`stages::STAGE_KINDS`).
+pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
+    name: "prescreen",
+    about: "local verdicts on the rubric's visible criteria (subtitles, dates, locations, logos, SNS overlays, jump cuts) from OCR and shots: rejects before any paid call when certain",
+    build,
+    reselect: Some(reselect),
+    summary: Some(summary),
+};
+
 pub fn build(
     common: &StageCommon,
     compute_at: &[Seg],
@@ -134,7 +178,7 @@ pub fn build(
     bcx: &BuildCx,
 ) -> Result<Built, ConfigError> {
     let (cfg, _): (PrescreenConfig, _) = compute_settings(common, compute_at, bcx)?;
-    let select: PrescreenSelect = bcx.src.typed(&common.select, select_at)?;
+    let select: PrescreenSelect = crate::stages::select_settings(common, select_at, bcx)?;
     let mut names: BTreeSet<String> = cfg.locations.iter().cloned().collect();
     if let Some(q) = &cfg.queries {
         let (qf, _) = QueryFile::load(&bcx.resolve(q))?;

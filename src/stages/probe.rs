@@ -23,6 +23,15 @@ pub struct ProbeConfig {}
 
 pub struct ProbeStage;
 
+/// This stage in the registry (`stages::STAGE_KINDS`).
+pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
+    name: "probe",
+    about: "duration, display size, fps, codec, frame count, audio (ffmpeg, in process)",
+    build,
+    reselect: None,
+    summary: None,
+};
+
 pub fn build(
     common: &StageCommon,
     at: &[Seg],

@@ -69,6 +69,30 @@ impl QualitySelect {
     }
 }
 
+impl crate::stages::Thresholds for QualitySelect {
+    fn check(&self) -> Result<(), crate::stages::ThresholdError> {
+        if self.min_twos > 12 {
+            return Err(crate::stages::ThresholdError::new(
+                "min_twos",
+                format!("min_twos must be 0..12, got {}", self.min_twos),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `vidcurate rethreshold`: the rubric scores are kept; a video without them does not go on.
+fn reselect(
+    select: &toml::Table,
+    view: &crate::runtime::shards::TableView,
+) -> Result<crate::stages::Reselected, crate::stages::ThresholdError> {
+    crate::stages::reselect_rows(
+        select,
+        view,
+        |s: &QualitySelect, _id: &str, rows: Option<&Vec<Quality>>| rows.is_some_and(|r| s.keep(r)),
+    )
+}
+
 /// The 12 scores in rubric order, as columns.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Quality {
@@ -173,6 +197,15 @@ pub struct QualityStage {
     svc: Arc<LlmService>,
 }
 
+/// This stage in the registry (`stages::STAGE_KINDS`).
+pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
+    name: "quality",
+    about: "the 12-criterion visual rubric (RiskCue A.4 prompt) by a vision model over the sampled frames; keep >= 10 of 12 scoring 2",
+    build,
+    reselect: Some(reselect),
+    summary: None,
+};
+
 pub fn build(
     common: &StageCommon,
     compute_at: &[Seg],
@@ -182,13 +215,7 @@ pub fn build(
     let (cfg, mut compute): (QualityConfig, _) = compute_settings(common, compute_at, bcx)?;
     // The rubric prompt's full text is hashed: a new text redoes the stage.
     compute["prompt_blake3"] = super::judge::text_hash(QUALITY_PROMPT).into();
-    let select: QualitySelect = bcx.src.typed(&common.select, select_at)?;
-    if select.min_twos > 12 {
-        return Err(bcx.src.error_at(
-            &crate::config::key_at(select_at, "min_twos"),
-            "min_twos must be 0..12",
-        ));
-    }
+    let select: QualitySelect = crate::stages::select_settings(common, select_at, bcx)?;
     let svc = bcx.llm_service(&cfg.service, &crate::config::key_at(compute_at, "service"))?;
     Ok(Built {
         task: Box::new(ProcessorTask(Arc::new(QualityStage { cfg, select, svc }))),

@@ -88,6 +88,32 @@ impl RelevanceSelect {
     }
 }
 
+impl crate::stages::Thresholds for RelevanceSelect {
+    fn check(&self) -> Result<(), crate::stages::ThresholdError> {
+        if !(1..=10).contains(&self.min_score) {
+            return Err(crate::stages::ThresholdError::new(
+                "min_score",
+                format!("min_score must be 1..10, got {}", self.min_score),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `vidcurate rethreshold`: the scores are kept; a video without a score does not go on.
+fn reselect(
+    select: &toml::Table,
+    view: &crate::runtime::shards::TableView,
+) -> Result<crate::stages::Reselected, crate::stages::ThresholdError> {
+    crate::stages::reselect_rows(
+        select,
+        view,
+        |s: &RelevanceSelect, _id: &str, rows: Option<&Vec<Relevance>>| {
+            rows.is_some_and(|r| s.keep(r))
+        },
+    )
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Relevance {
     /// 1–10.
@@ -121,6 +147,15 @@ pub struct RelevanceStage {
     judge: Arc<Judge>,
 }
 
+/// This stage in the registry (`stages::STAGE_KINDS`).
+pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
+    name: "relevance",
+    about: "1-10 likelihood of the risk event from title + description (RiskCue prompt; a model service, or the local MiniLM judge)",
+    build,
+    reselect: Some(reselect),
+    summary: None,
+};
+
 pub fn build(
     common: &StageCommon,
     compute_at: &[Seg],
@@ -128,13 +163,7 @@ pub fn build(
     bcx: &BuildCx,
 ) -> Result<Built, ConfigError> {
     let (cfg, _): (RelevanceConfig, _) = compute_settings(common, compute_at, bcx)?;
-    let select: RelevanceSelect = bcx.src.typed(&common.select, select_at)?;
-    if !(1..=10).contains(&select.min_score) {
-        return Err(bcx.src.error_at(
-            &crate::config::key_at(select_at, "min_score"),
-            "min_score must be 1..10",
-        ));
-    }
+    let select: RelevanceSelect = crate::stages::select_settings(common, select_at, bcx)?;
     let event = EventConfig {
         queries: cfg.queries.clone(),
         event: cfg.event.clone(),

@@ -71,6 +71,15 @@ pub struct ShotsStage {
     cfg: ShotsConfig,
 }
 
+/// This stage in the registry (`stages::STAGE_KINDS`).
+pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
+    name: "shots",
+    about: "shot boundaries (content detector, PySceneDetect-style) and shots per video",
+    build,
+    reselect: None,
+    summary: None,
+};
+
 pub fn build(
     common: &StageCommon,
     at: &[Seg],

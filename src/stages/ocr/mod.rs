@@ -57,6 +57,15 @@ pub struct OcrStage {
     engine: OnceLock<Result<Arc<OcrEngine>, String>>,
 }
 
+/// This stage in the registry (`stages::STAGE_KINDS`).
+pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
+    name: "ocr",
+    about: "text regions of every sampled frame (PP-OCRv4) with stroke colour (HSV), layout and creator-added vs scene text",
+    build,
+    reselect: None,
+    summary: None,
+};
+
 pub fn build(
     common: &StageCommon,
     at: &[Seg],
