@@ -34,6 +34,9 @@ pub struct StageError {
     pub kind: ErrorKind,
     pub reason: String,
     pub detail: String,
+    /// For an external error: how long the service asked us to wait before trying again
+    /// (already checked and capped by the client); the runner waits at least this long.
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl StageError {
@@ -42,7 +45,12 @@ impl StageError {
             kind,
             reason: reason.into(),
             detail: detail.into(),
+            retry_after: None,
         }
+    }
+    pub fn with_retry_after(mut self, wait: Option<std::time::Duration>) -> Self {
+        self.retry_after = wait;
+        self
     }
     pub fn data(reason: impl Into<String>, detail: impl Into<String>) -> Self {
         Self::new(ErrorKind::Data, reason, detail)

@@ -158,9 +158,9 @@ fn relevance_pipeline(dir: &Path, url: &str) -> PathBuf {
     relevance_pipeline_with(
         dir,
         url,
-        "timeout_secs = 1\nmax_retries = 3\nrequests_per_minute = 6000\nusd_per_mtok_input = 2.5\nusd_per_mtok_output = 10.0",
+        "timeout_secs = 1\nrequests_per_minute = 6000\nusd_per_mtok_input = 2.5\nusd_per_mtok_output = 10.0",
         "",
-        "retries = 0\nselect = { min_score = 9 }",
+        "retries = 3\nselect = { min_score = 9 }",
     )
 }
 
@@ -326,20 +326,13 @@ fn insufficient_quota_stops_the_run_with_a_clear_message() {
     let dir = tempfile::tempdir().unwrap();
     let server = openai_fake();
     url_manifest(dir.path(), &["broke", "riot", "lecture"]);
-    let p = relevance_pipeline(dir.path(), &server.url());
-    let text = std::fs::read_to_string(&p)
-        .unwrap()
-        .replace(
-            "requests_per_minute = 6000",
-            "requests_per_minute = 6000\nmax_retries = 0",
-        )
-        .replace("max_retries = 3\n", "");
-    write(&p, &text);
-    let text = std::fs::read_to_string(&p).unwrap().replace(
-        "retries = 0\ncompute",
-        "retries = 0\nmax_in_flight = 1\ncompute",
+    let p = relevance_pipeline_with(
+        dir.path(),
+        &server.url(),
+        "timeout_secs = 1\nrequests_per_minute = 6000",
+        "",
+        "retries = 0\nmax_in_flight = 1\nselect = { min_score = 9 }",
     );
-    write(&p, &text);
     let o = run_with_key(&p, &dir.path().join("run"));
     let e = err(&o);
     assert_eq!(o.status.code(), Some(2), "{e}");
@@ -465,7 +458,7 @@ fn quality_rubric_on_frames_validates_repairs_and_rethresholds_without_calls() {
     let server = gemini_fake(answers);
     let p = dir.path().join("p.toml");
     let services = format!(
-        "[services.gemini]\nbase_url = \"{}v1beta/\"\napi = \"gemini\"\napi_key_env = \"VIDCURATE_TEST_GEMINI_KEY\"\nmax_retries = 2\n",
+        "[services.gemini]\nbase_url = \"{}v1beta/\"\napi = \"gemini\"\napi_key_env = \"VIDCURATE_TEST_GEMINI_KEY\"\n",
         server.url()
     );
     write(
@@ -820,9 +813,9 @@ fn absurd_retry_waits_from_a_server_are_clamped_not_fatal() {
     let p = relevance_pipeline_with(
         d.path(),
         &server.url(),
-        "max_retries = 2\nmax_wait_secs = 5",
+        "max_wait_secs = 5",
         "",
-        "",
+        "retries = 2",
     );
     let out = d.path().join("run");
     let o = run_with_key(&p, &out);
@@ -832,7 +825,7 @@ fn absurd_retry_waits_from_a_server_are_clamped_not_fatal() {
     assert_eq!(server.count("/chat/completions"), 10);
     let waits: Vec<u64> = log
         .lines()
-        .filter(|l| l.contains("Retrying model call."))
+        .filter(|l| l.contains("Retrying."))
         .filter_map(|l| l.split("wait_ms=").nth(1))
         .map(|w| w.split_whitespace().next().unwrap().parse().unwrap())
         .collect();
@@ -920,4 +913,34 @@ compute = {{ service = "openai", model = "gpt-4o", event = "a flood", prompt = "
         prompts[7].starts_with("Does it show a flood? 1-10."),
         "{prompts:?}"
     );
+}
+
+/// One retry owner: a dead endpoint costs each video the stage's `retries` + 1 attempts, not a
+/// product of the runner's and the client's retries; `max_retries` on a model service is refused
+/// with a message saying where attempts are set.
+#[test]
+fn a_dead_endpoint_costs_at_most_retries_plus_one_attempts_per_video() {
+    let server = FakeServer::start(|_r: &Request| {
+        Response::json(500, llm_fixture("openai/error_500_server_error.json"))
+    });
+    let d = tempfile::tempdir().unwrap();
+    url_manifest(d.path(), &["a", "b"]);
+    let p = relevance_pipeline_with(d.path(), &server.url(), "", "", "retries = 2");
+    let out = d.path().join("run");
+    let o = run_with_key(&p, &out);
+    assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+    assert_eq!(server.count("/chat/completions"), 2 * 3);
+    let rejects = table_rows(&out.join("rejects"), &["rejected_at", "stage_fingerprint"]);
+    assert_eq!(rejects.len(), 2, "{rejects:#?}");
+    assert!(
+        rejects
+            .iter()
+            .all(|r| r.contains("reason=service_unavailable"))
+    );
+
+    let p = relevance_pipeline_with(d.path(), &server.url(), "max_retries = 5", "", "");
+    let o = run_with_key(&p, &d.path().join("run2"));
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("stage's `retries`"), "{}", err(&o));
+    assert_eq!(server.count("/chat/completions"), 6);
 }

@@ -3,11 +3,14 @@
 //!
 //! One `LlmService` per `[services.<name>]`, shared by every stage that names it, so its request
 //! and token budgets (governor rate limiters) count all of them together. A call goes: response
-//! cache (hit → no call) → rate limiters → HTTP with a timeout → retries with exponential backoff
-//! and jitter on 429 / 5xx / timeouts / unreadable bodies, waiting at least what the server asks
-//! (`Retry-After`, OpenAI's "try again in 6ms", Gemini's `RetryInfo.retryDelay`) → cache. Errors
-//! that no retry can fix (a refused key, `insufficient_quota`) are configuration errors: the run
-//! stops with the message. Keys come from the environment and are scrubbed from every message.
+//! cache (hit → no call) → rate limiters → one HTTP request with a timeout → cache. A 429 / 5xx /
+//! timeout / unreadable body is an external error carrying the wait the server asked for
+//! (`Retry-After`, OpenAI's "try again in 6ms", Gemini's `RetryInfo.retryDelay`; checked and
+//! capped by `max_wait_secs`): the runner owns retries, so a video costs at most the stage's
+//! `retries` + 1 attempts of each call, and answers that did arrive come from the cache on the
+//! retry. Errors that no retry can fix (a refused key, `insufficient_quota`) are configuration
+//! errors: the run stops with the message. Keys come from the environment and are scrubbed from
+//! every message.
 
 use crate::config::ServiceConfig;
 use crate::error::{ErrorKind, StageError};
@@ -77,8 +80,7 @@ pub struct LlmService {
     key: Option<String>,
     key_env: Option<String>,
     timeout: Duration,
-    max_retries: u32,
-    /// Cap on any wait between attempts (a server may ask for anything).
+    /// Cap on any wait a server asks for between attempts (it may ask for anything).
     max_wait: Duration,
     http: reqwest::Client,
     requests: Option<DefaultDirectRateLimiter>,
@@ -112,6 +114,9 @@ impl LlmService {
             None if cfg.base_url.contains("generativelanguage") => Api::Gemini,
             None => Api::OpenAi,
         };
+        if cfg.max_retries.is_some() {
+            return Err("max_retries applies to the youtube source only: a model stage's attempts per video are the stage's `retries` (default 2)".into());
+        }
         // Read now but required only when a call is made, so `validate` and `rethreshold` work
         // without keys.
         let key = cfg
@@ -134,7 +139,6 @@ impl LlmService {
             key,
             key_env: cfg.api_key_env.clone(),
             timeout: Duration::from_secs(cfg.timeout_secs.unwrap_or(120)),
-            max_retries: cfg.max_retries.unwrap_or(5),
             max_wait: match cfg.max_wait_secs {
                 None => Duration::from_secs(60),
                 Some(s) if s.is_finite() && s >= 0.0 && s <= 86_400.0 => Duration::from_secs_f64(s),
@@ -253,8 +257,7 @@ impl LlmService {
         // answer's allowance.
         let est =
             (req.prompt.len() / 4 + req.images.len() * 260 + req.max_tokens as usize).max(1) as u32;
-        let mut attempt = 0u32;
-        loop {
+        {
             if let Some(l) = &self.requests {
                 l.until_ready().await;
             }
@@ -344,30 +347,14 @@ impl LlmService {
                     }
                 }
             };
-            if attempt >= self.max_retries {
-                return Err(StageError::external(
-                    "service_unavailable",
-                    self.scrub(&format!(
-                        "{}: {} attempts, last: {retry_reason}",
-                        self.name,
-                        attempt + 1
-                    )),
-                ));
-            }
-            let backoff = Duration::from_millis((500u64 << attempt.min(6)).min(30_000));
-            let jitter = Duration::from_millis(
-                blake3::hash(
-                    format!("{}{attempt}{:?}", key.request.len(), Instant::now()).as_bytes(),
-                )
-                .as_bytes()[0] as u64
-                    * 2,
-            );
+            // One attempt per call: the runner owns retries (per video, the stage's `retries`),
+            // waiting at least what the server asked for.
             let asked = wait_hint.and_then(|secs| server_wait(secs, self.max_wait));
-            let wait = (asked.map_or(backoff, |h| h.max(Duration::from_millis(50))) + jitter)
-                .min(self.max_wait);
-            tracing::warn!(service = %self.name, attempt = attempt + 1, wait_ms = wait.as_millis() as u64, reason = %self.scrub(&retry_reason), "Retrying model call.");
-            tokio::time::sleep(wait).await;
-            attempt += 1;
+            Err(StageError::external(
+                "service_unavailable",
+                self.scrub(&format!("{}: {retry_reason}", self.name)),
+            )
+            .with_retry_after(asked))
         }
     }
 }

@@ -452,9 +452,7 @@ impl YouTubeClient {
             };
             match failure {
                 Failure::Retry(last) if attempt < self.settings.max_retries => {
-                    let wait = Duration::from_millis(
-                        (500u64 << attempt.min(6)).min(30_000) + rand_jitter(&key.request, attempt),
-                    );
+                    let wait = crate::runtime::backoff(attempt, &key.request);
                     tracing::warn!(method = method.name(), attempt = attempt + 1, wait_ms = wait.as_millis() as u64, error = %last, "Retrying YouTube call.");
                     tokio::time::sleep(wait).await;
                     attempt += 1;
@@ -600,11 +598,6 @@ fn classify(method: Method, e: common::Error) -> Failure {
         ),
         other => Failure::Refused(0, "client".into(), other.to_string()),
     }
-}
-
-fn rand_jitter(seed: &str, attempt: u32) -> u64 {
-    let b = blake3::hash(format!("{seed}{attempt}{:?}", Instant::now()).as_bytes());
-    (b.as_bytes()[0] as u64) * 2
 }
 
 fn human(d: Duration) -> String {

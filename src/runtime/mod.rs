@@ -94,8 +94,10 @@ enum Outcome<R> {
     Computed(VideoRecord, Result<Vec<R>, StageError>, Option<Duration>),
 }
 
-/// Exponential backoff with jitter: 0.5 s, 1 s, 2 s ... capped at 30 s.
-fn backoff(attempt: u32, seed: &str) -> Duration {
+/// The one backoff of external retries (the runner's per-video retries and the YouTube
+/// collection's): 0.5 s, 1 s, 2 s ... capped at 30 s, plus up to half as much again of jitter
+/// derived from `seed`, so videos that failed together do not come back together.
+pub fn backoff(attempt: u32, seed: &str) -> Duration {
     let base = 500u64.saturating_mul(1 << attempt.min(6)).min(30_000);
     let jitter =
         blake3::hash(format!("{seed}{attempt}").as_bytes()).as_bytes()[0] as u64 * base / 512;
@@ -126,7 +128,11 @@ async fn compute_with_retries<P: Processor>(
                     && attempt < settings.retries
                     && !cx.cancel.is_cancelled() =>
             {
-                let wait = backoff(attempt, &rec.video_id);
+                // A wait the service asked for (checked and capped by its client) wins over ours.
+                let wait = e.retry_after.map_or_else(
+                    || backoff(attempt, &rec.video_id),
+                    |w| w.max(Duration::from_millis(50)),
+                );
                 tracing::warn!(stage = %cx.stage_id, video_id = %rec.video_id, error = %e, wait_ms = wait.as_millis() as u64, "Retrying.");
                 tokio::time::sleep(wait).await;
                 attempt += 1;
