@@ -231,10 +231,10 @@ impl LlmService {
     pub async fn chat(
         &self,
         req: &ChatRequest,
-        cache: &ResponseCache,
+        cache: &Arc<ResponseCache>,
     ) -> Result<ChatAnswer, StageError> {
         let key = self.cache_key(req);
-        if let Some(hit) = cache.get(&key)? {
+        if let Some(hit) = cache.lookup(&key).await? {
             if let Ok(mut a) = parse_answer(self.api, &hit.body) {
                 a.cached = true;
                 return Ok(a);
@@ -306,17 +306,19 @@ impl LlmService {
                 None => ("no answer (timeout or connection error)".to_string(), None),
                 Some((200, _, bytes)) => match parse_answer(self.api, &bytes) {
                     Ok(a) => {
-                        cache.put(
-                            &key,
-                            &CachedResponse {
-                                status: 200,
-                                parsed: a.text.clone(),
-                                input_tokens: Some(a.input_tokens),
-                                output_tokens: Some(a.output_tokens),
-                                latency_ms: latency,
-                                body: bytes,
-                            },
-                        )?;
+                        cache
+                            .store(
+                                &key,
+                                CachedResponse {
+                                    status: 200,
+                                    parsed: a.text.clone(),
+                                    input_tokens: Some(a.input_tokens),
+                                    output_tokens: Some(a.output_tokens),
+                                    latency_ms: latency,
+                                    body: bytes,
+                                },
+                            )
+                            .await?;
                         return Ok(a);
                     }
                     Err(e) => (format!("unreadable answer: {e}"), None),

@@ -246,7 +246,7 @@ pub struct YouTubeClient {
     key_id: String,
     settings: ClientSettings,
     cache: Arc<ResponseCache>,
-    ledger: QuotaLedger,
+    ledger: Arc<QuotaLedger>,
     /// Requests that went over the network in this process.
     pub calls: AtomicU64,
     /// Quota units (or search calls) charged in this process, per bucket name.
@@ -285,7 +285,7 @@ impl YouTubeClient {
         }
         hub.base_url(base.clone());
         hub.root_url(base);
-        let ledger = QuotaLedger::open(&settings.quota.ledger_path())?;
+        let ledger = Arc::new(QuotaLedger::open(&settings.quota.ledger_path())?);
         Ok(Self {
             hub,
             key_id: key_id(&key),
@@ -296,6 +296,18 @@ impl YouTubeClient {
             calls: AtomicU64::new(0),
             charged: Default::default(),
         })
+    }
+
+    /// A ledger call on a blocking thread: SQLite may wait for another run's lock (busy timeout),
+    /// and a tokio worker must not.
+    async fn on_ledger<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&QuotaLedger, &str) -> Result<T, YtError> + Send + 'static,
+    ) -> Result<T, YtError> {
+        let (ledger, key_id) = (self.ledger.clone(), self.key_id.clone());
+        tokio::task::spawn_blocking(move || f(&ledger, &key_id))
+            .await
+            .map_err(|e| YtError::Setup(format!("quota ledger: {e}")))?
     }
 
     pub fn key_id(&self) -> &str {
@@ -392,7 +404,7 @@ impl YouTubeClient {
             request,
         };
         let setup = |e: crate::error::StageError| YtError::Setup(e.detail);
-        if let Some(hit) = self.cache.get(&key).map_err(setup)? {
+        if let Some(hit) = self.cache.lookup(&key).await.map_err(setup)? {
             return serde_json::from_slice(&hit.body).map_err(|e| {
                 YtError::Setup(format!(
                     "cached {} answer does not parse ({e}); delete the run's cache/responses.sqlite to refetch",
@@ -405,8 +417,8 @@ impl YouTubeClient {
         loop {
             let day = pacific_day(Utc::now());
             if let Err(used) = self
-                .ledger
-                .reserve(&self.key_id, day, bucket, cost, budget)?
+                .on_ledger(move |l, key_id| l.reserve(key_id, day, bucket, cost, budget))
+                .await?
             {
                 return Err(YtError::QuotaSpent(format!(
                     "the {bucket} budget of key {} for {day} (Pacific) is spent: {used} of {budget} used, {} needs {cost}; it resets in {}",
@@ -431,15 +443,16 @@ impl YouTubeClient {
                         .map(|b| b.to_vec())
                         .unwrap_or_default();
                     self.cache
-                        .put(
+                        .store(
                             &key,
-                            &CachedResponse {
+                            CachedResponse {
                                 status: 200,
                                 body,
                                 latency_ms: started.elapsed().as_millis() as i64,
                                 ..Default::default()
                             },
                         )
+                        .await
                         .map_err(setup)?;
                     return Ok(parsed);
                 }
@@ -465,7 +478,8 @@ impl YouTubeClient {
                     });
                 }
                 Failure::QuotaExceeded(reason) => {
-                    self.ledger.exhaust(&self.key_id, day, bucket, budget)?;
+                    self.on_ledger(move |l, key_id| l.exhaust(key_id, day, bucket, budget))
+                        .await?;
                     return Err(YtError::QuotaSpent(format!(
                         "YouTube answered `{reason}` for key {} on {day} (Pacific); the {bucket} bucket is counted as spent until it resets in {}",
                         self.key_id,

@@ -186,6 +186,30 @@ impl ResponseCache {
         Ok(())
     }
 
+    /// `get` on a blocking thread: SQLite may wait on a lock (busy timeout 30 s), and a tokio
+    /// worker must not.
+    pub async fn lookup(
+        self: &Arc<Self>,
+        key: &CacheKey,
+    ) -> Result<Option<CachedResponse>, StageError> {
+        let (me, key) = (self.clone(), key.clone());
+        tokio::task::spawn_blocking(move || me.get(&key))
+            .await
+            .map_err(|e| StageError::internal("response_cache", e.to_string()))?
+    }
+
+    /// `put` on a blocking thread (see `lookup`).
+    pub async fn store(
+        self: &Arc<Self>,
+        key: &CacheKey,
+        value: CachedResponse,
+    ) -> Result<(), StageError> {
+        let (me, key) = (self.clone(), key.clone());
+        tokio::task::spawn_blocking(move || me.put(&key, &value))
+            .await
+            .map_err(|e| StageError::internal("response_cache", e.to_string()))?
+    }
+
     pub fn stats(&self) -> Result<Vec<CacheStats>, StageError> {
         let conn = self.conn();
         let mut st = conn
