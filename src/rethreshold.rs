@@ -147,8 +147,8 @@ fn funnel(
 }
 
 pub async fn rethreshold(run_dir: &Path, overrides: &[Override]) -> Result<Rethreshold, RunError> {
-    let local =
-        LocalStore::open(run_dir).map_err(|e| RunError::io(run_dir.display().to_string(), e))?;
+    let local = LocalStore::open_read_only(run_dir)
+        .map_err(|e| RunError::io(run_dir.display().to_string(), e))?;
     let store: Arc<dyn Store> = Arc::new(local);
     let m = manifest::load(store.as_ref()).await.ok_or_else(|| {
         RunError::Config(format!(

@@ -69,42 +69,67 @@ pub struct Analysis {
     pub stats: Vec<StatRow>,
 }
 
-fn read_batches(dir: &Path) -> Result<Vec<RecordBatch>, String> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.extension().is_some_and(|x| x == "parquet")
-                && !p
-                    .file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-        })
-        .collect();
-    files.sort();
-    let mut out = vec![];
-    for f in files {
-        let file = std::fs::File::open(&f).map_err(|e| format!("{}: {e}", f.display()))?;
-        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
-            .and_then(|b| b.build())
-            .map_err(|e| format!("{}: {e}", f.display()))?;
-        for b in reader {
-            out.push(b.map_err(|e| format!("{}: {e}", f.display()))?);
-        }
-    }
-    Ok(out)
+/// The run's tables as `analyze` reads them: the typed manifest names each stage's id and
+/// fingerprint, and only shards of that fingerprint are read, through the same reader as resume
+/// and `rethreshold` (shards of a changed setting that a later run has not yet set aside never
+/// mix in).
+struct RunTables {
+    rt: tokio::runtime::Runtime,
+    store: std::sync::Arc<dyn crate::runtime::store::Store>,
+    manifest: crate::runtime::manifest::Manifest,
 }
 
-/// The stage id of the first stage of `kind` in the run's manifest.
-fn stage_id(run: &Path, kind: &str) -> Result<Option<String>, String> {
-    let m: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(run.join("manifest.json"))
-            .map_err(|e| format!("{}/manifest.json: {e}", run.display()))?,
-    )
-    .map_err(|e| format!("{}/manifest.json: {e}", run.display()))?;
-    Ok(m["stages"]
-        .as_array()
-        .and_then(|s| s.iter().find(|s| s["type"] == kind))
-        .and_then(|s| s["id"].as_str().map(str::to_string)))
+impl RunTables {
+    fn open(run: &Path) -> Result<Self, String> {
+        let local = crate::runtime::store::LocalStore::open_read_only(run)
+            .map_err(|e| format!("{}: {e}", run.display()))?;
+        let store: std::sync::Arc<dyn crate::runtime::store::Store> = std::sync::Arc::new(local);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let manifest = rt
+            .block_on(crate::runtime::manifest::load(store.as_ref()))
+            .ok_or_else(|| {
+                format!(
+                    "{}/manifest.json: missing or unreadable (not a run directory?)",
+                    run.display()
+                )
+            })?;
+        Ok(Self {
+            rt,
+            store,
+            manifest,
+        })
+    }
+
+    /// The id of the first stage of `kind`.
+    fn stage_id(&self, kind: &str) -> Option<String> {
+        self.manifest
+            .stages
+            .iter()
+            .find(|s| s.kind == kind)
+            .map(|s| s.id.clone())
+    }
+
+    /// The rows of stage `id` under its current fingerprint.
+    fn batches(&self, id: &str) -> Result<Vec<RecordBatch>, String> {
+        let st = self
+            .manifest
+            .stages
+            .iter()
+            .find(|s| s.id == id)
+            .ok_or_else(|| format!("no stage {id} in the manifest"))?;
+        self.rt
+            .block_on(crate::runtime::shards::read_table(
+                &self.store,
+                &st.id,
+                &st.fingerprint,
+                true,
+            ))
+            .map(|v| v.batches)
+            .map_err(|e| e.to_string())
+    }
 }
 
 fn col_str(b: &RecordBatch, name: &str) -> Result<Vec<Option<String>>, String> {
@@ -209,18 +234,20 @@ pub fn analyze(
         }
     };
     use crate::stages::{frames, ocr, probe, shots};
-    let ocr =
-        stage_id(run, ocr::KIND.name)?.ok_or("the run has no `ocr` stage: nothing to analyse")?;
-    let frames_id = stage_id(run, frames::KIND.name)?;
-    let probe_id = stage_id(run, probe::KIND.name)?;
-    let shots_id = stage_id(run, shots::KIND.name)?;
+    let run_tables = RunTables::open(run)?;
+    let ocr = run_tables
+        .stage_id(ocr::KIND.name)
+        .ok_or("the run has no `ocr` stage: nothing to analyse")?;
+    let frames_id = run_tables.stage_id(frames::KIND.name);
+    let probe_id = run_tables.stage_id(probe::KIND.name);
+    let shots_id = run_tables.stage_id(shots::KIND.name);
     let out_dir = out
         .map(Path::to_path_buf)
         .unwrap_or_else(|| run.join("analysis").join(by));
 
     let mut regions = vec![];
     let (mut grid_rows, mut grid_cols) = (1u32, 1u32);
-    for b in read_batches(&run.join(&ocr))? {
+    for b in run_tables.batches(&ocr)? {
         let b = filtered(b)?.ok_or_else(|| {
             format!(
                 "--where {:?}: the {ocr} table has no column {:?}",
@@ -383,7 +410,7 @@ pub fn analyze(
     // creator-added text, per video, averaged per group.
     if let (Some(fid), Some(pid)) = (&frames_id, &probe_id) {
         let mut duration: HashMap<String, f64> = HashMap::new();
-        for b in read_batches(&run.join(pid))? {
+        for b in run_tables.batches(pid)? {
             let (ids, d) = (
                 col_str(&b, COL_VIDEO_ID)?,
                 col_f64(&b, "video_duration_secs")?,
@@ -395,7 +422,7 @@ pub fn analyze(
         let with_text: std::collections::HashSet<(String, u32)> =
             regions.iter().map(|r| (r.video.clone(), r.frame)).collect();
         let mut per_video: BTreeMap<(String, String), ([f64; 8], [f64; 8])> = BTreeMap::new();
-        for b in read_batches(&run.join(fid))? {
+        for b in run_tables.batches(fid)? {
             // A filter on region columns cannot select frames: the segment analysis is skipped.
             let Some(b) = filtered(b)? else { break };
             let (ids, grp) = (col_str(&b, COL_VIDEO_ID)?, col_str(&b, by)?);
@@ -459,7 +486,7 @@ pub fn analyze(
     // Shots per video.
     if let Some(sid) = &shots_id {
         let mut per_video: BTreeMap<String, (String, u32)> = BTreeMap::new();
-        for b in read_batches(&run.join(sid))? {
+        for b in run_tables.batches(sid)? {
             let Some(b) = filtered(b)? else { break };
             let (ids, grp) = (col_str(&b, COL_VIDEO_ID)?, col_str(&b, by)?);
             let n = b

@@ -43,6 +43,14 @@ impl LocalStore {
         Ok(Self { root })
     }
 
+    /// A run directory for reading only (`analyze`, `rethreshold`): nothing is created and no
+    /// leftover temp file is swept (a run may be writing it right now).
+    pub fn open_read_only(root: &Path) -> io::Result<Self> {
+        Ok(Self {
+            root: root.canonicalize()?,
+        })
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
