@@ -9,6 +9,8 @@ pub mod clients;
 pub mod config;
 pub mod error;
 pub mod ocr;
+pub mod paths;
+pub mod plan;
 pub mod queries;
 pub mod record;
 pub mod rethreshold;

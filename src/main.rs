@@ -4,8 +4,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use vidcurate::config::plan;
 use vidcurate::error::RunError;
+use vidcurate::plan;
 use vidcurate::runtime::runner::{self, RunOptions, RunStatus};
 
 /// Build video benchmark dataset splits from a pipeline file.
@@ -199,7 +199,7 @@ fn ocr_cmd(
         use_cls: !no_cls,
         ..Default::default()
     };
-    let engine = OcrEngine::load(&vidcurate::ocr::models_dir(), threads, params)
+    let engine = OcrEngine::load(&vidcurate::paths::models_dir(), threads, params)
         .map_err(anyhow::Error::msg)?;
     let read = |img: &image::RgbImage| -> Result<Vec<vidcurate::ocr::Region>, String> {
         if no_det {

@@ -202,7 +202,7 @@ pub async fn rethreshold(run_dir: &Path, overrides: &[Override]) -> Result<Rethr
     let mut settings = BTreeMap::new();
     for st in &m.stages {
         let view = read_table(&store, &st.id, &st.fingerprint, scoring(&st.kind)).await?;
-        if st.id == crate::config::plan::SOURCE_STAGE_ID {
+        if st.id == crate::runtime::chain::SOURCE_STAGE_ID {
             let mut ids: Vec<String> = view.done.iter().cloned().collect();
             ids.sort();
             sources = ids;

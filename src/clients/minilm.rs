@@ -18,7 +18,7 @@ pub struct MiniLm {
 
 /// data/models/minilm, or $VIDCURATE_MODELS/minilm.
 pub fn default_dir() -> PathBuf {
-    crate::ocr::models_dir().join("minilm")
+    crate::paths::models_dir().join("minilm")
 }
 
 impl MiniLm {

@@ -5,8 +5,6 @@
 //! tagged enums would buffer the table and lose the line. Instead we track the key path with
 //! `serde_path_to_error` and look the path up in a span-keeping parse of the same text.
 
-pub mod plan;
-
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;

@@ -64,23 +64,6 @@ impl Default for OcrParams {
     }
 }
 
-/// Where the models are: `$VIDCURATE_MODELS`, else `data/models` under the current directory,
-/// else under the repository the executable was built in.
-pub fn models_dir() -> PathBuf {
-    if let Some(p) = std::env::var_os("VIDCURATE_MODELS") {
-        return PathBuf::from(p);
-    }
-    let local = PathBuf::from("data/models");
-    if local.join("ppocrv4").is_dir() {
-        return local;
-    }
-    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/models");
-    if built.is_dir() {
-        return built;
-    }
-    local
-}
-
 static ORT: OnceLock<Result<ort::environment::Environment, String>> = OnceLock::new();
 
 /// Loads ONNX Runtime's shared library once (`ORT_DYLIB_PATH` overrides the models folder).

@@ -6,6 +6,7 @@
 //! stage upstream, so memory stays bounded however large the source.
 
 pub mod cache;
+pub mod chain;
 pub mod cpu;
 pub mod manifest;
 pub mod progress;

@@ -7,9 +7,9 @@ use super::stage::{CpuPool, StageContext};
 use super::store::{LocalStore, Store};
 use super::watch::{self, StageWatch, StallPolicy};
 use super::{StageCounts, StageIo, StageSettings};
-use crate::config::plan::{Plan, SOURCE_FINGERPRINT, SOURCE_STAGE_ID};
 use crate::error::RunError;
 use crate::record::VideoRecord;
+use crate::runtime::chain::{Plan, SOURCE_FINGERPRINT, SOURCE_STAGE_ID};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -278,7 +278,7 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
 /// column would sit beside it under the same name, and readers would pick either.
 fn check_extra_columns(
     extras: &[String],
-    stages: &[crate::config::plan::PlannedStage],
+    stages: &[crate::runtime::chain::PlannedStage],
 ) -> Result<(), RunError> {
     use crate::record::{COL_FINGERPRINT, COL_VIDEO_ID};
     for x in extras {

@@ -10,12 +10,12 @@
 //! video is never fetched again) and partial files under `media/partial/` (a crash resumes).
 //! Every failure (HTTP status, size cap, yt-dlp error, timeout) is a reject row.
 
-use crate::config::plan::BuildCx;
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{MediaFile, Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
+use crate::stages::BuildCx;
 use crate::stages::{Built, compute_settings, no_select};
 use async_trait::async_trait;
 use futures::StreamExt;

@@ -13,12 +13,12 @@
 //! - `range`: every frame with start_secs ≤ t < end_secs (end default: the end of the video).
 
 use crate::clients::ffmpeg;
-use crate::config::plan::BuildCx;
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{FrameRef, Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
+use crate::stages::BuildCx;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;

@@ -2,12 +2,12 @@
 //! video's title and description, and frames as model inputs.
 
 use crate::clients::llm::ImageInput;
-use crate::config::plan::BuildCx;
 use crate::config::{ConfigError, Seg};
 use crate::error::StageError;
 use crate::queries::QueryFile;
 use crate::record::VideoRecord;
 use crate::runtime::stage::StageContext;
+use crate::stages::BuildCx;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 

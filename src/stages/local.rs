@@ -7,11 +7,11 @@
 //! its id and its finished work). Rejects: manifest lines without a path, missing files, URLs
 //! (fetched by a download stage, not by this source), duplicate ids.
 
-use crate::config::plan::BuildCx;
 use crate::config::{ConfigError, Seg};
 use crate::error::{RunError, StageError};
 use crate::record::{Extras, MediaFile, Slot, SourceInfo, VideoRecord};
 use crate::runtime::stage::{Source, SourceItem, SourceReject, StageContext};
+use crate::stages::BuildCx;
 use async_trait::async_trait;
 use futures::StreamExt;
 use futures::stream::BoxStream;

@@ -18,13 +18,62 @@ pub mod relevance;
 pub mod shots;
 pub mod youtube;
 
-use crate::config::plan::BuildCx;
-use crate::config::{ConfigError, Seg, StageCommon};
+use crate::config::{ConfigError, Seg, ServiceConfig, SourceText, StageCommon};
 use crate::runtime::shards::TableView;
 use crate::runtime::stage::Source;
 use crate::runtime::{StageCounts, StageTask};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Where build functions resolve relative paths: the pipeline file's folder.
+pub struct BuildCx<'a> {
+    pub base_dir: &'a Path,
+    pub src: &'a SourceText,
+    /// The pipeline's `[services.*]`, for stages that call one.
+    pub services: &'a BTreeMap<String, ServiceConfig>,
+    /// Model services built so far: stages naming the same service share one (and its limits).
+    pub llm: std::sync::Mutex<BTreeMap<String, std::sync::Arc<crate::clients::llm::LlmService>>>,
+}
+
+impl BuildCx<'_> {
+    /// The shared client of `[services.<name>]`; `at` is where the stage names it.
+    pub fn llm_service(
+        &self,
+        name: &str,
+        at: &[Seg],
+    ) -> Result<std::sync::Arc<crate::clients::llm::LlmService>, ConfigError> {
+        let mut built = self.llm.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = built.get(name) {
+            return Ok(s.clone());
+        }
+        let cfg = self.services.get(name).ok_or_else(|| {
+            self.src.error_at(
+                at,
+                format!(
+                    "no [services.{name}] in the pipeline file (known: {})",
+                    self.services.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            )
+        })?;
+        let svc = crate::clients::llm::LlmService::new(name, cfg)
+            .map_err(|e| self.src.error_at(at, e))?;
+        let svc = std::sync::Arc::new(svc);
+        built.insert(name.to_string(), svc.clone());
+        Ok(svc)
+    }
+}
+
+impl BuildCx<'_> {
+    pub fn resolve(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base_dir.join(p)
+        }
+    }
+}
 
 /// How a stage kind is built and what the tools around the runner need to know of it.
 pub struct StageKind {

@@ -5,12 +5,12 @@
 //! text coverage, regions, distinct overlays (creator-added text grouped by normalised text and
 //! grid cell), the most common overlay colour. Calls: nothing. Caches: nothing beyond its shards.
 
-use crate::config::plan::BuildCx;
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
+use crate::stages::BuildCx;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};

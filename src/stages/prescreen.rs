@@ -15,13 +15,13 @@
 //! is dropped here; every other video goes on to the quality model. The run summary's `filtered`
 //! count of this stage is the number of quality-model calls saved.
 
-use crate::config::plan::BuildCx;
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::queries::QueryFile;
 use crate::record::{Slot, TextRegion, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
+use crate::stages::BuildCx;
 use crate::stages::{Built, compute_settings};
 use async_trait::async_trait;
 use regex::Regex;

@@ -11,12 +11,12 @@
 
 use super::judge::{CRITERIA, QUALITY_PROMPT, ask_validated, frame_inputs, span};
 use crate::clients::llm::{ChatRequest, LlmService};
-use crate::config::plan::BuildCx;
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
+use crate::stages::BuildCx;
 use crate::stages::{Built, compute_settings};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};

@@ -12,12 +12,12 @@
 use super::judge::{Event, EventConfig, RELEVANCE_PROMPT, ask_validated, title_description};
 use crate::clients::llm::{ChatRequest, LlmService};
 use crate::clients::minilm::{MiniLm, cosine};
-use crate::config::plan::BuildCx;
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::{ErrorKind, StageError};
 use crate::record::{Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
+use crate::stages::BuildCx;
 use crate::stages::{Built, compute_settings};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};

@@ -17,12 +17,12 @@
 //! segmentation (longest shot [0, 2096], last [3015, 3677]) within a frame or two.
 
 use crate::clients::ffmpeg;
-use crate::config::plan::BuildCx;
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
+use crate::stages::BuildCx;
 use async_trait::async_trait;
 use image::RgbImage;
 use serde::{Deserialize, Serialize};

@@ -15,12 +15,12 @@
 use crate::clients::youtube::{
     ClientSettings, QuotaConfig, YouTubeClient, YtError, parse_duration,
 };
-use crate::config::plan::BuildCx;
 use crate::config::{ConfigError, Seg};
 use crate::error::{RunError, StageError};
 use crate::queries::{Query, QueryFile};
 use crate::record::{Extras, Provenance, Slot, SourceInfo, VideoRecord};
 use crate::runtime::stage::{Source, SourceItem, SourceReject, StageContext};
+use crate::stages::BuildCx;
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 use futures::StreamExt;

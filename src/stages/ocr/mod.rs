@@ -11,13 +11,13 @@ pub mod colour;
 pub mod creator;
 pub mod layout;
 
-use crate::config::plan::BuildCx;
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::{ErrorKind, StageError};
 use crate::ocr::{OcrEngine, OcrParams};
 use crate::record::{Slot, TextRegion, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
+use crate::stages::BuildCx;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, OnceLock};
@@ -113,7 +113,7 @@ impl OcrStage {
                     },
                     ..Default::default()
                 };
-                OcrEngine::load(&crate::ocr::models_dir(), threads, params).map(Arc::new)
+                OcrEngine::load(&crate::paths::models_dir(), threads, params).map(Arc::new)
             })
             .clone()
             // Missing models stop the run: every video would fail the same way.

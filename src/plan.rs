@@ -1,94 +1,15 @@
-//! From a pipeline file to a validated `Plan`: typed stage settings, the `requires` chain, ids,
+//! The planner, above stages and runtime: from a pipeline file to a validated `Plan`: typed stage settings, the `requires` chain, ids,
 //! and the fingerprints that decide what a rerun must redo.
 
-use super::{
-    ConfigError, OutputConfig, RuntimeConfig, Seg, ServiceConfig, SourceText, StageCommon,
-};
+use crate::config::{ConfigError, Seg, SourceText, StageCommon};
 use crate::record::Slot;
-use crate::runtime::StageTask;
-use crate::runtime::stage::Source;
-use crate::stages;
-use std::collections::{BTreeMap, HashSet};
+pub use crate::runtime::chain::{
+    Plan, PlannedStage, RESERVED_IDS, SOURCE_FINGERPRINT, SOURCE_STAGE_ID,
+};
+use crate::stages::{self, BuildCx};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// Ids that name folders of the run directory the runtime owns.
-pub const RESERVED_IDS: &[&str] = &["source", "rejects", "media", "manifest"];
-pub const SOURCE_STAGE_ID: &str = "source";
-/// Bumped when the source table's meaning changes.
-pub const SOURCE_FINGERPRINT: &str = "source-v2";
-
-pub struct PlannedStage {
-    pub id: String,
-    pub kind: String,
-    pub fingerprint: String,
-    pub compute: serde_json::Value,
-    pub max_in_flight: usize,
-    pub timeout: Option<Duration>,
-    pub retries: u32,
-    pub task: Box<dyn StageTask>,
-}
-
-pub struct Plan {
-    pub name: String,
-    pub file: PathBuf,
-    pub text: String,
-    pub source_kind: String,
-    pub source_settings: serde_json::Value,
-    pub source: Box<dyn Source>,
-    pub stages: Vec<PlannedStage>,
-    pub output: OutputConfig,
-    pub runtime: RuntimeConfig,
-    pub services: BTreeMap<String, ServiceConfig>,
-}
-
-/// Where build functions resolve relative paths: the pipeline file's folder.
-pub struct BuildCx<'a> {
-    pub base_dir: &'a Path,
-    pub src: &'a SourceText,
-    /// The pipeline's `[services.*]`, for stages that call one.
-    pub services: &'a BTreeMap<String, ServiceConfig>,
-    /// Model services built so far: stages naming the same service share one (and its limits).
-    pub llm: std::sync::Mutex<BTreeMap<String, std::sync::Arc<crate::clients::llm::LlmService>>>,
-}
-
-impl BuildCx<'_> {
-    /// The shared client of `[services.<name>]`; `at` is where the stage names it.
-    pub fn llm_service(
-        &self,
-        name: &str,
-        at: &[super::Seg],
-    ) -> Result<std::sync::Arc<crate::clients::llm::LlmService>, ConfigError> {
-        let mut built = self.llm.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = built.get(name) {
-            return Ok(s.clone());
-        }
-        let cfg = self.services.get(name).ok_or_else(|| {
-            self.src.error_at(
-                at,
-                format!(
-                    "no [services.{name}] in the pipeline file (known: {})",
-                    self.services.keys().cloned().collect::<Vec<_>>().join(", ")
-                ),
-            )
-        })?;
-        let svc = crate::clients::llm::LlmService::new(name, cfg)
-            .map_err(|e| self.src.error_at(at, e))?;
-        let svc = std::sync::Arc::new(svc);
-        built.insert(name.to_string(), svc.clone());
-        Ok(svc)
-    }
-}
-
-impl BuildCx<'_> {
-    pub fn resolve(&self, p: &Path) -> PathBuf {
-        if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            self.base_dir.join(p)
-        }
-    }
-}
 
 fn is_snake_case(s: &str) -> bool {
     !s.is_empty()
@@ -208,7 +129,7 @@ pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
     for (i, table) in raw.stages.iter().enumerate() {
         let at = vec![Seg::Key("stages".into()), Seg::Index(i)];
         let common: StageCommon = src.typed(table, &at)?;
-        let key = |k: &str| super::key_at(&at, k);
+        let key = |k: &str| crate::config::key_at(&at, k);
         if !is_snake_case(&common.id) {
             return Err(src.error_at(
                 &key("id"),

@@ -1,0 +1,40 @@
+//! The chain the runner executes: a source and the ordered stages, each with its fingerprint,
+//! limits and task. The planner (`crate::plan`) builds it from a pipeline file; the runtime only
+//! reads it, so it depends on no stage.
+
+use crate::config::{OutputConfig, RuntimeConfig, ServiceConfig};
+use crate::runtime::StageTask;
+use crate::runtime::stage::Source;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Ids that name folders of the run directory the runtime owns.
+pub const RESERVED_IDS: &[&str] = &["source", "rejects", "media", "manifest"];
+pub const SOURCE_STAGE_ID: &str = "source";
+/// Bumped when the source table's meaning changes.
+pub const SOURCE_FINGERPRINT: &str = "source-v2";
+
+pub struct PlannedStage {
+    pub id: String,
+    pub kind: String,
+    pub fingerprint: String,
+    pub compute: serde_json::Value,
+    pub max_in_flight: usize,
+    pub timeout: Option<Duration>,
+    pub retries: u32,
+    pub task: Box<dyn StageTask>,
+}
+
+pub struct Plan {
+    pub name: String,
+    pub file: PathBuf,
+    pub text: String,
+    pub source_kind: String,
+    pub source_settings: serde_json::Value,
+    pub source: Box<dyn Source>,
+    pub stages: Vec<PlannedStage>,
+    pub output: OutputConfig,
+    pub runtime: RuntimeConfig,
+    pub services: BTreeMap<String, ServiceConfig>,
+}
