@@ -229,62 +229,68 @@ pub async fn rethreshold(run_dir: &Path, overrides: &[Override]) -> Result<Rethr
     let (before, kept_before) = funnel(&sources, &stages, false);
     let (after, kept_after) = funnel(&sources, &stages, true);
 
-    let dir = run_dir.join("selections");
-    std::fs::create_dir_all(&dir).map_err(|e| RunError::io(dir.display().to_string(), e))?;
-    let write = |name: &str,
-                 kept: &[Vec<Option<bool>>],
-                 funnel: &[FunnelRow]|
-     -> Result<std::path::PathBuf, RunError> {
-        let mut fields = vec![Field::new("video_id", DataType::Utf8, false)];
-        let mut cols: Vec<ArrayRef> = vec![Arc::new(StringArray::from(sources.clone()))];
-        for (st, k) in stages.iter().zip(kept) {
-            fields.push(Field::new(
-                format!("{}_kept", st.id),
-                DataType::Boolean,
-                true,
-            ));
-            cols.push(Arc::new(BooleanArray::from(k.clone())));
-        }
-        let selected: Vec<bool> = (0..sources.len())
-            .map(|i| kept.last().is_some_and(|k| k[i] == Some(true)) || (kept.is_empty()))
-            .collect();
-        fields.push(Field::new("selected", DataType::Boolean, false));
-        cols.push(Arc::new(BooleanArray::from(selected)));
-        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
-            .map_err(|e| RunError::Internal(e.to_string()))?;
-        let path = dir.join(format!("{name}.parquet"));
-        let tmp = dir.join(format!(".{name}.parquet.tmp"));
-        let f =
-            std::fs::File::create(&tmp).map_err(|e| RunError::io(tmp.display().to_string(), e))?;
-        let mut w = parquet::arrow::ArrowWriter::try_new(f, batch.schema(), None)
-            .map_err(|e| RunError::Internal(e.to_string()))?;
-        w.write(&batch)
-            .map_err(|e| RunError::Internal(e.to_string()))?;
-        w.close().map_err(|e| RunError::Internal(e.to_string()))?;
-        std::fs::rename(&tmp, &path).map_err(|e| RunError::io(path.display().to_string(), e))?;
-        let meta = serde_json::json!({ "funnel": funnel, "created_at": manifest::now() });
-        std::fs::write(
-            dir.join(format!("{name}.json")),
-            serde_json::to_string_pretty(&meta).unwrap_or_default(),
-        )
-        .map_err(|e| RunError::io(dir.display().to_string(), e))?;
-        Ok(path)
-    };
-    write("pipeline", &kept_before, &before)?;
+    write_selection(&store, "pipeline", &sources, &stages, &kept_before, &before).await?;
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ").to_string();
-    let selection_file = write(&format!("rethreshold-{stamp}"), &kept_after, &after)?;
-    let settings_path = dir.join(format!("rethreshold-{stamp}.settings.json"));
-    std::fs::write(
-        &settings_path,
-        serde_json::to_string_pretty(&settings).unwrap_or_default(),
-    )
-    .map_err(|e| RunError::io(settings_path.display().to_string(), e))?;
+    let name = format!("rethreshold-{stamp}");
+    write_selection(&store, &name, &sources, &stages, &kept_after, &after).await?;
+    let settings_path = format!("{SELECTIONS}/{name}.settings.json");
+    store
+        .put(
+            &settings_path,
+            serde_json::to_vec_pretty(&settings).unwrap_or_default(),
+        )
+        .await
+        .map_err(|e| RunError::io(settings_path.clone(), e))?;
+    let selection_file = run_dir.join(SELECTIONS).join(format!("{name}.parquet"));
     Ok(Rethreshold {
         before,
         after,
         selection_file,
         settings,
     })
+}
+
+const SELECTIONS: &str = "selections";
+
+/// `selections/<name>.parquet` (video_id, one `<stage>_kept` column per stage, `selected`) and
+/// `<name>.json` (the funnel), written through the store like every table (atomic, synced).
+async fn write_selection(
+    store: &Arc<dyn Store>,
+    name: &str,
+    sources: &[String],
+    stages: &[StageData],
+    kept: &[Vec<Option<bool>>],
+    funnel: &[FunnelRow],
+) -> Result<(), RunError> {
+    let mut fields = vec![Field::new("video_id", DataType::Utf8, false)];
+    let mut cols: Vec<ArrayRef> = vec![Arc::new(StringArray::from(sources.to_vec()))];
+    for (st, k) in stages.iter().zip(kept) {
+        fields.push(Field::new(
+            format!("{}_kept", st.id),
+            DataType::Boolean,
+            true,
+        ));
+        cols.push(Arc::new(BooleanArray::from(k.clone())));
+    }
+    let selected: Vec<bool> = (0..sources.len())
+        .map(|i| kept.last().is_some_and(|k| k[i] == Some(true)) || kept.is_empty())
+        .collect();
+    fields.push(Field::new("selected", DataType::Boolean, false));
+    cols.push(Arc::new(BooleanArray::from(selected)));
+    let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
+        .map_err(|e| RunError::Internal(e.to_string()))?;
+    let path = format!("{SELECTIONS}/{name}.parquet");
+    store
+        .put(&path, crate::runtime::shards::encode_table(&batch)?)
+        .await
+        .map_err(|e| RunError::io(path.clone(), e))?;
+    let meta = serde_json::json!({ "funnel": funnel, "created_at": manifest::now() });
+    let path = format!("{SELECTIONS}/{name}.json");
+    store
+        .put(&path, serde_json::to_vec_pretty(&meta).unwrap_or_default())
+        .await
+        .map_err(|e| RunError::io(path.clone(), e))?;
+    Ok(())
 }
 
 /// The funnel as text: one line per stage.

@@ -286,6 +286,20 @@ fn encode_parquet(
         .map_err(|e| RunError::Internal(format!("parquet close: {e}")))
 }
 
+/// A table that is not a stage shard (a selection, an analysis table) as Parquet bytes, for
+/// `Store::put`, which writes atomically like every shard.
+pub fn encode_table(batch: &RecordBatch) -> Result<Vec<u8>, RunError> {
+    let props = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .build();
+    let mut w = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(props))
+        .map_err(|e| RunError::Internal(format!("parquet writer: {e}")))?;
+    w.write(batch)
+        .map_err(|e| RunError::Internal(format!("parquet write: {e}")))?;
+    w.into_inner()
+        .map_err(|e| RunError::Internal(format!("parquet close: {e}")))
+}
+
 /// A shard read back: its footer and its batches.
 pub struct ShardContents {
     pub videos: Vec<String>,
@@ -327,6 +341,58 @@ pub struct Prior<R> {
     pub rejected: HashSet<String>,
 }
 
+/// The Parquet files of a stage: its shards (false) and its reject shards (true).
+async fn stage_files(
+    store: &Arc<dyn Store>,
+    stage_id: &str,
+) -> Result<Vec<(String, bool)>, RunError> {
+    let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
+    let rej_prefix = format!("{REJECTS_DIR}/{stage_id}-part-");
+    let mut paths: Vec<(String, bool)> = store
+        .list(stage_id)
+        .await
+        .map_err(|e| io(stage_id, e))?
+        .into_iter()
+        .map(|p| (p, false))
+        .collect();
+    paths.extend(
+        store
+            .list(REJECTS_DIR)
+            .await
+            .map_err(|e| io(REJECTS_DIR, e))?
+            .into_iter()
+            .filter(|p| p.starts_with(&rej_prefix))
+            .map(|p| (p, true)),
+    );
+    paths.retain(|(p, _)| p.ends_with(".parquet"));
+    Ok(paths)
+}
+
+/// Rows of `batches` decoded as `R` (a stage's row type), keyed by video id.
+fn rows_by_video<R: Serialize + DeserializeOwned>(
+    batches: &[RecordBatch],
+    out: &mut HashMap<String, Vec<R>>,
+) -> Result<(), RunError> {
+    let fields = fields_of::<R>()?;
+    for batch in batches {
+        let ids = string_column(batch, COL_VIDEO_ID)?;
+        let idx = fields
+            .iter()
+            .map(|f| batch.schema().index_of(f.name()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| RunError::Internal(e.to_string()))?;
+        let projected = batch
+            .project(&idx)
+            .map_err(|e| RunError::Internal(e.to_string()))?;
+        let rows: Vec<R> = serde_arrow::from_record_batch(&projected)
+            .map_err(|e| RunError::Internal(format!("decoding rows: {e}")))?;
+        for (i, r) in rows.into_iter().enumerate() {
+            out.entry(ids.value(i).to_string()).or_default().push(r);
+        }
+    }
+    Ok(())
+}
+
 /// Sets aside shards written with other settings (so readers never mix them) and loads the rest.
 pub async fn load_prior<R: Serialize + DeserializeOwned>(
     store: &Arc<dyn Store>,
@@ -334,30 +400,12 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
     fingerprint: &str,
 ) -> Result<Prior<R>, RunError> {
     let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
-    let fields = fields_of::<R>()?;
-    let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
     let mut prior = Prior {
         rows: HashMap::new(),
         rejected: HashSet::new(),
     };
-    let shards: Vec<String> = store.list(stage_id).await.map_err(|e| io(stage_id, e))?;
-    let rej_prefix = format!("{REJECTS_DIR}/{stage_id}-part-");
-    let rejects: Vec<String> = store
-        .list(REJECTS_DIR)
-        .await
-        .map_err(|e| io(REJECTS_DIR, e))?
-        .into_iter()
-        .filter(|p| p.starts_with(&rej_prefix))
-        .collect();
-    for (path, is_reject) in shards
-        .iter()
-        .map(|p| (p, false))
-        .chain(rejects.iter().map(|p| (p, true)))
-    {
-        if !path.ends_with(".parquet") {
-            continue;
-        }
-        let data = store.get(path).await.map_err(|e| io(path, e))?;
+    for (path, is_reject) in stage_files(store, stage_id).await? {
+        let data = store.get(&path).await.map_err(|e| io(&path, e))?;
         let contents = decode_parquet(data, !is_reject).map_err(|e| {
             RunError::Internal(format!(
                 "{}/{path}: unreadable shard: {e}",
@@ -368,7 +416,7 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
             let old = contents.fingerprint.unwrap_or_else(|| "unknown".into());
             let to = format!("{SUPERSEDED_DIR}/{old}/{path}");
             tracing::info!(stage = stage_id, from = %path, to = %to, "Settings changed: setting old shard aside.");
-            store.rename(path, &to).await.map_err(|e| io(path, e))?;
+            store.rename(&path, &to).await.map_err(|e| io(&path, e))?;
             continue;
         }
         if is_reject {
@@ -378,35 +426,13 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
         for v in &contents.videos {
             prior.rows.entry(v.clone()).or_default();
         }
-        for batch in contents.batches {
-            let ids = batch
-                .column_by_name(COL_VIDEO_ID)
-                .and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned())
-                .ok_or_else(|| RunError::Internal(format!("{path}: no {COL_VIDEO_ID} column")))?;
-            let projected = batch
-                .project(
-                    &names
-                        .iter()
-                        .map(|n| batch.schema().index_of(n))
-                        .collect::<Result<Vec<_>, _>>()
-                        .map_err(|e| RunError::Internal(format!("{path}: {e}")))?,
-                )
-                .map_err(|e| RunError::Internal(format!("{path}: {e}")))?;
-            let rows: Vec<R> = serde_arrow::from_record_batch(&projected)
-                .map_err(|e| RunError::Internal(format!("{path}: decoding rows: {e}")))?;
-            for (i, r) in rows.into_iter().enumerate() {
-                prior
-                    .rows
-                    .entry(ids.value(i).to_string())
-                    .or_default()
-                    .push(r);
-            }
-        }
+        rows_by_video(&contents.batches, &mut prior.rows)
+            .map_err(|e| RunError::Internal(format!("{path}: {e}")))?;
     }
     Ok(prior)
 }
 
-/// A stage table read without touching the run directory (for `rethreshold` and reports): the
+/// A stage table read without touching the run directory (for `rethreshold` and `analyze`): the
 /// done and rejected videos of `fingerprint`, and the batches of its shards.
 pub struct TableView {
     pub done: HashSet<String>,
@@ -426,27 +452,7 @@ pub async fn read_table(
         rejected: HashSet::new(),
         batches: vec![],
     };
-    let rej_prefix = format!("{REJECTS_DIR}/{stage_id}-part-");
-    let mut paths: Vec<(String, bool)> = store
-        .list(stage_id)
-        .await
-        .map_err(|e| io(stage_id, e))?
-        .into_iter()
-        .map(|p| (p, false))
-        .collect();
-    paths.extend(
-        store
-            .list(REJECTS_DIR)
-            .await
-            .map_err(|e| io(REJECTS_DIR, e))?
-            .into_iter()
-            .filter(|p| p.starts_with(&rej_prefix))
-            .map(|p| (p, true)),
-    );
-    for (path, is_reject) in paths {
-        if !path.ends_with(".parquet") {
-            continue;
-        }
+    for (path, is_reject) in stage_files(store, stage_id).await? {
         let data = store.get(&path).await.map_err(|e| io(&path, e))?;
         let c = decode_parquet(data, with_rows && !is_reject)
             .map_err(|e| RunError::Internal(format!("{path}: unreadable shard: {e}")))?;
@@ -468,24 +474,8 @@ impl TableView {
     pub fn rows<R: Serialize + DeserializeOwned>(
         &self,
     ) -> Result<HashMap<String, Vec<R>>, RunError> {
-        let fields = fields_of::<R>()?;
-        let mut out: HashMap<String, Vec<R>> = HashMap::new();
-        for batch in &self.batches {
-            let ids = string_column(batch, COL_VIDEO_ID)?;
-            let idx = fields
-                .iter()
-                .map(|f| batch.schema().index_of(f.name()))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| RunError::Internal(e.to_string()))?;
-            let projected = batch
-                .project(&idx)
-                .map_err(|e| RunError::Internal(e.to_string()))?;
-            let rows: Vec<R> = serde_arrow::from_record_batch(&projected)
-                .map_err(|e| RunError::Internal(format!("decoding rows: {e}")))?;
-            for (i, r) in rows.into_iter().enumerate() {
-                out.entry(ids.value(i).to_string()).or_default().push(r);
-            }
-        }
+        let mut out = HashMap::new();
+        rows_by_video(&self.batches, &mut out)?;
         Ok(out)
     }
 
