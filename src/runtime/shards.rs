@@ -274,9 +274,14 @@ fn encode_parquet(
         KeyValue::new(META_STAGE.to_string(), stage.to_string()),
         KeyValue::new(META_FINGERPRINT.to_string(), fingerprint.to_string()),
     ];
+    parquet_bytes(batch, Some(meta))
+}
+
+/// One batch as Snappy-compressed Parquet, with footer metadata when given.
+fn parquet_bytes(batch: &RecordBatch, meta: Option<Vec<KeyValue>>) -> Result<Vec<u8>, RunError> {
     let props = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
-        .set_key_value_metadata(Some(meta))
+        .set_key_value_metadata(meta)
         .build();
     let mut w = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(props))
         .map_err(|e| RunError::Internal(format!("parquet writer: {e}")))?;
@@ -289,15 +294,7 @@ fn encode_parquet(
 /// A table that is not a stage shard (a selection, an analysis table) as Parquet bytes, for
 /// `Store::put`, which writes atomically like every shard.
 pub fn encode_table(batch: &RecordBatch) -> Result<Vec<u8>, RunError> {
-    let props = WriterProperties::builder()
-        .set_compression(Compression::SNAPPY)
-        .build();
-    let mut w = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(props))
-        .map_err(|e| RunError::Internal(format!("parquet writer: {e}")))?;
-    w.write(batch)
-        .map_err(|e| RunError::Internal(format!("parquet write: {e}")))?;
-    w.into_inner()
-        .map_err(|e| RunError::Internal(format!("parquet close: {e}")))
+    parquet_bytes(batch, None)
 }
 
 /// A shard read back: its footer and its batches.

@@ -115,22 +115,9 @@ impl Default for CommitteeSelect {
 impl crate::stages::Thresholds for CommitteeSelect {
     fn check(&self) -> Result<(), crate::stages::ThresholdError> {
         use crate::stages::ThresholdError;
-        if !(0.0..=1.0).contains(&self.max_majority_share) {
-            return Err(ThresholdError::new(
-                "max_majority_share",
-                format!(
-                    "max_majority_share must be 0..1, got {}",
-                    self.max_majority_share
-                ),
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.min_entropy) {
-            return Err(ThresholdError::new(
-                "min_entropy",
-                format!("min_entropy must be 0..1 (bits), got {}", self.min_entropy),
-            ));
-        }
-        Ok(())
+        ThresholdError::check_range("max_majority_share", self.max_majority_share, 0.0..=1.0)?;
+        // Bits of a yes/no vote: at most 1.
+        ThresholdError::check_range("min_entropy", self.min_entropy, 0.0..=1.0)
     }
 }
 

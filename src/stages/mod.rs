@@ -119,6 +119,45 @@ impl ThresholdError {
             message: message.into(),
         }
     }
+
+    /// `key`'s value must lie in `range`.
+    pub fn check_range<T: PartialOrd + std::fmt::Display>(
+        key: &str,
+        value: T,
+        range: std::ops::RangeInclusive<T>,
+    ) -> Result<(), Self> {
+        if range.contains(&value) {
+            Ok(())
+        } else {
+            Err(Self::new(
+                key,
+                format!(
+                    "{key} must be {}..{}, got {value}",
+                    range.start(),
+                    range.end()
+                ),
+            ))
+        }
+    }
+}
+
+/// Thresholds decided from a video's own rows alone (all scoring stages but the committee).
+pub trait RowThresholds: Thresholds + Send + Sync + 'static {
+    type Row: Serialize + DeserializeOwned + Send + Sync + 'static;
+    /// Whether a video goes on; `rows` is None when the table has no rows for it.
+    fn keep_rows(&self, rows: Option<&Vec<Self::Row>>) -> bool;
+}
+
+/// The `reselect` of a stage whose thresholds are `RowThresholds`.
+pub fn reselect<T: RowThresholds>(
+    select: &toml::Table,
+    view: &TableView,
+) -> Result<Reselected, ThresholdError> {
+    reselect_rows(
+        select,
+        view,
+        |t: &T, _id: &str, rows: Option<&Vec<T::Row>>| t.keep_rows(rows),
+    )
 }
 
 /// Reads and checks a `select` table (rethreshold: the stored one with the `--set` values).

@@ -73,29 +73,16 @@ impl Default for PrescreenSelect {
 
 impl crate::stages::Thresholds for PrescreenSelect {
     fn check(&self) -> Result<(), crate::stages::ThresholdError> {
-        if self.min_twos > 12 {
-            return Err(crate::stages::ThresholdError::new(
-                "min_twos",
-                format!("min_twos must be 0..12, got {}", self.min_twos),
-            ));
-        }
-        Ok(())
+        crate::stages::ThresholdError::check_range("min_twos", self.min_twos, 0..=12)
     }
 }
 
-/// `vidcurate rethreshold`: the verdicts are kept; a video without a verdict goes on (the
-/// prescreen only ever drops on certain evidence).
-fn reselect(
-    select: &toml::Table,
-    view: &crate::runtime::shards::TableView,
-) -> Result<crate::stages::Reselected, crate::stages::ThresholdError> {
-    crate::stages::reselect_rows(
-        select,
-        view,
-        |s: &PrescreenSelect, _id: &str, rows: Option<&Vec<Prescreen>>| {
-            rows.is_none_or(|r| s.keep(r))
-        },
-    )
+impl crate::stages::RowThresholds for PrescreenSelect {
+    type Row = Prescreen;
+    fn keep_rows(&self, rows: Option<&Vec<Prescreen>>) -> bool {
+        // No verdict: the prescreen only ever drops on certain evidence.
+        rows.is_none_or(|r| self.keep(r))
+    }
 }
 
 /// The run summary's line: every video dropped here is a quality-model call not paid for.
@@ -167,7 +154,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     name: "prescreen",
     about: "local verdicts on the rubric's visible criteria (subtitles, dates, locations, logos, SNS overlays, jump cuts) from OCR and shots: rejects before any paid call when certain",
     build,
-    reselect: Some(reselect),
+    reselect: Some(crate::stages::reselect::<PrescreenSelect>),
     summary: Some(summary),
 };
 

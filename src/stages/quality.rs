@@ -71,26 +71,15 @@ impl QualitySelect {
 
 impl crate::stages::Thresholds for QualitySelect {
     fn check(&self) -> Result<(), crate::stages::ThresholdError> {
-        if self.min_twos > 12 {
-            return Err(crate::stages::ThresholdError::new(
-                "min_twos",
-                format!("min_twos must be 0..12, got {}", self.min_twos),
-            ));
-        }
-        Ok(())
+        crate::stages::ThresholdError::check_range("min_twos", self.min_twos, 0..=12)
     }
 }
 
-/// `vidcurate rethreshold`: the rubric scores are kept; a video without them does not go on.
-fn reselect(
-    select: &toml::Table,
-    view: &crate::runtime::shards::TableView,
-) -> Result<crate::stages::Reselected, crate::stages::ThresholdError> {
-    crate::stages::reselect_rows(
-        select,
-        view,
-        |s: &QualitySelect, _id: &str, rows: Option<&Vec<Quality>>| rows.is_some_and(|r| s.keep(r)),
-    )
+impl crate::stages::RowThresholds for QualitySelect {
+    type Row = Quality;
+    fn keep_rows(&self, rows: Option<&Vec<Quality>>) -> bool {
+        rows.is_some_and(|r| self.keep(r))
+    }
 }
 
 /// The 12 scores in rubric order, as columns.
@@ -202,7 +191,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     name: "quality",
     about: "the 12-criterion visual rubric (RiskCue A.4 prompt) by a vision model over the sampled frames; keep >= 10 of 12 scoring 2",
     build,
-    reselect: Some(reselect),
+    reselect: Some(crate::stages::reselect::<QualitySelect>),
     summary: None,
 };
 

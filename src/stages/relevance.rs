@@ -90,28 +90,15 @@ impl RelevanceSelect {
 
 impl crate::stages::Thresholds for RelevanceSelect {
     fn check(&self) -> Result<(), crate::stages::ThresholdError> {
-        if !(1..=10).contains(&self.min_score) {
-            return Err(crate::stages::ThresholdError::new(
-                "min_score",
-                format!("min_score must be 1..10, got {}", self.min_score),
-            ));
-        }
-        Ok(())
+        crate::stages::ThresholdError::check_range("min_score", self.min_score, 1..=10)
     }
 }
 
-/// `vidcurate rethreshold`: the scores are kept; a video without a score does not go on.
-fn reselect(
-    select: &toml::Table,
-    view: &crate::runtime::shards::TableView,
-) -> Result<crate::stages::Reselected, crate::stages::ThresholdError> {
-    crate::stages::reselect_rows(
-        select,
-        view,
-        |s: &RelevanceSelect, _id: &str, rows: Option<&Vec<Relevance>>| {
-            rows.is_some_and(|r| s.keep(r))
-        },
-    )
+impl crate::stages::RowThresholds for RelevanceSelect {
+    type Row = Relevance;
+    fn keep_rows(&self, rows: Option<&Vec<Relevance>>) -> bool {
+        rows.is_some_and(|r| self.keep(r))
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -152,7 +139,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     name: "relevance",
     about: "1-10 likelihood of the risk event from title + description (RiskCue prompt; a model service, or the local MiniLM judge)",
     build,
-    reselect: Some(reselect),
+    reselect: Some(crate::stages::reselect::<RelevanceSelect>),
     summary: None,
 };
 
