@@ -3,6 +3,7 @@
 
 use super::{DistRow, StatRow};
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -137,14 +138,48 @@ pub fn heatmaps(
                 ("sans-serif", 16),
             )
             .margin(10)
-            .build_cartesian_2d(0i32..gc as i32, gr as i32..0i32)
+            .build_cartesian_2d(0f64..gc as f64, gr as f64..0f64)
+            .map_err(err)?;
+        let share = |bin: u32| cells.iter().find(|r| r.bin == bin).map_or(0.0, |r| r.share);
+        // Every cell: shaded by its share, outlined, named (top → bottom, left → right) and
+        // labelled with its share, so the map reads without a colour scale.
+        let bins: Vec<(f64, f64, u32)> = (0..gr * gc)
+            .map(|b| ((b % gc) as f64, (b / gc) as f64, b))
+            .collect();
+        chart
+            .draw_series(bins.iter().map(|&(col, row, b)| {
+                let t = share(b) / max;
+                let c = RGBColor(255, (255.0 * (1.0 - t)) as u8, (255.0 * (1.0 - t)) as u8);
+                Rectangle::new([(col, row), (col + 1.0, row + 1.0)], c.filled())
+            }))
             .map_err(err)?;
         chart
-            .draw_series(cells.iter().map(|r| {
-                let (row, col) = ((r.bin / gc) as i32, (r.bin % gc) as i32);
-                let t = r.share / max;
-                let c = RGBColor(255, (255.0 * (1.0 - t)) as u8, (255.0 * (1.0 - t)) as u8);
-                Rectangle::new([(col, row), (col + 1, row + 1)], c.filled())
+            .draw_series(bins.iter().map(|&(col, row, _)| {
+                Rectangle::new([(col, row), (col + 1.0, row + 1.0)], BLACK.mix(0.3))
+            }))
+            .map_err(err)?;
+        let centred = |size: u32| {
+            ("sans-serif", size)
+                .into_font()
+                .color(&BLACK)
+                .pos(Pos::new(HPos::Center, VPos::Center))
+        };
+        chart
+            .draw_series(bins.iter().map(|&(col, row, b)| {
+                Text::new(
+                    format!("{:.1}%", 100.0 * share(b)),
+                    (col + 0.5, row + 0.62),
+                    centred(13),
+                )
+            }))
+            .map_err(err)?;
+        chart
+            .draw_series(bins.iter().map(|&(col, row, b)| {
+                Text::new(
+                    crate::stages::ocr::layout::cell_name(b / gc, b % gc, gr, gc),
+                    (col + 0.5, row + 0.3),
+                    centred(9),
+                )
             }))
             .map_err(err)?;
     }
