@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use vidcurate::error::RunError;
 use vidcurate::plan;
@@ -338,24 +338,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             by,
             out,
             filter,
-        } => {
-            let filter = filter
-                .as_deref()
-                .map(vidcurate::analyze::filter::Filter::parse)
-                .transpose()
-                .map_err(anyhow::Error::msg)?;
-            let a = vidcurate::analyze::analyze(&run_dir, &by, out.as_deref(), filter.as_ref())
-                .map_err(anyhow::Error::msg)?;
-            println!("groups: {}", a.groups.join(", "));
-            for (name, rows) in &a.tables {
-                println!("{name}: {} rows", rows.len());
-            }
-            for s in &a.stats {
-                println!("{}", s.cells().join("  "));
-            }
-            println!("tables: {}", a.out_dir.display());
-            Ok(ExitCode::SUCCESS)
-        }
+        } => analyze_cmd(&run_dir, &by, out.as_deref(), filter.as_deref()),
         Cmd::Ocr {
             files,
             no_det,
@@ -363,217 +346,237 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             frames,
             threads,
         } => ocr_cmd(&files, no_det, no_cls, frames, threads),
-        Cmd::Queries { files, json } => {
-            for f in &files {
-                let (qf, _) = vidcurate::queries::QueryFile::load(f)?;
-                let qs = qf.expand();
-                for q in &qs {
-                    if json {
-                        println!("{}", serde_json::to_string(q)?);
-                    } else {
-                        let params: Vec<String> =
-                            q.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                        if params.is_empty() {
-                            println!("{}", q.text);
-                        } else {
-                            println!("{}\t[{}]", q.text, params.join(" "));
-                        }
-                    }
-                }
-                eprintln!(
-                    "{}: {} queries (domain {}, {})",
-                    f.display(),
-                    qs.len(),
-                    qf.domain,
-                    qf.kind
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Cmd::Rethreshold { run_dir, set } => {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("starting the runtime")?;
-            let r = rt.block_on(vidcurate::rethreshold::rethreshold(&run_dir, &set))?;
-            println!("funnel with the pipeline's thresholds:");
-            print!("{}", vidcurate::rethreshold::render(&r.before));
-            println!("funnel with the new thresholds:");
-            print!("{}", vidcurate::rethreshold::render(&r.after));
-            println!("selection: {}", r.selection_file.display());
-            if r.after.iter().any(|f| f.pending > 0) {
-                println!(
-                    "pending videos were never scored by that stage: run the pipeline with the new select settings to score them"
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Cmd::Queries { files, json } => queries_cmd(&files, json),
+        Cmd::Rethreshold { run_dir, set } => rethreshold_cmd(&run_dir, &set),
         Cmd::Cache {
             cmd: CacheCmd::Stats { run_dir },
-        } => {
-            let path = vidcurate::runtime::cache::ResponseCache::path_in(&run_dir);
-            let Some(cache) = vidcurate::runtime::cache::ResponseCache::open_existing(&path)
-                .map_err(|e| anyhow::anyhow!(e.detail))?
-            else {
-                println!(
-                    "{}: no response cache (no API stage has run)",
-                    path.display()
-                );
-                return Ok(ExitCode::SUCCESS);
-            };
-            // Prices from the run's pipeline, when it names them.
-            let prices: std::collections::BTreeMap<String, (f64, f64)> =
-                std::fs::read_to_string(run_dir.join("manifest.json"))
-                    .ok()
-                    .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-                    .and_then(|m| m["pipeline_toml"].as_str().map(String::from))
-                    .and_then(|t| toml::from_str::<toml::Table>(&t).ok())
-                    .and_then(|t| t.get("services").and_then(|s| s.as_table()).cloned())
-                    .map(|s| {
-                        s.iter()
-                            .map(|(k, v)| {
-                                let p = |f: &str| {
-                                    v.get(f)
-                                        .and_then(|x| {
-                                            x.as_float().or(x.as_integer().map(|i| i as f64))
-                                        })
-                                        .unwrap_or(0.0)
-                                };
-                                (
-                                    k.clone(),
-                                    (p("usd_per_mtok_input"), p("usd_per_mtok_output")),
-                                )
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-            println!(
-                "{:<12} {:<28} {:>8} {:>8} {:>8} {:>12} {:>12} {:>10}",
-                "service",
-                "method",
-                "entries",
-                "hits",
-                "misses",
-                "tokens_in",
-                "tokens_out",
-                "est_usd"
-            );
-            let mut total = 0.0;
-            for s in cache.stats().map_err(|e| anyhow::anyhow!(e.detail))? {
-                let (pi, po) = prices.get(&s.service).copied().unwrap_or((0.0, 0.0));
-                let usd = s.input_tokens as f64 * pi / 1e6 + s.output_tokens as f64 * po / 1e6;
-                total += usd;
-                println!(
-                    "{:<12} {:<28} {:>8} {:>8} {:>8} {:>12} {:>12} {:>10.4}",
-                    s.service,
-                    s.method,
-                    s.entries,
-                    s.hits,
-                    s.misses,
-                    s.input_tokens,
-                    s.output_tokens,
-                    usd
-                );
-            }
-            println!("estimated cost of the cached answers: ${total:.4} (hits cost nothing)");
-            Ok(ExitCode::SUCCESS)
-        }
-        Cmd::ListStages => {
-            println!("sources ([source] type = ...):");
-            for (t, d) in vidcurate::stages::SOURCE_TYPES {
-                println!("  {t:<10} {d}");
-            }
-            println!("stages ([[stages]] type = ...):");
-            for k in vidcurate::stages::STAGE_KINDS {
-                let (t, d) = (k.name, k.about);
-                println!("  {t:<10} {d}");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Cmd::Validate { files } => {
-            let mut bad = 0;
-            for f in &files {
-                match plan::load(f) {
-                    Ok(p) => {
-                        let chain: Vec<String> = p
-                            .stages
-                            .iter()
-                            .map(|s| format!("{} ({})", s.id, s.kind))
-                            .collect();
-                        println!(
-                            "{}: ok: source {} -> {}",
-                            f.display(),
-                            p.source_kind,
-                            chain.join(" -> ")
-                        );
-                    }
-                    Err(e) => {
-                        eprintln!("{e}");
-                        bad += 1;
-                    }
-                }
-            }
-            Ok(if bad == 0 {
-                ExitCode::SUCCESS
+        } => cache_stats_cmd(&run_dir),
+        Cmd::ListStages => list_stages_cmd(),
+        Cmd::Validate { files } => validate_cmd(&files),
+        Cmd::Run { file, out, quiet } => run_cmd(&file, out, quiet),
+    }
+}
+
+fn analyze_cmd(
+    run_dir: &Path,
+    by: &str,
+    out: Option<&Path>,
+    filter: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let filter = filter
+        .map(vidcurate::analyze::filter::Filter::parse)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let a = vidcurate::analyze::analyze(run_dir, by, out, filter.as_ref())
+        .map_err(anyhow::Error::msg)?;
+    println!("groups: {}", a.groups.join(", "));
+    for (name, rows) in &a.tables {
+        println!("{name}: {} rows", rows.len());
+    }
+    for s in &a.stats {
+        println!("{}", s.cells().join("  "));
+    }
+    println!("tables: {}", a.out_dir.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn queries_cmd(files: &[PathBuf], json: bool) -> anyhow::Result<ExitCode> {
+    for f in files {
+        let (qf, _) = vidcurate::queries::QueryFile::load(f)?;
+        let qs = qf.expand();
+        for q in &qs {
+            if json {
+                println!("{}", serde_json::to_string(q)?);
             } else {
-                ExitCode::from(2)
-            })
+                let params: Vec<String> =
+                    q.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                if params.is_empty() {
+                    println!("{}", q.text);
+                } else {
+                    println!("{}\t[{}]", q.text, params.join(" "));
+                }
+            }
         }
-        Cmd::Run { file, out, quiet } => {
-            let plan = plan::load(&file)?;
-            // Stages with a line of their own for the summary (the prescreen's saved calls).
-            let summaries: Vec<(String, fn(&str, &vidcurate::runtime::StageCounts) -> String)> =
-                plan.stages
-                    .iter()
-                    .filter_map(|s| {
-                        let f = vidcurate::stages::stage_kind(&s.kind)?.summary?;
-                        Some((s.id.clone(), f))
+        eprintln!(
+            "{}: {} queries (domain {}, {})",
+            f.display(),
+            qs.len(),
+            qf.domain,
+            qf.kind
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn rethreshold_cmd(
+    run_dir: &Path,
+    set: &[vidcurate::rethreshold::Override],
+) -> anyhow::Result<ExitCode> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let r = rt.block_on(vidcurate::rethreshold::rethreshold(run_dir, set))?;
+    println!("funnel with the pipeline's thresholds:");
+    print!("{}", vidcurate::rethreshold::render(&r.before));
+    println!("funnel with the new thresholds:");
+    print!("{}", vidcurate::rethreshold::render(&r.after));
+    println!("selection: {}", r.selection_file.display());
+    if r.after.iter().any(|f| f.pending > 0) {
+        println!(
+            "pending videos were never scored by that stage: run the pipeline with the new select settings to score them"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cache_stats_cmd(run_dir: &Path) -> anyhow::Result<ExitCode> {
+    let path = vidcurate::runtime::cache::ResponseCache::path_in(run_dir);
+    let Some(cache) = vidcurate::runtime::cache::ResponseCache::open_existing(&path)
+        .map_err(|e| anyhow::anyhow!(e.detail))?
+    else {
+        println!(
+            "{}: no response cache (no API stage has run)",
+            path.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    };
+    // Prices from the run's pipeline (its [services.*] tables), when it names them.
+    #[derive(serde::Deserialize)]
+    struct Services {
+        #[serde(default)]
+        services: std::collections::BTreeMap<String, vidcurate::config::ServiceConfig>,
+    }
+    let prices: std::collections::BTreeMap<String, (f64, f64)> =
+        vidcurate::runtime::manifest::read_local(run_dir)
+            .and_then(|m| toml::from_str::<Services>(&m.pipeline_toml).ok())
+            .map(|s| {
+                s.services
+                    .into_iter()
+                    .map(|(k, v)| {
+                        let price = (
+                            v.usd_per_mtok_input.unwrap_or(0.0),
+                            v.usd_per_mtok_output.unwrap_or(0.0),
+                        );
+                        (k, price)
                     })
+                    .collect()
+            })
+            .unwrap_or_default();
+    println!(
+        "{:<12} {:<28} {:>8} {:>8} {:>8} {:>12} {:>12} {:>10}",
+        "service", "method", "entries", "hits", "misses", "tokens_in", "tokens_out", "est_usd"
+    );
+    let mut total = 0.0;
+    for s in cache.stats().map_err(|e| anyhow::anyhow!(e.detail))? {
+        let (pi, po) = prices.get(&s.service).copied().unwrap_or((0.0, 0.0));
+        let usd = s.input_tokens as f64 * pi / 1e6 + s.output_tokens as f64 * po / 1e6;
+        total += usd;
+        println!(
+            "{:<12} {:<28} {:>8} {:>8} {:>8} {:>12} {:>12} {:>10.4}",
+            s.service, s.method, s.entries, s.hits, s.misses, s.input_tokens, s.output_tokens, usd
+        );
+    }
+    println!("estimated cost of the cached answers: ${total:.4} (hits cost nothing)");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list_stages_cmd() -> anyhow::Result<ExitCode> {
+    println!("sources ([source] type = ...):");
+    for (t, d) in vidcurate::stages::SOURCE_TYPES {
+        println!("  {t:<10} {d}");
+    }
+    println!("stages ([[stages]] type = ...):");
+    for k in vidcurate::stages::STAGE_KINDS {
+        let (t, d) = (k.name, k.about);
+        println!("  {t:<10} {d}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn validate_cmd(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
+    let mut bad = 0;
+    for f in files {
+        match plan::load(f) {
+            Ok(p) => {
+                let chain: Vec<String> = p
+                    .stages
+                    .iter()
+                    .map(|s| format!("{} ({})", s.id, s.kind))
                     .collect();
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .context("starting the runtime")?;
-            let report = rt.block_on(runner::run(plan, RunOptions { out, quiet }))?;
-            eprintln!("run directory: {}", report.run_dir.display());
-            eprintln!(
-                "{:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-                "stage", "received", "computed", "reused", "rejected", "filtered", "forwarded"
-            );
-            for id in &report.order {
-                if let Some(c) = report.counts.get(id) {
-                    eprintln!(
-                        "{:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-                        id,
-                        c.received,
-                        c.computed,
-                        c.reused,
-                        c.rejected + c.rejected_before,
-                        c.filtered,
-                        c.forwarded
-                    );
-                }
-            }
-            for (id, line) in &summaries {
-                if let Some(c) = report.counts.get(id) {
-                    eprintln!("{}", line(id, c));
-                }
-            }
-            if report.status == RunStatus::Interrupted {
-                eprintln!("interrupted: rerun the same command to resume");
-                return Ok(ExitCode::from(130));
-            }
-            let rejected = report.rejected();
-            if rejected > 0 {
-                eprintln!(
-                    "{rejected} rejected: see {}/rejects/",
-                    report.run_dir.display()
+                println!(
+                    "{}: ok: source {} -> {}",
+                    f.display(),
+                    p.source_kind,
+                    chain.join(" -> ")
                 );
-                return Ok(ExitCode::from(3));
             }
-            Ok(ExitCode::SUCCESS)
+            Err(e) => {
+                eprintln!("{e}");
+                bad += 1;
+            }
         }
     }
+    Ok(if bad == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
+}
+
+fn run_cmd(file: &Path, out: Option<PathBuf>, quiet: bool) -> anyhow::Result<ExitCode> {
+    let plan = plan::load(file)?;
+    // Stages with a line of their own for the summary (the prescreen's saved calls).
+    let summaries: Vec<(String, fn(&str, &vidcurate::runtime::StageCounts) -> String)> = plan
+        .stages
+        .iter()
+        .filter_map(|s| {
+            let f = vidcurate::stages::stage_kind(&s.kind)?.summary?;
+            Some((s.id.clone(), f))
+        })
+        .collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let report = rt.block_on(runner::run(plan, RunOptions { out, quiet }))?;
+    eprintln!("run directory: {}", report.run_dir.display());
+    eprintln!(
+        "{:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "stage", "received", "computed", "reused", "rejected", "filtered", "forwarded"
+    );
+    for id in &report.order {
+        if let Some(c) = report.counts.get(id) {
+            eprintln!(
+                "{:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                id,
+                c.received,
+                c.computed,
+                c.reused,
+                c.rejected + c.rejected_before,
+                c.filtered,
+                c.forwarded
+            );
+        }
+    }
+    for (id, line) in &summaries {
+        if let Some(c) = report.counts.get(id) {
+            eprintln!("{}", line(id, c));
+        }
+    }
+    if report.status == RunStatus::Interrupted {
+        eprintln!("interrupted: rerun the same command to resume");
+        return Ok(ExitCode::from(130));
+    }
+    let rejected = report.rejected();
+    if rejected > 0 {
+        eprintln!(
+            "{rejected} rejected: see {}/rejects/",
+            report.run_dir.display()
+        );
+        return Ok(ExitCode::from(3));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

@@ -48,6 +48,12 @@ pub async fn load(store: &dyn Store) -> Option<Manifest> {
     serde_json::from_slice(&data).ok()
 }
 
+/// The manifest of a local run directory, read without a runtime (CLI reports).
+pub fn read_local(run_dir: &std::path::Path) -> Option<Manifest> {
+    let data = std::fs::read(run_dir.join(MANIFEST)).ok()?;
+    serde_json::from_slice(&data).ok()
+}
+
 pub async fn save(store: &dyn Store, m: &Manifest) -> std::io::Result<()> {
     let mut data = serde_json::to_vec_pretty(m).map_err(std::io::Error::other)?;
     data.push(b'\n');
