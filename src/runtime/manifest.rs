@@ -37,10 +37,19 @@ pub struct Invocation {
     pub tool_version: String,
     pub started_at: String,
     pub finished_at: Option<String>,
-    /// running | complete | interrupted | failed
-    pub status: String,
+    pub status: InvocationStatus,
     pub error: Option<String>,
     pub counts: BTreeMap<String, StageCounts>,
+}
+
+/// How an invocation ended (`running` while it runs, or when it was killed).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InvocationStatus {
+    Running,
+    Complete,
+    Interrupted,
+    Failed,
 }
 
 pub async fn load(store: &dyn Store) -> Option<Manifest> {

@@ -1,7 +1,7 @@
 //! Runs a `Plan` against a run directory: wires the channels, spawns the tasks, handles Ctrl-C,
 //! and writes the manifest before and after.
 
-use super::manifest::{self, Invocation, Manifest, ManifestStage};
+use super::manifest::{self, Invocation, InvocationStatus, Manifest, ManifestStage};
 use super::progress::Progress;
 use super::stage::{CpuPool, StageContext};
 use super::store::{LocalStore, Store};
@@ -110,50 +110,15 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
         extras,
     };
 
-    let mut source = plan.source;
+    let mut plan = plan;
     let pre_cx = cx_for(SOURCE_STAGE_ID, SOURCE_FINGERPRINT, Arc::new(vec![]));
-    source.open(&pre_cx).await?;
-    let extras = source.extras();
+    plan.source.open(&pre_cx).await?;
+    let extras = plan.source.extras();
     check_extra_columns(&extras, &plan.stages)?;
-    let total = source.total();
+    let total = plan.source.total();
 
-    let started_at = manifest::now();
-    let previous = manifest::load(store.as_ref()).await;
-    let mut m = Manifest {
-        tool: "vidcurate".into(),
-        tool_version: env!("CARGO_PKG_VERSION").into(),
-        pipeline_name: plan.name.clone(),
-        pipeline_file: plan.file.display().to_string(),
-        pipeline_toml: plan.text.clone(),
-        source: serde_json::json!({ "type": plan.source_kind, "settings": plan.source_settings, "extra_columns": *extras }),
-        stages: std::iter::once(ManifestStage {
-            id: SOURCE_STAGE_ID.into(),
-            kind: plan.source_kind.clone(),
-            fingerprint: SOURCE_FINGERPRINT.into(),
-            compute: serde_json::Value::Null,
-            table: format!("{SOURCE_STAGE_ID}/"),
-        })
-        .chain(plan.stages.iter().map(|s| ManifestStage {
-            id: s.id.clone(),
-            kind: s.kind.clone(),
-            fingerprint: s.fingerprint.clone(),
-            compute: s.compute.clone(),
-            table: format!("{}/", s.id),
-        }))
-        .collect(),
-        invocations: previous.map(|p| p.invocations).unwrap_or_default(),
-    };
-    m.invocations.push(Invocation {
-        tool_version: env!("CARGO_PKG_VERSION").into(),
-        started_at,
-        finished_at: None,
-        status: "running".into(),
-        error: None,
-        counts: BTreeMap::new(),
-    });
-    manifest::save(store.as_ref(), &m)
-        .await
-        .map_err(|e| RunError::io("manifest.json", e))?;
+    let mut m = start_manifest(store.as_ref(), &plan, &extras).await?;
+    let source = plan.source;
 
     let mut progress = Progress::new(opts.quiet);
     let flush_every = Duration::from_secs(plan.output.flush_secs);
@@ -203,7 +168,7 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
     // The end of the chain: everything is persisted by the stages, so just drain.
     tasks.spawn(async move {
         while rx.recv().await.is_some() {}
-        ("_drain".to_string(), Ok(StageCounts::default()))
+        (DRAIN.to_string(), Ok(StageCounts::default()))
     });
     if let Some(t) = total {
         progress.set_total(t);
@@ -220,45 +185,16 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
         );
     }
 
-    let mut counts = BTreeMap::new();
-    let mut failure: Option<RunError> = None;
-    while let Some(joined) = tasks.join_next().await {
-        match joined {
-            Ok((id, Ok(c))) => {
-                if id != "_drain" {
-                    counts.insert(id, c);
-                }
-            }
-            Ok((id, Err(e))) => {
-                tracing::error!(stage = %id, error = %e, "Stage failed; stopping the run.");
-                failure.get_or_insert(e);
-                cancel.cancel();
-                // Dropping the other stages' channel ends stops them; abort what still runs.
-                tasks.abort_all();
-            }
-            Err(e) if e.is_cancelled() => {}
-            Err(e) => {
-                failure.get_or_insert(RunError::Internal(format!("a stage task panicked: {e}")));
-                cancel.cancel();
-                tasks.abort_all();
-            }
-        }
-    }
+    let (counts, failure) = join_stages(tasks, &cancel).await;
     log_stop.cancel();
 
     let interrupted = cancel.is_cancelled() && failure.is_none();
-    let inv = m.invocations.last_mut().expect("pushed above");
-    inv.finished_at = Some(manifest::now());
-    inv.counts = counts.clone();
-    inv.status = match (&failure, interrupted) {
-        (Some(_), _) => "failed".into(),
-        (None, true) => "interrupted".into(),
-        (None, false) => "complete".into(),
+    let status = match (&failure, interrupted) {
+        (Some(_), _) => InvocationStatus::Failed,
+        (None, true) => InvocationStatus::Interrupted,
+        (None, false) => InvocationStatus::Complete,
     };
-    inv.error = failure.as_ref().map(|e| e.to_string());
-    manifest::save(store.as_ref(), &m)
-        .await
-        .map_err(|e| RunError::io("manifest.json", e))?;
+    finish_manifest(store.as_ref(), &mut m, &counts, status, failure.as_ref()).await?;
     if let Some(e) = failure {
         return Err(e);
     }
@@ -273,6 +209,106 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
         order,
     })
 }
+
+/// Writes the manifest for this invocation before any work: the pipeline as run, each stage's
+/// fingerprint and compute settings, and a `running` entry (what a killed run leaves behind).
+async fn start_manifest(
+    store: &dyn Store,
+    plan: &Plan,
+    extras: &[String],
+) -> Result<Manifest, RunError> {
+    let started_at = manifest::now();
+    let previous = manifest::load(store).await;
+    let mut m = Manifest {
+        tool: "vidcurate".into(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        pipeline_name: plan.name.clone(),
+        pipeline_file: plan.file.display().to_string(),
+        pipeline_toml: plan.text.clone(),
+        source: serde_json::json!({ "type": plan.source_kind, "settings": plan.source_settings, "extra_columns": extras }),
+        stages: std::iter::once(ManifestStage {
+            id: SOURCE_STAGE_ID.into(),
+            kind: plan.source_kind.clone(),
+            fingerprint: SOURCE_FINGERPRINT.into(),
+            compute: serde_json::Value::Null,
+            table: format!("{SOURCE_STAGE_ID}/"),
+        })
+        .chain(plan.stages.iter().map(|s| ManifestStage {
+            id: s.id.clone(),
+            kind: s.kind.clone(),
+            fingerprint: s.fingerprint.clone(),
+            compute: s.compute.clone(),
+            table: format!("{}/", s.id),
+        }))
+        .collect(),
+        invocations: previous.map(|p| p.invocations).unwrap_or_default(),
+    };
+    m.invocations.push(Invocation {
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        started_at,
+        finished_at: None,
+        status: InvocationStatus::Running,
+        error: None,
+        counts: BTreeMap::new(),
+    });
+    manifest::save(store, &m)
+        .await
+        .map_err(|e| RunError::io("manifest.json", e))?;
+    Ok(m)
+}
+
+/// Waits for every stage task. The first failure cancels the run and aborts the other tasks
+/// (dropping their channel ends stops them); a panic is an internal error.
+async fn join_stages(
+    mut tasks: JoinSet<(String, Result<StageCounts, RunError>)>,
+    cancel: &CancellationToken,
+) -> (BTreeMap<String, StageCounts>, Option<RunError>) {
+    let mut counts = BTreeMap::new();
+    let mut failure: Option<RunError> = None;
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok((id, Ok(c))) => {
+                if id != DRAIN {
+                    counts.insert(id, c);
+                }
+            }
+            Ok((id, Err(e))) => {
+                tracing::error!(stage = %id, error = %e, "Stage failed; stopping the run.");
+                failure.get_or_insert(e);
+                cancel.cancel();
+                tasks.abort_all();
+            }
+            Err(e) if e.is_cancelled() => {}
+            Err(e) => {
+                failure.get_or_insert(RunError::Internal(format!("a stage task panicked: {e}")));
+                cancel.cancel();
+                tasks.abort_all();
+            }
+        }
+    }
+    (counts, failure)
+}
+
+/// Records how the invocation ended, with its counts.
+async fn finish_manifest(
+    store: &dyn Store,
+    m: &mut Manifest,
+    counts: &BTreeMap<String, StageCounts>,
+    status: InvocationStatus,
+    failure: Option<&RunError>,
+) -> Result<(), RunError> {
+    let inv = m.invocations.last_mut().expect("start_manifest pushed it");
+    inv.finished_at = Some(manifest::now());
+    inv.counts = counts.clone();
+    inv.status = status;
+    inv.error = failure.map(|e| e.to_string());
+    manifest::save(store, m)
+        .await
+        .map_err(|e| RunError::io("manifest.json", e))
+}
+
+/// The task that drains the end of the chain (everything is persisted by the stages).
+const DRAIN: &str = "_drain";
 
 /// The source's extra columns are written into every table: one named like a stage's own
 /// column would sit beside it under the same name, and readers would pick either.
