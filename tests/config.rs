@@ -68,6 +68,19 @@ fn wrong_type_names_line_and_key() {
 }
 
 #[test]
+fn an_unknown_service_api_names_the_line_and_the_choices() {
+    let (code, err) = validate(&format!(
+        "{HEAD}\n[services.llm]\nbase_url = \"http://127.0.0.1:9/v1/\"\napi = \"claude\"\n"
+    ));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("bad.toml:8:7:")
+            && err.contains("unknown variant `claude`, expected `openai` or `gemini`"),
+        "{err}"
+    );
+}
+
+#[test]
 fn top_level_mistakes_name_the_line() {
     let (code, err) = validate(&format!("{HEAD}\n[output]\nflush_sec = 3\n"));
     assert_eq!(code, 2);

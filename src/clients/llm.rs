@@ -12,7 +12,7 @@
 //! errors: the run stops with the message. Keys come from the environment and are scrubbed from
 //! every message.
 
-use crate::config::ServiceConfig;
+use crate::config::{ServiceApi, ServiceConfig};
 use crate::error::{ErrorKind, StageError};
 use crate::runtime::cache::{CacheKey, CachedResponse, ResponseCache};
 use base64::Engine;
@@ -23,6 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The protocol, as it enters the response cache's keys ("open_ai", "gemini"): kept apart from
+/// the pipeline file's spelling (`config::ServiceApi`) so cached answers stay valid.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Api {
@@ -103,14 +105,9 @@ fn smooth_quota(per_minute: u32, burst: u32) -> Option<Quota> {
 impl LlmService {
     /// `api` is `openai` or `gemini`; when absent it is inferred from the base URL.
     pub fn new(name: &str, cfg: &ServiceConfig) -> Result<Self, String> {
-        let api = match cfg.api.as_deref() {
-            Some("openai") => Api::OpenAi,
-            Some("gemini") => Api::Gemini,
-            Some(other) => {
-                return Err(format!(
-                    "api must be \"openai\" or \"gemini\", got {other:?}"
-                ));
-            }
+        let api = match cfg.api {
+            Some(ServiceApi::OpenAi) => Api::OpenAi,
+            Some(ServiceApi::Gemini) => Api::Gemini,
             None if cfg.base_url.contains("generativelanguage") => Api::Gemini,
             None => Api::OpenAi,
         };

@@ -62,15 +62,24 @@ pub struct ServiceConfig {
     /// "try again in", `retryDelay`). Default 60 s.
     #[serde(default)]
     pub max_wait_secs: Option<f64>,
-    /// Model services: "openai" (chat/completions, also vLLM, Ollama, llama.cpp) or "gemini"
+    /// Model services: `openai` (chat/completions, also vLLM, Ollama, llama.cpp) or `gemini`
     /// (generateContent). Inferred from base_url when absent.
     #[serde(default)]
-    pub api: Option<String>,
+    pub api: Option<ServiceApi>,
     /// Prices in US dollars per million input / output tokens, for `vidcurate cache stats`.
     #[serde(default)]
     pub usd_per_mtok_input: Option<f64>,
     #[serde(default)]
     pub usd_per_mtok_output: Option<f64>,
+}
+
+/// The protocol a model service speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+pub enum ServiceApi {
+    #[serde(rename = "openai")]
+    OpenAi,
+    #[serde(rename = "gemini")]
+    Gemini,
 }
 
 /// Output settings.
