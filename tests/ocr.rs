@@ -92,6 +92,27 @@ fn images_load_by_content_with_exif_orientation_and_odd_pixel_formats() {
     }
 }
 
+/// White text on a transparent background (a logo or subtitle exported as PNG): RapidOCR 1.4.4
+/// keeps the colours where alpha is set and inverts them, so it reads such files; compositing
+/// over white (what we did before) left white on white and read nothing.
+#[test]
+fn white_text_on_transparent_is_read() {
+    let d = tempfile::tempdir().unwrap();
+    let src = image::open(fixtures().join("ocr/text_rec.jpg"))
+        .unwrap()
+        .to_luma8();
+    // The fixture's light letters become opaque white; its dark background fully transparent.
+    let rgba = image::RgbaImage::from_fn(src.width(), src.height(), |x, y| {
+        let l = src.get_pixel(x, y).0[0];
+        image::Rgba([255, 255, 255, if l > 110 { 255 } else { 0 }])
+    });
+    let path = d.path().join("white_on_transparent.png");
+    rgba.save(&path).unwrap();
+    let p = path.display().to_string();
+    let out = ocr(&["--no-det", "--no-cls", &p]);
+    assert_eq!(out[0]["regions"][0]["text"], "韩国小馆", "{out:?}");
+}
+
 /// Inserts a minimal EXIF APP1 segment with an Orientation tag after the JPEG SOI marker.
 fn add_exif_orientation(path: &Path, orientation: u16) {
     let data = std::fs::read(path).unwrap();

@@ -5,13 +5,21 @@
 use image::{DynamicImage, ImageDecoder, RgbImage};
 use std::path::Path;
 
-/// Loads an image by its content (not its extension), applies EXIF orientation, and flattens
-/// palette, grey, 1-bit and alpha images to RGB (transparent pixels over white).
+/// Loads an image by its content (not its extension), applies EXIF orientation, and turns it
+/// into RGB the way RapidOCR 1.4.4's `LoadImage` does where that reads text (see `flatten`).
+/// Where RapidOCR's loader loses the text, we do not copy it: palette images are expanded to
+/// their colours (RapidOCR reads the palette indices as grey), CMYK is converted (RapidOCR takes
+/// it for RGBA), 16-bit grey is scaled to 8 bits (RapidOCR passes the raw 16-bit values on), and
+/// the EXIF orientation is applied (RapidOCR ignores it; both read upright text the same, and a
+/// phone photo stored sideways is read here the way it is shown).
 pub fn load_image(path: &Path) -> Result<RgbImage, String> {
     let reader = image::ImageReader::open(path)
         .map_err(|e| format!("{}: {e}", path.display()))?
         .with_guessed_format()
         .map_err(|e| format!("{}: {e}", path.display()))?;
+    // GIFs decode with an alpha channel but are palette pictures (PIL's mode "P"), not RGBA:
+    // they keep their colours, transparent pixels over white.
+    let gif = reader.format() == Some(image::ImageFormat::Gif);
     if reader.format().is_none() {
         return Err(format!(
             "{}: not an image format vidcurate reads",
@@ -27,22 +35,56 @@ pub fn load_image(path: &Path) -> Result<RgbImage, String> {
     let mut img =
         DynamicImage::from_decoder(decoder).map_err(|e| format!("{}: {e}", path.display()))?;
     img.apply_orientation(orientation);
-    Ok(flatten(img))
+    Ok(if gif { over_white(&img) } else { flatten(img) })
 }
 
-fn flatten(img: DynamicImage) -> RgbImage {
-    if !img.color().has_alpha() {
-        return img.to_rgb8();
-    }
+fn over_white(img: &DynamicImage) -> RgbImage {
     let rgba = img.to_rgba8();
-    let mut out = RgbImage::new(rgba.width(), rgba.height());
-    for (o, p) in out.pixels_mut().zip(rgba.pixels()) {
-        let a = p.0[3] as u32;
-        for c in 0..3 {
-            o.0[c] = ((p.0[c] as u32 * a + 255 * (255 - a) + 127) / 255) as u8;
+    RgbImage::from_fn(rgba.width(), rgba.height(), |x, y| {
+        let p = rgba.get_pixel(x, y).0;
+        let a = p[3] as u32;
+        image::Rgb([0, 1, 2].map(|c| ((p[c] as u32 * a + 255 * (255 - a) + 127) / 255) as u8))
+    })
+}
+
+/// Alpha as RapidOCR 1.4.4 removes it. Grey + alpha: the grey where alpha is not 0, plus
+/// 255 − alpha (dark text on transparent comes out dark on white). RGBA: the colours where alpha
+/// is not 0; if anything is left that is not black, the picture is inverted (so white text on a
+/// transparent background becomes black on white, and an opaque RGBA picture is read as its
+/// negative, as RapidOCR does), else 255 − alpha is added (black text on transparent).
+fn flatten(img: DynamicImage) -> RgbImage {
+    use image::ColorType;
+    match img.color() {
+        ColorType::La8 | ColorType::La16 => {
+            let la = img.to_luma_alpha8();
+            RgbImage::from_fn(la.width(), la.height(), |x, y| {
+                let [g, a] = la.get_pixel(x, y).0;
+                let v = if a > 0 { g } else { 0 }.saturating_add(255 - a);
+                image::Rgb([v, v, v])
+            })
         }
+        c if c.has_alpha() => {
+            let rgba = img.to_rgba8();
+            let masked = |p: &image::Rgba<u8>| {
+                if p.0[3] > 0 {
+                    [p.0[0], p.0[1], p.0[2]]
+                } else {
+                    [0, 0, 0]
+                }
+            };
+            let any_colour = rgba.pixels().any(|p| masked(p) != [0, 0, 0]);
+            RgbImage::from_fn(rgba.width(), rgba.height(), |x, y| {
+                let p = rgba.get_pixel(x, y);
+                let m = masked(p);
+                image::Rgb(if any_colour {
+                    m.map(|v| 255 - v)
+                } else {
+                    m.map(|v| v.saturating_add(255 - p.0[3]))
+                })
+            })
+        }
+        _ => img.to_rgb8(),
     }
-    out
 }
 
 /// Source index and weight of the second tap, per destination coordinate (OpenCV INTER_LINEAR).
