@@ -278,10 +278,11 @@ fn box_score(pred: &[f32], w: usize, h: usize, q: &Quad) -> f32 {
     if n == 0 { 0.0 } else { (sum / n as f64) as f32 }
 }
 
-/// RapidOCR's unclip: offset the box by area·ratio/perimeter (shapely on the float box), with
-/// pyclipper's integer arithmetic (input truncated, output rounded). For a rectangle the round
-/// joins never reach past the offset edges, so the rectangle's corners grown along its own axes
-/// carry the result.
+/// The box grown by `area × ratio / perimeter`, as pyclipper (Clipper 6.4, `JT_ROUND`,
+/// `ET_CLOSEDPOLYGON`, arc tolerance 0.25) does it for RapidOCR: the input corners truncated to
+/// integers, each edge moved out along its normal, the corners joined by arcs, every point
+/// rounded half away from zero. On tilted boxes the rounded arc and edge points, not the
+/// rectangle's corners, decide the minimum-area rectangle taken next.
 fn unclip(q: &Quad, ratio: f64) -> Vec<[f64; 2]> {
     let area = 0.5
         * (0..4)
@@ -293,27 +294,86 @@ fn unclip(q: &Quad, ratio: f64) -> Vec<[f64; 2]> {
     if perimeter == 0.0 {
         return q.to_vec();
     }
-    let d = area * ratio / perimeter;
-    let t: Vec<[f64; 2]> = q.iter().map(|p| [p[0].trunc(), p[1].trunc()]).collect();
-    let (w, h) = (side(t[0], t[1]), side(t[1], t[2]));
-    if w == 0.0 || h == 0.0 {
-        return t;
+    let delta = area * ratio / perimeter;
+    let mut src: Vec<[f64; 2]> = q.iter().map(|p| [p[0].trunc(), p[1].trunc()]).collect();
+    src.dedup();
+    while src.len() > 1 && src.first() == src.last() {
+        src.pop();
     }
-    let (ux, uy) = ((t[1][0] - t[0][0]) / w, (t[1][1] - t[0][1]) / w);
-    let (vx, vy) = ((t[3][0] - t[0][0]) / h, (t[3][1] - t[0][1]) / h);
-    // Clipper rounds half away from zero, as f64::round.
-    let grow = |p: [f64; 2], su: f64, sv: f64| {
-        [
-            (p[0] + d * (su * ux + sv * vx)).round(),
-            (p[1] + d * (su * uy + sv * vy)).round(),
-        ]
+    if src.len() < 3 || delta <= 0.0 {
+        return src;
+    }
+    // Clipper offsets positively oriented polygons (its Area() >= 0); it reverses the others.
+    let clipper_area = -0.5
+        * (0..src.len())
+            .map(|i| {
+                let j = (i + src.len() - 1) % src.len();
+                (src[j][0] + src[i][0]) * (src[j][1] - src[i][1])
+            })
+            .sum::<f64>();
+    if clipper_area < 0.0 {
+        src.reverse();
+    }
+    let n = src.len();
+    let normal = |a: [f64; 2], b: [f64; 2]| {
+        let (dx, dy) = (b[0] - a[0], b[1] - a[1]);
+        if dx == 0.0 && dy == 0.0 {
+            return [0.0, 0.0];
+        }
+        let f = 1.0 / (dx * dx + dy * dy).sqrt();
+        [dy * f, -dx * f]
     };
-    vec![
-        grow(t[0], -1.0, -1.0),
-        grow(t[1], 1.0, -1.0),
-        grow(t[2], 1.0, 1.0),
-        grow(t[3], -1.0, 1.0),
-    ]
+    let normals: Vec<[f64; 2]> = (0..n).map(|j| normal(src[j], src[(j + 1) % n])).collect();
+    let y = if 0.25 > delta * 0.25 {
+        delta * 0.25
+    } else {
+        0.25
+    };
+    let mut steps = std::f64::consts::PI / (1.0 - y / delta).acos();
+    if steps > delta * std::f64::consts::PI {
+        steps = delta * std::f64::consts::PI;
+    }
+    let (sin, cos) = (
+        (2.0 * std::f64::consts::PI / steps).sin(),
+        (2.0 * std::f64::consts::PI / steps).cos(),
+    );
+    let steps_per_rad = steps / (2.0 * std::f64::consts::PI);
+    let at =
+        |p: [f64; 2], v: [f64; 2]| [(p[0] + v[0] * delta).round(), (p[1] + v[1] * delta).round()];
+    let mut out = vec![];
+    let mut k = n - 1;
+    for j in 0..n {
+        let (nk, nj) = (normals[k], normals[j]);
+        let mut sin_a = nk[0] * nj[1] - nj[0] * nk[1];
+        let cos_a = nk[0] * nj[0] + nk[1] * nj[1];
+        if (sin_a * delta).abs() < 1.0 {
+            if cos_a > 0.0 {
+                out.push(at(src[j], nk));
+                k = j;
+                continue;
+            }
+        } else {
+            sin_a = sin_a.clamp(-1.0, 1.0);
+        }
+        if sin_a * delta < 0.0 {
+            out.push(at(src[j], nk));
+            out.push(src[j]);
+            out.push(at(src[j], nj));
+        } else {
+            let a = sin_a.atan2(cos_a);
+            let count = ((steps_per_rad * a.abs()).round() as i64).max(1);
+            let (mut x, mut yv) = (nk[0], nk[1]);
+            for _ in 0..count {
+                out.push(at(src[j], [x, yv]));
+                let x2 = x;
+                x = x * cos - sin * yv;
+                yv = x2 * sin + yv * cos;
+            }
+            out.push(at(src[j], nj));
+        }
+        k = j;
+    }
+    out
 }
 
 /// Boxes (in the coordinates of a `dest_w`×`dest_h` image) from a `w`×`h` probability map.
@@ -499,6 +559,45 @@ mod tests {
             pred[20 * w + x] = 0.95; // one pixel high
         }
         assert!(boxes_from_map(&pred, w, h, w, h, &DbParams::default()).is_empty());
+    }
+
+    #[test]
+    fn unclip_gives_pyclippers_points_on_a_tilted_box() {
+        // Reference: pyclipper 1.3 in RapidOCR 1.4.4's environment, JT_ROUND, ET_CLOSEDPOLYGON,
+        // distance from shapely as RapidOCR computes it (22.87435).
+        let q: Quad = [[10.3, 20.7], [200.9, 12.2], [202.4, 45.8], [11.8, 54.3]];
+        let mut got: Vec<(i64, i64)> = unclip(&q, 1.6)
+            .iter()
+            .map(|p| (p[0] as i64, p[1] as i64))
+            .collect();
+        got.sort();
+        let want = vec![
+            (-13, 21),
+            (-12, 14),
+            (-12, 55),
+            (-10, 64),
+            (-9, 8),
+            (-6, 69),
+            (-5, 3),
+            (-1, 74),
+            (1, -1),
+            (5, 76),
+            (9, -3),
+            (12, 77),
+            (199, -11),
+            (203, 68),
+            (206, -10),
+            (212, -8),
+            (212, 66),
+            (217, -3),
+            (217, 62),
+            (221, 2),
+            (222, 57),
+            (223, 11),
+            (224, 50),
+            (225, 44),
+        ];
+        assert_eq!(got, want);
     }
 
     #[test]
