@@ -69,6 +69,9 @@ pub struct Analysis {
     pub stats: Vec<StatRow>,
 }
 
+/// The shots-per-video analysis is named after the stage whose table it reads.
+const SHOTS: &str = crate::stages::shots::KIND.name;
+
 /// The run's tables as `analyze` reads them: the typed manifest names each stage's id and
 /// fingerprint, and only shards of that fingerprint are read, through the same reader as resume
 /// and `rethreshold` (shards of a changed setting that a later run has not yet set aside never
@@ -526,10 +529,10 @@ pub fn analyze(
                 }
             }
             tables
-                .entry("shots".into())
+                .entry(SHOTS.into())
                 .or_default()
                 .extend(dist(g, &shot_bins, &c));
-            values_by.insert(("shots".into(), g.clone()), vals);
+            values_by.insert((SHOTS.into(), g.clone()), vals);
         }
     }
 
@@ -555,7 +558,7 @@ pub fn analyze(
                 }
             }
         }
-        for name in ["saturation", "value", "area", "aspect_ratio", "shots"] {
+        for name in ["saturation", "value", "area", "aspect_ratio", SHOTS] {
             if let (Some(x), Some(y)) = (
                 values_by.get(&(name.into(), a.clone())),
                 values_by.get(&(name.into(), b.clone())),
@@ -594,7 +597,7 @@ pub fn analyze(
             "Overlay text over 8 time segments (section 3.2.1)",
             None,
         ),
-        ("shots", "Shots per video (A.2.2)", None),
+        (SHOTS, "Shots per video (A.2.2)", None),
     ] {
         if let Some(rows) = tables.get(name) {
             let file = format!("{name}.png");
