@@ -135,6 +135,146 @@ impl RunTables {
     }
 }
 
+/// `--where` applied to a batch (None when the table lacks one of its columns).
+type BatchFilter<'a> = &'a dyn Fn(RecordBatch) -> Result<Option<RecordBatch>, String>;
+
+/// Key footage over 8 equal segments: per group, the mean over videos of the share of each
+/// segment's sampled frames that show creator-added text (`with_text`: (video, frame) pairs).
+fn segment_rows(
+    run_tables: &RunTables,
+    fid: &str,
+    pid: &str,
+    by: &str,
+    filtered: BatchFilter,
+    with_text: &std::collections::HashSet<(String, u32)>,
+    groups: &[String],
+) -> Result<Vec<DistRow>, String> {
+    let mut out = vec![];
+    let mut duration: HashMap<String, f64> = HashMap::new();
+    for b in run_tables.batches(pid)? {
+        let (ids, d) = (
+            col_str(&b, COL_VIDEO_ID)?,
+            col_f64(&b, "video_duration_secs")?,
+        );
+        for (i, id) in ids.into_iter().enumerate() {
+            duration.insert(id.unwrap_or_default(), d[i]);
+        }
+    }
+    let mut per_video: BTreeMap<(String, String), ([f64; 8], [f64; 8])> = BTreeMap::new();
+    for b in run_tables.batches(fid)? {
+        // A filter on region columns cannot select frames: the segment analysis is skipped.
+        let Some(b) = filtered(b)? else { break };
+        let (ids, grp) = (col_str(&b, COL_VIDEO_ID)?, col_str(&b, by)?);
+        let (idx, ts) = (
+            b.column_by_name("frame_index")
+                .ok_or("no frame_index")?
+                .as_primitive::<UInt32Type>()
+                .clone(),
+            col_f64(&b, "timestamp_secs")?,
+        );
+        for i in 0..b.num_rows() {
+            let id = ids[i].clone().unwrap_or_default();
+            let Some(d) = duration.get(&id).filter(|d| **d > 0.0) else {
+                continue;
+            };
+            let seg = ((ts[i] / d * 8.0) as usize).min(7);
+            let e = per_video
+                .entry((
+                    grp[i].clone().unwrap_or_else(|| "(null)".into()),
+                    id.clone(),
+                ))
+                .or_default();
+            e.1[seg] += 1.0;
+            if with_text.contains(&(id, idx.value(i))) {
+                e.0[seg] += 1.0;
+            }
+        }
+    }
+    let seg_bins: Vec<(f64, f64, String)> = (0..8)
+        .map(|i| {
+            (
+                i as f64 / 8.0,
+                (i + 1) as f64 / 8.0,
+                format!("segment {}", i + 1),
+            )
+        })
+        .collect();
+    for g in groups {
+        let vids: Vec<_> = per_video
+            .iter()
+            .filter(|((gg, _), _)| gg == g)
+            .map(|(_, v)| v)
+            .collect();
+        let mut mean = [0f64; 8];
+        for s in 0..8 {
+            let shares: Vec<f64> = vids
+                .iter()
+                .filter(|v| v.1[s] > 0.0)
+                .map(|v| v.0[s] / v.1[s])
+                .collect();
+            mean[s] = shares.iter().sum::<f64>() / shares.len().max(1) as f64;
+        }
+        // `count` is the mean share here; `share` normalises it over the 8 segments.
+        out.extend(dist(g, &seg_bins, &mean));
+    }
+    Ok(out)
+}
+
+/// Shots per video, binned 1..10+, per group; and the raw counts per group for the KS test.
+#[allow(clippy::type_complexity)]
+fn shot_rows(
+    run_tables: &RunTables,
+    sid: &str,
+    by: &str,
+    filtered: BatchFilter,
+) -> Result<(Vec<DistRow>, Vec<(String, Vec<f64>)>), String> {
+    let (mut rows, mut values) = (vec![], vec![]);
+    let mut per_video: BTreeMap<String, (String, u32)> = BTreeMap::new();
+    for b in run_tables.batches(sid)? {
+        let Some(b) = filtered(b)? else { break };
+        let (ids, grp) = (col_str(&b, COL_VIDEO_ID)?, col_str(&b, by)?);
+        let n = b
+            .column_by_name("shots_in_video")
+            .ok_or("no shots_in_video")?
+            .as_primitive::<UInt32Type>()
+            .clone();
+        for i in 0..b.num_rows() {
+            per_video.insert(
+                ids[i].clone().unwrap_or_default(),
+                (
+                    grp[i].clone().unwrap_or_else(|| "(null)".into()),
+                    n.value(i),
+                ),
+            );
+        }
+    }
+    let shot_bins: Vec<(f64, f64, String)> = (1..=10)
+        .map(|k| {
+            (
+                k as f64,
+                (k + 1) as f64,
+                if k == 10 { "10+".into() } else { k.to_string() },
+            )
+        })
+        .collect();
+    let mut shot_groups: Vec<String> = per_video.values().map(|v| v.0.clone()).collect();
+    shot_groups.sort();
+    shot_groups.dedup();
+    for g in &shot_groups {
+        let mut c = vec![0f64; 10];
+        let mut vals = vec![];
+        for (gg, n) in per_video.values() {
+            if gg == g {
+                c[(*n as usize).clamp(1, 10) - 1] += 1.0;
+                vals.push(*n as f64);
+            }
+        }
+        rows.extend(dist(g, &shot_bins, &c));
+        values.push((g.clone(), vals));
+    }
+    Ok((rows, values))
+}
+
 fn col_str(b: &RecordBatch, name: &str) -> Result<Vec<Option<String>>, String> {
     let c = b
         .column_by_name(name)
@@ -409,130 +549,18 @@ pub fn analyze(
         );
     }
 
-    // Key footage over 8 equal segments: the share of each segment's sampled frames that show
-    // creator-added text, per video, averaged per group.
+    // Key footage over 8 equal segments, and shots per video.
     if let (Some(fid), Some(pid)) = (&frames_id, &probe_id) {
-        let mut duration: HashMap<String, f64> = HashMap::new();
-        for b in run_tables.batches(pid)? {
-            let (ids, d) = (
-                col_str(&b, COL_VIDEO_ID)?,
-                col_f64(&b, "video_duration_secs")?,
-            );
-            for (i, id) in ids.into_iter().enumerate() {
-                duration.insert(id.unwrap_or_default(), d[i]);
-            }
-        }
         let with_text: std::collections::HashSet<(String, u32)> =
             regions.iter().map(|r| (r.video.clone(), r.frame)).collect();
-        let mut per_video: BTreeMap<(String, String), ([f64; 8], [f64; 8])> = BTreeMap::new();
-        for b in run_tables.batches(fid)? {
-            // A filter on region columns cannot select frames: the segment analysis is skipped.
-            let Some(b) = filtered(b)? else { break };
-            let (ids, grp) = (col_str(&b, COL_VIDEO_ID)?, col_str(&b, by)?);
-            let (idx, ts) = (
-                b.column_by_name("frame_index")
-                    .ok_or("no frame_index")?
-                    .as_primitive::<UInt32Type>()
-                    .clone(),
-                col_f64(&b, "timestamp_secs")?,
-            );
-            for i in 0..b.num_rows() {
-                let id = ids[i].clone().unwrap_or_default();
-                let Some(d) = duration.get(&id).filter(|d| **d > 0.0) else {
-                    continue;
-                };
-                let seg = ((ts[i] / d * 8.0) as usize).min(7);
-                let e = per_video
-                    .entry((
-                        grp[i].clone().unwrap_or_else(|| "(null)".into()),
-                        id.clone(),
-                    ))
-                    .or_default();
-                e.1[seg] += 1.0;
-                if with_text.contains(&(id, idx.value(i))) {
-                    e.0[seg] += 1.0;
-                }
-            }
-        }
-        let seg_bins: Vec<(f64, f64, String)> = (0..8)
-            .map(|i| {
-                (
-                    i as f64 / 8.0,
-                    (i + 1) as f64 / 8.0,
-                    format!("segment {}", i + 1),
-                )
-            })
-            .collect();
-        for g in &groups {
-            let vids: Vec<_> = per_video
-                .iter()
-                .filter(|((gg, _), _)| gg == g)
-                .map(|(_, v)| v)
-                .collect();
-            let mut mean = [0f64; 8];
-            for s in 0..8 {
-                let shares: Vec<f64> = vids
-                    .iter()
-                    .filter(|v| v.1[s] > 0.0)
-                    .map(|v| v.0[s] / v.1[s])
-                    .collect();
-                mean[s] = shares.iter().sum::<f64>() / shares.len().max(1) as f64;
-            }
-            // `count` is the mean share here; `share` normalises it over the 8 segments.
-            tables
-                .entry("segments".into())
-                .or_default()
-                .extend(dist(g, &seg_bins, &mean));
-        }
+        let rows = segment_rows(&run_tables, fid, pid, by, &filtered, &with_text, &groups)?;
+        tables.entry("segments".into()).or_default().extend(rows);
     }
-
-    // Shots per video.
     if let Some(sid) = &shots_id {
-        let mut per_video: BTreeMap<String, (String, u32)> = BTreeMap::new();
-        for b in run_tables.batches(sid)? {
-            let Some(b) = filtered(b)? else { break };
-            let (ids, grp) = (col_str(&b, COL_VIDEO_ID)?, col_str(&b, by)?);
-            let n = b
-                .column_by_name("shots_in_video")
-                .ok_or("no shots_in_video")?
-                .as_primitive::<UInt32Type>()
-                .clone();
-            for i in 0..b.num_rows() {
-                per_video.insert(
-                    ids[i].clone().unwrap_or_default(),
-                    (
-                        grp[i].clone().unwrap_or_else(|| "(null)".into()),
-                        n.value(i),
-                    ),
-                );
-            }
-        }
-        let shot_bins: Vec<(f64, f64, String)> = (1..=10)
-            .map(|k| {
-                (
-                    k as f64,
-                    (k + 1) as f64,
-                    if k == 10 { "10+".into() } else { k.to_string() },
-                )
-            })
-            .collect();
-        let mut shot_groups: Vec<String> = per_video.values().map(|v| v.0.clone()).collect();
-        shot_groups.sort();
-        shot_groups.dedup();
-        for g in &shot_groups {
-            let mut c = vec![0f64; 10];
-            let mut vals = vec![];
-            for (gg, n) in per_video.values() {
-                if gg == g {
-                    c[(*n as usize).clamp(1, 10) - 1] += 1.0;
-                    vals.push(*n as f64);
-                }
-            }
-            tables
-                .entry(SHOTS.into())
-                .or_default()
-                .extend(dist(g, &shot_bins, &c));
-            values_by.insert((SHOTS.into(), g.clone()), vals);
+        let (rows, values) = shot_rows(&run_tables, sid, by, &filtered)?;
+        tables.entry(SHOTS.into()).or_default().extend(rows);
+        for (g, vals) in values {
+            values_by.insert((SHOTS.into(), g), vals);
         }
     }
 
