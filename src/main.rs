@@ -305,11 +305,7 @@ fn in_order_on_threads<T: Sync>(
                     let Some(item) = items.get(i) else { break };
                     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(item)))
                         .unwrap_or_else(|p| {
-                            let msg = p
-                                .downcast_ref::<&str>()
-                                .map(|s| s.to_string())
-                                .or_else(|| p.downcast_ref::<String>().cloned())
-                                .unwrap_or_else(|| "unknown panic".into());
+                            let msg = vidcurate::error::panic_message(p.as_ref());
                             Err(format!("item {}: OCR failed: {msg}", i + 1))
                         });
                     if tx.send((i, r)).is_err() {

@@ -279,6 +279,38 @@ pub fn to_line_tensor(img: &RgbImage, h: u32, max_w: u32, out: &mut [f32]) {
 mod tests {
     use super::*;
 
+    /// RapidOCR 1.4.4's alpha rules, pixel by pixel (values worked out from its cv2 calls).
+    #[test]
+    fn alpha_is_removed_as_rapidocr_does() {
+        // Grey + alpha: grey where alpha > 0, plus 255 - alpha (saturating).
+        let la = image::GrayAlphaImage::from_raw(3, 1, vec![0, 255, 100, 128, 7, 0]).unwrap();
+        let out = flatten(DynamicImage::ImageLumaA8(la));
+        let got: Vec<u8> = out.pixels().map(|p| p.0[0]).collect();
+        assert_eq!(got, vec![0, 227, 255]);
+        // RGBA with colour left after masking: the masked picture inverted.
+        let white_text = image::RgbaImage::from_raw(
+            2,
+            1,
+            vec![255, 255, 255, 255, /* transparent */ 9, 9, 9, 0],
+        )
+        .unwrap();
+        let out = flatten(DynamicImage::ImageRgba8(white_text));
+        assert_eq!(out.get_pixel(0, 0).0, [0, 0, 0]);
+        assert_eq!(out.get_pixel(1, 0).0, [255, 255, 255]);
+        // Opaque RGBA: read as its negative.
+        let opaque = image::RgbaImage::from_raw(1, 1, vec![200, 30, 10, 255]).unwrap();
+        assert_eq!(
+            flatten(DynamicImage::ImageRgba8(opaque)).get_pixel(0, 0).0,
+            [55, 225, 245]
+        );
+        // Nothing but black left: 255 - alpha is added instead (black text on transparent).
+        let black_text =
+            image::RgbaImage::from_raw(2, 1, vec![0, 0, 0, 255, 40, 40, 40, 0]).unwrap();
+        let out = flatten(DynamicImage::ImageRgba8(black_text));
+        assert_eq!(out.get_pixel(0, 0).0, [0, 0, 0]);
+        assert_eq!(out.get_pixel(1, 0).0, [255, 255, 255]);
+    }
+
     #[test]
     fn resize_matches_opencv_half_pixel_mapping() {
         // 4 -> 2 pixels: OpenCV samples at source 0.5 and 2.5, i.e. the means of pairs.

@@ -204,12 +204,10 @@ impl CpuPool {
             }
             counts.running.fetch_add(1, Ordering::Relaxed);
             let out = std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
-                let msg = p
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| p.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "panic".into());
-                Err(StageError::internal("cpu_task_panicked", msg))
+                Err(StageError::internal(
+                    "cpu_task_panicked",
+                    crate::error::panic_message(p.as_ref()),
+                ))
             });
             counts.running.fetch_sub(1, Ordering::Relaxed);
             counts.done.fetch_add(1, Ordering::Relaxed);

@@ -316,7 +316,9 @@ impl DownloadStage {
             ])
             .args(["--format", &self.cfg.format])
             .args(["--max-filesize", &self.cfg.max_bytes.to_string()])
-            .args(["--socket-timeout", "30", "--retries", "3"])
+            // No retries of its own: the runner retries the video (one owner of attempts);
+            // yt-dlp still retries single fragments of a download that is under way.
+            .args(["--socket-timeout", "30", "--retries", "0"])
             .args(["--output", "media.%(ext)s"])
             .args(["--print", "after_move:filepath"])
             .arg("--")
