@@ -13,13 +13,17 @@ Profiles:
              (hue 25-30 deg) in a lower band, long captions (aspect > 15) on a box, moderate size.
   ocr-truth  a variety for the OCR tests: red, orange, white and yellow text, plain, outlined,
              shadowed and on a semi-opaque box, over busy backgrounds, 720p and 1080p.
+  reuse      for OCR reuse across frames (issue 12): static backgrounds (bars, flat colours), a
+             channel tag that stays, a caption that changes its text halfway at the same place
+             and size, and on every other clip a line drifting across (so some frames change
+             only in a band).
   soak       many small clips for the runtime's soak test: 320x180, --seconds is the longest
              (each clip 1 s to that), every other clip with one line of text, demo titles,
              and every 40th file cut short (the run must reject it and carry on).
 Both add scene text (a sign drifting across the frame) to some clips; editor overlays stay put.
 Deterministic (seeded) and idempotent (an up-to-date corpus is left alone).
 
-Usage: make_demo_corpus.py OUT_DIR [--profile demo|ocr-truth] [--clips N] [--seconds S] [--seed K]
+Usage: make_demo_corpus.py OUT_DIR [--profile demo|ocr-truth|reuse|soak] [--clips N] [--seconds S] [--seed K]
 """
 import argparse
 import colorsys
@@ -34,7 +38,7 @@ import sys
 
 from PIL import ImageFont
 
-VERSION = 9
+VERSION = 10
 
 # Titles and descriptions for the demo's relevance stage (event: a protest turning violent):
 # every third clip reads like studio talk or a lecture, the rest like raw street footage.
@@ -175,6 +179,33 @@ def filtergraph(bg, ovs, tmp, name, w):
     return ",".join(parts)
 
 
+# Backgrounds that do not change from frame to frame.
+STATIC_BACKGROUNDS = ["smptebars=s={w}x{h}:r={fps}", "color=c=0x284878:s={w}x{h}:r={fps}",
+                      "color=c=0xD8D0C0:s={w}x{h}:r={fps}"]
+
+
+def reuse_overlays(rng, w, h, secs, n):
+    taken, out = [], []
+    colour = COLOURS[list(COLOURS)[n % len(COLOURS)]]
+    p = place(rng, taken, "CITY NEWS 24", 34, w, h, xr=(w - 330, w - 300), yr=(20, 30))
+    out.append(overlay("CITY NEWS 24", 34, colour, p[0], p[1], p[2], 0.0, secs, True, style="box"))
+    # Two captions of the same length, one after the other at the same place and size: the
+    # second must be read, not taken for the first.
+    first, second = [("Storm hits the coast", "Train strike is over"),
+                     ("Election results tonight", "Market opens higher"),
+                     ("BREAKING NEWS", "LIVE COVERAGE")][n % 3]
+    half = round(secs / 2, 2)
+    p = place(rng, taken, first, 44, w, h, xr=(40, 60), yr=(int(h * 0.78), int(h * 0.82)))
+    style = ["box", "outline"][n % 2]
+    out.append(overlay(first, 44, COLOURS["white"], p[0], p[1], p[2], 0.0, half, True, style=style))
+    out.append(overlay(second, 44, COLOURS["white"], p[0], p[1], p[2], half, secs, True, style=style))
+    if n % 2:
+        y = free_row(rng, taken, 48, int(h * 0.2), int(h * 0.6))
+        out.append(overlay(SCENE_LINES[n % len(SCENE_LINES)], 48, (0.0, 0.0, 0.92), -1, y, None, 0.0, secs,
+                           False, moving=True, speed=int(w * 0.1)))
+    return out
+
+
 def soak_overlays(rng, w, h, secs, n):
     if n % 2:
         return []
@@ -201,7 +232,7 @@ def encode(graph, path, secs, tone):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
-    ap.add_argument("--profile", choices=["demo", "ocr-truth", "soak"], default="demo")
+    ap.add_argument("--profile", choices=["demo", "ocr-truth", "reuse", "soak"], default="demo")
     ap.add_argument("--clips", type=int, default=12)
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--seed", type=int, default=7)
@@ -231,11 +262,15 @@ def main():
             secs = round(rng.uniform(1.0, max(1.0, a.seconds)), 1)
             label, (w, h) = ("fake" if n % 2 == 0 else "real"), (320, 180)
             ovs = soak_overlays(rng, w, h, secs, n)
+        elif a.profile == "reuse":
+            label, (w, h) = "truth", (1280, 720)
+            ovs = reuse_overlays(rng, w, h, a.seconds, n)
         else:
             label, (w, h) = "truth", ((1280, 720) if n % 2 == 0 else (1920, 1080))
             ovs = truth_overlays(rng, w, h, a.seconds, n)
-        vid = {"demo": "demo", "ocr-truth": "truth", "soak": "soak"}[a.profile] + f"{n:03d}"
-        bg = BACKGROUNDS[n % len(BACKGROUNDS)].format(w=w, h=h, fps=FPS, seed=n + 1)
+        vid = {"demo": "demo", "ocr-truth": "truth", "reuse": "reuse", "soak": "soak"}[a.profile] + f"{n:03d}"
+        backgrounds = STATIC_BACKGROUNDS if a.profile == "reuse" else BACKGROUNDS
+        bg = backgrounds[n % len(backgrounds)].format(w=w, h=h, fps=FPS, seed=n + 1)
         path = os.path.join(vdir, f"{vid}.mp4")
         encodes.append((filtergraph(bg, ovs, tmp, vid, w), path, secs, 300 + 40 * (n % 100)))
         row = dict(path=f"videos/{vid}.mp4", id=vid, label=label, domain="demo-news", language="en")

@@ -522,7 +522,7 @@ fn validate_cmd(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
 
 fn run_cmd(file: &Path, out: Option<PathBuf>, quiet: bool) -> anyhow::Result<ExitCode> {
     let plan = plan::load(file)?;
-    // Stages with a line of their own for the summary (the prescreen's saved calls).
+    // Stages with a line of their own for the summary (the prescreen's saved calls, OCR reuse).
     let summaries: Vec<(String, fn(&str, &vidcurate::runtime::StageCounts) -> String)> = plan
         .stages
         .iter()
@@ -556,8 +556,10 @@ fn run_cmd(file: &Path, out: Option<PathBuf>, quiet: bool) -> anyhow::Result<Exi
         }
     }
     for (id, line) in &summaries {
-        if let Some(c) = report.counts.get(id) {
-            eprintln!("{}", line(id, c));
+        if let Some(text) = report.counts.get(id).map(|c| line(id, c)) {
+            if !text.is_empty() {
+                eprintln!("{text}");
+            }
         }
     }
     if report.status == RunStatus::Interrupted {

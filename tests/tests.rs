@@ -10,6 +10,7 @@ mod config;
 mod frames;
 mod judge;
 mod ocr;
+mod ocr_reuse;
 mod ocr_truth;
 mod resume;
 mod shots;

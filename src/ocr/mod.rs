@@ -10,11 +10,14 @@
 
 pub mod det;
 pub mod imgops;
+pub mod reuse;
 
 use det::{DbParams, Quad};
 use image::RgbImage;
 use ort::session::Session;
 use ort::value::TensorRef;
+use reuse::{Change, KnownLine, Window};
+pub use reuse::{FrameMemory, Reuse, ReuseCounts};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -179,12 +182,245 @@ impl OcrEngine {
 
     /// Detection, classification and recognition of every text line in `img`.
     pub fn ocr(&self, img: &RgbImage) -> Result<Vec<Region>, String> {
+        self.ocr_frame(img, &mut FrameMemory::default(), Reuse::Off)
+            .map(|(regions, _)| regions)
+    }
+
+    /// `ocr` of one frame of a chain read in order: `memory` carries what the previous frames
+    /// found, and `mode` says whether it is used (`reuse`).
+    pub fn ocr_frame(
+        &self,
+        img: &RgbImage,
+        memory: &mut FrameMemory,
+        mode: Reuse,
+    ) -> Result<(Vec<Region>, ReuseCounts), String> {
         let (raw_w, raw_h) = img.dimensions();
         let (img, ratio_w, ratio_h) = self.limit_sides(img);
-        // Letterbox very flat or very low images (black bands top and bottom).
+        let (img, pad_top) = self.letterbox(img);
+        let mut counts = ReuseCounts {
+            frames: 1,
+            ..Default::default()
+        };
+        let mut m = self.worker()?;
+        let lines = match mode {
+            Reuse::Off => self.read_fresh(&mut m, &img)?,
+            Reuse::On => self.read_reusing(&mut m, &img, memory, false, &mut counts)?,
+            Reuse::Verify => {
+                let fresh = self.read_fresh(&mut m, &img)?;
+                let reused = self.read_reusing(&mut m, &img, memory, true, &mut counts)?;
+                let quads = |l: &[KnownLine]| l.iter().map(|k| k.quad).collect::<Vec<_>>();
+                let worst = reuse::quad_distance(&quads(&fresh), &quads(&reused));
+                if worst > reuse::QUAD_PX {
+                    counts.det_mismatch = 1;
+                    tracing::debug!(worst, "Reused detection differs.");
+                }
+                let texts = |l: &[KnownLine]| {
+                    let mut t: Vec<String> = l
+                        .iter()
+                        .filter(|k| k.score >= self.params.text_score)
+                        .map(|k| k.text.clone())
+                        .collect();
+                    t.sort();
+                    t
+                };
+                let (a, b) = (texts(&fresh), texts(&reused));
+                if a != b {
+                    counts.text_mismatch = 1;
+                    tracing::debug!(fresh = ?a, reused = ?b, "Frame read differently with reuse.");
+                }
+                fresh
+            }
+        };
+        drop(m);
+        let out = lines
+            .into_iter()
+            .filter(|k| k.score >= self.params.text_score)
+            .map(|k| Region {
+                quad: k.quad.map(|p| {
+                    let x = (p[0] * ratio_w).clamp(0.0, raw_w as f64);
+                    let y = ((p[1] - pad_top as f64) * ratio_h).clamp(0.0, raw_h as f64);
+                    [x as f32, y as f32]
+                }),
+                text: k.text,
+                score: k.score,
+                angle: k.angle,
+            })
+            .collect();
+        Ok((out, counts))
+    }
+
+    /// Detection, classification and recognition of a prepared image, from scratch.
+    fn read_fresh(&self, m: &mut Models, img: &RgbImage) -> Result<Vec<KnownLine>, String> {
+        let t0 = std::time::Instant::now();
+        let (w, h) = img.dimensions();
+        let boxes = self.boxes(&self.det_map(m, img, None)?, w, h);
+        let t_det = t0.elapsed();
+        let crops: Vec<RgbImage> = boxes.iter().map(|q| line_crop(img, q)).collect();
+        let read = self.read_lines(m, &crops)?;
+        tracing::debug!(
+            det_ms = t_det.as_millis() as u64,
+            rec_ms = (t0.elapsed() - t_det).as_millis() as u64,
+            boxes = boxes.len(),
+            "OCR timings."
+        );
+        Ok(boxes
+            .into_iter()
+            .zip(crops)
+            .zip(read)
+            .map(|((quad, crop), (text, score, angle))| KnownLine {
+                quad,
+                crop,
+                text,
+                score,
+                angle,
+            })
+            .collect())
+    }
+
+    /// Angle classification and recognition of line crops.
+    #[allow(clippy::type_complexity)]
+    fn read_lines(
+        &self,
+        m: &mut Models,
+        crops: &[RgbImage],
+    ) -> Result<Vec<(String, f32, Option<(String, f32)>)>, String> {
+        let (turned, angles) = self.classify(m, crops.to_vec())?;
+        let texts = self.recognize(m, &turned)?;
+        Ok(texts
+            .into_iter()
+            .enumerate()
+            .map(|(i, (text, score))| (text, score, angles.as_ref().map(|a| a[i].clone())))
+            .collect())
+    }
+
+    /// The lines of a frame of a chain, using what `memory` holds (`Reuse::On`), and leaving
+    /// this frame's in it. `check`: recognise the reused lines too and count those whose text
+    /// differs from what was remembered.
+    fn read_reusing(
+        &self,
+        m: &mut Models,
+        img: &RgbImage,
+        memory: &mut FrameMemory,
+        check: bool,
+        counts: &mut ReuseCounts,
+    ) -> Result<Vec<KnownLine>, String> {
+        let t0 = std::time::Instant::now();
+        let boxes = self.detect_in_chain(m, img, memory, counts)?;
+        let t_det = t0.elapsed();
+        let crops: Vec<RgbImage> = boxes.iter().map(|q| line_crop(img, q)).collect();
+        counts.lines += boxes.len() as u64;
+        // The known line each box repeats, if any.
+        let known: Vec<Option<usize>> = boxes
+            .iter()
+            .zip(&crops)
+            .map(|(q, c)| memory.same_line(q, c))
+            .collect();
+        counts.rec_reused += known.iter().flatten().count() as u64;
+        let todo: Vec<usize> = (0..boxes.len())
+            .filter(|&i| known[i].is_none() || check)
+            .collect();
+        let todo_crops: Vec<RgbImage> = todo.iter().map(|&i| crops[i].clone()).collect();
+        let mut read: Vec<Option<(String, f32, Option<(String, f32)>)>> = vec![None; boxes.len()];
+        for (&i, r) in todo.iter().zip(self.read_lines(m, &todo_crops)?) {
+            read[i] = Some(r);
+        }
+        tracing::debug!(
+            det_ms = t_det.as_millis() as u64,
+            rec_ms = (t0.elapsed() - t_det).as_millis() as u64,
+            boxes = boxes.len(),
+            recognised = todo.len(),
+            "OCR timings."
+        );
+        // A repeated line keeps the crop and text it was first read from, so a slow change
+        // cannot drift away from the pixels the text was read from.
+        let mut lines = Vec::with_capacity(boxes.len());
+        let mut remembered = Vec::with_capacity(boxes.len());
+        for (i, (quad, crop)) in boxes.into_iter().zip(crops).enumerate() {
+            match (known[i], read[i].take()) {
+                (Some(j), fresh) => {
+                    let was = memory.lines[j].clone();
+                    if let Some((text, ..)) = fresh {
+                        if text != was.text {
+                            counts.rec_mismatch += 1;
+                            tracing::debug!(was = %was.text, now = %text, "Reused recognition differs.");
+                        }
+                    }
+                    lines.push(KnownLine {
+                        quad,
+                        ..was.clone()
+                    });
+                    remembered.push(was);
+                }
+                (None, Some((text, score, angle))) => {
+                    let line = KnownLine {
+                        quad,
+                        crop,
+                        text,
+                        score,
+                        angle,
+                    };
+                    lines.push(line.clone());
+                    remembered.push(line);
+                }
+                (None, None) => unreachable!("every box is recognised or known"),
+            }
+        }
+        memory.lines = remembered;
+        Ok(lines)
+    }
+
+    /// The boxes of a frame of a chain: the previous frame's when nothing changed, from the
+    /// previous map with the changed window recomputed when little did, else from scratch.
+    /// Leaves this frame's map and boxes in `memory`.
+    fn detect_in_chain(
+        &self,
+        m: &mut Models,
+        img: &RgbImage,
+        memory: &mut FrameMemory,
+        counts: &mut ReuseCounts,
+    ) -> Result<Vec<Quad>, String> {
+        let (w, h) = img.dimensions();
+        let (rw, rh) = self.det_size(w, h);
+        let full_px = rw as u64 * rh as u64;
+        counts.det_pixels_full += full_px;
+        // The frame memory keeps the pixels its map was computed from: kept as they were where
+        // nothing changed, so a slow change is measured from where it started.
+        let map = match memory.change(img) {
+            Change::Unchanged => {
+                counts.det_reused += 1;
+                return Ok(memory.boxes.clone());
+            }
+            Change::Within(win) => {
+                counts.det_partial += 1;
+                let prev = memory
+                    .map
+                    .take()
+                    .expect("a change is only found against a map");
+                let (run, _) = win.scaled(rw as f64 / w as f64, rh as f64 / h as f64, rw, rh);
+                counts.det_pixels += (run[2] - run[0]) as u64 * (run[3] - run[1]) as u64;
+                let map = self.det_map(m, img, Some((&prev, win)))?;
+                if let Some(frame) = memory.frame.as_mut() {
+                    win.copy(img, frame);
+                }
+                map
+            }
+            Change::Different => {
+                counts.det_pixels += full_px;
+                memory.frame = Some(img.clone());
+                self.det_map(m, img, None)?
+            }
+        };
+        let boxes = self.boxes(&map, w, h);
+        memory.map = Some(map);
+        memory.boxes = boxes.clone();
+        Ok(boxes)
+    }
+
+    /// Letterboxes very flat or very low images (black bands top and bottom), as RapidOCR does.
+    fn letterbox(&self, img: RgbImage) -> (RgbImage, u32) {
         let (w, h) = img.dimensions();
         let flat = w as f64 / h as f64 > self.params.width_height_ratio;
-        let (img, pad_top) = if h <= self.params.min_height || flat {
+        if h <= self.params.min_height || flat {
             let new_h = ((w as f64 / self.params.width_height_ratio) as u32)
                 .max(self.params.min_height)
                 * 2;
@@ -194,59 +430,7 @@ impl OcrEngine {
             (padded, pad)
         } else {
             (img, 0)
-        };
-        let mut m = self.worker()?;
-        let t0 = std::time::Instant::now();
-        let boxes = self.detect(&mut m, &img)?;
-        let t_det = t0.elapsed();
-        if boxes.is_empty() {
-            return Ok(vec![]);
         }
-        let crops: Vec<RgbImage> = boxes
-            .iter()
-            .map(|q| {
-                let d = |a: [f64; 2], b: [f64; 2]| {
-                    ((a[0] - b[0]).powi(2) + (a[1] - b[1]).powi(2)).sqrt()
-                };
-                let cw = d(q[0], q[1]).max(d(q[2], q[3])) as u32;
-                let ch = d(q[0], q[3]).max(d(q[1], q[2])) as u32;
-                let crop = imgops::crop_quad(&img, q, cw, ch);
-                if crop.height() as f64 / crop.width() as f64 >= 1.5 {
-                    image::imageops::rotate270(&crop)
-                } else {
-                    crop
-                }
-            })
-            .collect();
-        let t1 = std::time::Instant::now();
-        let (crops, angles) = self.classify(&mut m, crops)?;
-        let t_cls = t1.elapsed();
-        let texts = self.recognize(&mut m, &crops)?;
-        tracing::debug!(
-            det_ms = t_det.as_millis() as u64,
-            cls_ms = t_cls.as_millis() as u64,
-            rec_ms = (t1.elapsed() - t_cls).as_millis() as u64,
-            boxes = boxes.len(),
-            "OCR timings."
-        );
-        let mut out = vec![];
-        for (i, (q, (text, score))) in boxes.iter().zip(texts).enumerate() {
-            if score < self.params.text_score {
-                continue;
-            }
-            let quad = q.map(|p| {
-                let x = (p[0] * ratio_w).clamp(0.0, raw_w as f64);
-                let y = ((p[1] - pad_top as f64) * ratio_h).clamp(0.0, raw_h as f64);
-                [x as f32, y as f32]
-            });
-            out.push(Region {
-                text,
-                score,
-                quad,
-                angle: angles.as_ref().map(|a| a[i].clone()),
-            });
-        }
-        Ok(out)
     }
 
     /// Recognition of the whole image as one line (RapidOCR with `use_det=False`).
@@ -285,46 +469,63 @@ impl OcrEngine {
         )
     }
 
-    fn detect(&self, m: &mut Models, img: &RgbImage) -> Result<Vec<Quad>, String> {
-        let (w, h) = img.dimensions();
+    /// The size detection runs at: the short side raised to `limit_side_len`, multiples of 32.
+    fn det_size(&self, w: u32, h: u32) -> (u32, u32) {
         let ratio = if w.min(h) < self.params.limit_side_len {
             self.params.limit_side_len as f64 / w.min(h) as f64
         } else {
             1.0
         };
-        let rw = round32((w as f64 * ratio) as u32);
-        let rh = round32((h as f64 * ratio) as u32);
+        (
+            round32((w as f64 * ratio) as u32),
+            round32((h as f64 * ratio) as u32),
+        )
+    }
+
+    /// The text probability map of `img` (at `det_size`), or, given the previous frame's map
+    /// and the window of it that changed (`Window`), that map with the window recomputed.
+    fn det_map(
+        &self,
+        m: &mut Models,
+        img: &RgbImage,
+        partial: Option<(&DetMap, Window)>,
+    ) -> Result<DetMap, String> {
+        let (w, h) = img.dimensions();
+        let (rw, rh) = self.det_size(w, h);
         if rw == 0 || rh == 0 {
-            return Ok(vec![]);
+            return Ok(DetMap {
+                w: 0,
+                h: 0,
+                data: vec![],
+            });
         }
         let resized = imgops::resize_linear(img, rw, rh);
-        let plane = (rw * rh) as usize;
-        let mut input = vec![0f32; 3 * plane];
-        for (i, p) in resized.pixels().enumerate() {
-            input[i] = p.0[2] as f32 / 127.5 - 1.0;
-            input[plane + i] = p.0[1] as f32 / 127.5 - 1.0;
-            input[2 * plane + i] = p.0[0] as f32 / 127.5 - 1.0;
+        let Some((prev, win)) = partial else {
+            let data = run_det(&mut m.det, &resized, [0, 0, rw, rh])?;
+            return Ok(DetMap {
+                w: rw as usize,
+                h: rh as usize,
+                data,
+            });
+        };
+        let (run, paste) = win.scaled(rw as f64 / w as f64, rh as f64 / h as f64, rw, rh);
+        let part = run_det(&mut m.det, &resized, run)?;
+        let mut map = prev.clone();
+        let run_w = (run[2] - run[0]) as usize;
+        for y in paste[1]..paste[3] {
+            let from = (y - run[1]) as usize * run_w + (paste[0] - run[0]) as usize;
+            let to = y as usize * map.w + paste[0] as usize;
+            let n = (paste[2] - paste[0]) as usize;
+            map.data[to..to + n].copy_from_slice(&part[from..from + n]);
         }
-        let tp = std::time::Instant::now();
-        let tensor =
-            TensorRef::from_array_view(([1usize, 3, rh as usize, rw as usize], input.as_slice()))
-                .map_err(|e| e.to_string())?;
-        let outputs = m
-            .det
-            .run(ort::inputs![tensor])
-            .map_err(|e| format!("det: {e}"))?;
-        let (shape, pred) = outputs[0]
-            .try_extract_tensor::<f32>()
-            .map_err(|e| e.to_string())?;
-        let (mh, mw) = (shape[2] as usize, shape[3] as usize);
-        tracing::trace!(
-            infer_ms = tp.elapsed().as_millis() as u64,
-            rw,
-            rh,
-            "Detection inference."
-        );
-        let boxes = det::boxes_from_map(pred, mw, mh, w as usize, h as usize, &self.params.det);
-        Ok(det::reading_order(det::tidy(boxes, w as usize, h as usize)))
+        Ok(map)
+    }
+
+    /// DB post-processing of a map of `img_w` × `img_h` (detection-input pixels).
+    fn boxes(&self, map: &DetMap, img_w: u32, img_h: u32) -> Vec<Quad> {
+        let (w, h) = (img_w as usize, img_h as usize);
+        let boxes = det::boxes_from_map(&map.data, map.w, map.h, w, h, &self.params.det);
+        det::reading_order(det::tidy(boxes, w, h))
     }
 
     /// Batches of `batch` crops sorted by aspect ratio, as RapidOCR orders them.
@@ -375,8 +576,16 @@ impl OcrEngine {
                 .map(|&i| crops[i].width() as f64 / crops[i].height() as f64)
                 .fold(320.0 / 48.0, f64::max);
             let w = (h as f64 * max_ratio) as u32;
+            let tb = std::time::Instant::now();
             let (shape, probs) =
                 run_lines(&mut m.rec, crops, &batch, h, w).map_err(|e| format!("rec: {e}"))?;
+            tracing::trace!(
+                ms = tb.elapsed().as_secs_f64() * 1e3,
+                w,
+                n = batch.len(),
+                widths = ?batch.iter().map(|&i| (48.0 * crops[i].width() as f64 / crops[i].height() as f64) as u32).collect::<Vec<_>>(),
+                "Recognition batch."
+            );
             let (steps, classes) = (shape[1] as usize, shape[2] as usize);
             for (k, &i) in batch.iter().enumerate() {
                 out[i] = self.ctc_decode(
@@ -414,6 +623,42 @@ impl OcrEngine {
     }
 }
 
+/// A detection probability map, one value per pixel of the detection-size image.
+#[derive(Clone, PartialEq)]
+pub(crate) struct DetMap {
+    pub w: usize,
+    pub h: usize,
+    pub data: Vec<f32>,
+}
+
+/// Runs the detector on the `[x0, y0, x1, y1)` window of `resized`; the window's map.
+fn run_det(session: &mut Session, resized: &RgbImage, win: [u32; 4]) -> Result<Vec<f32>, String> {
+    let (ww, wh) = ((win[2] - win[0]) as usize, (win[3] - win[1]) as usize);
+    let plane = ww * wh;
+    let mut input = vec![0f32; 3 * plane];
+    for y in 0..wh {
+        for x in 0..ww {
+            let p = resized.get_pixel(win[0] + x as u32, win[1] + y as u32).0;
+            let i = y * ww + x;
+            input[i] = p[2] as f32 / 127.5 - 1.0;
+            input[plane + i] = p[1] as f32 / 127.5 - 1.0;
+            input[2 * plane + i] = p[0] as f32 / 127.5 - 1.0;
+        }
+    }
+    let tensor = TensorRef::from_array_view(([1usize, 3, wh, ww], input.as_slice()))
+        .map_err(|e| e.to_string())?;
+    let outputs = session
+        .run(ort::inputs![tensor])
+        .map_err(|e| format!("det: {e}"))?;
+    let (shape, pred) = outputs[0]
+        .try_extract_tensor::<f32>()
+        .map_err(|e| e.to_string())?;
+    if (shape[2] as usize, shape[3] as usize) != (wh, ww) {
+        return Err(format!("det: map of {shape:?} for an input of {ww}x{wh}"));
+    }
+    Ok(pred.to_vec())
+}
+
 /// Runs a line model (cls or rec) on crops `batch` resized to height `h`, padded to width `w`.
 fn run_lines(
     session: &mut Session,
@@ -437,6 +682,19 @@ fn run_lines(
         .try_extract_tensor::<f32>()
         .map_err(|e| e.to_string())?;
     Ok((shape.iter().copied().collect(), data.to_vec()))
+}
+
+/// The perspective crop of one box, turned upright when it is much taller than wide.
+fn line_crop(img: &RgbImage, q: &Quad) -> RgbImage {
+    let d = |a: [f64; 2], b: [f64; 2]| ((a[0] - b[0]).powi(2) + (a[1] - b[1]).powi(2)).sqrt();
+    let cw = d(q[0], q[1]).max(d(q[2], q[3])) as u32;
+    let ch = d(q[0], q[3]).max(d(q[1], q[2])) as u32;
+    let crop = imgops::crop_quad(img, q, cw, ch);
+    if crop.height() as f64 / crop.width() as f64 >= 1.5 {
+        image::imageops::rotate270(&crop)
+    } else {
+        crop
+    }
 }
 
 fn round32(v: u32) -> u32 {

@@ -60,6 +60,9 @@ pub struct StageCounts {
     pub filtered: u64,
     /// Passed on to the next stage.
     pub forwarded: u64,
+    /// The stage's own counters (`StageContext::tally`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tally: std::collections::BTreeMap<String, u64>,
 }
 
 /// The channel ends and limits a stage task runs with.
@@ -262,6 +265,7 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
         rejects.summary(&cx.stage_id);
         progress.finish();
         watch.ended();
+        counts.tally = cx.tally.snapshot();
         Ok(counts)
     }
 }

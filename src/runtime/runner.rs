@@ -108,6 +108,7 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
         cpu: cpu.for_stage(id, rank_of(id)),
         cancel: cancel.clone(),
         extras,
+        tally: Default::default(),
     };
 
     let mut plan = plan;

@@ -32,6 +32,24 @@ pub struct StageContext {
     pub cpu: CpuPool,
     pub cancel: CancellationToken,
     pub extras: Extras,
+    /// Counters the stage keeps while it computes (how often OCR reused an earlier frame's
+    /// result, …): they are saved with the stage's counts and shown in the run summary.
+    pub tally: Tally,
+}
+
+/// Named counters of one stage in one invocation.
+#[derive(Clone, Default)]
+pub struct Tally(Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>);
+
+impl Tally {
+    pub fn add(&self, name: &str, n: u64) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *m.entry(name.to_string()).or_default() += n;
+    }
+
+    pub fn snapshot(&self) -> std::collections::BTreeMap<String, u64> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 /// A stage that adds one slot to each video.

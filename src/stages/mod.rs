@@ -85,7 +85,7 @@ pub struct StageKind {
     /// Scoring stages: re-decides `select` from stored rows with the stage's own threshold type
     /// and checks (the ones a pipeline file's `select` goes through), for `vidcurate rethreshold`.
     pub reselect: Option<ReselectFn>,
-    /// A line for the run summary from the stage's counts, when it has something to say.
+    /// A line for the run summary from the stage's counts (empty: nothing to say).
     pub summary: Option<fn(stage_id: &str, counts: &StageCounts) -> String>,
 }
 

@@ -211,22 +211,23 @@ pub fn measure(img: &RgbImage, bx0: u32, by0: u32, bx1: u32, by1: u32) -> Region
     let is_bg: Vec<bool> = (0..k)
         .map(|c| share[c] > 0.0 && margin_frac[c] >= 0.4 * margin_share)
         .collect();
+    // The 4-neighbours of pixel i (no allocation: this runs twice per pixel of every region).
     let neighbours = |i: usize| {
         let (x, y) = (i % w, i / w);
-        let mut v = Vec::with_capacity(4);
-        if x > 0 {
-            v.push(i - 1);
+        let mut v = [0usize; 4];
+        let mut n = 0;
+        for (ok, j) in [
+            (x > 0, i.wrapping_sub(1)),
+            (x + 1 < w, i + 1),
+            (y > 0, i.wrapping_sub(w)),
+            (y + 1 < h, i + w),
+        ] {
+            if ok {
+                v[n] = j;
+                n += 1;
+            }
         }
-        if x + 1 < w {
-            v.push(i + 1);
-        }
-        if y > 0 {
-            v.push(i - w);
-        }
-        if y + 1 < h {
-            v.push(i + w);
-        }
-        v
+        (v, n)
     };
     // Contact with the background: share of a cluster's pixels with a background neighbour.
     let mut touch = vec![0f64; k];
@@ -234,7 +235,8 @@ pub fn measure(img: &RgbImage, bx0: u32, by0: u32, bx1: u32, by1: u32) -> Region
     for i in 0..px.len() {
         let c = assign[i];
         count[c] += 1.0;
-        if neighbours(i).iter().any(|&j| is_bg[assign[j]]) {
+        let (nb, nn) = neighbours(i);
+        if nb[..nn].iter().any(|&j| is_bg[assign[j]]) {
             touch[c] += 1.0;
         }
     }
@@ -279,6 +281,9 @@ pub fn measure(img: &RgbImage, bx0: u32, by0: u32, bx1: u32, by1: u32) -> Region
     let mut stroke: Vec<(f32, f32, f32, f32, bool)> = vec![]; // (distance to bg, h, s, v, core)
     let (mut bg_h, mut bg_s, mut bg_v, mut bg_l) = (vec![], vec![], vec![], vec![]);
     for i in 0..px.len() {
+        if assign[i] != bg && !(assign[i] == text && inside(i)) {
+            continue;
+        }
         let (h_, s_, v_) = hsv(px[i]);
         if assign[i] == text && inside(i) {
             out.stroke_pixels += 1;
@@ -287,7 +292,8 @@ pub fn measure(img: &RgbImage, bx0: u32, by0: u32, bx1: u32, by1: u32) -> Region
             if s_ >= MIN_CHROMA && v_ >= MIN_CHROMA {
                 out.hue_hist[((h_ / 5.0) as usize).min(HUE_BINS - 1)] += 1;
             }
-            let core = neighbours(i).iter().all(|&j| assign[j] == text);
+            let (nb, nn) = neighbours(i);
+            let core = nb[..nn].iter().all(|&j| assign[j] == text);
             let l = labs[i];
             let dist = (0..3).map(|c| (l[c] - bg_c[c]).powi(2)).sum::<f32>();
             stroke.push((dist, h_, s_, v_, core));

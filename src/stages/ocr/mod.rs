@@ -13,7 +13,7 @@ pub mod layout;
 
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::{ErrorKind, StageError};
-use crate::ocr::{OcrEngine, OcrParams};
+use crate::ocr::{FrameMemory, OcrEngine, OcrParams, Reuse, ReuseCounts};
 use crate::record::{Slot, TextRegion, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
@@ -37,6 +37,11 @@ pub struct OcrConfig {
     /// Position grid (MVFNDB's position task has 30 cells: 5 rows × 6 columns).
     pub grid_rows: u32,
     pub grid_cols: u32,
+    /// `on`: a video's frames are read in order and a frame reuses the previous one's detection
+    /// when it is unchanged, and an earlier frame's recognition of a line whose crop is
+    /// unchanged (`crate::ocr::reuse`); `off`: every frame from scratch; `verify`: compute
+    /// everything, output that, and count where reuse would have differed.
+    pub reuse: Reuse,
 }
 
 impl Default for OcrConfig {
@@ -48,6 +53,7 @@ impl Default for OcrConfig {
             unclip_ratio: 1.6,
             grid_rows: 5,
             grid_cols: 6,
+            reuse: Reuse::On,
         }
     }
 }
@@ -63,8 +69,35 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     about: "text regions of every sampled frame (PP-OCRv4) with stroke colour (HSV), layout and creator-added vs scene text",
     build,
     reselect: None,
-    summary: None,
+    summary: Some(summary),
 };
+
+/// The run summary's line: how much work reuse saved (and, verifying, whether it was exact).
+fn summary(stage_id: &str, c: &crate::runtime::StageCounts) -> String {
+    let n = |k: &str| c.tally.get(k).copied().unwrap_or(0);
+    if n("frames") == 0 {
+        return String::new();
+    }
+    let mut line = format!(
+        "{stage_id}: detection reused on {}/{} frames and recomputed in a window on {} ({:.0} % of the pixels run), recognition reused on {}/{} lines",
+        n("detection_reused"),
+        n("frames"),
+        n("detection_partial"),
+        100.0 * n("detection_pixels") as f64 / n("detection_pixels_full").max(1) as f64,
+        n("recognition_reused"),
+        n("lines")
+    );
+    if c.tally.contains_key("text_mismatch") {
+        line += &format!(
+            " (verify, against reading every frame from scratch: {} frames read differently, {} reused texts differ, {} frames' boxes moved more than {} px)",
+            n("text_mismatch"),
+            n("recognition_mismatch"),
+            n("detection_mismatch"),
+            crate::ocr::reuse::QUAD_PX
+        );
+    }
+    line
+}
 
 pub fn build(
     common: &StageCommon,
@@ -128,14 +161,15 @@ fn analyse_frame(
     jpeg: &[u8],
     frame_index: u32,
     timestamp_secs: f64,
-) -> Result<Vec<(TextRegion, creator::ColourFacts)>, StageError> {
+    memory: &mut FrameMemory,
+) -> Result<(Vec<(TextRegion, creator::ColourFacts)>, ReuseCounts), StageError> {
     let img = image::load_from_memory(jpeg)
         .map_err(|e| StageError::data("bad_frame", e.to_string()))?
         .to_rgb8();
     let (fw, fh) = img.dimensions();
     let t0 = std::time::Instant::now();
-    let found = engine
-        .ocr(&img)
+    let (found, reused) = engine
+        .ocr_frame(&img, memory, cfg.reuse)
         .map_err(|e| StageError::internal("ocr_failed", e))?;
     let t1 = std::time::Instant::now();
     let out: Vec<_> = found
@@ -201,7 +235,7 @@ fn analyse_frame(
         colour_layout_us = t1.elapsed().as_micros() as u64,
         "Frame analysed."
     );
-    Ok(out)
+    Ok((out, reused))
 }
 
 #[async_trait]
@@ -225,33 +259,71 @@ impl Processor for OcrStage {
             .as_ref()
             .ok_or_else(|| StageError::internal("missing_frames", "ocr needs frames"))?;
         let engine = self.engine(cx.cpu.threads())?;
-        // Frames are read concurrently, one per OCR worker (the CPU pool bounds them).
-        let jobs = frames.iter().map(|f| {
-            let (engine, cfg, idx, ts) = (
+        // Without reuse every frame is a job of its own; with it, the frames are cut into one
+        // run of consecutive frames per OCR worker, each run read in order carrying its memory.
+        let per_chain = match self.cfg.reuse {
+            Reuse::Off => 1,
+            _ => frames.len().div_ceil(engine.workers().max(1)).max(1),
+        };
+        let chains = frames.chunks(per_chain).map(|chain| {
+            let (engine, cfg, store, cpu) = (
                 engine.clone(),
                 self.cfg.clone(),
-                f.frame_index,
-                f.timestamp_secs,
+                cx.store.clone(),
+                cx.cpu.clone(),
             );
-            let (store, path, cpu) = (cx.store.clone(), f.path.clone(), cx.cpu.clone());
             async move {
-                let jpeg = store
-                    .get(&path)
-                    .await
-                    .map_err(|e| StageError::internal("read_frame", format!("{path}: {e}")))?;
-                cpu.run(move || analyse_frame(&engine, &cfg, &jpeg, idx, ts))
-                    .await
+                let mut memory = FrameMemory::default();
+                let mut counts = ReuseCounts::default();
+                let mut rows = vec![];
+                for f in chain {
+                    let (idx, ts, path) = (f.frame_index, f.timestamp_secs, f.path.clone());
+                    let jpeg = store
+                        .get(&path)
+                        .await
+                        .map_err(|e| StageError::internal("read_frame", format!("{path}: {e}")))?;
+                    let cfg = cfg.clone();
+                    let engine = engine.clone();
+                    let (found, c, m) = cpu
+                        .run(move || {
+                            analyse_frame(&engine, &cfg, &jpeg, idx, ts, &mut memory)
+                                .map(|(found, c)| (found, c, memory))
+                        })
+                        .await?;
+                    memory = m;
+                    counts.add(&c);
+                    rows.extend(found);
+                }
+                Ok::<_, StageError>((rows, counts))
             }
         });
         let mut regions = vec![];
         let mut facts = vec![];
-        for (r, c) in futures::future::try_join_all(jobs)
-            .await?
-            .into_iter()
-            .flatten()
-        {
-            regions.push(r);
-            facts.push(c);
+        let mut counts = ReuseCounts::default();
+        for (rows, c) in futures::future::try_join_all(chains).await? {
+            counts.add(&c);
+            for (r, f) in rows {
+                regions.push(r);
+                facts.push(f);
+            }
+        }
+        if self.cfg.reuse != Reuse::Off {
+            for (name, n) in [
+                ("frames", counts.frames),
+                ("detection_reused", counts.det_reused),
+                ("detection_partial", counts.det_partial),
+                ("detection_pixels", counts.det_pixels),
+                ("detection_pixels_full", counts.det_pixels_full),
+                ("lines", counts.lines),
+                ("recognition_reused", counts.rec_reused),
+            ] {
+                cx.tally.add(name, n);
+            }
+        }
+        if self.cfg.reuse == Reuse::Verify {
+            cx.tally.add("detection_mismatch", counts.det_mismatch);
+            cx.tally.add("recognition_mismatch", counts.rec_mismatch);
+            cx.tally.add("text_mismatch", counts.text_mismatch);
         }
         creator::classify(&mut regions, &facts);
         Ok(regions)
