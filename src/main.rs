@@ -127,7 +127,19 @@ enum Cmd {
         /// ONNX Runtime threads [default: the number of cores].
         #[arg(long)]
         threads: Option<usize>,
+        /// Treat the inputs as consecutive frames and reuse what earlier ones found, as the
+        /// `ocr` stage does: `on`, `verify` (read everything, count differences), or `off`.
+        /// The inputs are cut into one run of consecutive items per thread.
+        #[arg(long, value_enum, default_value_t = ReuseArg::Off)]
+        reuse: ReuseArg,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ReuseArg {
+    Off,
+    On,
+    Verify,
 }
 
 #[derive(Subcommand)]
@@ -188,8 +200,14 @@ fn ocr_cmd(
     no_cls: bool,
     frames: u32,
     threads: Option<usize>,
+    reuse: ReuseArg,
 ) -> anyhow::Result<ExitCode> {
-    use vidcurate::ocr::{OcrEngine, OcrParams, imgops};
+    use vidcurate::ocr::{FrameMemory, OcrEngine, OcrParams, Reuse, ReuseCounts, imgops};
+    let reuse = match reuse {
+        ReuseArg::Off => Reuse::Off,
+        ReuseArg::On => Reuse::On,
+        ReuseArg::Verify => Reuse::Verify,
+    };
     let threads = threads.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -201,11 +219,16 @@ fn ocr_cmd(
     };
     let engine = OcrEngine::load(&vidcurate::paths::models_dir(), threads, params)
         .map_err(anyhow::Error::msg)?;
-    let read = |img: &image::RgbImage| -> Result<Vec<vidcurate::ocr::Region>, String> {
+    let reused = std::sync::Mutex::new(ReuseCounts::default());
+    let read = |img: &image::RgbImage,
+                memory: &mut FrameMemory|
+     -> Result<Vec<vidcurate::ocr::Region>, String> {
         if no_det {
             Ok(vec![engine.ocr_line(img)?])
         } else {
-            engine.ocr(img)
+            let (regions, c) = engine.ocr_frame(img, memory, reuse)?;
+            reused.lock().unwrap_or_else(|e| e.into_inner()).add(&c);
+            Ok(regions)
         }
     };
     // Images that do not decode as images are tried as videos (sampled uniformly).
@@ -259,12 +282,13 @@ fn ocr_cmd(
     in_order_on_threads(
         &items,
         engine.workers(),
-        |item| {
+        reuse != Reuse::Off && !no_det,
+        |item, memory: &mut FrameMemory| {
             match item {
-            OcrItem::File(p) => imgops::load_image(p).and_then(|img| read(&img)).map(|regions| {
+            OcrItem::File(p) => imgops::load_image(p).and_then(|img| read(&img, memory)).map(|regions| {
                 serde_json::json!({ "source": p.display().to_string(), "frame": null, "timestamp_secs": null, "regions": regions }).to_string()
             }),
-            OcrItem::Frame { source, index, timestamp_secs, image } => read(image).map(|regions| {
+            OcrItem::Frame { source, index, timestamp_secs, image } => read(image, memory).map(|regions| {
                 serde_json::json!({ "source": source, "frame": index, "timestamp_secs": timestamp_secs, "regions": regions }).to_string()
             }),
         }
@@ -277,6 +301,27 @@ fn ocr_cmd(
             }
         },
     );
+    if reuse != Reuse::Off && !no_det {
+        let c = reused.into_inner().unwrap_or_else(|e| e.into_inner());
+        eprintln!(
+            "reuse: detection reused on {}/{} images and recomputed in a window on {} ({:.0} % of the pixels run); recognition reused on {}/{} lines",
+            c.det_reused,
+            c.frames,
+            c.det_partial,
+            100.0 * c.det_pixels as f64 / c.det_pixels_full.max(1) as f64,
+            c.rec_reused,
+            c.lines
+        );
+        if reuse == Reuse::Verify {
+            eprintln!(
+                "verify: {} images read differently than from scratch, {} reused texts differ, {} images' boxes moved more than {} px",
+                c.text_mismatch,
+                c.rec_mismatch,
+                c.det_mismatch,
+                vidcurate::ocr::reuse::QUAD_PX
+            );
+        }
+    }
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {
@@ -285,29 +330,47 @@ fn ocr_cmd(
 }
 
 /// Runs `work` on every item with `threads` threads and hands the results to `emit` in input
-/// order, as soon as each one's turn comes. A panic in `work` is that item's error (the printer
-/// must never wait for a slot a dead thread would have filled).
-fn in_order_on_threads<T: Sync>(
+/// order, as soon as each one's turn comes. `chained`: each thread takes one run of consecutive
+/// items and carries its state `S` from one to the next; else items go to whichever thread is
+/// free, each with a fresh state. A panic in `work` is that item's error (the printer must never
+/// wait for a slot a dead thread would have filled).
+fn in_order_on_threads<T: Sync, S: Default>(
     items: &[T],
     threads: usize,
-    work: impl Fn(&T) -> Result<String, String> + Sync,
+    chained: bool,
+    work: impl Fn(&T, &mut S) -> Result<String, String> + Sync,
     mut emit: impl FnMut(Result<String, String>),
 ) {
     let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<String, String>)>();
     let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = threads.max(1);
+    let per_chain = items.len().div_ceil(threads).max(1);
     std::thread::scope(|scope| {
-        for _ in 0..threads.max(1) {
+        for t in 0..threads {
             let tx = tx.clone();
             let (next, work) = (&next, &work);
             scope.spawn(move || {
+                let mut state = S::default();
+                let mut k = 0;
                 loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let i = if chained {
+                        k += 1;
+                        if k > per_chain {
+                            break;
+                        }
+                        t * per_chain + k - 1
+                    } else {
+                        state = S::default();
+                        next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    };
                     let Some(item) = items.get(i) else { break };
-                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(item)))
-                        .unwrap_or_else(|p| {
-                            let msg = vidcurate::error::panic_message(p.as_ref());
-                            Err(format!("item {}: OCR failed: {msg}", i + 1))
-                        });
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        work(item, &mut state)
+                    }))
+                    .unwrap_or_else(|p| {
+                        let msg = vidcurate::error::panic_message(p.as_ref());
+                        Err(format!("item {}: OCR failed: {msg}", i + 1))
+                    });
                     if tx.send((i, r)).is_err() {
                         break;
                     }
@@ -341,7 +404,8 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             no_cls,
             frames,
             threads,
-        } => ocr_cmd(&files, no_det, no_cls, frames, threads),
+            reuse,
+        } => ocr_cmd(&files, no_det, no_cls, frames, threads, reuse),
         Cmd::Queries { files, json } => queries_cmd(&files, json),
         Cmd::Rethreshold { run_dir, set } => rethreshold_cmd(&run_dir, &set),
         Cmd::Cache {
@@ -583,27 +647,36 @@ mod tests {
 
     #[test]
     fn ordered_results_survive_a_panicking_worker() {
-        let items: Vec<u32> = (0..20).collect();
-        let mut got = vec![];
-        in_order_on_threads(
-            &items,
-            3,
-            |&n| {
-                if n == 7 {
-                    panic!("model exploded");
+        for chained in [false, true] {
+            let items: Vec<u32> = (0..20).collect();
+            let mut got = vec![];
+            in_order_on_threads(
+                &items,
+                3,
+                chained,
+                // The state counts the items this thread has seen in its current run.
+                |&n, seen: &mut u32| {
+                    *seen += 1;
+                    if n == 7 {
+                        panic!("model exploded");
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis((20 - n as u64) % 5));
+                    Ok(format!("{n}/{seen}"))
+                },
+                |r| got.push(r),
+            );
+            assert_eq!(got.len(), 20);
+            for (i, r) in got.iter().enumerate() {
+                if i == 7 {
+                    let e = r.as_ref().unwrap_err();
+                    assert!(e.contains("model exploded"), "{e}");
+                    continue;
                 }
-                std::thread::sleep(std::time::Duration::from_millis((20 - n as u64) % 5));
-                Ok(n.to_string())
-            },
-            |r| got.push(r),
-        );
-        assert_eq!(got.len(), 20);
-        for (i, r) in got.iter().enumerate() {
-            if i == 7 {
-                let e = r.as_ref().unwrap_err();
-                assert!(e.contains("model exploded"), "{e}");
-            } else {
-                assert_eq!(r.as_deref(), Ok(i.to_string().as_str()));
+                let (n, seen) = r.as_deref().unwrap().split_once('/').unwrap();
+                assert_eq!(n, i.to_string());
+                // Chained: runs of 7, 7 and 6 items, the state carried along each run.
+                let want = if chained { i % 7 + 1 } else { 1 };
+                assert_eq!(seen, want.to_string(), "item {i}, chained {chained}");
             }
         }
     }

@@ -278,12 +278,7 @@ impl OcrEngine {
     }
 
     /// Angle classification and recognition of line crops.
-    #[allow(clippy::type_complexity)]
-    fn read_lines(
-        &self,
-        m: &mut Models,
-        crops: &[RgbImage],
-    ) -> Result<Vec<(String, f32, Option<(String, f32)>)>, String> {
+    fn read_lines(&self, m: &mut Models, crops: &[RgbImage]) -> Result<Vec<LineRead>, String> {
         let (turned, angles) = self.classify(m, crops.to_vec())?;
         let texts = self.recognize(m, &turned)?;
         Ok(texts
@@ -320,7 +315,7 @@ impl OcrEngine {
             .filter(|&i| known[i].is_none() || check)
             .collect();
         let todo_crops: Vec<RgbImage> = todo.iter().map(|&i| crops[i].clone()).collect();
-        let mut read: Vec<Option<(String, f32, Option<(String, f32)>)>> = vec![None; boxes.len()];
+        let mut read: Vec<Option<LineRead>> = vec![None; boxes.len()];
         for (&i, r) in todo.iter().zip(self.read_lines(m, &todo_crops)?) {
             read[i] = Some(r);
         }
@@ -339,11 +334,9 @@ impl OcrEngine {
             match (known[i], read[i].take()) {
                 (Some(j), fresh) => {
                     let was = memory.lines[j].clone();
-                    if let Some((text, ..)) = fresh {
-                        if text != was.text {
-                            counts.rec_mismatch += 1;
-                            tracing::debug!(was = %was.text, now = %text, "Reused recognition differs.");
-                        }
+                    if let Some((text, ..)) = fresh.filter(|f| f.0 != was.text) {
+                        counts.rec_mismatch += 1;
+                        tracing::debug!(was = %was.text, now = %text, "Reused recognition differs.");
                     }
                     lines.push(KnownLine {
                         quad,
@@ -622,6 +615,9 @@ impl OcrEngine {
         (text, if n == 0 { 0.0 } else { sum / n as f32 })
     }
 }
+
+/// A line's text, its score, and the angle classifier's verdict when it ran.
+type LineRead = (String, f32, Option<(String, f32)>);
 
 /// A detection probability map, one value per pixel of the detection-size image.
 #[derive(Clone, PartialEq)]

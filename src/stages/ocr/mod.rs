@@ -4,8 +4,11 @@
 //! text region (the `ocr_regions` table when the stage id is `ocr_regions`): text, score, box,
 //! layout (`layout.rs`), per-pixel stroke colour (`colour.rs`), creator-added verdict with its
 //! evidence (`creator.rs`). Calls: PP-OCRv4 det + cls + rec on ONNX Runtime (`crate::ocr`), on the
-//! CPU pool, one frame per core (each OCR worker is single-threaded). Caches: nothing beyond its
-//! shards; the models are loaded once per run.
+//! CPU pool, one frame per core (each OCR worker is single-threaded). With `reuse` on (the
+//! default) a video's frames are cut into one run of consecutive frames per OCR worker, each read
+//! in order so a frame can reuse what the previous ones found (`crate::ocr::reuse`); how often
+//! that fired goes to the stage's tally and the run summary. Caches: nothing beyond its shards;
+//! the models are loaded once per run.
 
 pub mod colour;
 pub mod creator;
