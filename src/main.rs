@@ -304,13 +304,8 @@ fn ocr_cmd(
     if reuse != Reuse::Off && !no_det {
         let c = reused.into_inner().unwrap_or_else(|e| e.into_inner());
         eprintln!(
-            "reuse: detection reused on {}/{} images and recomputed in a window on {} ({:.0} % of the pixels run); recognition reused on {}/{} lines",
-            c.det_reused,
-            c.frames,
-            c.det_partial,
-            100.0 * c.det_pixels as f64 / c.det_pixels_full.max(1) as f64,
-            c.rec_reused,
-            c.lines
+            "reuse: detection reused on {}/{} images; recognition reused on {}/{} lines",
+            c.det_reused, c.frames, c.rec_reused, c.lines
         );
         if reuse == Reuse::Verify {
             eprintln!(

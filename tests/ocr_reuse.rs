@@ -1,7 +1,8 @@
 //! OCR reuse across the frames of a video (issue 12), on generated clips whose text is known:
 //! static backgrounds, a channel tag that stays, a caption whose text changes halfway at the same
 //! place and size, and on every other clip a line drifting across. The same frames go through
-//! three `ocr` stages — reuse off, on and verify — in one run, so the tables compare one to one.
+//! `ocr` stages with reuse off, on and verify (and verify with window detection) in one run, so
+//! the tables compare one to one.
 
 use crate::need_ffmpeg;
 use crate::util::*;
@@ -27,6 +28,8 @@ fn reuse_reads_the_same_text_and_never_keeps_a_changed_caption() {
             "\n[[stages]]\nid = \"ocr_{mode}\"\ntype = \"ocr\"\ncompute = {{ reuse = \"{mode}\" }}\n"
         );
     }
+    // Window detection, opted into: it fires on the clips with a drifting line.
+    text += "\n[[stages]]\nid = \"ocr_window\"\ntype = \"ocr\"\ncompute = { reuse = \"verify\", window_detection = true }\n";
     write(&p, &text);
     let run_dir = d.path().join("run");
     let o = run_into(&p, &run_dir, d.path());
@@ -42,10 +45,13 @@ fn reuse_reads_the_same_text_and_never_keeps_a_changed_caption() {
         verify["detection_reused"].as_u64().unwrap() >= 4,
         "{verify}"
     );
+    assert_eq!(verify["detection_partial"], 0, "{verify}");
+    let window = tally("ocr_window");
     assert!(
-        verify["detection_partial"].as_u64().unwrap() >= 4,
-        "{verify}"
+        window["detection_partial"].as_u64().unwrap() >= 4,
+        "{window}"
     );
+    assert_eq!(window["text_mismatch"], 0, "{window}");
     assert!(
         verify["recognition_reused"].as_u64().unwrap() >= 20,
         "{verify}"

@@ -35,6 +35,13 @@ pub struct Region {
     pub angle: Option<(String, f32)>,
 }
 
+/// How detection's `limit_side_len` applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitType {
+    Min,
+    Max,
+}
+
 /// RapidOCR 1.4.4's defaults.
 #[derive(Debug, Clone)]
 pub struct OcrParams {
@@ -42,6 +49,11 @@ pub struct OcrParams {
     pub text_score: f32,
     pub det: DbParams,
     pub limit_side_len: u32,
+    /// Whether `limit_side_len` raises the short side (RapidOCR's `min`) or caps the long side
+    /// (PaddleOCR's `max`).
+    pub limit_type: LimitType,
+    /// Reuse: recompute detection only in the changed box of a frame (`reuse::Change::Within`).
+    pub window_detection: bool,
     pub max_side_len: u32,
     pub min_side_len: u32,
     pub min_height: u32,
@@ -57,6 +69,8 @@ impl Default for OcrParams {
             text_score: 0.5,
             det: DbParams::default(),
             limit_side_len: 736,
+            limit_type: LimitType::Min,
+            window_detection: false,
             max_side_len: 2000,
             min_side_len: 30,
             min_height: 30,
@@ -378,7 +392,7 @@ impl OcrEngine {
         counts.det_pixels_full += full_px;
         // The frame memory keeps the pixels its map was computed from: kept as they were where
         // nothing changed, so a slow change is measured from where it started.
-        let map = match memory.change(img) {
+        let map = match memory.change(img, self.params.window_detection) {
             Change::Unchanged => {
                 counts.det_reused += 1;
                 return Ok(memory.boxes.clone());
@@ -462,12 +476,14 @@ impl OcrEngine {
         )
     }
 
-    /// The size detection runs at: the short side raised to `limit_side_len`, multiples of 32.
+    /// The size detection runs at: the short side raised to `limit_side_len` (or the long side
+    /// capped at it), multiples of 32.
     fn det_size(&self, w: u32, h: u32) -> (u32, u32) {
-        let ratio = if w.min(h) < self.params.limit_side_len {
-            self.params.limit_side_len as f64 / w.min(h) as f64
-        } else {
-            1.0
+        let limit = self.params.limit_side_len;
+        let ratio = match self.params.limit_type {
+            LimitType::Min if w.min(h) < limit => limit as f64 / w.min(h) as f64,
+            LimitType::Max if w.max(h) > limit => limit as f64 / w.max(h) as f64,
+            _ => 1.0,
         };
         (
             round32((w as f64 * ratio) as u32),

@@ -4,7 +4,10 @@
 //! detected and recognised up to 16 times. A chain of frames read in order carries a
 //! `FrameMemory`: the previous frame's detection input and boxes, and the text lines it knows
 //! (each with the crop that was actually recognised). On the next frame
-//! - detection is skipped when the whole detection input is unchanged (`same_frame`);
+//! - detection is skipped when the whole detection input is unchanged (`change`), and, opted
+//!   into with `window_detection`, recomputed only in the box that changed when that is small:
+//!   close but not exact (the detector's squeeze-and-excitation blocks pool over the whole
+//!   image, so boxes can move a pixel or two), hence off by default;
 //! - recognition (and the angle classifier) is skipped for a box whose quad is within
 //!   `QUAD_PX` of a known line's and whose crop has the same size and nearly the same pixels
 //!   (`same_crop`); the known line's text, score and angle are used.
@@ -114,7 +117,8 @@ pub struct FrameMemory {
 
 impl FrameMemory {
     /// How `img` (a detection input) differs from the previous frame's.
-    pub(super) fn change(&self, img: &RgbImage) -> Change {
+    /// `windows`: report a change confined to a box as `Within` (else it is `Different`).
+    pub(super) fn change(&self, img: &RgbImage, windows: bool) -> Change {
         let (Some(prev), Some(_)) = (&self.frame, &self.map) else {
             return Change::Different;
         };
@@ -156,7 +160,7 @@ impl FrameMemory {
             };
         }
         let area = (bbox[2] - bbox[0]) as u64 * (bbox[3] - bbox[1]) as u64;
-        if area as f64 / n as f64 <= WINDOW_MAX {
+        if windows && area as f64 / n as f64 <= WINDOW_MAX {
             Change::Within(Window(bbox))
         } else {
             Change::Different

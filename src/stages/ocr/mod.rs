@@ -16,7 +16,7 @@ pub mod layout;
 
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::{ErrorKind, StageError};
-use crate::ocr::{FrameMemory, OcrEngine, OcrParams, Reuse, ReuseCounts};
+use crate::ocr::{FrameMemory, LimitType, OcrEngine, OcrParams, Reuse, ReuseCounts};
 use crate::record::{Slot, TextRegion, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
@@ -45,6 +45,24 @@ pub struct OcrConfig {
     /// unchanged (`crate::ocr::reuse`); `off`: every frame from scratch; `verify`: compute
     /// everything, output that, and count where reuse would have differed.
     pub reuse: Reuse,
+    /// Detection input size: `rapidocr` (the default: the short side raised to 736, so a 1080p
+    /// frame is detected at full size) or `paddleocr` (PaddleOCR's own default, which MVFNDB
+    /// used: the long side capped at 960; about a quarter of the pixels on 1080p, and small text
+    /// may be lost).
+    pub det_profile: DetProfile,
+    /// With reuse: when only a small box of a frame changed, run detection on that box (with
+    /// margins) and keep the previous map elsewhere. Saves detection on static shots with a
+    /// moving element, but boxes can move by a pixel or two against a whole-frame run (the
+    /// detector pools over the whole image), and with them a letter: off by default.
+    pub window_detection: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DetProfile {
+    #[default]
+    Rapidocr,
+    Paddleocr,
 }
 
 impl Default for OcrConfig {
@@ -57,6 +75,8 @@ impl Default for OcrConfig {
             grid_rows: 5,
             grid_cols: 6,
             reuse: Reuse::On,
+            det_profile: DetProfile::Rapidocr,
+            window_detection: false,
         }
     }
 }
@@ -82,11 +102,19 @@ fn summary(stage_id: &str, c: &crate::runtime::StageCounts) -> String {
         return String::new();
     }
     let mut line = format!(
-        "{stage_id}: detection reused on {}/{} frames and recomputed in a window on {} ({:.0} % of the pixels run), recognition reused on {}/{} lines",
+        "{stage_id}: detection reused on {}/{} frames",
         n("detection_reused"),
-        n("frames"),
-        n("detection_partial"),
-        100.0 * n("detection_pixels") as f64 / n("detection_pixels_full").max(1) as f64,
+        n("frames")
+    );
+    if n("detection_partial") > 0 {
+        line += &format!(
+            " and recomputed in a window on {} ({:.0} % of the pixels run)",
+            n("detection_partial"),
+            100.0 * n("detection_pixels") as f64 / n("detection_pixels_full").max(1) as f64
+        );
+    }
+    line += &format!(
+        ", recognition reused on {}/{} lines",
         n("recognition_reused"),
         n("lines")
     );
@@ -139,7 +167,14 @@ impl OcrStage {
     fn engine(&self, threads: usize) -> Result<Arc<OcrEngine>, StageError> {
         self.engine
             .get_or_init(|| {
+                let (limit_side_len, limit_type) = match self.cfg.det_profile {
+                    DetProfile::Rapidocr => (736, LimitType::Min),
+                    DetProfile::Paddleocr => (960, LimitType::Max),
+                };
                 let params = OcrParams {
+                    limit_side_len,
+                    limit_type,
+                    window_detection: self.cfg.window_detection,
                     use_cls: self.cfg.use_cls,
                     text_score: self.cfg.text_score,
                     det: crate::ocr::det::DbParams {
