@@ -129,3 +129,31 @@ fn add_exif_orientation(path: &Path, orientation: u16) {
     out.extend_from_slice(&data[2..]);
     std::fs::write(path, out).unwrap();
 }
+
+#[test]
+fn reuse_on_consecutive_copies_of_an_image_reads_the_same_regions_once() {
+    // One thread, so the three inputs are one run of consecutive frames: the second copy of
+    // ch_en_num reuses everything, the black image in between is detected afresh.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (a, b) = (fixture("ch_en_num.jpg"), fixture("empty_black.jpg"));
+    let o = run(
+        &["ocr", "--threads", "1", "--reuse", "verify", &a, &a, &b],
+        root,
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("detection reused on 1/3 images; recognition reused on 18/"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("verify: 0 images read differently than from scratch, 0 reused texts differ, 0 images' boxes moved"),
+        "{stderr}"
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["regions"], lines[1]["regions"]);
+    assert!(lines[2]["regions"].as_array().unwrap().is_empty());
+}

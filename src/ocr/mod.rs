@@ -476,19 +476,8 @@ impl OcrEngine {
         )
     }
 
-    /// The size detection runs at: the short side raised to `limit_side_len` (or the long side
-    /// capped at it), multiples of 32.
     fn det_size(&self, w: u32, h: u32) -> (u32, u32) {
-        let limit = self.params.limit_side_len;
-        let ratio = match self.params.limit_type {
-            LimitType::Min if w.min(h) < limit => limit as f64 / w.min(h) as f64,
-            LimitType::Max if w.max(h) > limit => limit as f64 / w.max(h) as f64,
-            _ => 1.0,
-        };
-        (
-            round32((w as f64 * ratio) as u32),
-            round32((h as f64 * ratio) as u32),
-        )
+        det_size(&self.params, w, h)
     }
 
     /// The text probability map of `img` (at `det_size`), or, given the previous frame's map
@@ -709,6 +698,43 @@ fn line_crop(img: &RgbImage, q: &Quad) -> RgbImage {
     }
 }
 
+/// The size detection runs at: the short side raised to `limit_side_len` (or the long side
+/// capped at it), multiples of 32.
+fn det_size(params: &OcrParams, w: u32, h: u32) -> (u32, u32) {
+    let limit = params.limit_side_len;
+    let ratio = match params.limit_type {
+        LimitType::Min if w.min(h) < limit => limit as f64 / w.min(h) as f64,
+        LimitType::Max if w.max(h) > limit => limit as f64 / w.max(h) as f64,
+        _ => 1.0,
+    };
+    (
+        round32((w as f64 * ratio) as u32),
+        round32((h as f64 * ratio) as u32),
+    )
+}
+
 fn round32(v: u32) -> u32 {
     ((v as f64 / 32.0).round() as u32) * 32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detection_sizes_of_the_two_profiles() {
+        let rapid = OcrParams::default();
+        let paddle = OcrParams {
+            limit_side_len: 960,
+            limit_type: LimitType::Max,
+            ..Default::default()
+        };
+        // RapidOCR raises the short side to 736: 1080p is detected whole, 720p slightly larger.
+        assert_eq!(det_size(&rapid, 1920, 1080), (1920, 1088));
+        assert_eq!(det_size(&rapid, 1280, 720), (1312, 736));
+        // PaddleOCR caps the long side at 960; smaller frames are left as they are.
+        assert_eq!(det_size(&paddle, 1920, 1080), (960, 544));
+        assert_eq!(det_size(&paddle, 1280, 720), (960, 544));
+        assert_eq!(det_size(&paddle, 640, 360), (640, 352));
+    }
 }

@@ -123,43 +123,17 @@ impl FrameMemory {
         let (Some(prev), Some(_)) = (&self.frame, &self.map) else {
             return Change::Different;
         };
-        if prev.dimensions() != img.dimensions() {
+        let Some(d) = diff(prev, img) else {
             return Change::Different;
-        }
-        let w = img.width() as usize;
-        let (mut sum, mut any) = (0u64, false);
-        let mut bbox = [u32::MAX, u32::MAX, 0, 0];
-        for (i, (p, q)) in prev
-            .as_raw()
-            .chunks_exact(3)
-            .zip(img.as_raw().chunks_exact(3))
-            .enumerate()
-        {
-            let mut worst = 0u8;
-            for c in 0..3 {
-                let d = p[c].abs_diff(q[c]);
-                sum += d as u64;
-                worst = worst.max(d);
-            }
-            if worst > PIXEL_TOL {
-                let (x, y) = ((i % w) as u32, (i / w) as u32);
-                any = true;
-                bbox = [
-                    bbox[0].min(x),
-                    bbox[1].min(y),
-                    bbox[2].max(x + 1),
-                    bbox[3].max(y + 1),
-                ];
-            }
-        }
-        let n = (img.width() as u64 * img.height() as u64).max(1);
-        if !any {
-            return if sum as f64 / (3 * n) as f64 <= FRAME_MEAN {
+        };
+        let Some(bbox) = d.bbox else {
+            return if d.mean <= FRAME_MEAN {
                 Change::Unchanged
             } else {
                 Change::Different
             };
-        }
+        };
+        let n = (img.width() as u64 * img.height() as u64).max(1);
         let area = (bbox[2] - bbox[0]) as u64 * (bbox[3] - bbox[1]) as u64;
         if windows && area as f64 / n as f64 <= WINDOW_MAX {
             Change::Within(Window(bbox))
@@ -261,6 +235,8 @@ pub(super) struct Diff {
     pub mean: f64,
     /// Share of pixels whose largest channel difference exceeds `PIXEL_TOL`.
     pub changed: f64,
+    /// The box `[x0, y0, x1, y1)` holding those pixels, if any.
+    pub bbox: Option<[u32; 4]>,
 }
 
 /// `None` when the sizes differ.
@@ -268,20 +244,37 @@ pub(super) fn diff(a: &RgbImage, b: &RgbImage) -> Option<Diff> {
     if a.dimensions() != b.dimensions() {
         return None;
     }
+    let w = a.width() as usize;
     let (mut sum, mut changed) = (0u64, 0u64);
-    for (p, q) in a.as_raw().chunks_exact(3).zip(b.as_raw().chunks_exact(3)) {
+    let mut bbox = [u32::MAX, u32::MAX, 0, 0];
+    for (i, (p, q)) in a
+        .as_raw()
+        .chunks_exact(3)
+        .zip(b.as_raw().chunks_exact(3))
+        .enumerate()
+    {
         let mut worst = 0u8;
         for c in 0..3 {
             let d = p[c].abs_diff(q[c]);
             sum += d as u64;
             worst = worst.max(d);
         }
-        changed += (worst > PIXEL_TOL) as u64;
+        if worst > PIXEL_TOL {
+            let (x, y) = ((i % w) as u32, (i / w) as u32);
+            changed += 1;
+            bbox = [
+                bbox[0].min(x),
+                bbox[1].min(y),
+                bbox[2].max(x + 1),
+                bbox[3].max(y + 1),
+            ];
+        }
     }
     let n = (a.width() as u64 * a.height() as u64).max(1);
     Some(Diff {
         mean: sum as f64 / (3 * n) as f64,
         changed: changed as f64 / n as f64,
+        bbox: (changed > 0).then_some(bbox),
     })
 }
 
@@ -298,6 +291,11 @@ mod tests {
         let d = diff(&a, &b).unwrap();
         assert!((d.changed - 0.01).abs() < 1e-12, "{d:?}");
         assert!((d.mean - 110.0 / 300.0).abs() < 1e-12, "{d:?}");
+        assert_eq!(
+            d.bbox,
+            Some([0, 0, 1, 1]),
+            "only the pixel over the tolerance"
+        );
         assert!(diff(&a, &RgbImage::new(10, 11)).is_none());
     }
 
