@@ -165,13 +165,7 @@ fn segment_rows(
         // A filter on region columns cannot select frames: the segment analysis is skipped.
         let Some(b) = filtered(b)? else { break };
         let (ids, grp) = (col_str(&b, COL_VIDEO_ID)?, col_str(&b, by)?);
-        let (idx, ts) = (
-            b.column_by_name("frame_index")
-                .ok_or("no frame_index")?
-                .as_primitive::<UInt32Type>()
-                .clone(),
-            col_f64(&b, "timestamp_secs")?,
-        );
+        let (idx, ts) = (col_u32(&b, "frame_index")?, col_f64(&b, "timestamp_secs")?);
         for i in 0..b.num_rows() {
             let id = ids[i].clone().unwrap_or_default();
             let Some(d) = duration.get(&id).filter(|d| **d > 0.0) else {
@@ -233,11 +227,7 @@ fn shot_rows(
     for b in run_tables.batches(sid)? {
         let Some(b) = filtered(b)? else { break };
         let (ids, grp) = (col_str(&b, COL_VIDEO_ID)?, col_str(&b, by)?);
-        let n = b
-            .column_by_name("shots_in_video")
-            .ok_or("no shots_in_video")?
-            .as_primitive::<UInt32Type>()
-            .clone();
+        let n = col_u32(&b, "shots_in_video")?;
         for i in 0..b.num_rows() {
             per_video.insert(
                 ids[i].clone().unwrap_or_default(),
@@ -294,6 +284,14 @@ fn col_f64(b: &RecordBatch, name: &str) -> Result<Vec<f64>, String> {
     let c =
         arrow::compute::cast(c, &arrow::datatypes::DataType::Float64).map_err(|e| e.to_string())?;
     Ok(c.as_primitive::<Float64Type>().values().to_vec())
+}
+
+/// A UInt32 column, as the stages write indices and counts.
+fn col_u32(b: &RecordBatch, name: &str) -> Result<arrow::array::UInt32Array, String> {
+    Ok(b.column_by_name(name)
+        .ok_or_else(|| format!("no {name}"))?
+        .as_primitive::<UInt32Type>()
+        .clone())
 }
 
 fn col_hist(b: &RecordBatch, name: &str) -> Result<Vec<Vec<u32>>, String> {
@@ -369,13 +367,7 @@ pub fn analyze(
     out: Option<&Path>,
     filter: Option<&filter::Filter>,
 ) -> Result<Analysis, String> {
-    // Applies `--where` to a batch; None when the table lacks one of its columns.
-    let filtered = |b: RecordBatch| -> Result<Option<RecordBatch>, String> {
-        match filter {
-            Some(f) => f.apply(&b),
-            None => Ok(Some(b)),
-        }
-    };
+    let filtered = |b: RecordBatch| apply_where(filter, b);
     use crate::stages::{frames, ocr, probe, shots};
     let run_tables = RunTables::open(run)?;
     let ocr = run_tables
@@ -388,224 +380,308 @@ pub fn analyze(
         .map(Path::to_path_buf)
         .unwrap_or_else(|| run.join("analysis").join(by));
 
-    let mut regions = vec![];
-    let (mut grid_rows, mut grid_cols) = (1u32, 1u32);
-    for b in run_tables.batches(&ocr)? {
-        let b = filtered(b)?.ok_or_else(|| {
-            format!(
-                "--where {:?}: the {ocr} table has no column {:?}",
-                filter.map(|f| f.text.as_str()).unwrap_or(""),
-                filter.map(|f| f.columns()).unwrap_or_default()
-            )
-        })?;
-        let groups =
-            col_str(&b, by).map_err(|e| format!("{ocr}: {e} (group column `--by {by}`)"))?;
-        let videos = col_str(&b, COL_VIDEO_ID)?;
-        let added = b
-            .column_by_name("creator_added")
-            .ok_or("no creator_added column")?
-            .as_boolean()
-            .clone();
-        let frame = b
-            .column_by_name("frame_index")
-            .ok_or("no frame_index")?
-            .as_primitive::<UInt32Type>()
-            .clone();
-        let rows = b
-            .column_by_name("grid_row")
-            .ok_or("no grid_row")?
-            .as_primitive::<UInt32Type>()
-            .clone();
-        let cols = b
-            .column_by_name("grid_col")
-            .ok_or("no grid_col")?
-            .as_primitive::<UInt32Type>()
-            .clone();
-        let (hh, sh, vh) = (
-            col_hist(&b, "hue_hist")?,
-            col_hist(&b, "sat_hist")?,
-            col_hist(&b, "val_hist")?,
-        );
-        let (th, ts, tv) = (
-            col_f64(&b, "text_h")?,
-            col_f64(&b, "text_s")?,
-            col_f64(&b, "text_v")?,
-        );
-        let (area, aspect) = (col_f64(&b, "area_frac")?, col_f64(&b, "aspect_ratio")?);
-        for i in 0..b.num_rows() {
-            if !added.value(i) {
-                continue;
-            }
-            grid_rows = grid_rows.max(rows.value(i) + 1);
-            grid_cols = grid_cols.max(cols.value(i) + 1);
-            regions.push(Region {
-                group: groups[i].clone().unwrap_or_else(|| "(null)".into()),
-                video: videos[i].clone().unwrap_or_default(),
-                frame: frame.value(i),
-                hue_hist: hh[i].clone(),
-                sat_hist: sh[i].clone(),
-                val_hist: vh[i].clone(),
-                text_h: th[i],
-                text_s: ts[i],
-                text_v: tv[i],
-                cell: (rows.value(i), cols.value(i)),
-                area: area[i],
-                aspect: aspect[i],
-            });
-        }
-    }
+    let regions = read_regions(&run_tables, &ocr, by, filter)?;
+    let grid = grid_of(&regions);
     let mut groups: Vec<String> = regions.iter().map(|r| r.group.clone()).collect();
     groups.sort();
     groups.dedup();
-    let mut tables: BTreeMap<String, Vec<DistRow>> = BTreeMap::new();
-    let mut counts_by: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
-    let mut values_by: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
-
-    let hue_bins = uniform_bins(72, 0.0, 360.0, "°");
-    let sv_bins = uniform_bins(20, 0.0, 1.0, "");
-    let area_edges: Vec<f64> = (0..=10)
-        .map(|i| 10f64.powf(-5.0 + 0.5 * i as f64))
-        .collect();
-    let area_bins: Vec<(f64, f64, String)> = area_edges
-        .windows(2)
-        .map(|w| (w[0], w[1], format!("{:.0e}-{:.0e}", w[0], w[1])))
-        .collect();
-    let aspect_edges = [0.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 50.0, f64::INFINITY];
-    let aspect_bins: Vec<(f64, f64, String)> = aspect_edges
-        .windows(2)
-        .map(|w| (w[0], w[1], format!("{}-{}", w[0], w[1])))
-        .collect();
-    let cells: Vec<(f64, f64, String)> = (0..grid_rows * grid_cols)
-        .map(|i| {
-            (
-                i as f64,
-                (i + 1) as f64,
-                crate::stages::ocr::layout::cell_name(
-                    i / grid_cols,
-                    i % grid_cols,
-                    grid_rows,
-                    grid_cols,
-                ),
-            )
-        })
-        .collect();
-
-    for g in &groups {
-        let rs: Vec<&Region> = regions.iter().filter(|r| &r.group == g).collect();
-        let mut hue_px = vec![0f64; 72];
-        let mut sat_px = vec![0f64; 20];
-        let mut val_px = vec![0f64; 20];
-        let mut hue_reg = vec![0f64; 72];
-        let mut cell = vec![0f64; cells.len()];
-        let mut area = vec![0f64; area_bins.len()];
-        let mut aspect = vec![0f64; aspect_bins.len()];
-        for r in &rs {
-            for (acc, h) in [
-                (&mut hue_px, &r.hue_hist),
-                (&mut sat_px, &r.sat_hist),
-                (&mut val_px, &r.val_hist),
-            ] {
-                for (a, v) in acc.iter_mut().zip(h.iter()) {
-                    *a += *v as f64;
-                }
-            }
-            if r.text_s >= crate::stages::ocr::colour::MIN_CHROMA as f64 {
-                hue_reg[((r.text_h / 5.0) as usize).min(71)] += 1.0;
-            }
-            cell[(r.cell.0 * grid_cols + r.cell.1) as usize] += 1.0;
-            area[bin_of(&area_edges, r.area.max(1e-5))] += 1.0;
-            aspect[bin_of(&aspect_edges, r.aspect)] += 1.0;
-        }
-        for (name, bins, counts) in [
-            ("hue_pixels", &hue_bins, &hue_px),
-            ("hue_regions", &hue_bins, &hue_reg),
-            ("saturation", &sv_bins, &sat_px),
-            ("value", &sv_bins, &val_px),
-            ("position", &cells, &cell),
-            ("area", &area_bins, &area),
-            ("aspect_ratio", &aspect_bins, &aspect),
-        ] {
-            tables
-                .entry(name.into())
-                .or_default()
-                .extend(dist(g, bins, counts));
-            counts_by.insert((name.into(), g.clone()), counts.clone());
-        }
-        values_by.insert(
-            ("saturation".into(), g.clone()),
-            rs.iter().map(|r| r.text_s).collect(),
-        );
-        values_by.insert(
-            ("value".into(), g.clone()),
-            rs.iter().map(|r| r.text_v).collect(),
-        );
-        values_by.insert(
-            ("area".into(), g.clone()),
-            rs.iter().map(|r| r.area).collect(),
-        );
-        values_by.insert(
-            ("aspect_ratio".into(), g.clone()),
-            rs.iter().map(|r| r.aspect).collect(),
-        );
-    }
+    let mut tables = region_tables(&regions, &groups, grid);
 
     // Key footage over 8 equal segments, and shots per video.
     if let (Some(fid), Some(pid)) = (&frames_id, &probe_id) {
         let with_text: std::collections::HashSet<(String, u32)> =
             regions.iter().map(|r| (r.video.clone(), r.frame)).collect();
         let rows = segment_rows(&run_tables, fid, pid, by, &filtered, &with_text, &groups)?;
-        tables.entry("segments".into()).or_default().extend(rows);
+        tables
+            .rows
+            .entry("segments".into())
+            .or_default()
+            .extend(rows);
     }
     if let Some(sid) = &shots_id {
         let (rows, values) = shot_rows(&run_tables, sid, by, &filtered)?;
-        tables.entry(SHOTS.into()).or_default().extend(rows);
+        tables.rows.entry(SHOTS.into()).or_default().extend(rows);
         for (g, vals) in values {
-            values_by.insert((SHOTS.into(), g), vals);
+            tables.values.insert((SHOTS.into(), g), vals);
         }
     }
 
-    // The statistics, for the first two groups.
-    let mut stats_rows = vec![];
-    if groups.len() >= 2 {
-        let (a, b) = (&groups[0], &groups[1]);
-        for name in [
-            "hue_pixels",
-            "hue_regions",
-            "saturation",
-            "value",
-            "position",
-            "area",
-            "aspect_ratio",
-        ] {
-            if let (Some(x), Some(y)) = (
-                counts_by.get(&(name.into(), a.clone())),
-                counts_by.get(&(name.into(), b.clone())),
-            ) {
-                if let Some(t) = stats::chi_square(x, y) {
-                    stats_rows.push(stat_row(name, a, b, &t));
-                }
-            }
-        }
-        for name in ["saturation", "value", "area", "aspect_ratio", SHOTS] {
-            if let (Some(x), Some(y)) = (
-                values_by.get(&(name.into(), a.clone())),
-                values_by.get(&(name.into(), b.clone())),
-            ) {
-                if let Some(t) = stats::ks_two_sample(x, y) {
-                    stats_rows.push(stat_row(name, a, b, &t));
-                }
-            }
-        }
-    }
-
+    let stats_rows = compare_first_two(&groups, &tables);
     std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
-    for (name, rows) in &tables {
+    for (name, rows) in &tables.rows {
         write_table(&out_dir, name, rows)?;
     }
     write_table(&out_dir, "stats", &stats_rows)?;
+    draw(&out_dir, &tables.rows, &groups, &regions, grid, &stats_rows)?;
+    Ok(Analysis {
+        out_dir,
+        groups,
+        tables: tables.rows,
+        stats: stats_rows,
+    })
+}
 
+/// `--where` applied to a batch; None when the table lacks one of its columns.
+fn apply_where(
+    filter: Option<&filter::Filter>,
+    b: RecordBatch,
+) -> Result<Option<RecordBatch>, String> {
+    match filter {
+        Some(f) => f.apply(&b),
+        None => Ok(Some(b)),
+    }
+}
+
+/// The creator-added regions of the `ocr` table (stage `ocr`) that pass `--where`.
+fn read_regions(
+    run_tables: &RunTables,
+    ocr: &str,
+    by: &str,
+    filter: Option<&filter::Filter>,
+) -> Result<Vec<Region>, String> {
+    let mut regions = vec![];
+    for b in run_tables.batches(ocr)? {
+        // Unlike the frames and shots tables, the regions are what every analysis counts: a
+        // filter this table cannot apply is an error, not a skipped analysis.
+        let b = apply_where(filter, b)?.ok_or_else(|| {
+            format!(
+                "--where {:?}: the {ocr} table has no column {:?}",
+                filter.map(|f| f.text.as_str()).unwrap_or(""),
+                filter.map(|f| f.columns()).unwrap_or_default()
+            )
+        })?;
+        regions.extend(creator_added_regions(&b, ocr, by)?);
+    }
+    Ok(regions)
+}
+
+/// The creator-added regions of one batch of the `ocr` table (stage `ocr`), grouped by `by`.
+fn creator_added_regions(b: &RecordBatch, ocr: &str, by: &str) -> Result<Vec<Region>, String> {
+    let groups = col_str(b, by).map_err(|e| format!("{ocr}: {e} (group column `--by {by}`)"))?;
+    let videos = col_str(b, COL_VIDEO_ID)?;
+    let added = b
+        .column_by_name("creator_added")
+        .ok_or("no creator_added column")?
+        .as_boolean()
+        .clone();
+    let frame = col_u32(b, "frame_index")?;
+    let (rows, cols) = (col_u32(b, "grid_row")?, col_u32(b, "grid_col")?);
+    let (hh, sh, vh) = (
+        col_hist(b, "hue_hist")?,
+        col_hist(b, "sat_hist")?,
+        col_hist(b, "val_hist")?,
+    );
+    let (th, ts, tv) = (
+        col_f64(b, "text_h")?,
+        col_f64(b, "text_s")?,
+        col_f64(b, "text_v")?,
+    );
+    let (area, aspect) = (col_f64(b, "area_frac")?, col_f64(b, "aspect_ratio")?);
+    Ok((0..b.num_rows())
+        .filter(|&i| added.value(i))
+        .map(|i| Region {
+            group: groups[i].clone().unwrap_or_else(|| "(null)".into()),
+            video: videos[i].clone().unwrap_or_default(),
+            frame: frame.value(i),
+            hue_hist: hh[i].clone(),
+            sat_hist: sh[i].clone(),
+            val_hist: vh[i].clone(),
+            text_h: th[i],
+            text_s: ts[i],
+            text_v: tv[i],
+            cell: (rows.value(i), cols.value(i)),
+            area: area[i],
+            aspect: aspect[i],
+        })
+        .collect())
+}
+
+/// The position grid (rows, cols) the regions were placed on: the largest cell seen, at least 1×1
+/// (the table records each region's cell, not the stage's grid setting).
+fn grid_of(regions: &[Region]) -> (u32, u32) {
+    regions.iter().fold((1, 1), |(rows, cols), r| {
+        (rows.max(r.cell.0 + 1), cols.max(r.cell.1 + 1))
+    })
+}
+
+/// The analyses' tables, with the samples the statistics compare.
+#[derive(Default)]
+struct Tables {
+    rows: BTreeMap<String, Vec<DistRow>>,
+    /// Binned counts per (analysis, group), for the chi-square tests.
+    counts: BTreeMap<(String, String), Vec<f64>>,
+    /// Raw values per (analysis, group), for the KS tests.
+    values: BTreeMap<(String, String), Vec<f64>>,
+}
+
+/// The bins of the region analyses.
+struct RegionBins {
+    hue: Vec<(f64, f64, String)>,
+    sv: Vec<(f64, f64, String)>,
+    area_edges: Vec<f64>,
+    area: Vec<(f64, f64, String)>,
+    aspect_edges: [f64; 9],
+    aspect: Vec<(f64, f64, String)>,
+    cells: Vec<(f64, f64, String)>,
+}
+
+impl RegionBins {
+    fn new((grid_rows, grid_cols): (u32, u32)) -> Self {
+        // Region areas span orders of magnitude: half-decade bins from 1e-5 of the frame.
+        let area_edges: Vec<f64> = (0..=10)
+            .map(|i| 10f64.powf(-5.0 + 0.5 * i as f64))
+            .collect();
+        let area = area_edges
+            .windows(2)
+            .map(|w| (w[0], w[1], format!("{:.0e}-{:.0e}", w[0], w[1])))
+            .collect();
+        let aspect_edges = [0.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 50.0, f64::INFINITY];
+        let aspect = aspect_edges
+            .windows(2)
+            .map(|w| (w[0], w[1], format!("{}-{}", w[0], w[1])))
+            .collect();
+        let cells = (0..grid_rows * grid_cols)
+            .map(|i| {
+                (
+                    i as f64,
+                    (i + 1) as f64,
+                    crate::stages::ocr::layout::cell_name(
+                        i / grid_cols,
+                        i % grid_cols,
+                        grid_rows,
+                        grid_cols,
+                    ),
+                )
+            })
+            .collect();
+        Self {
+            hue: uniform_bins(72, 0.0, 360.0, "°"),
+            sv: uniform_bins(20, 0.0, 1.0, ""),
+            area_edges,
+            area,
+            aspect_edges,
+            aspect,
+            cells,
+        }
+    }
+}
+
+/// The region analyses (hue, saturation, value, position, area, aspect ratio), per group.
+fn region_tables(regions: &[Region], groups: &[String], grid: (u32, u32)) -> Tables {
+    let bins = RegionBins::new(grid);
+    let mut t = Tables::default();
+    for g in groups {
+        let rs: Vec<&Region> = regions.iter().filter(|r| &r.group == g).collect();
+        let [hue_px, sat_px, val_px, hue_reg, cell, area, aspect] =
+            region_counts(&rs, &bins, grid.1);
+        for (name, bins, counts) in [
+            ("hue_pixels", &bins.hue, hue_px),
+            ("hue_regions", &bins.hue, hue_reg),
+            ("saturation", &bins.sv, sat_px),
+            ("value", &bins.sv, val_px),
+            ("position", &bins.cells, cell),
+            ("area", &bins.area, area),
+            ("aspect_ratio", &bins.aspect, aspect),
+        ] {
+            t.rows
+                .entry(name.into())
+                .or_default()
+                .extend(dist(g, bins, &counts));
+            t.counts.insert((name.into(), g.clone()), counts);
+        }
+        let values = |value: fn(&Region) -> f64| rs.iter().map(|r| value(r)).collect();
+        for (name, vals) in [
+            ("saturation", values(|r| r.text_s)),
+            ("value", values(|r| r.text_v)),
+            ("area", values(|r| r.area)),
+            ("aspect_ratio", values(|r| r.aspect)),
+        ] {
+            t.values.insert((name.into(), g.clone()), vals);
+        }
+    }
+    t
+}
+
+/// One group's counts: hue, saturation and value of text pixels, hue with one vote per region,
+/// grid cell, area and aspect ratio.
+fn region_counts(rs: &[&Region], bins: &RegionBins, grid_cols: u32) -> [Vec<f64>; 7] {
+    let mut hue_px = vec![0f64; 72];
+    let mut sat_px = vec![0f64; 20];
+    let mut val_px = vec![0f64; 20];
+    let mut hue_reg = vec![0f64; 72];
+    let mut cell = vec![0f64; bins.cells.len()];
+    let mut area = vec![0f64; bins.area.len()];
+    let mut aspect = vec![0f64; bins.aspect.len()];
+    for r in rs {
+        for (acc, h) in [
+            (&mut hue_px, &r.hue_hist),
+            (&mut sat_px, &r.sat_hist),
+            (&mut val_px, &r.val_hist),
+        ] {
+            for (a, v) in acc.iter_mut().zip(h.iter()) {
+                *a += *v as f64;
+            }
+        }
+        // A grey region's hue is noise: it votes only when its text has colour.
+        if r.text_s >= crate::stages::ocr::colour::MIN_CHROMA as f64 {
+            hue_reg[((r.text_h / 5.0) as usize).min(71)] += 1.0;
+        }
+        cell[(r.cell.0 * grid_cols + r.cell.1) as usize] += 1.0;
+        area[bin_of(&bins.area_edges, r.area.max(1e-5))] += 1.0;
+        aspect[bin_of(&bins.aspect_edges, r.aspect)] += 1.0;
+    }
+    [hue_px, sat_px, val_px, hue_reg, cell, area, aspect]
+}
+
+/// The statistics, for the first two groups: chi-square on every binned analysis, KS on every
+/// one with raw values.
+fn compare_first_two(groups: &[String], t: &Tables) -> Vec<StatRow> {
+    let mut stats_rows = vec![];
+    let [a, b, ..] = groups else {
+        return stats_rows;
+    };
+    for name in [
+        "hue_pixels",
+        "hue_regions",
+        "saturation",
+        "value",
+        "position",
+        "area",
+        "aspect_ratio",
+    ] {
+        if let (Some(x), Some(y)) = (
+            t.counts.get(&(name.into(), a.clone())),
+            t.counts.get(&(name.into(), b.clone())),
+        ) {
+            if let Some(r) = stats::chi_square(x, y) {
+                stats_rows.push(stat_row(name, a, b, &r));
+            }
+        }
+    }
+    for name in ["saturation", "value", "area", "aspect_ratio", SHOTS] {
+        if let (Some(x), Some(y)) = (
+            t.values.get(&(name.into(), a.clone())),
+            t.values.get(&(name.into(), b.clone())),
+        ) {
+            if let Some(r) = stats::ks_two_sample(x, y) {
+                stats_rows.push(stat_row(name, a, b, &r));
+            }
+        }
+    }
+    stats_rows
+}
+
+/// One PNG per analysis, and `report.html` showing them with the statistics.
+fn draw(
+    out_dir: &Path,
+    tables: &BTreeMap<String, Vec<DistRow>>,
+    groups: &[String],
+    regions: &[Region],
+    grid: (u32, u32),
+    stats_rows: &[StatRow],
+) -> Result<(), String> {
     let mut sizes: BTreeMap<String, usize> = BTreeMap::new();
-    for r in &regions {
+    for r in regions {
         *sizes.entry(r.group.clone()).or_default() += 1;
     }
     let mut plots = vec![];
@@ -629,7 +705,7 @@ pub fn analyze(
     ] {
         if let Some(rows) = tables.get(name) {
             let file = format!("{name}.png");
-            plot::bars(&out_dir.join(&file), title, rows, &groups, &sizes, marker)?;
+            plot::bars(&out_dir.join(&file), title, rows, groups, &sizes, marker)?;
             plots.push((title.to_string(), file));
         }
     }
@@ -638,10 +714,11 @@ pub fn analyze(
             &out_dir.join("position.png"),
             "Position",
             rows,
-            &groups,
-            (grid_rows, grid_cols),
+            groups,
+            grid,
             &sizes,
         )?;
+        // The report lists the figures in the paper's order: position after value.
         plots.insert(
             4.min(plots.len()),
             (
@@ -650,13 +727,7 @@ pub fn analyze(
             ),
         );
     }
-    plot::report(&out_dir, &plots, &sizes, &stats_rows)?;
-    Ok(Analysis {
-        out_dir,
-        groups,
-        tables,
-        stats: stats_rows,
-    })
+    plot::report(out_dir, &plots, &sizes, stats_rows)
 }
 
 fn stat_row(name: &str, a: &str, b: &str, t: &stats::TestResult) -> StatRow {
