@@ -175,26 +175,103 @@ pub fn measure(img: &RgbImage, bx0: u32, by0: u32, bx1: u32, by1: u32) -> Region
     if bx1 <= bx0 + 2 || by1 <= by0 + 2 {
         return RegionColour::default();
     }
-    // Detection boxes fit the ink tightly, so the analysis looks at the box plus a margin of a
-    // third of its height around it: what lies in the margin is background.
-    let m = ((by1 - by0) / 3).max(3);
-    let (x0, y0) = (bx0.saturating_sub(m), by0.saturating_sub(m));
-    let (x1, y1) = ((bx1 + m).min(img.width()), (by1 + m).min(img.height()));
-    let (w, h) = ((x1 - x0) as usize, (y1 - y0) as usize);
-    let inside = |i: usize| {
-        let (x, y) = ((i % w) as u32 + x0, (i / w) as u32 + y0);
-        x >= bx0 && x < bx1 && y >= by0 && y < by1
+    let patch = Patch::around(img, (bx0, by0, bx1, by1));
+    let k = 5.min(patch.px.len());
+    let assign = kmeans(&patch.labs, k);
+    let roles = cluster_roles(&patch, &assign, k);
+    let mut out = RegionColour {
+        hue_hist: vec![0; HUE_BINS],
+        sat_hist: vec![0; SV_BINS],
+        val_hist: vec![0; SV_BINS],
+        ..Default::default()
     };
-    let px: Vec<[u8; 3]> = (0..h)
-        .flat_map(|y| (0..w).map(move |x| (x, y)))
-        .map(|(x, y)| img.get_pixel(x0 + x as u32, y0 + y as u32).0)
-        .collect();
-    let labs: Vec<[f32; 3]> = px.iter().map(|p| lab(*p)).collect();
-    let k = 5.min(px.len());
-    let assign = kmeans(&labs, k);
-    let n = px.len() as f64;
-    let margin = |i: usize| !inside(i);
-    let margin_share = (0..px.len()).filter(|&i| margin(i)).count() as f64 / n;
+    let (stroke, bg) = split_pixels(&patch, &assign, &roles, &mut out);
+    set_text_colour(&mut out, &stroke);
+    set_bg_colour(&mut out, bg);
+    out
+}
+
+/// The pixels one region's colour is measured on: its box plus a margin, row by row.
+struct Patch {
+    /// Top-left corner of box + margin in the image, and its size.
+    x0: u32,
+    y0: u32,
+    w: usize,
+    h: usize,
+    /// The detection box (x0, y0, x1, y1) in the image.
+    bx: (u32, u32, u32, u32),
+    px: Vec<[u8; 3]>,
+    labs: Vec<[f32; 3]>,
+}
+
+impl Patch {
+    fn around(img: &RgbImage, bx: (u32, u32, u32, u32)) -> Self {
+        let (bx0, by0, bx1, by1) = bx;
+        // Detection boxes fit the ink tightly, so the analysis looks at the box plus a margin of a
+        // third of its height around it: what lies in the margin is background.
+        let m = ((by1 - by0) / 3).max(3);
+        let (x0, y0) = (bx0.saturating_sub(m), by0.saturating_sub(m));
+        let (x1, y1) = ((bx1 + m).min(img.width()), (by1 + m).min(img.height()));
+        let (w, h) = ((x1 - x0) as usize, (y1 - y0) as usize);
+        let px: Vec<[u8; 3]> = (0..h)
+            .flat_map(|y| (0..w).map(move |x| (x, y)))
+            .map(|(x, y)| img.get_pixel(x0 + x as u32, y0 + y as u32).0)
+            .collect();
+        let labs = px.iter().map(|p| lab(*p)).collect();
+        Self {
+            x0,
+            y0,
+            w,
+            h,
+            bx,
+            px,
+            labs,
+        }
+    }
+
+    /// Whether pixel i lies in the detection box (not in the margin).
+    #[inline]
+    fn inside(&self, i: usize) -> bool {
+        let (bx0, by0, bx1, by1) = self.bx;
+        let (x, y) = ((i % self.w) as u32 + self.x0, (i / self.w) as u32 + self.y0);
+        x >= bx0 && x < bx1 && y >= by0 && y < by1
+    }
+
+    /// The 4-neighbours of pixel i, and how many there are (no allocation: this runs twice per
+    /// pixel of every region).
+    #[inline]
+    fn neighbours(&self, i: usize) -> ([usize; 4], usize) {
+        let (w, h) = (self.w, self.h);
+        let (x, y) = (i % w, i / w);
+        let mut v = [0usize; 4];
+        let mut n = 0;
+        for (ok, j) in [
+            (x > 0, i.wrapping_sub(1)),
+            (x + 1 < w, i + 1),
+            (y > 0, i.wrapping_sub(w)),
+            (y + 1 < h, i + w),
+        ] {
+            if ok {
+                v[n] = j;
+                n += 1;
+            }
+        }
+        (v, n)
+    }
+}
+
+/// What the k-means clusters are: which are background, which one is the text fill, and the
+/// largest background one.
+struct Roles {
+    is_bg: Vec<bool>,
+    text: usize,
+    bg: usize,
+}
+
+fn cluster_roles(p: &Patch, assign: &[usize], k: usize) -> Roles {
+    let n = p.px.len() as f64;
+    let margin = |i: usize| !p.inside(i);
+    let margin_share = (0..p.px.len()).filter(|&i| margin(i)).count() as f64 / n;
     let mut share = vec![0f64; k];
     let mut in_margin = vec![0f64; k];
     for (i, &c) in assign.iter().enumerate() {
@@ -211,37 +288,37 @@ pub fn measure(img: &RgbImage, bx0: u32, by0: u32, bx1: u32, by1: u32) -> Region
     let is_bg: Vec<bool> = (0..k)
         .map(|c| share[c] > 0.0 && margin_frac[c] >= 0.4 * margin_share)
         .collect();
-    // The 4-neighbours of pixel i (no allocation: this runs twice per pixel of every region).
-    let neighbours = |i: usize| {
-        let (x, y) = (i % w, i / w);
-        let mut v = [0usize; 4];
-        let mut n = 0;
-        for (ok, j) in [
-            (x > 0, i.wrapping_sub(1)),
-            (x + 1 < w, i + 1),
-            (y > 0, i.wrapping_sub(w)),
-            (y + 1 < h, i + w),
-        ] {
-            if ok {
-                v[n] = j;
-                n += 1;
-            }
-        }
-        (v, n)
-    };
+    let text = fill_cluster(p, assign, &is_bg, &share, &margin_frac);
+    let bg = (0..k)
+        .filter(|&c| is_bg[c])
+        .max_by(|&a, &b| share[a].total_cmp(&share[b]))
+        .unwrap_or(0);
+    Roles { is_bg, text, bg }
+}
+
+/// The text fill: of the clusters that are not background (and not specks), the one least in
+/// contact with the background; failing any, the one least spread over the margin.
+fn fill_cluster(
+    p: &Patch,
+    assign: &[usize],
+    is_bg: &[bool],
+    share: &[f64],
+    margin_frac: &[f64],
+) -> usize {
+    let k = share.len();
     // Contact with the background: share of a cluster's pixels with a background neighbour.
     let mut touch = vec![0f64; k];
     let mut count = vec![0f64; k];
-    for i in 0..px.len() {
+    for i in 0..p.px.len() {
         let c = assign[i];
         count[c] += 1.0;
-        let (nb, nn) = neighbours(i);
+        let (nb, nn) = p.neighbours(i);
         if nb[..nn].iter().any(|&j| is_bg[assign[j]]) {
             touch[c] += 1.0;
         }
     }
     let candidates: Vec<usize> = (0..k).filter(|&c| !is_bg[c] && share[c] >= 0.03).collect();
-    let text = if candidates.is_empty() {
+    if candidates.is_empty() {
         (0..k)
             .filter(|&c| share[c] > 0.0)
             .min_by(|&a, &b| margin_frac[a].total_cmp(&margin_frac[b]))
@@ -253,60 +330,81 @@ pub fn measure(img: &RgbImage, bx0: u32, by0: u32, bx1: u32, by1: u32) -> Region
                 (touch[a] / count[a].max(1.0)).total_cmp(&(touch[b] / count[b].max(1.0)))
             })
             .expect("non-empty")
-    };
-    let bg = (0..k)
-        .filter(|&c| is_bg[c])
-        .max_by(|&a, &b| share[a].total_cmp(&share[b]))
-        .unwrap_or(0);
-
-    let mut out = RegionColour {
-        hue_hist: vec![0; HUE_BINS],
-        sat_hist: vec![0; SV_BINS],
-        val_hist: vec![0; SV_BINS],
-        ..Default::default()
-    };
-    // Background centroid in Lab: the text pixels farthest from it are the least mixed with it
-    // (chroma subsampling and anti-aliasing blend thin strokes with what is around them).
-    let mut bg_c = [0f64; 3];
-    let mut bg_n = 0f64;
-    for i in 0..px.len() {
-        if is_bg[assign[i]] {
-            for c in 0..3 {
-                bg_c[c] += labs[i][c] as f64;
-            }
-            bg_n += 1.0;
-        }
     }
-    let bg_c = bg_c.map(|v| (v / bg_n.max(1.0)) as f32);
-    let mut stroke: Vec<(f32, f32, f32, f32, bool)> = vec![]; // (distance to bg, h, s, v, core)
-    let (mut bg_h, mut bg_s, mut bg_v, mut bg_l) = (vec![], vec![], vec![], vec![]);
-    for i in 0..px.len() {
-        if assign[i] != bg && !(assign[i] == text && inside(i)) {
+}
+
+/// A text pixel: (distance to the background centroid in Lab, h, s, v, core).
+type StrokePixel = (f32, f32, f32, f32, bool);
+
+/// HSV values and Lab lightness of the main background cluster's pixels.
+#[derive(Default)]
+struct BgPixels {
+    h: Vec<f32>,
+    s: Vec<f32>,
+    v: Vec<f32>,
+    l: Vec<f32>,
+}
+
+/// One pass over the patch: the text pixels inside the box go into `out`'s histograms and the
+/// returned strokes, the main background cluster's pixels into the returned `BgPixels`.
+fn split_pixels(
+    p: &Patch,
+    assign: &[usize],
+    roles: &Roles,
+    out: &mut RegionColour,
+) -> (Vec<StrokePixel>, BgPixels) {
+    let (text, bg) = (roles.text, roles.bg);
+    let bg_c = bg_centroid(p, assign, &roles.is_bg);
+    let mut stroke: Vec<StrokePixel> = vec![];
+    let mut bgp = BgPixels::default();
+    for i in 0..p.px.len() {
+        if assign[i] != bg && !(assign[i] == text && p.inside(i)) {
             continue;
         }
-        let (h_, s_, v_) = hsv(px[i]);
-        if assign[i] == text && inside(i) {
+        let (h_, s_, v_) = hsv(p.px[i]);
+        if assign[i] == text && p.inside(i) {
             out.stroke_pixels += 1;
             out.sat_hist[((s_ * SV_BINS as f32) as usize).min(SV_BINS - 1)] += 1;
             out.val_hist[((v_ * SV_BINS as f32) as usize).min(SV_BINS - 1)] += 1;
             if s_ >= MIN_CHROMA && v_ >= MIN_CHROMA {
                 out.hue_hist[((h_ / 5.0) as usize).min(HUE_BINS - 1)] += 1;
             }
-            let (nb, nn) = neighbours(i);
+            let (nb, nn) = p.neighbours(i);
             let core = nb[..nn].iter().all(|&j| assign[j] == text);
-            let l = labs[i];
+            let l = p.labs[i];
             let dist = (0..3).map(|c| (l[c] - bg_c[c]).powi(2)).sum::<f32>();
             stroke.push((dist, h_, s_, v_, core));
         } else if assign[i] == bg {
             if s_ >= MIN_CHROMA && v_ >= MIN_CHROMA {
-                bg_h.push(h_);
+                bgp.h.push(h_);
             }
-            bg_s.push(s_);
-            bg_v.push(v_);
-            bg_l.push(labs[i][0]);
+            bgp.s.push(s_);
+            bgp.v.push(v_);
+            bgp.l.push(p.labs[i][0]);
         }
     }
-    // The dominant colour: the purest third of the stroke pixels (core ones when enough).
+    (stroke, bgp)
+}
+
+/// Background centroid in Lab: the text pixels farthest from it are the least mixed with it
+/// (chroma subsampling and anti-aliasing blend thin strokes with what is around them).
+fn bg_centroid(p: &Patch, assign: &[usize], is_bg: &[bool]) -> [f32; 3] {
+    let mut bg_c = [0f64; 3];
+    let mut bg_n = 0f64;
+    for i in 0..p.px.len() {
+        if is_bg[assign[i]] {
+            for (acc, v) in bg_c.iter_mut().zip(p.labs[i]) {
+                *acc += v as f64;
+            }
+            bg_n += 1.0;
+        }
+    }
+    bg_c.map(|v| (v / bg_n.max(1.0)) as f32)
+}
+
+/// The dominant text colour and its spread, from the purest third of the stroke pixels (core
+/// ones when enough).
+fn set_text_colour(out: &mut RegionColour, stroke: &[StrokePixel]) {
     let cores = stroke.iter().filter(|p| p.4).count();
     let mut pure: Vec<_> = stroke
         .iter()
@@ -331,14 +429,17 @@ pub fn measure(img: &RgbImage, bx0: u32, by0: u32, bx1: u32, by1: u32) -> Region
     out.text_s = median(core_s);
     out.text_v = median(core_v);
     out.text_color = colour_name(out.text_h, out.text_s, out.text_v).to_string();
-    out.bg_h = hue_stats(&bg_h).0;
-    out.bg_s = median(bg_s);
-    out.bg_v = median(bg_v);
+}
+
+/// The background's colour and how uniform its lightness is.
+fn set_bg_colour(out: &mut RegionColour, bg: BgPixels) {
+    out.bg_h = hue_stats(&bg.h).0;
+    out.bg_s = median(bg.s);
+    out.bg_v = median(bg.v);
     out.bg_color = colour_name(out.bg_h, out.bg_s, out.bg_v).to_string();
-    let lm = bg_l.iter().sum::<f32>() / bg_l.len().max(1) as f32;
+    let lm = bg.l.iter().sum::<f32>() / bg.l.len().max(1) as f32;
     out.bg_uniformity =
-        (bg_l.iter().map(|l| (l - lm).powi(2)).sum::<f32>() / bg_l.len().max(1) as f32).sqrt();
-    out
+        (bg.l.iter().map(|l| (l - lm).powi(2)).sum::<f32>() / bg.l.len().max(1) as f32).sqrt();
 }
 
 #[cfg(test)]
