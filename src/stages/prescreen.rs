@@ -212,6 +212,9 @@ fn quote(t: &str) -> String {
     format!("{t:?}")
 }
 
+/// A criterion's verdict and the evidence behind it.
+type Finding = (&'static str, String);
+
 impl PrescreenStage {
     /// The verdicts of one video, from its regions, number of sampled frames and shots.
     pub fn judge(&self, regions: &[TextRegion], frames: usize, shots: Option<u32>) -> Prescreen {
@@ -220,131 +223,12 @@ impl PrescreenStage {
             .filter(|r| r.score >= self.cfg.min_text_score)
             .collect();
         let frames = frames.max(1);
-        let frames_with = |f: &dyn Fn(&TextRegion) -> bool| {
-            good.iter()
-                .filter(|r| f(r))
-                .map(|r| r.frame_index)
-                .collect::<BTreeSet<_>>()
-        };
-
-        // 1. Logo: the same creator-added text in a corner cell of most frames.
-        let mut corner: BTreeMap<String, (BTreeSet<u32>, String)> = BTreeMap::new();
-        for r in &good {
-            let edge_row = r.center_y < 0.2 || r.center_y > 0.8;
-            let edge_col = r.center_x < 0.25 || r.center_x > 0.75;
-            if r.creator_added && edge_row && edge_col && norm(&r.text).len() >= 2 {
-                let e = corner.entry(norm(&r.text)).or_default();
-                e.0.insert(r.frame_index);
-                e.1 = r.text.clone();
-            }
-        }
-        let (logo, logo_evidence) = match corner.values().max_by_key(|(f, _)| f.len()) {
-            Some((f, t)) if f.len() * 10 >= frames * 6 && f.len() >= 3 => (
-                "fail",
-                format!("{} in a corner of {}/{frames} frames", quote(t), f.len()),
-            ),
-            Some((f, t)) if f.len() >= 2 => (
-                "likely_fail",
-                format!("{} in a corner of {}/{frames} frames", quote(t), f.len()),
-            ),
-            _ => ("pass", String::new()),
-        };
-
-        // 2. Location names.
-        let place_hits: Vec<String> = good
-            .iter()
-            .filter_map(|r| {
-                self.places
-                    .iter()
-                    .find(|p| p.is_match(&r.text))
-                    .map(|_| quote(&r.text))
-            })
-            .collect();
-        let (location, location_evidence) = if !place_hits.is_empty() {
-            (
-                "fail",
-                place_hits
-                    .into_iter()
-                    .take(3)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            )
-        } else if self.places.is_empty() {
-            ("unknown", "no place names configured".to_string())
-        } else {
-            ("pass", String::new())
-        };
-
-        // 3. Dates and times.
-        let dated: Vec<&&TextRegion> = good
-            .iter()
-            .filter(|r| DATE_TIME.iter().any(|re| re.is_match(&r.text)))
-            .collect();
-        let dated_frames: BTreeSet<u32> = dated.iter().map(|r| r.frame_index).collect();
-        let ev = |rs: &[&&TextRegion]| {
-            rs.iter()
-                .map(|r| quote(&r.text))
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let (time_date, time_date_evidence) = match dated_frames.len() {
-            0 => ("pass", String::new()),
-            1 => ("likely_fail", ev(&dated)),
-            n => ("fail", format!("{} in {n} frames", ev(&dated))),
-        };
-
-        // 5. SNS engagement overlays.
-        let social: Vec<&&TextRegion> = good.iter().filter(|r| SNS.is_match(&r.text)).collect();
-        let (sns, sns_evidence) = if social.iter().any(|r| r.creator_added) {
-            ("fail", ev(&social))
-        } else if !social.is_empty() {
-            ("likely_fail", ev(&social))
-        } else {
-            ("pass", String::new())
-        };
-
-        // 7. Jump cuts.
-        let (jump_cuts, jump_cuts_evidence) = match shots {
-            None => ("unknown", "no shots stage before".to_string()),
-            Some(n) if n >= 3 => ("fail", format!("{n} shots")),
-            Some(2) => ("likely_fail", "2 shots".to_string()),
-            Some(n) => ("pass", format!("{n} shot")),
-        };
-
-        // 10. Subtitles: creator-added bottom-band text, in many frames, changing content.
-        let band = self.cfg.bottom_band;
-        let sub_frames = frames_with(&|r| r.creator_added && r.center_y >= band);
-        let sub_texts: BTreeSet<String> = good
-            .iter()
-            .filter(|r| r.creator_added && r.center_y >= band)
-            .map(|r| norm(&r.text))
-            .collect();
-        let share = sub_frames.len() as f64 / frames as f64;
-        let (subtitles, subtitles_evidence) = if share >= 0.5 && sub_texts.len() >= 4 {
-            (
-                "fail",
-                format!(
-                    "bottom-band text in {}/{frames} frames, {} different lines",
-                    sub_frames.len(),
-                    sub_texts.len()
-                ),
-            )
-        } else if sub_frames.len() >= 2 && sub_texts.len() >= 2 {
-            (
-                "likely_fail",
-                format!(
-                    "bottom-band text in {}/{frames} frames, {} different lines",
-                    sub_frames.len(),
-                    sub_texts.len()
-                ),
-            )
-        } else {
-            ("pass", String::new())
-        };
-
+        let (logo, logo_evidence) = logo(&good, frames);
+        let (location, location_evidence) = self.location(&good);
+        let (time_date, time_date_evidence) = time_date(&good);
+        let (sns, sns_evidence) = sns(&good);
+        let (jump_cuts, jump_cuts_evidence) = jump_cuts(shots);
+        let (subtitles, subtitles_evidence) = subtitles(&good, frames, self.cfg.bottom_band);
         let verdicts = [
             (1, logo),
             (2, location),
@@ -374,6 +258,138 @@ impl PrescreenStage {
             certain_failures: failed.len() as u32,
             failed_criteria: failed.join(","),
         }
+    }
+
+    /// Criterion 2, location: a configured place name in the text.
+    fn location(&self, good: &[&TextRegion]) -> Finding {
+        let place_hits: Vec<String> = good
+            .iter()
+            .filter_map(|r| {
+                self.places
+                    .iter()
+                    .find(|p| p.is_match(&r.text))
+                    .map(|_| quote(&r.text))
+            })
+            .collect();
+        if !place_hits.is_empty() {
+            (
+                "fail",
+                place_hits
+                    .into_iter()
+                    .take(3)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )
+        } else if self.places.is_empty() {
+            ("unknown", "no place names configured".to_string())
+        } else {
+            ("pass", String::new())
+        }
+    }
+}
+
+/// Criterion 1, logo: the same creator-added text in a corner cell of most frames.
+fn logo(good: &[&TextRegion], frames: usize) -> Finding {
+    let mut corner: BTreeMap<String, (BTreeSet<u32>, String)> = BTreeMap::new();
+    for r in good {
+        let edge_row = r.center_y < 0.2 || r.center_y > 0.8;
+        let edge_col = r.center_x < 0.25 || r.center_x > 0.75;
+        if r.creator_added && edge_row && edge_col && norm(&r.text).len() >= 2 {
+            let e = corner.entry(norm(&r.text)).or_default();
+            e.0.insert(r.frame_index);
+            e.1 = r.text.clone();
+        }
+    }
+    match corner.values().max_by_key(|(f, _)| f.len()) {
+        Some((f, t)) if f.len() * 10 >= frames * 6 && f.len() >= 3 => (
+            "fail",
+            format!("{} in a corner of {}/{frames} frames", quote(t), f.len()),
+        ),
+        Some((f, t)) if f.len() >= 2 => (
+            "likely_fail",
+            format!("{} in a corner of {}/{frames} frames", quote(t), f.len()),
+        ),
+        _ => ("pass", String::new()),
+    }
+}
+
+/// Up to three of the regions' texts, quoted, in sorted order without repeats.
+fn examples(rs: &[&TextRegion]) -> String {
+    rs.iter()
+        .map(|r| quote(&r.text))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Criterion 3, dates and times: certain when they show on more than one frame.
+fn time_date(good: &[&TextRegion]) -> Finding {
+    let dated: Vec<&TextRegion> = good
+        .iter()
+        .filter(|r| DATE_TIME.iter().any(|re| re.is_match(&r.text)))
+        .copied()
+        .collect();
+    let dated_frames: BTreeSet<u32> = dated.iter().map(|r| r.frame_index).collect();
+    match dated_frames.len() {
+        0 => ("pass", String::new()),
+        1 => ("likely_fail", examples(&dated)),
+        n => ("fail", format!("{} in {n} frames", examples(&dated))),
+    }
+}
+
+/// Criterion 5, SNS engagement overlays: certain when the creator added them (scene text could
+/// be a poster in the street).
+fn sns(good: &[&TextRegion]) -> Finding {
+    let social: Vec<&TextRegion> = good
+        .iter()
+        .filter(|r| SNS.is_match(&r.text))
+        .copied()
+        .collect();
+    if social.iter().any(|r| r.creator_added) {
+        ("fail", examples(&social))
+    } else if !social.is_empty() {
+        ("likely_fail", examples(&social))
+    } else {
+        ("pass", String::new())
+    }
+}
+
+/// Criterion 7, continuity: jump cuts, from the number of shots.
+fn jump_cuts(shots: Option<u32>) -> Finding {
+    match shots {
+        None => ("unknown", "no shots stage before".to_string()),
+        Some(n) if n >= 3 => ("fail", format!("{n} shots")),
+        Some(2) => ("likely_fail", "2 shots".to_string()),
+        Some(n) => ("pass", format!("{n} shot")),
+    }
+}
+
+/// Criterion 10, subtitles: creator-added bottom-band text, in many frames, changing content (a
+/// caption that stays the same is a title, not speech).
+fn subtitles(good: &[&TextRegion], frames: usize, band: f32) -> Finding {
+    let in_band: Vec<&TextRegion> = good
+        .iter()
+        .filter(|r| r.creator_added && r.center_y >= band)
+        .copied()
+        .collect();
+    let sub_frames: BTreeSet<u32> = in_band.iter().map(|r| r.frame_index).collect();
+    let sub_texts: BTreeSet<String> = in_band.iter().map(|r| norm(&r.text)).collect();
+    let share = sub_frames.len() as f64 / frames as f64;
+    let evidence = || {
+        format!(
+            "bottom-band text in {}/{frames} frames, {} different lines",
+            sub_frames.len(),
+            sub_texts.len()
+        )
+    };
+    if share >= 0.5 && sub_texts.len() >= 4 {
+        ("fail", evidence())
+    } else if sub_frames.len() >= 2 && sub_texts.len() >= 2 {
+        ("likely_fail", evidence())
+    } else {
+        ("pass", String::new())
     }
 }
 
