@@ -102,19 +102,77 @@ impl PrescreenSelect {
     }
 }
 
+/// A criterion's verdict.
+///
+/// Stored as its name in a string column, as when verdicts were strings, so old shards, their
+/// readers and the stage's fingerprint stay valid: serde_arrow traces a derived unit enum as a
+/// union (or, configured, a dictionary), hence the conversion through a string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "&'static str", try_from = "String")]
+pub enum Verdict {
+    /// Certain: the quality rubric cannot give this criterion a 2.
+    Fail,
+    /// Probable, left for the quality model to decide.
+    LikelyFail,
+    Pass,
+    /// No local signal to judge by (no shots stage, no place names configured).
+    Unknown,
+}
+
+impl Verdict {
+    const ALL: [Verdict; 4] = [
+        Verdict::Fail,
+        Verdict::LikelyFail,
+        Verdict::Pass,
+        Verdict::Unknown,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Fail => "fail",
+            Verdict::LikelyFail => "likely_fail",
+            Verdict::Pass => "pass",
+            Verdict::Unknown => "unknown",
+        }
+    }
+}
+
+impl From<Verdict> for &'static str {
+    fn from(v: Verdict) -> Self {
+        v.as_str()
+    }
+}
+
+impl TryFrom<String> for Verdict {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        // serde_arrow traces the row type by deserializing an empty string into each string
+        // field, so the empty string must parse; an empty verdict says nothing either way.
+        if s.is_empty() {
+            return Ok(Verdict::Unknown);
+        }
+        Self::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| {
+                format!("{s:?} is not a prescreen verdict (fail, likely_fail, pass, unknown)")
+            })
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Prescreen {
-    pub logo: String,
+    pub logo: Verdict,
     pub logo_evidence: String,
-    pub location: String,
+    pub location: Verdict,
     pub location_evidence: String,
-    pub time_date: String,
+    pub time_date: Verdict,
     pub time_date_evidence: String,
-    pub sns: String,
+    pub sns: Verdict,
     pub sns_evidence: String,
-    pub jump_cuts: String,
+    pub jump_cuts: Verdict,
     pub jump_cuts_evidence: String,
-    pub subtitles: String,
+    pub subtitles: Verdict,
     pub subtitles_evidence: String,
     /// Criteria certainly failed, and their rubric numbers ("1,3,10").
     pub certain_failures: u32,
@@ -213,7 +271,7 @@ fn quote(t: &str) -> String {
 }
 
 /// A criterion's verdict and the evidence behind it.
-type Finding = (&'static str, String);
+type Finding = (Verdict, String);
 
 impl PrescreenStage {
     /// The verdicts of one video, from its regions, number of sampled frames and shots.
@@ -239,21 +297,21 @@ impl PrescreenStage {
         ];
         let failed: Vec<String> = verdicts
             .iter()
-            .filter(|(_, v)| *v == "fail")
+            .filter(|(_, v)| *v == Verdict::Fail)
             .map(|(n, _)| n.to_string())
             .collect();
         Prescreen {
-            logo: logo.into(),
+            logo,
             logo_evidence,
-            location: location.into(),
+            location,
             location_evidence,
-            time_date: time_date.into(),
+            time_date,
             time_date_evidence,
-            sns: sns.into(),
+            sns,
             sns_evidence,
-            jump_cuts: jump_cuts.into(),
+            jump_cuts,
             jump_cuts_evidence,
-            subtitles: subtitles.into(),
+            subtitles,
             subtitles_evidence,
             certain_failures: failed.len() as u32,
             failed_criteria: failed.join(","),
@@ -273,7 +331,7 @@ impl PrescreenStage {
             .collect();
         if !place_hits.is_empty() {
             (
-                "fail",
+                Verdict::Fail,
                 place_hits
                     .into_iter()
                     .take(3)
@@ -281,9 +339,9 @@ impl PrescreenStage {
                     .join(", "),
             )
         } else if self.places.is_empty() {
-            ("unknown", "no place names configured".to_string())
+            (Verdict::Unknown, "no place names configured".to_string())
         } else {
-            ("pass", String::new())
+            (Verdict::Pass, String::new())
         }
     }
 }
@@ -302,14 +360,14 @@ fn logo(good: &[&TextRegion], frames: usize) -> Finding {
     }
     match corner.values().max_by_key(|(f, _)| f.len()) {
         Some((f, t)) if f.len() * 10 >= frames * 6 && f.len() >= 3 => (
-            "fail",
+            Verdict::Fail,
             format!("{} in a corner of {}/{frames} frames", quote(t), f.len()),
         ),
         Some((f, t)) if f.len() >= 2 => (
-            "likely_fail",
+            Verdict::LikelyFail,
             format!("{} in a corner of {}/{frames} frames", quote(t), f.len()),
         ),
-        _ => ("pass", String::new()),
+        _ => (Verdict::Pass, String::new()),
     }
 }
 
@@ -333,9 +391,9 @@ fn time_date(good: &[&TextRegion]) -> Finding {
         .collect();
     let dated_frames: BTreeSet<u32> = dated.iter().map(|r| r.frame_index).collect();
     match dated_frames.len() {
-        0 => ("pass", String::new()),
-        1 => ("likely_fail", examples(&dated)),
-        n => ("fail", format!("{} in {n} frames", examples(&dated))),
+        0 => (Verdict::Pass, String::new()),
+        1 => (Verdict::LikelyFail, examples(&dated)),
+        n => (Verdict::Fail, format!("{} in {n} frames", examples(&dated))),
     }
 }
 
@@ -348,21 +406,21 @@ fn sns(good: &[&TextRegion]) -> Finding {
         .copied()
         .collect();
     if social.iter().any(|r| r.creator_added) {
-        ("fail", examples(&social))
+        (Verdict::Fail, examples(&social))
     } else if !social.is_empty() {
-        ("likely_fail", examples(&social))
+        (Verdict::LikelyFail, examples(&social))
     } else {
-        ("pass", String::new())
+        (Verdict::Pass, String::new())
     }
 }
 
 /// Criterion 7, continuity: jump cuts, from the number of shots.
 fn jump_cuts(shots: Option<u32>) -> Finding {
     match shots {
-        None => ("unknown", "no shots stage before".to_string()),
-        Some(n) if n >= 3 => ("fail", format!("{n} shots")),
-        Some(2) => ("likely_fail", "2 shots".to_string()),
-        Some(n) => ("pass", format!("{n} shot")),
+        None => (Verdict::Unknown, "no shots stage before".to_string()),
+        Some(n) if n >= 3 => (Verdict::Fail, format!("{n} shots")),
+        Some(2) => (Verdict::LikelyFail, "2 shots".to_string()),
+        Some(n) => (Verdict::Pass, format!("{n} shot")),
     }
 }
 
@@ -385,11 +443,11 @@ fn subtitles(good: &[&TextRegion], frames: usize, band: f32) -> Finding {
         )
     };
     if share >= 0.5 && sub_texts.len() >= 4 {
-        ("fail", evidence())
+        (Verdict::Fail, evidence())
     } else if sub_frames.len() >= 2 && sub_texts.len() >= 2 {
-        ("likely_fail", evidence())
+        (Verdict::LikelyFail, evidence())
     } else {
-        ("pass", String::new())
+        (Verdict::Pass, String::new())
     }
 }
 
@@ -520,11 +578,11 @@ mod tests {
         regions.push(region(3, "25/05/2024 13:01", 0.2, 0.1, true));
         regions.push(region(4, "Live from Nairobi", 0.5, 0.5, true));
         let v = s.judge(&regions, 8, Some(1));
-        assert_eq!(v.logo, "fail", "{}", v.logo_evidence);
-        assert_eq!(v.subtitles, "fail", "{}", v.subtitles_evidence);
-        assert_eq!(v.time_date, "fail", "{}", v.time_date_evidence);
-        assert_eq!(v.location, "fail");
-        assert_eq!(v.jump_cuts, "pass");
+        assert_eq!(v.logo, Verdict::Fail, "{}", v.logo_evidence);
+        assert_eq!(v.subtitles, Verdict::Fail, "{}", v.subtitles_evidence);
+        assert_eq!(v.time_date, Verdict::Fail, "{}", v.time_date_evidence);
+        assert_eq!(v.location, Verdict::Fail);
+        assert_eq!(v.jump_cuts, Verdict::Pass);
         assert_eq!(v.certain_failures, 4);
         assert_eq!(v.failed_criteria, "1,2,3,10");
         assert!(!s.select.keep(&[v]));
@@ -535,6 +593,113 @@ mod tests {
         assert!(s.select.keep(&[v]));
         // Scene text (not creator-added) in a corner is no logo.
         let scene: Vec<TextRegion> = (0..8).map(|f| region(f, "EXIT", 0.9, 0.1, false)).collect();
-        assert_eq!(s.judge(&scene, 8, None).logo, "pass");
+        assert_eq!(s.judge(&scene, 8, None).logo, Verdict::Pass);
+    }
+
+    /// The verdict columns keep the type and strings they had as `String` fields: old shards read
+    /// as the enum, new shards read as before, and the stage's fingerprint (which hashes the
+    /// column types) does not change.
+    #[test]
+    fn verdicts_are_stored_as_the_strings_they_were() {
+        use crate::runtime::shards::{decode_parquet, encode_table, fields_of};
+        use arrow::array::AsArray;
+        use arrow::datatypes::DataType;
+
+        /// The row as it was before verdicts were an enum.
+        #[derive(Serialize, Deserialize)]
+        struct StringVerdicts {
+            logo: String,
+            logo_evidence: String,
+            location: String,
+            location_evidence: String,
+            time_date: String,
+            time_date_evidence: String,
+            sns: String,
+            sns_evidence: String,
+            jump_cuts: String,
+            jump_cuts_evidence: String,
+            subtitles: String,
+            subtitles_evidence: String,
+            certain_failures: u32,
+            failed_criteria: String,
+        }
+        let fields = fields_of::<Prescreen>().unwrap();
+        assert_eq!(fields, fields_of::<StringVerdicts>().unwrap());
+
+        let row = Prescreen {
+            logo: Verdict::Fail,
+            logo_evidence: "\"CITY TV\" in a corner of 8/8 frames".into(),
+            location: Verdict::LikelyFail,
+            location_evidence: String::new(),
+            time_date: Verdict::Pass,
+            time_date_evidence: String::new(),
+            sns: Verdict::Unknown,
+            sns_evidence: String::new(),
+            jump_cuts: Verdict::Pass,
+            jump_cuts_evidence: "1 shot".into(),
+            subtitles: Verdict::Fail,
+            subtitles_evidence: "bottom-band text in 8/8 frames, 8 different lines".into(),
+            certain_failures: 2,
+            failed_criteria: "1,10".into(),
+        };
+        let batch = serde_arrow::to_record_batch(&fields, &vec![row.clone()]).unwrap();
+        let parquet = encode_table(&batch).unwrap();
+        let read = decode_parquet(parquet, true).unwrap().batches.remove(0);
+        for (column, want) in [
+            ("logo", "fail"),
+            ("location", "likely_fail"),
+            ("time_date", "pass"),
+            ("sns", "unknown"),
+            ("jump_cuts", "pass"),
+            ("subtitles", "fail"),
+        ] {
+            let schema = read.schema();
+            let field = schema.field_with_name(column).unwrap();
+            assert_eq!(field.data_type(), &DataType::LargeUtf8, "{column}");
+            assert!(!field.is_nullable(), "{column}");
+            let values = read.column_by_name(column).unwrap().as_string::<i64>();
+            assert_eq!(values.value(0), want, "{column}");
+        }
+        let back: Vec<Prescreen> = serde_arrow::from_record_batch(&read).unwrap();
+        assert_eq!(back, vec![row]);
+
+        // A shard written when verdicts were strings reads as the enum; a word that is no
+        // verdict is an error, not a silent `unknown`.
+        let old = |logo: &str| StringVerdicts {
+            logo: logo.into(),
+            logo_evidence: String::new(),
+            location: "pass".into(),
+            location_evidence: String::new(),
+            time_date: "likely_fail".into(),
+            time_date_evidence: String::new(),
+            sns: "fail".into(),
+            sns_evidence: String::new(),
+            jump_cuts: "unknown".into(),
+            jump_cuts_evidence: String::new(),
+            subtitles: "pass".into(),
+            subtitles_evidence: String::new(),
+            certain_failures: 1,
+            failed_criteria: "5".into(),
+        };
+        let batch = serde_arrow::to_record_batch(&fields, &vec![old("fail")]).unwrap();
+        let back: Vec<Prescreen> = serde_arrow::from_record_batch(&batch).unwrap();
+        assert_eq!(
+            [
+                back[0].logo,
+                back[0].location,
+                back[0].time_date,
+                back[0].sns,
+                back[0].jump_cuts
+            ],
+            [
+                Verdict::Fail,
+                Verdict::Pass,
+                Verdict::LikelyFail,
+                Verdict::Fail,
+                Verdict::Unknown
+            ]
+        );
+        let batch = serde_arrow::to_record_batch(&fields, &vec![old("maybe")]).unwrap();
+        assert!(serde_arrow::from_record_batch::<Vec<Prescreen>>(&batch).is_err());
     }
 }
