@@ -1,7 +1,7 @@
 //! The planner, above stages and runtime: from a pipeline file to a validated `Plan`: typed stage settings, the `requires` chain, ids,
 //! and the fingerprints that decide what a rerun must redo.
 
-use crate::config::{ConfigError, Seg, SourceText, StageCommon};
+use crate::config::{ConfigError, RawPipeline, Seg, SourceText, StageCommon};
 use crate::record::Slot;
 pub use crate::runtime::chain::{
     Plan, PlannedStage, RESERVED_IDS, SOURCE_FINGERPRINT, SOURCE_STAGE_ID,
@@ -53,19 +53,49 @@ pub fn load(file: &Path) -> Result<Plan, ConfigError> {
 pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
     let src = SourceText::new(file, text);
     let raw = src.parse_raw()?;
-    let base_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
-    let base_dir = if base_dir.as_os_str().is_empty() {
-        PathBuf::from(".")
-    } else {
-        base_dir
-    };
+    let base_dir = base_dir_of(file);
     let bcx = BuildCx {
         base_dir: &base_dir,
         src: &src,
         services: &raw.services,
         llm: Default::default(),
     };
+    check_settings(&src, &raw)?;
+    let source_kind = source_kind(&src, &raw.source)?;
+    let (source, source_settings) = stages::build_source(
+        &source_kind,
+        &raw.source,
+        &[Seg::Key("source".into())],
+        &bcx,
+    )?;
+    let stages = plan_stages(&src, &raw.stages, source.provides(), &bcx)?;
+    Ok(Plan {
+        name: raw.name,
+        file: file.to_path_buf(),
+        text: src.text.clone(),
+        source_kind,
+        source_settings,
+        source,
+        stages,
+        output: raw.output,
+        runtime: raw.runtime,
+        services: raw.services,
+    })
+}
 
+/// The folder the file's relative paths start from: its own ("." for a bare file name).
+fn base_dir_of(file: &Path) -> PathBuf {
+    let base_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
+    if base_dir.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        base_dir
+    }
+}
+
+/// The settings outside the source and the stages: the name, the runtime and output limits and
+/// the service URLs.
+fn check_settings(src: &SourceText, raw: &RawPipeline) -> Result<(), ConfigError> {
     if !is_snake_case(&raw.name.replace('-', "_")) {
         return Err(src.error_at(
             &[Seg::Key("name".into())],
@@ -105,73 +135,51 @@ pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
             ));
         }
     }
+    Ok(())
+}
 
-    let source_at = [Seg::Key("source".into())];
-    let source_kind = match raw.source.get("type") {
-        Some(toml::Value::String(s)) => s.clone(),
-        Some(_) => {
-            return Err(src.error_at(
-                &[Seg::Key("source".into()), Seg::Key("type".into())],
-                "must be a string",
-            ));
-        }
-        None => {
-            return Err(src.error_at(&source_at, "missing field `type` (one of: local, youtube)"));
-        }
-    };
-    let (source, source_settings) =
-        stages::build_source(&source_kind, &raw.source, &source_at, &bcx)?;
+/// `type` of the `[source]` table.
+fn source_kind(src: &SourceText, source: &toml::Table) -> Result<String, ConfigError> {
+    match source.get("type") {
+        Some(toml::Value::String(s)) => Ok(s.clone()),
+        Some(_) => Err(src.error_at(
+            &[Seg::Key("source".into()), Seg::Key("type".into())],
+            "must be a string",
+        )),
+        None => Err(src.error_at(
+            &[Seg::Key("source".into())],
+            "missing field `type` (one of: local, youtube)",
+        )),
+    }
+}
 
+/// The `[[stages]]` in order: each checked, built, checked against what the source and the
+/// stages before it provide, and fingerprinted over everything upstream.
+fn plan_stages(
+    src: &SourceText,
+    tables: &[toml::Table],
+    from_source: &[Slot],
+    bcx: &BuildCx,
+) -> Result<Vec<PlannedStage>, ConfigError> {
     let mut planned = Vec::new();
     let mut seen = HashSet::new();
-    let mut filled: Vec<Slot> = source.provides().to_vec();
+    let mut filled: Vec<Slot> = from_source.to_vec();
     let mut prev_fp = SOURCE_FINGERPRINT.to_string();
-    for (i, table) in raw.stages.iter().enumerate() {
+    for (i, table) in tables.iter().enumerate() {
         let at = vec![Seg::Key("stages".into()), Seg::Index(i)];
         let common: StageCommon = src.typed(table, &at)?;
+        check_stage(src, &common, &at, &mut seen)?;
         let key = |k: &str| crate::config::key_at(&at, k);
-        if !is_snake_case(&common.id) {
-            return Err(src.error_at(
-                &key("id"),
-                format!("stage id {:?} must be snake_case", common.id),
-            ));
-        }
-        if RESERVED_IDS.contains(&common.id.as_str()) {
-            return Err(src.error_at(
-                &key("id"),
-                format!("stage id {:?} is reserved for the run directory", common.id),
-            ));
-        }
-        if !seen.insert(common.id.clone()) {
-            return Err(src.error_at(
-                &key("id"),
-                format!("stage id {:?} is used twice", common.id),
-            ));
-        }
-        if common.max_in_flight == Some(0) {
-            return Err(src.error_at(&key("max_in_flight"), "must be at least 1"));
-        }
         let built =
-            stages::build_stage(&common, &key("compute"), &key("select"), &bcx).map_err(|e| {
+            stages::build_stage(&common, &key("compute"), &key("select"), bcx).map_err(|e| {
+                // An error without a position is about the stage as a whole: point at its type.
                 if e.line.is_none() {
                     src.error_at(&key("type"), e.message)
                 } else {
                     e
                 }
             })?;
-        for need in built.task.requires() {
-            if !filled.contains(need) {
-                return Err(src.error_at(
-                    &key("type"),
-                    format!(
-                        "stage {:?} ({}) needs `{}`, which no earlier stage provides; add a stage that does before it",
-                        common.id,
-                        common.kind,
-                        need.name()
-                    ),
-                ));
-            }
-        }
+        check_requires(src, &common, &at, built.task.requires(), &filled)?;
         filled.push(built.task.provides());
         let fp = fingerprint(
             &prev_fp,
@@ -192,17 +200,60 @@ pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
             task: built.task,
         });
     }
+    Ok(planned)
+}
 
-    Ok(Plan {
-        name: raw.name,
-        file: file.to_path_buf(),
-        text: src.text.clone(),
-        source_kind,
-        source_settings,
-        source,
-        stages: planned,
-        output: raw.output,
-        runtime: raw.runtime,
-        services: raw.services,
-    })
+/// A stage's id (snake_case, not reserved, not used before: `seen` holds the ids so far) and
+/// its `max_in_flight`.
+fn check_stage(
+    src: &SourceText,
+    common: &StageCommon,
+    at: &[Seg],
+    seen: &mut HashSet<String>,
+) -> Result<(), ConfigError> {
+    let key = |k: &str| crate::config::key_at(at, k);
+    if !is_snake_case(&common.id) {
+        return Err(src.error_at(
+            &key("id"),
+            format!("stage id {:?} must be snake_case", common.id),
+        ));
+    }
+    if RESERVED_IDS.contains(&common.id.as_str()) {
+        return Err(src.error_at(
+            &key("id"),
+            format!("stage id {:?} is reserved for the run directory", common.id),
+        ));
+    }
+    if !seen.insert(common.id.clone()) {
+        return Err(src.error_at(
+            &key("id"),
+            format!("stage id {:?} is used twice", common.id),
+        ));
+    }
+    if common.max_in_flight == Some(0) {
+        return Err(src.error_at(&key("max_in_flight"), "must be at least 1"));
+    }
+    Ok(())
+}
+
+/// Every slot a stage reads is filled by the source or a stage before it.
+fn check_requires(
+    src: &SourceText,
+    common: &StageCommon,
+    at: &[Seg],
+    requires: &[Slot],
+    filled: &[Slot],
+) -> Result<(), ConfigError> {
+    match requires.iter().find(|need| !filled.contains(need)) {
+        None => Ok(()),
+        Some(need) => Err(src.error_at(
+            &crate::config::key_at(at, "type"),
+            format!(
+                "stage {:?} ({}) needs `{}`, which no earlier stage provides; add a stage that does before it",
+                common.id,
+                common.kind,
+                need.name()
+            ),
+        )),
+    }
 }
