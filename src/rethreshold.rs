@@ -147,85 +147,14 @@ fn funnel(
 }
 
 pub async fn rethreshold(run_dir: &Path, overrides: &[Override]) -> Result<Rethreshold, RunError> {
-    let local = LocalStore::open_read_only(run_dir)
-        .map_err(|e| RunError::io(run_dir.display().to_string(), e))?;
-    let store: Arc<dyn Store> = Arc::new(local);
-    let m = manifest::load(store.as_ref()).await.ok_or_else(|| {
-        RunError::Config(format!(
-            "{}: no manifest.json (not a run directory?)",
-            run_dir.display()
-        ))
-    })?;
-    let pipeline: toml::Table = toml::from_str(&m.pipeline_toml)
-        .map_err(|e| RunError::Config(format!("manifest.json: pipeline text: {e}")))?;
-    let selects: HashMap<String, toml::Table> = pipeline
-        .get("stages")
-        .and_then(|s| s.as_array())
-        .map(|a| {
-            a.iter()
-                .filter_map(|t| {
-                    let id = t.get("id")?.as_str()?.to_string();
-                    let sel = t
-                        .get("select")
-                        .and_then(|s| s.as_table())
-                        .cloned()
-                        .unwrap_or_default();
-                    Some((id, sel))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    for o in overrides {
-        let Some(st) = m.stages.iter().find(|s| s.id == o.stage) else {
-            return Err(RunError::Config(format!(
-                "--set {}.{}: no stage {:?} in this run (stages: {})",
-                o.stage,
-                o.key,
-                o.stage,
-                m.stages
-                    .iter()
-                    .map(|s| s.id.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        };
-        if !scoring(&st.kind) {
-            return Err(RunError::Config(format!(
-                "--set {}.{}: stage {} ({}) has no thresholds",
-                o.stage, o.key, o.stage, st.kind
-            )));
-        }
-    }
-
-    let mut sources: Vec<String> = vec![];
-    let mut stages = vec![];
-    let mut settings = BTreeMap::new();
-    for st in &m.stages {
-        let view = read_table(&store, &st.id, &st.fingerprint, scoring(&st.kind)).await?;
-        if st.id == crate::runtime::chain::SOURCE_STAGE_ID {
-            let mut ids: Vec<String> = view.done.iter().cloned().collect();
-            ids.sort();
-            sources = ids;
-            continue;
-        }
-        let stored = selects.get(&st.id).cloned().unwrap_or_default();
-        let mut changed = stored.clone();
-        for o in overrides.iter().filter(|o| o.stage == st.id) {
-            changed.insert(o.key.clone(), o.value.clone());
-        }
-        let before = reselect(&st.kind, &st.id, &stored, &view)?;
-        let after = reselect(&st.kind, &st.id, &changed, &view)?;
-        if let Some(r) = &after {
-            settings.insert(st.id.clone(), r.settings.clone());
-        }
-        stages.push(StageData {
-            id: st.id.clone(),
-            kind: st.kind.clone(),
-            view,
-            before,
-            after,
-        });
-    }
+    let (store, m) = open_run(run_dir).await?;
+    let selects = stored_selects(&m.pipeline_toml)?;
+    check_overrides(&m.stages, overrides)?;
+    let RunStages {
+        sources,
+        stages,
+        settings,
+    } = read_stages(&store, &m.stages, &selects, overrides).await?;
     let (before, kept_before) = funnel(&sources, &stages, false);
     let (after, kept_after) = funnel(&sources, &stages, true);
 
@@ -248,6 +177,124 @@ pub async fn rethreshold(run_dir: &Path, overrides: &[Override]) -> Result<Rethr
         selection_file,
         settings,
     })
+}
+
+/// The run directory, read-only, and its manifest.
+async fn open_run(run_dir: &Path) -> Result<(Arc<dyn Store>, manifest::Manifest), RunError> {
+    let local = LocalStore::open_read_only(run_dir)
+        .map_err(|e| RunError::io(run_dir.display().to_string(), e))?;
+    let store: Arc<dyn Store> = Arc::new(local);
+    let m = manifest::load(store.as_ref()).await.ok_or_else(|| {
+        RunError::Config(format!(
+            "{}: no manifest.json (not a run directory?)",
+            run_dir.display()
+        ))
+    })?;
+    Ok((store, m))
+}
+
+/// Each stage's `select` table as the pipeline file had it when the run was made, by stage id.
+fn stored_selects(pipeline_toml: &str) -> Result<HashMap<String, toml::Table>, RunError> {
+    let pipeline: toml::Table = toml::from_str(pipeline_toml)
+        .map_err(|e| RunError::Config(format!("manifest.json: pipeline text: {e}")))?;
+    Ok(pipeline
+        .get("stages")
+        .and_then(|s| s.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|t| {
+                    let id = t.get("id")?.as_str()?.to_string();
+                    let sel = t
+                        .get("select")
+                        .and_then(|s| s.as_table())
+                        .cloned()
+                        .unwrap_or_default();
+                    Some((id, sel))
+                })
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// Every `--set` names a stage of the run that has thresholds.
+fn check_overrides(
+    stages: &[manifest::ManifestStage],
+    overrides: &[Override],
+) -> Result<(), RunError> {
+    for o in overrides {
+        let Some(st) = stages.iter().find(|s| s.id == o.stage) else {
+            return Err(RunError::Config(format!(
+                "--set {}.{}: no stage {:?} in this run (stages: {})",
+                o.stage,
+                o.key,
+                o.stage,
+                stages
+                    .iter()
+                    .map(|s| s.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        };
+        if !scoring(&st.kind) {
+            return Err(RunError::Config(format!(
+                "--set {}.{}: stage {} ({}) has no thresholds",
+                o.stage, o.key, o.stage, st.kind
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What the funnels are computed from.
+struct RunStages {
+    /// The source's video ids, sorted.
+    sources: Vec<String>,
+    /// The stages after the source, in chain order.
+    stages: Vec<StageData>,
+    /// The new `select` settings of each scoring stage, defaults filled in.
+    settings: BTreeMap<String, serde_json::Value>,
+}
+
+/// Reads every stage's table (current fingerprint only) and decides each scoring stage's videos
+/// under its stored `select` and under the one with the `--set` values.
+async fn read_stages(
+    store: &Arc<dyn Store>,
+    stages: &[manifest::ManifestStage],
+    selects: &HashMap<String, toml::Table>,
+    overrides: &[Override],
+) -> Result<RunStages, RunError> {
+    let mut run = RunStages {
+        sources: vec![],
+        stages: vec![],
+        settings: BTreeMap::new(),
+    };
+    for st in stages {
+        let view = read_table(store, &st.id, &st.fingerprint, scoring(&st.kind)).await?;
+        if st.id == crate::runtime::chain::SOURCE_STAGE_ID {
+            let mut ids: Vec<String> = view.done.iter().cloned().collect();
+            ids.sort();
+            run.sources = ids;
+            continue;
+        }
+        let stored = selects.get(&st.id).cloned().unwrap_or_default();
+        let mut changed = stored.clone();
+        for o in overrides.iter().filter(|o| o.stage == st.id) {
+            changed.insert(o.key.clone(), o.value.clone());
+        }
+        let before = reselect(&st.kind, &st.id, &stored, &view)?;
+        let after = reselect(&st.kind, &st.id, &changed, &view)?;
+        if let Some(r) = &after {
+            run.settings.insert(st.id.clone(), r.settings.clone());
+        }
+        run.stages.push(StageData {
+            id: st.id.clone(),
+            kind: st.kind.clone(),
+            view,
+            before,
+            after,
+        });
+    }
+    Ok(run)
 }
 
 const SELECTIONS: &str = "selections";
