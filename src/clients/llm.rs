@@ -237,6 +237,53 @@ impl LlmService {
                 return Ok(a);
             }
         }
+        self.check_callable()?;
+        let (path, body) = self.body(req);
+        let url = format!("{}{}", self.base_url, path);
+        self.wait_for_budget(req).await;
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let reply = self.post(&url, body.to_string()).await;
+        let latency = started.elapsed().as_millis() as i64;
+        let (retry_reason, wait_hint) = match reply {
+            None => ("no answer (timeout or connection error)".to_string(), None),
+            Some((200, _, bytes)) => match parse_answer(self.api, &bytes) {
+                Ok(a) => {
+                    cache
+                        .store(
+                            &key,
+                            CachedResponse {
+                                status: 200,
+                                parsed: a.text.clone(),
+                                input_tokens: Some(a.input_tokens),
+                                output_tokens: Some(a.output_tokens),
+                                latency_ms: latency,
+                                body: bytes,
+                            },
+                        )
+                        .await?;
+                    return Ok(a);
+                }
+                Err(e) => (format!("unreadable answer: {e}"), None),
+            },
+            Some((status, retry_after, bytes)) => {
+                let (why, hint) = self.retry_or_fail(status, &bytes)?;
+                (why, retry_after.or(hint))
+            }
+        };
+        // One attempt per call: the runner owns retries (per video, the stage's `retries`),
+        // waiting at least what the server asked for.
+        let asked = wait_hint.and_then(|secs| server_wait(secs, self.max_wait));
+        Err(StageError::external(
+            "service_unavailable",
+            self.scrub(&format!("{}: {retry_reason}", self.name)),
+        )
+        .with_retry_after(asked))
+    }
+
+    /// Refuses a call the service is known to refuse (an earlier fatal answer) or cannot
+    /// authorise (no key), before any waiting.
+    fn check_callable(&self) -> Result<(), StageError> {
         if let Some(msg) = self.fatal.lock().unwrap_or_else(|p| p.into_inner()).clone() {
             return Err(StageError::new(ErrorKind::Config, "service_refused", msg));
         }
@@ -247,113 +294,89 @@ impl LlmService {
                 format!("set ${env} to the API key of service `{}`", self.name),
             ));
         }
-        let (path, body) = self.body(req);
-        let body = body.to_string();
-        let url = format!("{}{}", self.base_url, path);
+        Ok(())
+    }
+
+    /// Waits until the service's request and token budgets allow `req`.
+    async fn wait_for_budget(&self, req: &ChatRequest) {
         // Rough token count for the token budget: 4 characters a token, ~260 per image, plus the
         // answer's allowance.
         let est =
             (req.prompt.len() / 4 + req.images.len() * 260 + req.max_tokens as usize).max(1) as u32;
-        {
-            if let Some(l) = &self.requests {
-                l.until_ready().await;
-            }
-            if let Some(l) = &self.tokens {
-                // A request larger than the burst could never pass: it takes the whole burst.
-                let n = NonZeroU32::new(est.min(self.token_burst)).expect("at least 1");
-                let _ = l.until_n_ready(n).await;
-            }
-            let mut r = self
-                .http
-                .post(&url)
-                .timeout(self.timeout)
-                .header("content-type", "application/json")
-                .body(body.clone());
-            if let Some(k) = &self.key {
-                r = match self.api {
-                    Api::OpenAi => r.bearer_auth(k),
-                    Api::Gemini => r.header("x-goog-api-key", k),
-                };
-            }
-            self.calls.fetch_add(1, Ordering::Relaxed);
-            let started = Instant::now();
-            let outcome = match r.send().await {
-                Ok(resp) => {
-                    let status = resp.status().as_u16();
-                    let retry_after = resp
-                        .headers()
-                        .get(reqwest::header::RETRY_AFTER)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.trim().parse::<f64>().ok());
-                    match resp.bytes().await {
-                        Ok(bytes) => Some((status, retry_after, bytes.to_vec())),
-                        Err(e) => {
-                            tracing::debug!(error = %e.without_url(), "body read failed");
-                            None
-                        }
-                    }
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e.without_url(), "request failed");
-                    None
-                }
+        if let Some(l) = &self.requests {
+            l.until_ready().await;
+        }
+        if let Some(l) = &self.tokens {
+            // A request larger than the burst could never pass: it takes the whole burst.
+            let n = NonZeroU32::new(est.min(self.token_burst)).expect("at least 1");
+            let _ = l.until_n_ready(n).await;
+        }
+    }
+
+    /// One POST of `body` to `url`: the status, the Retry-After seconds and the body, or None
+    /// when no answer came (timeout, connection error, body cut off).
+    async fn post(&self, url: &str, body: String) -> Option<(u16, Option<f64>, Vec<u8>)> {
+        let mut r = self
+            .http
+            .post(url)
+            .timeout(self.timeout)
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(k) = &self.key {
+            r = match self.api {
+                Api::OpenAi => r.bearer_auth(k),
+                Api::Gemini => r.header("x-goog-api-key", k),
             };
-            let latency = started.elapsed().as_millis() as i64;
-            let (retry_reason, wait_hint) = match outcome {
-                None => ("no answer (timeout or connection error)".to_string(), None),
-                Some((200, _, bytes)) => match parse_answer(self.api, &bytes) {
-                    Ok(a) => {
-                        cache
-                            .store(
-                                &key,
-                                CachedResponse {
-                                    status: 200,
-                                    parsed: a.text.clone(),
-                                    input_tokens: Some(a.input_tokens),
-                                    output_tokens: Some(a.output_tokens),
-                                    latency_ms: latency,
-                                    body: bytes,
-                                },
-                            )
-                            .await?;
-                        return Ok(a);
-                    }
-                    Err(e) => (format!("unreadable answer: {e}"), None),
-                },
-                Some((status, retry_after, bytes)) => {
-                    let err: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                    match classify(status, &err) {
-                        Class::Fatal(why) => {
-                            let msg = self.scrub(&format!(
-                                "service `{}` refused the request ({status}, {why}){}",
-                                self.name,
-                                self.key_env
-                                    .as_ref()
-                                    .map(|e| format!("; check the key in ${e} and its plan"))
-                                    .unwrap_or_default()
-                            ));
-                            *self.fatal.lock().unwrap_or_else(|p| p.into_inner()) =
-                                Some(msg.clone());
-                            return Err(StageError::new(ErrorKind::Config, "service_refused", msg));
-                        }
-                        Class::Retry(why, hint) => (why, retry_after.or(hint)),
-                        Class::Reject(why) => {
-                            return Err(StageError::data(
-                                "request_refused",
-                                self.scrub(&format!("{status}: {why}")),
-                            ));
-                        }
+        }
+        match r.send().await {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let retry_after = resp
+                    .headers()
+                    .get(reqwest::header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<f64>().ok());
+                match resp.bytes().await {
+                    Ok(bytes) => Some((status, retry_after, bytes.to_vec())),
+                    Err(e) => {
+                        tracing::debug!(error = %e.without_url(), "body read failed");
+                        None
                     }
                 }
-            };
-            // One attempt per call: the runner owns retries (per video, the stage's `retries`),
-            // waiting at least what the server asked for.
-            let asked = wait_hint.and_then(|secs| server_wait(secs, self.max_wait));
-            Err(StageError::external(
-                "service_unavailable",
-                self.scrub(&format!("{}: {retry_reason}", self.name)),
-            )
-            .with_retry_after(asked))
+            }
+            Err(e) => {
+                tracing::debug!(error = %e.without_url(), "request failed");
+                None
+            }
+        }
+    }
+
+    /// A non-200 answer: why to retry it and the wait its body asks for, or the error that ends
+    /// the call (a fatal refusal, remembered for later calls, or a request no retry can fix).
+    fn retry_or_fail(
+        &self,
+        status: u16,
+        bytes: &[u8],
+    ) -> Result<(String, Option<f64>), StageError> {
+        let err: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
+        match classify(status, &err) {
+            Class::Fatal(why) => {
+                let msg = self.scrub(&format!(
+                    "service `{}` refused the request ({status}, {why}){}",
+                    self.name,
+                    self.key_env
+                        .as_ref()
+                        .map(|e| format!("; check the key in ${e} and its plan"))
+                        .unwrap_or_default()
+                ));
+                *self.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(msg.clone());
+                Err(StageError::new(ErrorKind::Config, "service_refused", msg))
+            }
+            Class::Retry(why, hint) => Ok((why, hint)),
+            Class::Reject(why) => Err(StageError::data(
+                "request_refused",
+                self.scrub(&format!("{status}: {why}")),
+            )),
         }
     }
 }
