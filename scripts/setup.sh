@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what vidcurate needs to build, run the demo and run the tests, idempotently:
 # FFmpeg's -dev libraries (ffmpeg-next links them), libjpeg-turbo (fast JPEG), clang (bindgen), the ffmpeg CLI and a font
-# (demo/test media generation with drawtext), pyarrow (tests prove pyarrow reads our Parquet), Pillow
+# (demo/test media generation with drawtext), yt-dlp and moto's S3 server (tests), pyarrow (tests prove pyarrow reads our Parquet), Pillow
 # (the corpus generator measures drawn text with the same font), and
 # the OCR models with ONNX Runtime (scripts/fetch_models.sh).
 # Safe to run again: every step checks before it installs.
@@ -44,6 +44,13 @@ if [ "$("$TOOLS/bin/yt-dlp" --version 2>/dev/null)" != "$YTDLP_VERSION" ]; then
   echo "setup: installing yt-dlp==$YTDLP_VERSION into $TOOLS"
   "$PY" -m venv "$TOOLS"
   "$TOOLS/bin/pip" install -q "yt-dlp==$YTDLP_VERSION"
+fi
+
+# moto's S3 server for the cluster tests (object-store run directories, exactly-once commits).
+MOTO_VERSION=5.2.5
+if ! "$TOOLS/bin/python" -c "import moto, sys; sys.exit(moto.__version__ != '$MOTO_VERSION')" 2>/dev/null; then
+  echo "setup: installing moto[server]==$MOTO_VERSION into $TOOLS"
+  "$TOOLS/bin/pip" install -q "moto[server]==$MOTO_VERSION"
 fi
 
 # Models and ONNX Runtime (PyPI wheels, checksummed) for the OCR stage.

@@ -33,18 +33,45 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// Several workers on one run directory (see README, "Running on a cluster").
+#[derive(clap::Args, Debug, Clone, Default)]
+struct RankArgs {
+    /// This worker's rank, 0..WORLD: it does the videos whose id hashes to it
+    /// (blake3(video_id) mod WORLD). Default: SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN, or
+    /// Kubernetes' JOB_COMPLETION_INDEX; else one process does every video.
+    #[arg(long, requires = "world")]
+    rank: Option<u32>,
+    /// Number of ranks [default: SLURM_ARRAY_TASK_COUNT]. Pinned in RUN/run.json by the first
+    /// worker; a worker with another world (or pipeline, or tool version) is refused.
+    #[arg(long)]
+    world: Option<u32>,
+    /// Replace the run's pin (run.json) with this worker's settings: start the run over with a
+    /// new world size or pipeline. Shards of the old settings are kept and set aside as usual.
+    #[arg(long)]
+    repin: bool,
+    /// Local working folder for a run on an object store (media being decoded, the response
+    /// cache) [default: a folder under the system temp dir].
+    #[arg(long, value_name = "DIR")]
+    work_dir: Option<PathBuf>,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a pipeline (resumes an earlier run in the same directory).
     Run {
         /// The pipeline file (TOML).
         file: PathBuf,
-        /// Run directory [default: output.dir of the file, else data/runs/<name>].
+        /// Run directory [default: output.dir of the file, else data/runs/<name>]: a folder, or
+        /// an object store: s3://bucket/prefix, gs://bucket/prefix, az://container/prefix
+        /// (credentials and endpoint from the environment: AWS_ACCESS_KEY_ID,
+        /// AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_ALLOW_HTTP=true for http, …).
         #[arg(long)]
         out: Option<PathBuf>,
         /// No progress bars (log lines are still written to stderr).
         #[arg(long, short)]
         quiet: bool,
+        #[command(flatten)]
+        ranks: RankArgs,
     },
     /// Check a pipeline file without running it: keys, types, stage order, paths.
     Validate {
@@ -68,6 +95,30 @@ enum Cmd {
         /// committee.rule=entropy, committee.min_entropy=0.9 (repeatable).
         #[arg(long = "set", value_name = "STAGE.KEY=VALUE")]
         set: Vec<vidcurate::rethreshold::Override>,
+    },
+    /// Per rank and stage: videos done, rejected, pending, and how each rank's last run ended;
+    /// the last line lists the ranks to run again (exit 0 when every rank is complete, 5 when
+    /// some are not), for scripts that resubmit only those.
+    Status {
+        /// A run directory or object-store URL (s3://bucket/prefix, …).
+        run: PathBuf,
+    },
+    /// Remove what no reader trusts: reject shards no commit adopted (a worker died mid-commit),
+    /// partial downloads, and with --superseded the shards of old settings set aside in
+    /// RUN/_superseded/. Committed shards are never touched.
+    Gc {
+        /// A run directory or object-store URL (s3://bucket/prefix, …).
+        run: String,
+        /// Only what is at least this old (30m, 2h, 7d): younger leftovers may belong to a worker
+        /// that is committing right now.
+        #[arg(long, default_value = "1h", value_parser = vidcurate::gc::parse_age)]
+        older_than: std::time::Duration,
+        /// Also remove shards of superseded settings (RUN/_superseded/).
+        #[arg(long)]
+        superseded: bool,
+        /// Print what would be removed, remove nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// The run's response cache: `vidcurate cache stats RUN_DIR`.
     Cache {
@@ -165,6 +216,7 @@ fn init_logs() {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs();
+    vidcurate::tls::ensure_provider();
     match real_main(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -403,12 +455,24 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         } => ocr_cmd(&files, no_det, no_cls, frames, threads, reuse),
         Cmd::Queries { files, json } => queries_cmd(&files, json),
         Cmd::Rethreshold { run_dir, set } => rethreshold_cmd(&run_dir, &set),
+        Cmd::Status { run } => status_cmd(&run),
+        Cmd::Gc {
+            run,
+            older_than,
+            superseded,
+            dry_run,
+        } => gc_cmd(&run, older_than, superseded, dry_run),
         Cmd::Cache {
             cmd: CacheCmd::Stats { run_dir },
         } => cache_stats_cmd(&run_dir),
         Cmd::ListStages => list_stages_cmd(),
         Cmd::Validate { files } => validate_cmd(&files),
-        Cmd::Run { file, out, quiet } => run_cmd(&file, out, quiet),
+        Cmd::Run {
+            file,
+            out,
+            quiet,
+            ranks,
+        } => run_cmd(&file, out, quiet, ranks),
     }
 }
 
@@ -482,6 +546,45 @@ fn rethreshold_cmd(
             "pending videos were never scored by that stage: run the pipeline with the new select settings to score them"
         );
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn status_cmd(run: &Path) -> anyhow::Result<ExitCode> {
+    let rt = tokio::runtime::Runtime::new()?;
+    let s = rt.block_on(vidcurate::status::status(run))?;
+    print!("{}", vidcurate::status::render(&s));
+    Ok(if s.ranks.iter().any(|r| r.unfinished()) {
+        ExitCode::from(5)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn gc_cmd(
+    run: &str,
+    older_than: std::time::Duration,
+    superseded: bool,
+    dry_run: bool,
+) -> anyhow::Result<ExitCode> {
+    let store = vidcurate::runtime::store::open_run(run, true).with_context(|| run.to_string())?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let r = rt.block_on(vidcurate::gc::gc(
+        store.as_ref(),
+        older_than,
+        superseded,
+        dry_run,
+    ))?;
+    let verb = if dry_run { "would remove" } else { "removed" };
+    for (path, size) in &r.removed {
+        println!("{verb} {path} ({size} bytes)");
+    }
+    let bytes: u64 = r.removed.iter().map(|(_, s)| s).sum();
+    println!(
+        "{verb} {} objects, {bytes} bytes; kept {} younger than {}s",
+        r.removed.len(),
+        r.young,
+        older_than.as_secs()
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -579,7 +682,16 @@ fn validate_cmd(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn run_cmd(file: &Path, out: Option<PathBuf>, quiet: bool) -> anyhow::Result<ExitCode> {
+fn run_cmd(
+    file: &Path,
+    out: Option<PathBuf>,
+    quiet: bool,
+    ranks: RankArgs,
+) -> anyhow::Result<ExitCode> {
+    let rank = vidcurate::runtime::ranks::Rank::resolve(ranks.rank, ranks.world, &|k| {
+        std::env::var(k).ok()
+    })
+    .map_err(RunError::Config)?;
     let plan = plan::load(file)?;
     // Stages with a line of their own for the summary (the prescreen's saved calls, OCR reuse).
     let summaries: Vec<(String, fn(&str, &vidcurate::runtime::StageCounts) -> String)> = plan
@@ -594,7 +706,14 @@ fn run_cmd(file: &Path, out: Option<PathBuf>, quiet: bool) -> anyhow::Result<Exi
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    let report = rt.block_on(runner::run(plan, RunOptions { out, quiet }))?;
+    let opts = RunOptions {
+        out,
+        quiet,
+        rank,
+        repin: ranks.repin,
+        work_dir: ranks.work_dir,
+    };
+    let report = rt.block_on(runner::run(plan, opts))?;
     eprintln!("run directory: {}", report.run_dir.display());
     eprintln!(
         "{:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",

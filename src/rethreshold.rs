@@ -9,7 +9,7 @@
 use crate::error::RunError;
 use crate::runtime::manifest;
 use crate::runtime::shards::{TableView, read_table};
-use crate::runtime::store::{LocalStore, Store};
+use crate::runtime::store::Store;
 use crate::stages::{Reselected, stage_kind};
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
@@ -95,7 +95,7 @@ fn scoring(kind: &str) -> bool {
     stage_kind(kind).is_some_and(|k| k.reselect.is_some())
 }
 
-struct StageData {
+pub(crate) struct StageData {
     id: String,
     kind: String,
     view: TableView,
@@ -103,7 +103,7 @@ struct StageData {
     after: Option<Reselected>,
 }
 
-fn funnel(
+pub(crate) fn funnel(
     sources: &[String],
     stages: &[StageData],
     after: bool,
@@ -180,10 +180,12 @@ pub async fn rethreshold(run_dir: &Path, overrides: &[Override]) -> Result<Rethr
 }
 
 /// The run directory, read-only, and its manifest.
-async fn open_run(run_dir: &Path) -> Result<(Arc<dyn Store>, manifest::Manifest), RunError> {
-    let local = LocalStore::open_read_only(run_dir)
-        .map_err(|e| RunError::io(run_dir.display().to_string(), e))?;
-    let store: Arc<dyn Store> = Arc::new(local);
+pub(crate) async fn open_run(
+    run_dir: &Path,
+) -> Result<(Arc<dyn Store>, manifest::Manifest), RunError> {
+    let location = run_dir.to_string_lossy();
+    let store = crate::runtime::store::open_run(&location, true)
+        .map_err(|e| RunError::io(location.to_string(), e))?;
     let m = manifest::load(store.as_ref()).await.ok_or_else(|| {
         RunError::Config(format!(
             "{}: no manifest.json (not a run directory?)",
@@ -194,7 +196,9 @@ async fn open_run(run_dir: &Path) -> Result<(Arc<dyn Store>, manifest::Manifest)
 }
 
 /// Each stage's `select` table as the pipeline file had it when the run was made, by stage id.
-fn stored_selects(pipeline_toml: &str) -> Result<HashMap<String, toml::Table>, RunError> {
+pub(crate) fn stored_selects(
+    pipeline_toml: &str,
+) -> Result<HashMap<String, toml::Table>, RunError> {
     let pipeline: toml::Table = toml::from_str(pipeline_toml)
         .map_err(|e| RunError::Config(format!("manifest.json: pipeline text: {e}")))?;
     Ok(pipeline
@@ -246,18 +250,18 @@ fn check_overrides(
 }
 
 /// What the funnels are computed from.
-struct RunStages {
+pub(crate) struct RunStages {
     /// The source's video ids, sorted.
-    sources: Vec<String>,
+    pub(crate) sources: Vec<String>,
     /// The stages after the source, in chain order.
-    stages: Vec<StageData>,
+    pub(crate) stages: Vec<StageData>,
     /// The new `select` settings of each scoring stage, defaults filled in.
     settings: BTreeMap<String, serde_json::Value>,
 }
 
 /// Reads every stage's table (current fingerprint only) and decides each scoring stage's videos
 /// under its stored `select` and under the one with the `--set` values.
-async fn read_stages(
+pub(crate) async fn read_stages(
     store: &Arc<dyn Store>,
     stages: &[manifest::ManifestStage],
     selects: &HashMap<String, toml::Table>,

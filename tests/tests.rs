@@ -6,6 +6,7 @@ mod util;
 
 mod analyze;
 mod bad_input;
+mod cluster;
 mod config;
 mod frames;
 mod judge;

@@ -631,3 +631,67 @@ fn download_stage_fetches_direct_links_resumably_and_through_yt_dlp() {
         eprintln!("yt-dlp part skipped: scripts/setup.sh installs data/venv-tools/bin/yt-dlp");
     }
 }
+
+#[test]
+fn a_ranked_run_collects_once_on_rank_0_and_every_rank_reads_its_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = youtube_fake();
+    let p = yt_pipeline(dir.path(), &fake.server.url(), "");
+    let out = dir.path().join("run");
+    let worker = |rank: u32| {
+        run_command(&p, &out)
+            .args(["--rank", &rank.to_string(), "--world", "3"])
+            .env("VIDCURATE_TEST_YT_KEY", KEY)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // Ranks 1 and 2 start first: they wait for rank 0's collection and call nothing themselves.
+    let waiting = [worker(1), worker(2)];
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(fake.server.requests().len(), 0);
+    let first = worker(0).wait_with_output().unwrap();
+    // 3 when the unavailable video is rank 0's, 0 otherwise.
+    assert!(
+        matches!(first.status.code(), Some(0 | 3)),
+        "{}",
+        stderr(&first)
+    );
+    for mut w in waiting {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while w.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = w.kill();
+                let o = w.wait_with_output().unwrap();
+                panic!(
+                    "a waiting rank did not finish: {}\nrun: {:?}",
+                    stderr(&o),
+                    std::fs::read_dir(out.join("source"))
+                        .map(|d| d.map(|e| e.unwrap().file_name()).collect::<Vec<_>>())
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let o = w.wait_with_output().unwrap();
+        assert!(matches!(o.status.code(), Some(0 | 3)), "{}", stderr(&o));
+    }
+    // One collection for the whole run, as a single process makes.
+    assert_eq!(fake.server.count("/search"), 2);
+    assert_eq!(fake.server.count("/videos"), 1);
+    let rows = table_rows_file_all(&out.join("source"));
+    assert_eq!(rows.len(), 48);
+    // Each rank passed on exactly its own videos, and together all of them.
+    let mut forwarded = 0;
+    for r in 0..3 {
+        let m: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(out.join(format!("ranks/r{r:04}/manifest.json"))).unwrap(),
+        )
+        .unwrap();
+        let n = m["invocations"][0]["counts"]["source"]["forwarded"]
+            .as_u64()
+            .unwrap();
+        assert!(n > 5, "rank {r} forwarded {n}");
+        forwarded += n;
+    }
+    assert_eq!(forwarded, 48);
+}

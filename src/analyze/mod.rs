@@ -83,10 +83,23 @@ struct RunTables {
 }
 
 impl RunTables {
+    /// Copies the files of `dir` into the run directory under `prefix`; the URL they went to.
+    fn publish(&self, dir: &Path, prefix: &str) -> Result<PathBuf, String> {
+        let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for entry in entries {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            let key = format!("{prefix}/{name}");
+            self.rt
+                .block_on(self.store.put_file(&key, &path))
+                .map_err(|e| format!("{}/{key}: {e}", self.store.location()))?;
+        }
+        Ok(PathBuf::from(format!("{}/{prefix}", self.store.location())))
+    }
+
     fn open(run: &Path) -> Result<Self, String> {
-        let local = crate::runtime::store::LocalStore::open_read_only(run)
+        let store = crate::runtime::store::open_run(&run.to_string_lossy(), true)
             .map_err(|e| format!("{}: {e}", run.display()))?;
-        let store: std::sync::Arc<dyn crate::runtime::store::Store> = std::sync::Arc::new(local);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -376,9 +389,19 @@ pub fn analyze(
     let frames_id = run_tables.stage_id(frames::KIND.name);
     let probe_id = run_tables.stage_id(probe::KIND.name);
     let shots_id = run_tables.stage_id(shots::KIND.name);
-    let out_dir = out
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| run.join("analysis").join(by));
+    // A run on an object store gets its analysis in the store (written locally first: the
+    // plots and tables are files), unless --out names a local folder.
+    let remote = run_tables.store.local_path("").is_none() && out.is_none();
+    let staging = if remote {
+        Some(tempfile::tempdir().map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
+    let out_dir = match (&staging, out) {
+        (Some(t), _) => t.path().to_path_buf(),
+        (None, Some(o)) => o.to_path_buf(),
+        (None, None) => run.join("analysis").join(by),
+    };
 
     let regions = read_regions(&run_tables, &ocr, by, filter)?;
     let grid = grid_of(&regions);
@@ -413,6 +436,10 @@ pub fn analyze(
     }
     write_table(&out_dir, "stats", &stats_rows)?;
     draw(&out_dir, &tables.rows, &groups, &regions, grid, &stats_rows)?;
+    let out_dir = match staging {
+        Some(_) => run_tables.publish(&out_dir, &format!("analysis/{by}"))?,
+        None => out_dir,
+    };
     Ok(Analysis {
         out_dir,
         groups,

@@ -269,6 +269,7 @@ impl YouTubeClient {
                     settings.api_key_env
                 ))
             })?;
+        crate::tls::ensure_provider();
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_native_roots()
             .map_err(|e| YtError::Setup(format!("TLS roots: {e}")))?

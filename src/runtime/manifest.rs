@@ -53,7 +53,11 @@ pub enum InvocationStatus {
 }
 
 pub async fn load(store: &dyn Store) -> Option<Manifest> {
-    let data = store.get(MANIFEST).await.ok()?;
+    load_at(store, MANIFEST).await
+}
+
+pub async fn load_at(store: &dyn Store, path: &str) -> Option<Manifest> {
+    let data = store.get(path).await.ok()?;
     serde_json::from_slice(&data).ok()
 }
 
@@ -63,10 +67,10 @@ pub fn read_local(run_dir: &std::path::Path) -> Option<Manifest> {
     serde_json::from_slice(&data).ok()
 }
 
-pub async fn save(store: &dyn Store, m: &Manifest) -> std::io::Result<()> {
+pub async fn save_at(store: &dyn Store, path: &str, m: &Manifest) -> std::io::Result<()> {
     let mut data = serde_json::to_vec_pretty(m).map_err(std::io::Error::other)?;
     data.push(b'\n');
-    store.put(MANIFEST, data).await
+    store.put(path, data).await
 }
 
 pub fn now() -> String {

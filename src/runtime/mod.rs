@@ -7,9 +7,12 @@
 
 pub mod cache;
 pub mod chain;
+pub mod collected;
 pub mod cpu;
 pub mod manifest;
+pub mod objects;
 pub mod progress;
+pub mod ranks;
 pub mod runner;
 pub mod shards;
 pub mod stage;
@@ -262,6 +265,7 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
             watch.set_waiting_to_send(to_send.len());
         }
         writer.flush().await?;
+        note_lost(&cx, writer.lost());
         rejects.summary(&cx.stage_id);
         progress.finish();
         watch.ended();
@@ -427,12 +431,20 @@ async fn open_stage_tables<R: Serialize + serde::de::DeserializeOwned + Send + '
     cx: &StageContext,
     settings: &StageSettings,
 ) -> Result<(shards::Prior<R>, ShardWriter<R>), RunError> {
-    let prior = shards::load_prior::<R>(&cx.store, &cx.stage_id, &cx.fingerprint).await?;
+    let (rank, prefix) = (cx.rank, cx.rank.shard_prefix());
+    let prior = shards::load_prior::<R>(&cx.store, &cx.stage_id, &cx.fingerprint, &prefix, &|v| {
+        rank.owns(v)
+    })
+    .await?;
     let writer = ShardWriter::<R>::open(
         cx.store.clone(),
         &cx.stage_id,
         &cx.fingerprint,
         cx.extras.clone(),
+        shards::Slots {
+            prefix: &prefix,
+            next: prior.next_slot,
+        },
         settings.max_rows_per_shard,
         settings.flush_every,
     )
@@ -440,7 +452,9 @@ async fn open_stage_tables<R: Serialize + serde::de::DeserializeOwned + Send + '
     Ok((prior, writer))
 }
 
-/// Reads the source stream, persists the `source` table, forwards the records.
+/// Reads the source stream, persists the `source` table, forwards the records (this rank's).
+/// With `for_all_ranks` (rank 0 of a ranked run whose source collects once) every video is
+/// persisted, and a marker tells the other ranks when the table is complete.
 pub async fn run_source(
     source: Box<dyn stage::Source>,
     output: mpsc::Sender<VideoRecord>,
@@ -448,8 +462,19 @@ pub async fn run_source(
     settings: StageSettings,
     progress: Arc<StageProgress>,
     watch: Arc<StageWatch>,
+    for_all_ranks: bool,
 ) -> Result<StageCounts, RunError> {
-    let (mut prior, mut writer) = open_stage_tables::<SourceInfo>(&cx, &settings).await?;
+    let mut table_cx = cx.clone();
+    if for_all_ranks {
+        // The table keeps every rank's videos; only forwarding is by rank.
+        table_cx.rank = ranks::Rank {
+            world: 1,
+            ..cx.rank
+        };
+        table_cx.rank.rank = 0;
+    }
+    let (mut prior, mut writer) = open_stage_tables::<SourceInfo>(&table_cx, &settings).await?;
+    let mut ended = false;
     let mut counts = StageCounts::default();
     let cancel = cx.cancel.clone();
     let mut rejects = RejectLog::default();
@@ -457,8 +482,21 @@ pub async fn run_source(
     loop {
         let item = tokio::select! {
             _ = cancel.cancelled() => break,
-            i = items.next() => match i { Some(i) => i, None => break },
+            i = items.next() => match i { Some(i) => i, None => { ended = true; break } },
         };
+        let id = match &item {
+            Ok(rec) => &rec.video_id,
+            Err(rej) => &rej.video_id,
+        };
+        if !cx.rank.owns(id) {
+            if for_all_ranks {
+                keep_for_other_rank(item, &mut prior, &mut writer);
+                writer.maybe_flush().await?;
+                cx.tally.add("collected_for_other_ranks", 1);
+            }
+            // Otherwise that rank lists, persists and forwards it itself.
+            continue;
+        }
         counts.received += 1;
         watch.received();
         watch.finished(None);
@@ -506,8 +544,45 @@ pub async fn run_source(
         }
     }
     writer.flush().await?;
+    if for_all_ranks && ended {
+        let marker = serde_json::json!({ "collected_at": manifest::now() });
+        cx.store
+            .put(collected::COLLECTED, marker.to_string().into_bytes())
+            .await
+            .map_err(|e| RunError::io(collected::COLLECTED, e))?;
+    }
+    note_lost(&cx, writer.lost());
     rejects.summary(&cx.stage_id);
     progress.finish();
     watch.ended();
+    counts.tally = cx.tally.snapshot();
     Ok(counts)
+}
+
+/// Persists another rank's video (or reject) in the shared source table, unless it is there.
+fn keep_for_other_rank(
+    item: stage::SourceItem,
+    prior: &mut shards::Prior<SourceInfo>,
+    writer: &mut ShardWriter<SourceInfo>,
+) {
+    match item {
+        Ok(rec) => {
+            if prior.rows.remove(&rec.video_id).is_none() {
+                writer.add(&rec, vec![rec.source.clone()]);
+            }
+        }
+        Err(rej) => {
+            if !prior.rejected.contains(&rej.video_id) {
+                writer.reject(&rej.video_id, &rej.extra, &rej.error);
+            }
+        }
+    }
+}
+
+/// Counts the videos another worker of this rank committed first (a requeued task running beside
+/// the old one): worth seeing in the summary, harmless to the tables.
+fn note_lost(cx: &StageContext, lost: u64) {
+    if lost > 0 {
+        cx.tally.add("committed_by_another_worker", lost);
+    }
 }

@@ -3,8 +3,9 @@
 
 use super::manifest::{self, Invocation, InvocationStatus, Manifest, ManifestStage};
 use super::progress::Progress;
+use super::ranks::{self, Pin, Rank};
 use super::stage::{CpuPool, StageContext};
-use super::store::{LocalStore, Store};
+use super::store::Store;
 use super::watch::{self, StageWatch, StallPolicy};
 use super::{StageCounts, StageIo, StageSettings};
 use crate::error::RunError;
@@ -20,10 +21,17 @@ use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
-    /// Run directory; overrides the pipeline's `output.dir`.
+    /// Run directory (a folder or an object-store URL); overrides the pipeline's `output.dir`.
     pub out: Option<PathBuf>,
     /// No progress bars.
     pub quiet: bool,
+    /// This process's share of the videos.
+    pub rank: Rank,
+    /// Replace the run's pin with this worker's settings (start over with new settings).
+    pub repin: bool,
+    /// Local working folder of a run on an object store (media to decode, the response cache);
+    /// default: a folder under the system temp dir named after the run's URL.
+    pub work_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -77,13 +85,87 @@ fn lock(dir: &Path) -> Result<std::fs::File, RunError> {
     }
 }
 
+/// An opened run directory.
+struct OpenedRun {
+    store: Arc<dyn Store>,
+    /// The local folder media and the response cache live in.
+    work: PathBuf,
+    /// Keeps a second single-process run out of a local run directory while held.
+    _lock: Option<std::fs::File>,
+}
+
+fn open_store(dir: &Path, opts: &RunOptions) -> Result<OpenedRun, RunError> {
+    let location = dir.to_string_lossy().to_string();
+    let err = |e| RunError::io(location.clone(), e);
+    if super::objects::is_url(&location) {
+        let store = super::store::open_run(&location, false).map_err(err)?;
+        let work = opts.work_dir.clone().unwrap_or_else(|| {
+            std::env::temp_dir()
+                .join("vidcurate-work")
+                .join(&blake3::hash(location.as_bytes()).to_hex()[..16])
+        });
+        std::fs::create_dir_all(&work).map_err(|e| RunError::io(work.display().to_string(), e))?;
+        return Ok(OpenedRun {
+            store,
+            work,
+            _lock: None,
+        });
+    }
+    std::fs::create_dir_all(dir).map_err(err)?;
+    // Ranks share the folder (the shard protocol keeps them apart); a single process owns it.
+    let lock = if opts.rank.explicit {
+        None
+    } else {
+        Some(lock(dir)?)
+    };
+    let store = super::store::open_run(&location, false).map_err(err)?;
+    let work = dir.canonicalize().map_err(err)?;
+    Ok(OpenedRun {
+        store,
+        work,
+        _lock: lock,
+    })
+}
+
+/// Checks that the store answers and accepts our credentials before any work: a refused
+/// credential is a configuration error (exit 2), not a reject per video.
+async fn check_store(store: &dyn Store) -> Result<(), RunError> {
+    match store.exists(ranks::PIN).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            Err(RunError::Config(format!(
+                "{}: the store refused our credentials ({e}); set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or the GCS/Azure equivalents) in the environment",
+                store.location()
+            )))
+        }
+        Err(e) => Err(RunError::io(store.location(), e)),
+    }
+}
+
+/// What every worker of a run must share: world size, the pipeline's fingerprint (source
+/// settings and every stage's), tool version.
+fn pin_of(plan: &Plan, rank: &Rank) -> Pin {
+    let mut h = blake3::Hasher::new();
+    h.update(plan.source_kind.as_bytes());
+    h.update(plan.source_settings.to_string().as_bytes());
+    for s in &plan.stages {
+        h.update(s.id.as_bytes());
+        h.update(s.fingerprint.as_bytes());
+    }
+    Pin {
+        world: rank.world,
+        pipeline_fingerprint: h.finalize().to_hex()[..16].to_string(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+    }
+}
+
 pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
     let dir = run_dir(&plan, &opts);
-    std::fs::create_dir_all(&dir).map_err(|e| RunError::io(dir.display().to_string(), e))?;
-    let _lock = lock(&dir)?;
-    let local = LocalStore::open(&dir).map_err(|e| RunError::io(dir.display().to_string(), e))?;
-    let run_dir = local.root().to_path_buf();
-    let store: Arc<dyn Store> = Arc::new(local);
+    let opened = open_store(&dir, &opts)?;
+    let (store, run_dir) = (opened.store.clone(), opened.work.clone());
+    check_store(store.as_ref()).await?;
+    let rank = opts.rank;
+    ranks::pin(store.as_ref(), &pin_of(&plan, &rank), &rank, opts.repin).await?;
     let cancel = CancellationToken::new();
     spawn_ctrl_c(cancel.clone());
     let threads = plan.runtime.cpu_threads.unwrap_or_else(|| {
@@ -109,16 +191,25 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
         cancel: cancel.clone(),
         extras,
         tally: Default::default(),
+        rank,
     };
 
     let mut plan = plan;
+    // A source that spends a quota collects once per run: on rank 0, for every rank.
+    let collects_once = rank.world > 1 && plan.source.collects_once();
+    if collects_once && rank.rank != 0 {
+        plan.source = Box::new(super::collected::CollectedSource::instead_of(
+            plan.source.as_ref(),
+        ));
+    }
+    let for_all_ranks = collects_once && rank.rank == 0;
     let pre_cx = cx_for(SOURCE_STAGE_ID, SOURCE_FINGERPRINT, Arc::new(vec![]));
     plan.source.open(&pre_cx).await?;
     let extras = plan.source.extras();
     check_extra_columns(&extras, &plan.stages)?;
     let total = plan.source.total();
 
-    let mut m = start_manifest(store.as_ref(), &plan, &extras).await?;
+    let mut m = start_manifest(store.as_ref(), &plan, &extras, &rank).await?;
     let source = plan.source;
 
     let mut progress = Progress::new(opts.quiet);
@@ -145,7 +236,7 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
     tasks.spawn(async move {
         (
             SOURCE_STAGE_ID.to_string(),
-            super::run_source(source, tx, scx, ss, sp, sw).await,
+            super::run_source(source, tx, scx, ss, sp, sw, for_all_ranks).await,
         )
     });
     for st in plan.stages {
@@ -195,7 +286,15 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
         (None, true) => InvocationStatus::Interrupted,
         (None, false) => InvocationStatus::Complete,
     };
-    finish_manifest(store.as_ref(), &mut m, &counts, status, failure.as_ref()).await?;
+    finish_manifest(
+        store.as_ref(),
+        &mut m,
+        &counts,
+        status,
+        failure.as_ref(),
+        &rank,
+    )
+    .await?;
     if let Some(e) = failure {
         return Err(e);
     }
@@ -217,9 +316,10 @@ async fn start_manifest(
     store: &dyn Store,
     plan: &Plan,
     extras: &[String],
+    rank: &Rank,
 ) -> Result<Manifest, RunError> {
     let started_at = manifest::now();
-    let previous = manifest::load(store).await;
+    let previous = manifest::load_at(store, &rank.manifest_path()).await;
     let mut m = Manifest {
         tool: "vidcurate".into(),
         tool_version: env!("CARGO_PKG_VERSION").into(),
@@ -252,9 +352,7 @@ async fn start_manifest(
         error: None,
         counts: BTreeMap::new(),
     });
-    manifest::save(store, &m)
-        .await
-        .map_err(|e| RunError::io("manifest.json", e))?;
+    save_manifest(store, &m, rank).await?;
     Ok(m)
 }
 
@@ -297,15 +395,29 @@ async fn finish_manifest(
     counts: &BTreeMap<String, StageCounts>,
     status: InvocationStatus,
     failure: Option<&RunError>,
+    rank: &Rank,
 ) -> Result<(), RunError> {
     let inv = m.invocations.last_mut().expect("start_manifest pushed it");
     inv.finished_at = Some(manifest::now());
     inv.counts = counts.clone();
     inv.status = status;
     inv.error = failure.map(|e| e.to_string());
-    manifest::save(store, m)
+    save_manifest(store, m, rank).await
+}
+
+/// A rank keeps its invocations in `ranks/rNNNN/manifest.json`; `manifest.json` then carries the
+/// pipeline and fingerprints (the same for every rank: the pin guarantees it) for the readers.
+async fn save_manifest(store: &dyn Store, m: &Manifest, rank: &Rank) -> Result<(), RunError> {
+    let path = rank.manifest_path();
+    manifest::save_at(store, &path, m)
         .await
-        .map_err(|e| RunError::io("manifest.json", e))
+        .map_err(|e| RunError::io(path.clone(), e))?;
+    if path != manifest::MANIFEST {
+        manifest::save_at(store, manifest::MANIFEST, m)
+            .await
+            .map_err(|e| RunError::io(manifest::MANIFEST, e))?;
+    }
+    Ok(())
 }
 
 /// The task that drains the end of the chain (everything is persisted by the stages).

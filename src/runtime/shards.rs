@@ -24,6 +24,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub const META_FINGERPRINT: &str = "vidcurate.fingerprint";
+/// Videos a shard's commit rejects (JSON list of ids).
+pub const META_REJECTED: &str = "vidcurate.rejected";
+/// The rejects shard a commit adopts (its other reject attempts are garbage).
+pub const META_REJECTS_FILE: &str = "vidcurate.rejects_file";
 pub const REJECTS_DIR: &str = "rejects";
 pub const SUPERSEDED_DIR: &str = "_superseded";
 
@@ -49,50 +53,40 @@ struct Pending<T> {
     extra: Vec<Vec<Option<String>>>,
     rows: Vec<T>,
     videos: Vec<String>,
-    next_part: u32,
 }
 
-impl<T: Serialize> Pending<T> {
-    fn new(next_part: u32) -> Self {
+impl<T> Pending<T> {
+    fn new() -> Self {
         Self {
             ids: vec![],
             extra: vec![],
             rows: vec![],
             videos: vec![],
-            next_part,
         }
     }
 
-    /// Writes the buffered rows as shard `<prefix>part-NNNNN.parquet`, if any video is waiting.
-    async fn write(
-        &mut self,
-        w: &ShardTarget,
-        fields: &[FieldRef],
-        prefix: &str,
-    ) -> Result<(), RunError> {
-        if self.videos.is_empty() {
-            return Ok(());
-        }
-        let batch = build_batch(
-            fields,
-            &self.rows,
-            &self.ids,
-            &self.extra,
-            &w.extras,
-            &w.fingerprint,
-        )?;
-        let bytes = encode_parquet(&batch, &self.videos, &w.stage_id, &w.fingerprint)?;
-        let path = format!("{prefix}part-{:05}.parquet", self.next_part);
-        w.store
-            .put(&path, bytes)
-            .await
-            .map_err(|e| RunError::io(path.clone(), e))?;
-        self.next_part += 1;
+    fn clear(&mut self) {
         self.ids.clear();
         self.extra.clear();
         self.rows.clear();
         self.videos.clear();
-        Ok(())
+    }
+
+    /// Drops the videos another worker has committed (and their rows).
+    fn drop_videos(&mut self, done: &HashSet<String>) {
+        self.videos.retain(|v| !done.contains(v));
+        let mut i = 0;
+        let keep: Vec<bool> = self.ids.iter().map(|v| !done.contains(v)).collect();
+        self.rows.retain(|_| {
+            i += 1;
+            keep[i - 1]
+        });
+        let mut i = 0;
+        self.extra.retain(|_| {
+            i += 1;
+            keep[i - 1]
+        });
+        self.ids.retain(|v| !done.contains(v));
     }
 }
 
@@ -102,18 +96,44 @@ struct ShardTarget {
     stage_id: String,
     fingerprint: String,
     extras: Extras,
+    /// `part-`, or `rNNNN-part-` for a rank of a ranked run: each rank has its own slots.
+    slot_prefix: String,
 }
 
-/// Buffers one stage's rows and rejects and writes them as shards.
+impl ShardTarget {
+    fn slot_path(&self, slot: u32) -> String {
+        format!("{}/{}{slot:05}.parquet", self.stage_id, self.slot_prefix)
+    }
+}
+
+/// Which slots a writer takes: its rank's name prefix, and the first number to try.
+pub struct Slots<'a> {
+    pub prefix: &'a str,
+    pub next: u32,
+}
+
+/// Buffers one stage's rows and rejects and commits them as shards.
+///
+/// Commit protocol (exactly once, also with two workers on one rank): a flush takes the next
+/// free slot `<stage>/<prefix>NNNNN.parquet` with a create-only put. That shard is the commit: its
+/// footer lists the videos it completes, the videos it rejects, and the name of the rejects shard
+/// written just before it under a unique attempt name. A worker that loses the slot deletes its
+/// attempt, reads the slots committed meanwhile, drops the videos they settled, and tries the next
+/// slot. A slot is only tried after all earlier ones were read, so no video is committed twice.
 pub struct ShardWriter<R> {
     target: ShardTarget,
     fields: Vec<FieldRef>,
     reject_fields: Vec<FieldRef>,
     rows: Pending<R>,
     rejects: Pending<RejectRow>,
+    next_slot: u32,
     last_flush: Instant,
     max_rows: usize,
     flush_every: Duration,
+    /// Videos of this stage another worker of the same rank committed while this one worked
+    /// (read from their slots): dropped when this writer settles them too, however late.
+    others: HashSet<String>,
+    lost: u64,
     _row: PhantomData<R>,
 }
 
@@ -123,49 +143,80 @@ fn part_number(path: &str) -> Option<u32> {
     num.parse().ok()
 }
 
-async fn next_part(store: &Arc<dyn Store>, dir: &str, prefix: &str) -> Result<u32, RunError> {
-    let listed = store
-        .list(dir)
+/// The committed slots of one prefix, as (number, path), in order.
+async fn committed_slots(
+    store: &Arc<dyn Store>,
+    stage_id: &str,
+    prefix: &str,
+) -> Result<Vec<(u32, String)>, RunError> {
+    let full = format!("{stage_id}/{prefix}");
+    let mut slots: Vec<(u32, String)> = store
+        .list(stage_id)
         .await
-        .map_err(|e| RunError::io(format!("{}/{dir}", store.location()), e))?;
-    Ok(listed
-        .iter()
-        .filter(|p| p.starts_with(prefix))
-        .filter_map(|p| part_number(p))
-        .max()
-        .map_or(0, |n| n + 1))
+        .map_err(|e| RunError::io(format!("{}/{stage_id}", store.location()), e))?
+        .into_iter()
+        .filter(|p| p.starts_with(&full))
+        .filter_map(|p| Some((part_number(&p)?, p)))
+        .collect();
+    slots.sort();
+    Ok(slots)
+}
+
+/// A short random-enough name part for attempts (two workers never pick the same one).
+fn attempt_nonce() -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seed = format!(
+        "{:?}{}{}{}",
+        std::time::SystemTime::now(),
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        gethostname()
+    );
+    blake3::hash(seed.as_bytes()).to_hex()[..10].to_string()
+}
+
+fn gethostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
 }
 
 impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
+    /// A writer whose first slot is `next_slot`: one past the last slot the caller has read (the
+    /// `Prior` it loaded), never a number merely listed, or videos committed in between could be
+    /// committed again.
     pub async fn open(
         store: Arc<dyn Store>,
         stage_id: &str,
         fingerprint: &str,
         extras: Extras,
+        slots: Slots<'_>,
         max_rows: usize,
         flush_every: Duration,
     ) -> Result<Self, RunError> {
-        let rows_part = next_part(&store, stage_id, &format!("{stage_id}/part-")).await?;
-        let rejects_part = next_part(
-            &store,
-            REJECTS_DIR,
-            &format!("{REJECTS_DIR}/{stage_id}-part-"),
-        )
-        .await?;
+        let Slots {
+            prefix: slot_prefix,
+            next: next_slot,
+        } = slots;
         Ok(Self {
             target: ShardTarget {
                 store,
                 stage_id: stage_id.to_string(),
                 fingerprint: fingerprint.to_string(),
                 extras,
+                slot_prefix: slot_prefix.to_string(),
             },
             fields: fields_of::<R>()?,
             reject_fields: fields_of::<RejectRow>()?,
-            rows: Pending::new(rows_part),
-            rejects: Pending::new(rejects_part),
+            rows: Pending::new(),
+            rejects: Pending::new(),
+            next_slot,
             last_flush: Instant::now(),
             max_rows,
             flush_every,
+            others: HashSet::new(),
+            lost: 0,
             _row: PhantomData,
         })
     }
@@ -203,6 +254,11 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
         self.rows.videos.len() + self.rejects.videos.len()
     }
 
+    /// Videos this writer dropped because another worker committed them first.
+    pub fn lost(&self) -> u64 {
+        self.lost
+    }
+
     /// Writes a shard if the buffer is big or old enough.
     pub async fn maybe_flush(&mut self) -> Result<(), RunError> {
         if self.rows.rows.len() >= self.max_rows
@@ -213,18 +269,115 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
         Ok(())
     }
 
-    /// Writes everything buffered: rows first, then rejects (each shard atomic on its own; a
-    /// video is in one or the other, so a crash between the two loses no consistency).
+    /// Commits everything buffered in one slot (see the type's comment for the protocol).
     pub async fn flush(&mut self) -> Result<(), RunError> {
         self.last_flush = Instant::now();
-        let rows_prefix = format!("{}/", self.target.stage_id);
-        self.rows
-            .write(&self.target, &self.fields, &rows_prefix)
-            .await?;
-        let rejects_prefix = format!("{REJECTS_DIR}/{}-", self.target.stage_id);
-        self.rejects
-            .write(&self.target, &self.reject_fields, &rejects_prefix)
-            .await
+        self.drop_settled_elsewhere();
+        while self.pending() > 0 {
+            let t = &self.target;
+            let io = |p: &str, e| RunError::io(format!("{}/{p}", t.store.location()), e);
+            let slot = self.next_slot;
+            let attempt = if self.rejects.videos.is_empty() {
+                None
+            } else {
+                let path = format!(
+                    "{REJECTS_DIR}/{}-{}{slot:05}-{}.parquet",
+                    t.stage_id,
+                    t.slot_prefix,
+                    attempt_nonce()
+                );
+                let batch = build_batch(
+                    &self.reject_fields,
+                    &self.rejects.rows,
+                    &self.rejects.ids,
+                    &self.rejects.extra,
+                    &t.extras,
+                    &t.fingerprint,
+                )?;
+                let footer = Footer {
+                    videos: &self.rejects.videos,
+                    rejected: &[],
+                    rejects_file: None,
+                };
+                let bytes = encode_parquet(&batch, &footer, &t.stage_id, &t.fingerprint)?;
+                t.store.put(&path, bytes).await.map_err(|e| io(&path, e))?;
+                Some(path)
+            };
+            let batch = build_batch(
+                &self.fields,
+                &self.rows.rows,
+                &self.rows.ids,
+                &self.rows.extra,
+                &t.extras,
+                &t.fingerprint,
+            )?;
+            let footer = Footer {
+                videos: &self.rows.videos,
+                rejected: &self.rejects.videos,
+                rejects_file: attempt.as_deref(),
+            };
+            let bytes = encode_parquet(&batch, &footer, &t.stage_id, &t.fingerprint)?;
+            let path = t.slot_path(slot);
+            let store = t.store.clone();
+            let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
+            if store
+                .put_if_absent(&path, bytes)
+                .await
+                .map_err(|e| io(&path, e))?
+            {
+                self.next_slot += 1;
+                self.rows.clear();
+                self.rejects.clear();
+                return Ok(());
+            }
+            // Another worker on this rank took the slot first.
+            if let Some(a) = attempt {
+                store.delete(&a).await.map_err(|e| io(&a, e))?;
+            }
+            self.catch_up().await?;
+        }
+        Ok(())
+    }
+
+    /// Reads the slots committed from `next_slot` on and drops the videos they settled.
+    async fn catch_up(&mut self) -> Result<(), RunError> {
+        let t = &self.target;
+        let slots = committed_slots(&t.store, &t.stage_id, &t.slot_prefix).await?;
+        let mut settled = HashSet::new();
+        let from = self.next_slot;
+        for (n, path) in slots.iter().filter(|(n, _)| *n >= from) {
+            let data = t
+                .store
+                .get(path)
+                .await
+                .map_err(|e| RunError::io(format!("{}/{path}", t.store.location()), e))?;
+            let c = decode_parquet(data, false).map_err(|e| {
+                RunError::Internal(format!(
+                    "{}/{path}: unreadable shard: {e}",
+                    t.store.location()
+                ))
+            })?;
+            settled.extend(c.videos);
+            settled.extend(c.rejected);
+            self.next_slot = self.next_slot.max(n + 1);
+        }
+        self.others.extend(settled);
+        self.drop_settled_elsewhere();
+        Ok(())
+    }
+
+    fn drop_settled_elsewhere(&mut self) {
+        if self.others.is_empty() {
+            return;
+        }
+        let before = self.pending();
+        self.rows.drop_videos(&self.others);
+        self.rejects.drop_videos(&self.others);
+        let dropped = (before - self.pending()) as u64;
+        if dropped > 0 {
+            tracing::info!(stage = %self.target.stage_id, videos = dropped, "Another worker of this rank committed these videos first; keeping its results.");
+        }
+        self.lost += dropped;
     }
 }
 
@@ -260,20 +413,38 @@ fn build_batch<R: Serialize>(
         .map_err(|e| RunError::Internal(format!("building batch: {e}")))
 }
 
+/// What a shard's footer says besides its rows.
+struct Footer<'a> {
+    /// Videos this shard completes (with rows or without).
+    videos: &'a [String],
+    /// Videos this commit rejects (their rows are in `rejects_file`).
+    rejected: &'a [String],
+    rejects_file: Option<&'a str>,
+}
+
 fn encode_parquet(
     batch: &RecordBatch,
-    videos: &[String],
+    footer: &Footer<'_>,
     stage: &str,
     fingerprint: &str,
 ) -> Result<Vec<u8>, RunError> {
-    let meta = vec![
+    let mut meta = vec![
         KeyValue::new(
             META_VIDEOS.to_string(),
-            serde_json::to_string(videos).unwrap_or_default(),
+            serde_json::to_string(footer.videos).unwrap_or_default(),
         ),
         KeyValue::new(META_STAGE.to_string(), stage.to_string()),
         KeyValue::new(META_FINGERPRINT.to_string(), fingerprint.to_string()),
     ];
+    if !footer.rejected.is_empty() {
+        meta.push(KeyValue::new(
+            META_REJECTED.to_string(),
+            serde_json::to_string(footer.rejected).unwrap_or_default(),
+        ));
+    }
+    if let Some(f) = footer.rejects_file {
+        meta.push(KeyValue::new(META_REJECTS_FILE.to_string(), f.to_string()));
+    }
     parquet_bytes(batch, Some(meta))
 }
 
@@ -300,6 +471,10 @@ pub fn encode_table(batch: &RecordBatch) -> Result<Vec<u8>, RunError> {
 /// A shard read back: its footer and its batches.
 pub struct ShardContents {
     pub videos: Vec<String>,
+    /// Videos the shard's commit rejects (new-format shards; empty in reject shards).
+    pub rejected: Vec<String>,
+    /// The rejects shard this commit adopted.
+    pub rejects_file: Option<String>,
     pub fingerprint: Option<String>,
     pub batches: Vec<RecordBatch>,
 }
@@ -314,9 +489,13 @@ pub fn decode_parquet(data: Vec<u8>, with_rows: bool) -> Result<ShardContents, S
         .cloned()
         .unwrap_or_default();
     let get = |k: &str| kv.iter().find(|e| e.key == k).and_then(|e| e.value.clone());
-    let videos: Vec<String> = get(META_VIDEOS)
-        .and_then(|v| serde_json::from_str(&v).ok())
-        .unwrap_or_default();
+    let list = |k: &str| -> Vec<String> {
+        get(k)
+            .and_then(|v| serde_json::from_str(&v).ok())
+            .unwrap_or_default()
+    };
+    let (videos, rejected) = (list(META_VIDEOS), list(META_REJECTED));
+    let rejects_file = get(META_REJECTS_FILE);
     let fingerprint = get(META_FINGERPRINT);
     let mut batches = vec![];
     if with_rows {
@@ -327,6 +506,8 @@ pub fn decode_parquet(data: Vec<u8>, with_rows: bool) -> Result<ShardContents, S
     }
     Ok(ShardContents {
         videos,
+        rejected,
+        rejects_file,
         fingerprint,
         batches,
     })
@@ -336,15 +517,20 @@ pub fn decode_parquet(data: Vec<u8>, with_rows: bool) -> Result<ShardContents, S
 pub struct Prior<R> {
     pub rows: HashMap<String, Vec<R>>,
     pub rejected: HashSet<String>,
+    /// One past the highest slot of `slot_prefix` that was read.
+    pub next_slot: u32,
 }
 
-/// The Parquet files of a stage: its shards (false) and its reject shards (true).
+/// The Parquet files that settle a stage's videos: its shards (false) and the reject shards of
+/// earlier versions (true), which were written whole under their final name. Reject shards of
+/// the commit protocol (`…-part-NNNNN-<attempt>.parquet`) are not listed: the commit's footer
+/// names their videos, and an attempt no commit adopted must not count.
 async fn stage_files(
     store: &Arc<dyn Store>,
     stage_id: &str,
 ) -> Result<Vec<(String, bool)>, RunError> {
     let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
-    let rej_prefix = format!("{REJECTS_DIR}/{stage_id}-part-");
+    let legacy_rejects = format!("{REJECTS_DIR}/{stage_id}-part-");
     let mut paths: Vec<(String, bool)> = store
         .list(stage_id)
         .await
@@ -358,7 +544,11 @@ async fn stage_files(
             .await
             .map_err(|e| io(REJECTS_DIR, e))?
             .into_iter()
-            .filter(|p| p.starts_with(&rej_prefix))
+            .filter(|p| {
+                p.strip_prefix(&legacy_rejects)
+                    .and_then(|rest| rest.strip_suffix(".parquet"))
+                    .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            })
             .map(|p| (p, true)),
     );
     paths.retain(|(p, _)| p.ends_with(".parquet"));
@@ -369,6 +559,7 @@ async fn stage_files(
 fn rows_by_video<R: Serialize + DeserializeOwned>(
     batches: &[RecordBatch],
     out: &mut HashMap<String, Vec<R>>,
+    keep: &dyn Fn(&str) -> bool,
 ) -> Result<(), RunError> {
     let fields = fields_of::<R>()?;
     for batch in batches {
@@ -384,23 +575,30 @@ fn rows_by_video<R: Serialize + DeserializeOwned>(
         let rows: Vec<R> = serde_arrow::from_record_batch(&projected)
             .map_err(|e| RunError::Internal(format!("decoding rows: {e}")))?;
         for (i, r) in rows.into_iter().enumerate() {
-            out.entry(ids.value(i).to_string()).or_default().push(r);
+            if keep(ids.value(i)) {
+                out.entry(ids.value(i).to_string()).or_default().push(r);
+            }
         }
     }
     Ok(())
 }
 
-/// Sets aside shards written with other settings (so readers never mix them) and loads the rest.
+/// Sets aside shards written with other settings (so readers never mix them) and loads the rest,
+/// for the videos `keep` accepts (this worker's rank).
 pub async fn load_prior<R: Serialize + DeserializeOwned>(
     store: &Arc<dyn Store>,
     stage_id: &str,
     fingerprint: &str,
+    slot_prefix: &str,
+    keep: &(dyn Fn(&str) -> bool + Sync),
 ) -> Result<Prior<R>, RunError> {
     let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
     let mut prior = Prior {
         rows: HashMap::new(),
         rejected: HashSet::new(),
+        next_slot: 0,
     };
+    let own_slots = format!("{stage_id}/{slot_prefix}");
     for (path, is_reject) in stage_files(store, stage_id).await? {
         let data = store.get(&path).await.map_err(|e| io(&path, e))?;
         let contents = decode_parquet(data, !is_reject).map_err(|e| {
@@ -413,20 +611,42 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
             let old = contents.fingerprint.unwrap_or_else(|| "unknown".into());
             let to = format!("{SUPERSEDED_DIR}/{old}/{path}");
             tracing::info!(stage = stage_id, from = %path, to = %to, "Settings changed: setting old shard aside.");
-            store.rename(&path, &to).await.map_err(|e| io(&path, e))?;
+            set_aside(store.as_ref(), &path, &to).await?;
+            if let Some(r) = contents.rejects_file {
+                let to = format!("{SUPERSEDED_DIR}/{old}/{r}");
+                set_aside(store.as_ref(), &r, &to).await?;
+            }
             continue;
+        }
+        if let Some(n) = part_number(&path).filter(|_| path.starts_with(&own_slots)) {
+            prior.next_slot = prior.next_slot.max(n + 1);
         }
         if is_reject {
-            prior.rejected.extend(contents.videos);
+            prior
+                .rejected
+                .extend(contents.videos.into_iter().filter(|v| keep(v)));
             continue;
         }
-        for v in &contents.videos {
+        prior
+            .rejected
+            .extend(contents.rejected.into_iter().filter(|v| keep(v)));
+        for v in contents.videos.iter().filter(|v| keep(v)) {
             prior.rows.entry(v.clone()).or_default();
         }
-        rows_by_video(&contents.batches, &mut prior.rows)
+        rows_by_video(&contents.batches, &mut prior.rows, keep)
             .map_err(|e| RunError::Internal(format!("{path}: {e}")))?;
     }
     Ok(prior)
+}
+
+/// Moves a shard of superseded settings aside; one another worker moved already is fine.
+async fn set_aside(store: &dyn Store, from: &str, to: &str) -> Result<(), RunError> {
+    match store.rename(from, to).await {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(RunError::io(format!("{}/{from}", store.location()), e))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// A stage table read without touching the run directory (for `rethreshold` and `analyze`): the
@@ -460,6 +680,7 @@ pub async fn read_table(
             view.rejected.extend(c.videos);
         } else {
             view.done.extend(c.videos);
+            view.rejected.extend(c.rejected);
             view.batches.extend(c.batches);
         }
     }
@@ -472,7 +693,7 @@ impl TableView {
         &self,
     ) -> Result<HashMap<String, Vec<R>>, RunError> {
         let mut out = HashMap::new();
-        rows_by_video(&self.batches, &mut out)?;
+        rows_by_video(&self.batches, &mut out, &|_| true)?;
         Ok(out)
     }
 
@@ -505,4 +726,112 @@ fn string_column(batch: &RecordBatch, name: &str) -> Result<StringArray, RunErro
         .column_by_name(name)
         .and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned())
         .ok_or_else(|| RunError::Internal(format!("no {name} column")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::StageError;
+    use crate::record::SourceInfo;
+
+    #[derive(Debug, Clone, Serialize, serde::Deserialize)]
+    struct Row {
+        worker: u32,
+        n: u32,
+    }
+
+    fn rec(id: &str) -> VideoRecord {
+        VideoRecord::new(id.into(), SourceInfo::default(), vec![])
+    }
+
+    /// Several workers of one rank settle overlapping videos (each its own way: rows, or a reject)
+    /// and commit in small slots at the same time: every video ends up settled exactly once, and
+    /// no reject attempt a commit did not adopt is left behind.
+    async fn twins_commit_each_video_once(store: Arc<dyn Store>) {
+        let mut tasks = tokio::task::JoinSet::new();
+        for worker in 0..4u32 {
+            let store = store.clone();
+            tasks.spawn(async move {
+                let mut w = ShardWriter::<Row>::open(
+                    store,
+                    "probe",
+                    "fp",
+                    Arc::new(vec![]),
+                    Slots {
+                        prefix: "r0001-part-",
+                        next: 0,
+                    },
+                    1000,
+                    Duration::from_secs(3600),
+                )
+                .await
+                .unwrap();
+                // Workers walk the same 60 videos from different starting points.
+                for k in 0..60u32 {
+                    let id = format!("v{:02}", (k + worker * 15) % 60);
+                    if (k + worker) % 5 == 0 {
+                        w.reject(&id, &[], &StageError::data("bad", "detail"));
+                    } else {
+                        w.add(&rec(&id), vec![Row { worker, n: 0 }, Row { worker, n: 1 }]);
+                    }
+                    if k % 3 == 2 {
+                        w.flush().await.unwrap();
+                        tokio::task::yield_now().await;
+                    }
+                }
+                w.flush().await.unwrap();
+                w.lost()
+            });
+        }
+        let lost: u64 = tasks.join_all().await.into_iter().sum();
+        assert!(lost > 0, "the workers should have raced");
+        let view = read_table(&store, "probe", "fp", true).await.unwrap();
+        assert!(view.done.is_disjoint(&view.rejected));
+        assert_eq!(view.done.len() + view.rejected.len(), 60);
+        let rows: HashMap<String, Vec<Row>> = view.rows().unwrap();
+        for (id, rs) in &rows {
+            // Both rows of a video come from the one worker that committed it.
+            assert_eq!(rs.len(), 2, "{id}: {rs:?}");
+            assert_eq!(rs[0].worker, rs[1].worker);
+        }
+        assert_eq!(rows.len(), view.done.len());
+        // Reject shards left: only those a commit adopted, and each rejected video once.
+        let mut adopted = HashSet::new();
+        for p in store.list("probe").await.unwrap() {
+            let c = decode_parquet(store.get(&p).await.unwrap(), false).unwrap();
+            adopted.extend(c.rejects_file);
+        }
+        let on_disk: HashSet<String> = store.list(REJECTS_DIR).await.unwrap().into_iter().collect();
+        assert_eq!(on_disk, adopted);
+        let mut rejected = vec![];
+        for p in &on_disk {
+            rejected.extend(
+                decode_parquet(store.get(p).await.unwrap(), false)
+                    .unwrap()
+                    .videos,
+            );
+        }
+        rejected.sort();
+        let mut want: Vec<_> = view.rejected.iter().cloned().collect();
+        want.sort();
+        assert_eq!(rejected, want);
+        // Resume sees the same: nothing to redo, nothing twice.
+        let prior = load_prior::<Row>(&store, "probe", "fp", "r0001-part-", &|_| true)
+            .await
+            .unwrap();
+        assert_eq!(prior.rows.len() + prior.rejected.len(), 60);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn twins_commit_each_video_once_on_a_local_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::runtime::store::open_run(&dir.path().display().to_string(), false);
+        twins_commit_each_video_once(store.unwrap()).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn twins_commit_each_video_once_in_memory() {
+        let store = crate::runtime::store::open_run("memory://bucket/run", false);
+        twins_commit_each_video_once(store.unwrap()).await;
+    }
 }

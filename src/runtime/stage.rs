@@ -35,6 +35,49 @@ pub struct StageContext {
     /// Counters the stage keeps while it computes (how often OCR reused an earlier frame's
     /// result, …): they are saved with the stage's counts and shown in the run summary.
     pub tally: Tally,
+    /// This process's share of the videos (the runtime filters and names shards by it).
+    pub rank: crate::runtime::ranks::Rank,
+}
+
+impl StageContext {
+    /// A local file of the record's media for tools that open paths (ffmpeg). On an object-store
+    /// run the media live in the store and are fetched once into the local work folder.
+    pub async fn media_file(&self, rec: &VideoRecord) -> Result<std::path::PathBuf, StageError> {
+        let path = rec.media_path(&self.run_dir)?;
+        let rel = rec
+            .media
+            .as_ref()
+            .map(|m| m.path.as_str())
+            .unwrap_or_default();
+        if std::path::Path::new(rel).is_absolute()
+            || self.store.local_path(rel).is_some()
+            || path.exists()
+        {
+            return Ok(path);
+        }
+        self.store.get_file(rel, &path).await.map_err(|e| {
+            StageError::external(
+                "media_fetch",
+                format!("{}/{rel}: {e}", self.store.location()),
+            )
+        })?;
+        Ok(path)
+    }
+
+    /// Stores media a stage wrote into the local work folder at `rel` (a no-op when the run
+    /// directory is that folder): streamed, so a large video is never held in memory.
+    pub async fn keep_media(&self, rel: &str) -> Result<(), StageError> {
+        if self.store.local_path(rel).is_some() {
+            return Ok(());
+        }
+        let file = self.run_dir.join(rel);
+        self.store.put_file(rel, &file).await.map_err(|e| {
+            StageError::external(
+                "media_store",
+                format!("{}/{rel}: {e}", self.store.location()),
+            )
+        })
+    }
 }
 
 /// Named counters of one stage in one invocation.
@@ -108,4 +151,10 @@ pub trait Source: Send + 'static {
     fn total(&self) -> Option<u64>;
     /// Yields the videos. Must stop promptly when `cx.cancel` fires.
     fn run(self: Box<Self>, cx: StageContext) -> BoxStream<'static, SourceItem>;
+    /// Whether a ranked run collects once, on rank 0, for every rank (a source that spends an
+    /// API quota); the other ranks then read its committed table. Cheap sources (local files)
+    /// are listed by every rank.
+    fn collects_once(&self) -> bool {
+        false
+    }
 }

@@ -1,22 +1,52 @@
 //! The run directory's storage layer. Everything the runtime and the stages persist goes through
-//! `Store`, keyed by `/`-separated paths relative to the run directory, so that runs can later live
-//! on an object store (the `object_store` crate maps onto these four verbs) without touching stages.
+//! `Store`, keyed by `/`-separated paths relative to the run directory: a local folder
+//! (`LocalStore`) or an object store (`objects::ObjectStoreRun`: S3, GCS, Azure, memory).
 //!
 //! `put` is atomic: readers see the whole object or nothing. Locally that is a hidden temp file in
 //! the same folder, fsync, rename; a crash leaves at most a `.tmp` file that `open` sweeps away.
+//! `put_if_absent` is the one primitive several workers agree through (a shard slot is taken by
+//! exactly one of them): locally a hard link, which fails if the name exists; on S3
+//! `If-None-Match: *`.
 
 use async_trait::async_trait;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// One listed object.
+#[derive(Debug, Clone)]
+pub struct ObjectInfo {
+    pub path: String,
+    pub size: u64,
+    pub modified: SystemTime,
+}
 
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Writes `data` at `path`, atomically replacing any previous object.
     async fn put(&self, path: &str, data: Vec<u8>) -> io::Result<()>;
+    /// Writes `data` at `path` only if no object has that name: `Ok(false)` when one had (it is
+    /// left untouched). Atomic against other processes and machines.
+    async fn put_if_absent(&self, path: &str, data: Vec<u8>) -> io::Result<bool>;
+    /// Stores a local file at `path` (streamed: large media are not held in memory).
+    async fn put_file(&self, path: &str, file: &Path) -> io::Result<()>;
+    /// Copies the object at `path` to a local file (streamed), atomically.
+    async fn get_file(&self, path: &str, file: &Path) -> io::Result<()>;
+    /// Removes an object; a missing one is not an error.
+    async fn delete(&self, path: &str) -> io::Result<()>;
+    /// Lists objects under `prefix` with their size and age, sorted by path.
+    async fn list_info(&self, prefix: &str) -> io::Result<Vec<ObjectInfo>>;
     /// Reads the whole object.
     async fn get(&self, path: &str) -> io::Result<Vec<u8>>;
     /// Lists object paths under `prefix` (recursively), sorted; temp files are never listed.
-    async fn list(&self, prefix: &str) -> io::Result<Vec<String>>;
+    async fn list(&self, prefix: &str) -> io::Result<Vec<String>> {
+        Ok(self
+            .list_info(prefix)
+            .await?
+            .into_iter()
+            .map(|o| o.path)
+            .collect())
+    }
     /// Moves an object (used to set aside shards of superseded settings).
     async fn rename(&self, from: &str, to: &str) -> io::Result<()>;
     /// Whether an object exists.
@@ -27,12 +57,30 @@ pub trait Store: Send + Sync + 'static {
     fn local_path(&self, path: &str) -> Option<PathBuf>;
 }
 
+/// Opens the run directory `location` names: an object-store URL (`s3://bucket/prefix`, …) or a
+/// local folder (`file://` optional). `read_only` opens a local folder without creating it or
+/// sweeping temp files (a run may be writing right now).
+pub fn open_run(location: &str, read_only: bool) -> io::Result<std::sync::Arc<dyn Store>> {
+    if super::objects::is_url(location) {
+        return Ok(std::sync::Arc::new(super::objects::ObjectStoreRun::open(
+            location,
+        )?));
+    }
+    let path = Path::new(location.strip_prefix("file://").unwrap_or(location));
+    Ok(std::sync::Arc::new(if read_only {
+        LocalStore::open_read_only(path)?
+    } else {
+        LocalStore::open(path)?
+    }))
+}
+
 /// A run directory on the local filesystem.
 pub struct LocalStore {
     root: PathBuf,
 }
 
 const TMP_MARK: &str = ".tmp-";
+static NONCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl LocalStore {
     /// Opens (creating) the run directory and removes temp files a crash left behind.
@@ -81,38 +129,64 @@ fn sweep_tmp(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-fn write_atomic(target: &Path, data: &[u8]) -> io::Result<()> {
-    use std::io::Write;
+/// A hidden temp name beside `target`, unique to this process and moment.
+fn temp_beside(target: &Path) -> io::Result<PathBuf> {
     let dir = target
         .parent()
         .ok_or_else(|| io::Error::other("no parent"))?;
-    std::fs::create_dir_all(dir)?;
     let name = target
         .file_name()
         .ok_or_else(|| io::Error::other("no file name"))?
         .to_string_lossy();
     let nonce = blake3::hash(
-        format!("{:?}{}", std::time::SystemTime::now(), std::process::id()).as_bytes(),
+        format!(
+            "{:?}{}{:?}",
+            SystemTime::now(),
+            std::process::id(),
+            NONCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        )
+        .as_bytes(),
     );
-    let tmp = dir.join(format!(".{name}{TMP_MARK}{}", &nonce.to_hex()[..12]));
+    Ok(dir.join(format!(".{name}{TMP_MARK}{}", &nonce.to_hex()[..12])))
+}
+
+fn sync_dir(dir: &Path) {
+    // Makes a rename or link itself durable.
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+/// Writes `data` beside `target`, syncs it, then publishes it under `target`: replacing what is
+/// there (`rename`) or only if nothing is (`hard_link`, which fails with `AlreadyExists`).
+fn write_atomic(target: &Path, data: &[u8], replace: bool) -> io::Result<bool> {
+    use std::io::Write;
+    let dir = target
+        .parent()
+        .ok_or_else(|| io::Error::other("no parent"))?;
+    std::fs::create_dir_all(dir)?;
+    let tmp = temp_beside(target)?;
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(data)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, target)?;
-        // Make the rename itself durable.
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
+        if replace {
+            std::fs::rename(&tmp, target)?;
+        } else {
+            match std::fs::hard_link(&tmp, target) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+                Err(e) => return Err(e),
+            }
         }
-        Ok(())
+        sync_dir(dir);
+        Ok(true)
     })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
+    let _ = std::fs::remove_file(&tmp);
     result
 }
 
-fn list_rec(root: &Path, dir: &Path, out: &mut Vec<String>) -> io::Result<()> {
+fn list_rec(root: &Path, dir: &Path, out: &mut Vec<ObjectInfo>) -> io::Result<()> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -125,43 +199,101 @@ fn list_rec(root: &Path, dir: &Path, out: &mut Vec<String>) -> io::Result<()> {
             continue;
         }
         let p = entry.path();
-        if entry.file_type()?.is_dir() {
+        let meta = entry.metadata()?;
+        if meta.is_dir() {
             list_rec(root, &p, out)?;
         } else if let Ok(rel) = p.strip_prefix(root) {
-            out.push(rel.to_string_lossy().replace('\\', "/"));
+            out.push(ObjectInfo {
+                path: rel.to_string_lossy().replace('\\', "/"),
+                size: meta.len(),
+                modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            });
         }
     }
     Ok(())
+}
+
+/// Runs blocking filesystem work off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(io::Error::other)?
 }
 
 #[async_trait]
 impl Store for LocalStore {
     async fn put(&self, path: &str, data: Vec<u8>) -> io::Result<()> {
         let target = self.full(path)?;
-        tokio::task::spawn_blocking(move || write_atomic(&target, &data))
-            .await
-            .map_err(io::Error::other)?
+        blocking(move || write_atomic(&target, &data, true).map(|_| ())).await
+    }
+
+    async fn put_if_absent(&self, path: &str, data: Vec<u8>) -> io::Result<bool> {
+        let target = self.full(path)?;
+        blocking(move || write_atomic(&target, &data, false)).await
+    }
+
+    async fn put_file(&self, path: &str, file: &Path) -> io::Result<()> {
+        let (target, file) = (self.full(path)?, file.to_path_buf());
+        if target == file {
+            return Ok(());
+        }
+        blocking(move || {
+            let dir = target
+                .parent()
+                .ok_or_else(|| io::Error::other("no parent"))?;
+            std::fs::create_dir_all(dir)?;
+            let tmp = temp_beside(&target)?;
+            std::fs::copy(&file, &tmp)?;
+            std::fs::File::open(&tmp)?.sync_all()?;
+            std::fs::rename(&tmp, &target)?;
+            sync_dir(dir);
+            Ok(())
+        })
+        .await
+    }
+
+    async fn get_file(&self, path: &str, file: &Path) -> io::Result<()> {
+        let (source, file) = (self.full(path)?, file.to_path_buf());
+        if source == file {
+            return Ok(());
+        }
+        blocking(move || {
+            let dir = file.parent().ok_or_else(|| io::Error::other("no parent"))?;
+            std::fs::create_dir_all(dir)?;
+            let tmp = temp_beside(&file)?;
+            std::fs::copy(&source, &tmp)?;
+            std::fs::rename(&tmp, &file)
+        })
+        .await
     }
 
     async fn get(&self, path: &str) -> io::Result<Vec<u8>> {
         tokio::fs::read(self.full(path)?).await
     }
 
-    async fn list(&self, prefix: &str) -> io::Result<Vec<String>> {
+    async fn delete(&self, path: &str) -> io::Result<()> {
+        match tokio::fs::remove_file(self.full(path)?).await {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    }
+
+    async fn list_info(&self, prefix: &str) -> io::Result<Vec<ObjectInfo>> {
         let root = self.root.clone();
         let dir = if prefix.is_empty() {
             root.clone()
         } else {
             self.full(prefix.trim_end_matches('/'))?
         };
-        tokio::task::spawn_blocking(move || {
+        blocking(move || {
             let mut out = Vec::new();
             list_rec(&root, &dir, &mut out)?;
-            out.sort();
+            out.sort_by(|a, b| a.path.cmp(&b.path));
             Ok(out)
         })
         .await
-        .map_err(io::Error::other)?
     }
 
     async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
@@ -216,5 +348,39 @@ mod tests {
         );
         assert!(store.list("nothing").await.unwrap().is_empty());
         assert!(store.put("../escape", vec![]).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn put_if_absent_has_one_winner() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(LocalStore::open(dir.path()).unwrap());
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..16u8 {
+            let store = store.clone();
+            tasks.spawn(async move {
+                (
+                    i,
+                    store
+                        .put_if_absent("s/part-00000.parquet", vec![i; 64])
+                        .await
+                        .unwrap(),
+                )
+            });
+        }
+        let winners: Vec<u8> = tasks
+            .join_all()
+            .await
+            .into_iter()
+            .filter_map(|(i, won)| won.then_some(i))
+            .collect();
+        assert_eq!(winners.len(), 1);
+        // The object is the winner's, whole.
+        assert_eq!(
+            store.get("s/part-00000.parquet").await.unwrap(),
+            vec![winners[0]; 64]
+        );
+        // No temp file is left by the losers.
+        assert_eq!(store.list("s").await.unwrap().len(), 1);
+        assert_eq!(std::fs::read_dir(dir.path().join("s")).unwrap().count(), 1);
     }
 }

@@ -8,7 +8,9 @@
 //! whatever their URL) and the `download` table: url, method, path, size, BLAKE3, content type.
 //! Local files are used where they are (nothing copied). Caches: the table itself (a finished
 //! video is never fetched again) and partial files under `media/partial/` (a crash resumes).
-//! Every failure (HTTP status, size cap, yt-dlp error, timeout) is a reject row.
+//! Every failure (HTTP status, size cap, yt-dlp error, timeout) is a reject row. On an
+//! object-store run the file is written in the local work folder, then uploaded to the store
+//! (multipart, streamed); later stages fetch it back when their machine lacks it.
 
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
@@ -111,6 +113,7 @@ pub fn build(
         o.remove("yt_dlp");
         o.remove("timeout_secs");
     }
+    crate::tls::ensure_provider();
     let http = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(30))
         .user_agent(concat!("vidcurate/", env!("CARGO_PKG_VERSION")))
@@ -282,6 +285,7 @@ impl DownloadStage {
             .cpu
             .run(move || store_object(&run_dir, &part, &ext))
             .await?;
+        cx.keep_media(&path).await?;
         Ok(Download {
             url: Some(url.to_string()),
             method: "http".into(),
@@ -396,6 +400,7 @@ impl DownloadStage {
                 format!("{url}: {size} bytes"),
             ));
         }
+        cx.keep_media(&path).await?;
         Ok(Download {
             url: Some(url.to_string()),
             method: "yt-dlp".into(),

@@ -199,7 +199,7 @@ impl Processor for FramesStage {
             .as_ref()
             .ok_or_else(|| StageError::internal("missing_probe", "frames needs probe"))?;
         let duration = probe.video_duration_secs;
-        let path = rec.media_path(&cx.run_dir)?;
+        let path = cx.media_file(rec).await?;
         let cfg = self.cfg.clone();
         let targets = cfg.targets(duration);
         // Targets are split into contiguous chunks decoded on separate cores (each chunk opens

@@ -64,7 +64,7 @@ impl Processor for ProbeStage {
         rec: &VideoRecord,
         cx: &StageContext,
     ) -> Result<Vec<Probe>, StageError> {
-        let path = rec.media_path(&cx.run_dir)?;
+        let path = cx.media_file(rec).await?;
         let shown = path.display().to_string();
         let p = cx.cpu.run(move || ffmpeg::probe(&path)).await?;
         if p.video_duration_secs <= 0.0 {

@@ -179,7 +179,7 @@ impl Processor for ShotsStage {
             .probe
             .as_ref()
             .ok_or_else(|| StageError::internal("missing_probe", "shots needs probe"))?;
-        let (path, cfg) = (rec.media_path(&cx.run_dir)?, self.cfg.clone());
+        let (path, cfg) = (cx.media_file(rec).await?, self.cfg.clone());
         let rate = self
             .cfg
             .fps

@@ -10,7 +10,8 @@
 //! (query, parameters, page, rank) that found the video; the query file's `domain` is carried as
 //! an extra column. Ids that videos.list does not return (private, deleted) are rejected as
 //! `unavailable`. Collection is all-or-nothing per run: a spent quota stops the run (exit 4)
-//! before any video is passed on, and the next run picks up from the cache.
+//! before any video is passed on, and the next run picks up from the cache. In a ranked run only
+//! rank 0 collects (`Source::collects_once`); the other ranks read its committed table.
 
 use crate::clients::youtube::{
     ClientSettings, QuotaConfig, YouTubeClient, YtError, parse_duration,
@@ -506,5 +507,9 @@ impl Source for YouTubeSource {
 
     fn run(self: Box<Self>, _cx: StageContext) -> BoxStream<'static, SourceItem> {
         futures::stream::iter(self.items).boxed()
+    }
+
+    fn collects_once(&self) -> bool {
+        true
     }
 }

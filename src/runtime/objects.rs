@@ -1,0 +1,339 @@
+//! Run directories on object stores: `s3://bucket/prefix`, `gs://…`, `az://…` (and `memory://`
+//! for tests), through the `object_store` crate.
+//!
+//! Credentials and endpoints come from the standard environment variables only
+//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`,
+//! `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_ACCOUNT_NAME` …), never from the pipeline file, so they
+//! never reach the manifest. Transient errors (5xx such as S3's 503 SlowDown, timeouts, dropped
+//! connections) are retried by the crate's client with backoff, so that client is the one owner
+//! of attempts for store calls; a refused credential is not retried and stops the run.
+
+use super::store::{ObjectInfo, Store};
+use async_trait::async_trait;
+use futures::TryStreamExt;
+use object_store::path::Path as ObjPath;
+use object_store::{
+    ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig, WriteMultipart,
+};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Whether `out` names an object store rather than a local folder.
+pub fn is_url(out: &str) -> bool {
+    ["s3://", "s3a://", "gs://", "az://", "abfs://", "memory://"]
+        .iter()
+        .any(|p| out.starts_with(p))
+}
+
+/// A run directory under a prefix of an object store.
+pub struct ObjectStoreRun {
+    inner: Arc<dyn ObjectStore>,
+    prefix: ObjPath,
+    url: String,
+}
+
+const PART_SIZE: usize = 8 << 20;
+
+fn retry_config() -> RetryConfig {
+    RetryConfig {
+        max_retries: 8,
+        retry_timeout: Duration::from_secs(300),
+        ..Default::default()
+    }
+}
+
+/// Maps the crate's errors onto io kinds the runtime already handles; `PermissionDenied` is the
+/// one that stops a run with a configuration error.
+fn to_io(e: object_store::Error) -> io::Error {
+    use object_store::Error as E;
+    let kind = match &e {
+        E::NotFound { .. } => io::ErrorKind::NotFound,
+        E::AlreadyExists { .. } | E::Precondition { .. } => io::ErrorKind::AlreadyExists,
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
+        _ => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, e.to_string())
+}
+
+impl ObjectStoreRun {
+    /// Opens the store a URL names, configured from the environment.
+    pub fn open(url: &str) -> io::Result<Self> {
+        Self::open_with(url, &[])
+    }
+
+    /// Like `open`, with S3 settings given here over the environment's (`aws_endpoint`,
+    /// `aws_access_key_id`, … as `object_store` names them): for tools and tests that talk to a
+    /// store without exporting variables.
+    pub fn open_with(url: &str, s3_options: &[(&str, &str)]) -> io::Result<Self> {
+        crate::tls::ensure_provider();
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{url}: not a store URL"),
+            )
+        })?;
+        let prefix = rest
+            .split_once('/')
+            .map_or("", |(_, p)| p)
+            .trim_matches('/');
+        let bad = |e: object_store::Error| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("{url}: {e}"))
+        };
+        let inner: Arc<dyn ObjectStore> = match scheme {
+            "s3" | "s3a" => Arc::new({
+                let mut b = object_store::aws::AmazonS3Builder::from_env();
+                for (k, v) in s3_options {
+                    let key = k.parse().map_err(bad)?;
+                    b = b.with_config(key, *v);
+                }
+                b.with_url(url)
+                    .with_retry(retry_config())
+                    .build()
+                    .map_err(bad)?
+            }),
+            "gs" => Arc::new(
+                object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                    .with_url(url)
+                    .with_retry(retry_config())
+                    .build()
+                    .map_err(bad)?,
+            ),
+            "az" | "abfs" => Arc::new(
+                object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_url(url)
+                    .with_retry(retry_config())
+                    .build()
+                    .map_err(bad)?,
+            ),
+            "memory" => Arc::new(object_store::memory::InMemory::new()),
+            other => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{url}: unknown store scheme `{other}` (s3, gs, az or a local folder)"),
+                ));
+            }
+        };
+        let prefix = ObjPath::from(prefix);
+        Ok(Self::with(
+            inner,
+            prefix,
+            url.trim_end_matches('/').to_string(),
+        ))
+    }
+
+    /// A run directory on a given store (tests share one in-memory store between "workers").
+    pub fn with(inner: Arc<dyn ObjectStore>, prefix: ObjPath, url: String) -> Self {
+        Self { inner, prefix, url }
+    }
+
+    fn key(&self, path: &str) -> io::Result<ObjPath> {
+        if path.split('/').any(|c| c == ".." || c.is_empty()) || path.starts_with('/') {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("bad store path {path:?}"),
+            ));
+        }
+        Ok(path
+            .split('/')
+            .fold(self.prefix.clone(), |key, part| key.join(part)))
+    }
+
+    fn relative(&self, key: &ObjPath) -> Option<String> {
+        let parts: Vec<_> = key.prefix_match(&self.prefix)?.collect();
+        Some(
+            parts
+                .iter()
+                .map(|p| p.as_ref())
+                .collect::<Vec<_>>()
+                .join("/"),
+        )
+    }
+}
+
+#[async_trait]
+impl Store for ObjectStoreRun {
+    async fn put(&self, path: &str, data: Vec<u8>) -> io::Result<()> {
+        self.inner
+            .put(&self.key(path)?, PutPayload::from(data))
+            .await
+            .map(|_| ())
+            .map_err(to_io)
+    }
+
+    async fn put_if_absent(&self, path: &str, data: Vec<u8>) -> io::Result<bool> {
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        match self
+            .inner
+            .put_opts(&self.key(path)?, PutPayload::from(data), opts)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(to_io(e)),
+        }
+    }
+
+    async fn put_file(&self, path: &str, file: &Path) -> io::Result<()> {
+        let upload = self
+            .inner
+            .put_multipart(&self.key(path)?)
+            .await
+            .map_err(to_io)?;
+        let mut w = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+        let mut f = tokio::fs::File::open(file).await?;
+        let mut buf = vec![0u8; 1 << 20];
+        let result: io::Result<()> = async {
+            loop {
+                let n = f.read(&mut buf).await?;
+                if n == 0 {
+                    break;
+                }
+                // Bounds memory to a few parts in flight.
+                w.wait_for_capacity(2).await.map_err(to_io)?;
+                w.write(&buf[..n]);
+            }
+            Ok(())
+        }
+        .await;
+        match result {
+            Ok(()) => w.finish().await.map(|_| ()).map_err(to_io),
+            Err(e) => {
+                let _ = w.abort().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn get_file(&self, path: &str, file: &Path) -> io::Result<()> {
+        let got = self.inner.get(&self.key(path)?).await.map_err(to_io)?;
+        let dir = file.parent().ok_or_else(|| io::Error::other("no parent"))?;
+        tokio::fs::create_dir_all(dir).await?;
+        let tmp = dir.join(format!(
+            ".{}.tmp-download",
+            file.file_name().unwrap_or_default().to_string_lossy()
+        ));
+        let mut out = tokio::fs::File::create(&tmp).await?;
+        let mut stream = got.into_stream();
+        while let Some(chunk) = stream.try_next().await.map_err(to_io)? {
+            out.write_all(&chunk).await?;
+        }
+        out.sync_all().await?;
+        tokio::fs::rename(&tmp, file).await
+    }
+
+    async fn get(&self, path: &str) -> io::Result<Vec<u8>> {
+        let got = self.inner.get(&self.key(path)?).await.map_err(to_io)?;
+        Ok(got.bytes().await.map_err(to_io)?.to_vec())
+    }
+
+    async fn delete(&self, path: &str) -> io::Result<()> {
+        match self.inner.delete(&self.key(path)?).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(to_io(e)),
+        }
+    }
+
+    async fn list_info(&self, prefix: &str) -> io::Result<Vec<ObjectInfo>> {
+        let under = if prefix.is_empty() {
+            self.prefix.clone()
+        } else {
+            self.key(prefix.trim_end_matches('/'))?
+        };
+        let metas: Vec<_> = self
+            .inner
+            .list(Some(&under))
+            .try_collect()
+            .await
+            .map_err(to_io)?;
+        let mut out: Vec<ObjectInfo> = metas
+            .into_iter()
+            .filter_map(|m| {
+                Some(ObjectInfo {
+                    path: self.relative(&m.location)?,
+                    size: m.size,
+                    modified: m.last_modified.into(),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+
+    async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        self.inner
+            .rename(&self.key(from)?, &self.key(to)?)
+            .await
+            .map_err(to_io)
+    }
+
+    async fn exists(&self, path: &str) -> io::Result<bool> {
+        match self.inner.head(&self.key(path)?).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(to_io(e)),
+        }
+    }
+
+    fn location(&self) -> String {
+        self.url.clone()
+    }
+
+    fn local_path(&self, _path: &str) -> Option<PathBuf> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn memory_store_speaks_the_store_contract() {
+        let store = Arc::new(ObjectStoreRun::open("memory://bucket/runs/a").unwrap());
+        store
+            .put("probe/part-00000.parquet", b"x".to_vec())
+            .await
+            .unwrap();
+        assert!(
+            store
+                .put_if_absent("probe/part-00001.parquet", b"1".to_vec())
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .put_if_absent("probe/part-00001.parquet", b"2".to_vec())
+                .await
+                .unwrap()
+        );
+        assert_eq!(store.get("probe/part-00001.parquet").await.unwrap(), b"1");
+        assert_eq!(
+            store.list("probe").await.unwrap(),
+            vec!["probe/part-00000.parquet", "probe/part-00001.parquet"]
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let big: Vec<u8> = (0..(PART_SIZE * 2 + 123))
+            .map(|i| (i % 251) as u8)
+            .collect();
+        std::fs::write(dir.path().join("in.mp4"), &big).unwrap();
+        store
+            .put_file("media/x.mp4", &dir.path().join("in.mp4"))
+            .await
+            .unwrap();
+        store
+            .get_file("media/x.mp4", &dir.path().join("out/x.mp4"))
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read(dir.path().join("out/x.mp4")).unwrap(), big);
+        store.delete("media/x.mp4").await.unwrap();
+        store.delete("media/x.mp4").await.unwrap();
+        assert!(!store.exists("media/x.mp4").await.unwrap());
+        assert!(store.get("nothing").await.unwrap_err().kind() == io::ErrorKind::NotFound);
+    }
+}

@@ -1,0 +1,339 @@
+//! Many workers, one run directory on a real S3 server (moto, started here on 127.0.0.1, installed
+//! by scripts/setup.sh): ranks 0–3 give the tables a single local process gives; a rank killed
+//! with -9 and rerun, and one rank started twice at once, end with no lost and no duplicate row;
+//! a worker with another world size is refused; refused credentials stop the run with exit 2.
+
+use crate::need_ffmpeg;
+use crate::util::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+use vidcurate::runtime::objects::ObjectStoreRun;
+use vidcurate::runtime::store::Store;
+
+const TABLES: &[&str] = &["source", "probe", "frames", "rejects"];
+const VOLATILE: &[&str] = &["rejected_at"];
+const CLIPS: usize = 40;
+
+/// A moto S3 server on 127.0.0.1, one per kind for this test binary. A small shell watchdog
+/// stops it when the test binary exits (statics are never dropped).
+struct Moto {
+    endpoint: String,
+    /// The watchdog shell (reaped by the OS when the test binary exits).
+    _watchdog: Child,
+}
+
+fn start_moto(auth: bool) -> Moto {
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/venv-tools/bin/moto_server");
+    assert!(
+        bin.exists(),
+        "{} is missing: run ./scripts/setup.sh (it installs moto[server] for these tests)",
+        bin.display()
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let script = format!(
+        "\"$0\" -H 127.0.0.1 -p {port} & m=$!; while kill -0 {} 2>/dev/null; do sleep 1; done; kill $m",
+        std::process::id()
+    );
+    let mut c = Command::new("sh");
+    c.args(["-c", &script, bin.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if auth {
+        // Every request is checked against moto's (empty) IAM: any key is refused.
+        c.env("INITIAL_NO_AUTH_ACTION_COUNT", "0");
+    }
+    let watchdog = c.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "moto_server did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Moto {
+        endpoint: format!("http://127.0.0.1:{port}"),
+        _watchdog: watchdog,
+    }
+}
+
+fn moto() -> &'static Moto {
+    static M: OnceLock<Moto> = OnceLock::new();
+    M.get_or_init(|| start_moto(false))
+}
+
+/// Creates a bucket (moto accepts the unsigned call).
+fn bucket(name: &str) -> String {
+    let m = moto();
+    let out = Command::new("curl")
+        .args(["-sf", "-X", "PUT", &format!("{}/{name}", m.endpoint)])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "creating bucket {name}");
+    format!("s3://{name}/runs/demo")
+}
+
+fn s3_env(c: &mut Command) -> &mut Command {
+    c.env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_ENDPOINT_URL", &moto().endpoint)
+        .env("AWS_ALLOW_HTTP", "true")
+}
+
+fn store(url: &str) -> ObjectStoreRun {
+    ObjectStoreRun::open_with(
+        url,
+        &[
+            ("aws_access_key_id", "testing"),
+            ("aws_secret_access_key", "testing"),
+            ("aws_region", "us-east-1"),
+            ("aws_endpoint", &moto().endpoint),
+            ("aws_allow_http", "true"),
+        ],
+    )
+    .unwrap()
+}
+
+/// Copies a run directory out of the store, to read it with the same helpers as a local one.
+fn download(url: &str, to: &Path) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let s = store(url);
+    rt.block_on(async {
+        for p in s.list("").await.unwrap() {
+            let dest = to.join(&p);
+            std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+            std::fs::write(dest, s.get(&p).await.unwrap()).unwrap();
+        }
+    });
+}
+
+fn corpus(dir: &Path) -> PathBuf {
+    let v = dir.join("v");
+    std::fs::create_dir_all(&v).unwrap();
+    let mut csv = String::from("path,id,label\n");
+    for i in 0..CLIPS {
+        plain_clip(
+            &v.join(format!("c{i}.mp4")),
+            1.0 + (i % 4) as f64 * 0.25,
+            "160x90",
+        );
+        csv += &format!("v/c{i}.mp4,clip{i:03},{}\n", ["fake", "real"][i % 2]);
+    }
+    for i in 0..3 {
+        std::fs::write(
+            v.join(format!("broken{i}.mp4")),
+            b"\x00\x00\x00\x18ftypmp42 junk",
+        )
+        .unwrap();
+        csv += &format!("v/broken{i}.mp4,broken{i},fake\n");
+    }
+    write(&dir.join("m.csv"), &csv);
+    let p = dir.join("p.toml");
+    // Small shards, often: many commits, so twins race on slots.
+    write(
+        &p,
+        &pipeline(
+            "manifest = \"m.csv\"",
+            "{ count = 3 }",
+            "[output]\nflush_secs = 0\nmax_rows_per_shard = 4\n[runtime]\nchannel_capacity = 1\n",
+        ),
+    );
+    p
+}
+
+fn worker(p: &Path, url: &str, rank: u32, world: u32, work: &Path) -> Command {
+    let mut c = Command::new(bin());
+    c.args(["run", p.to_str().unwrap(), "--out", url, "-q"])
+        .args(["--rank", &rank.to_string(), "--world", &world.to_string()])
+        .args(["--work-dir", work.to_str().unwrap()])
+        .current_dir(p.parent().unwrap())
+        .env("RUST_LOG", "warn");
+    s3_env(&mut c);
+    c
+}
+
+fn finish(c: Child) -> std::process::Output {
+    let o = c.wait_with_output().unwrap();
+    // 3: some videos rejected (the broken files), as in a single run.
+    assert!(
+        matches!(o.status.code(), Some(0) | Some(3)),
+        "worker: {:?}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+fn snapshot(run: &Path) -> Vec<Vec<String>> {
+    let mut all: Vec<Vec<String>> = TABLES
+        .iter()
+        .map(|t| table_rows(&run.join(t), VOLATILE))
+        .collect();
+    let mut jpegs = vec![];
+    for row in column(&run.join("frames"), "path") {
+        jpegs.push(format!(
+            "{row} {}",
+            blake3::hash(&std::fs::read(run.join(&row)).unwrap()).to_hex()
+        ));
+    }
+    jpegs.sort();
+    all.push(jpegs);
+    all
+}
+
+fn no_duplicates(run: &Path) {
+    for t in ["source", "probe"] {
+        let ids = column(&run.join(t), "video_id");
+        let unique: std::collections::HashSet<_> = ids.iter().collect();
+        assert_eq!(ids.len(), unique.len(), "{t}: duplicate rows");
+    }
+}
+
+#[test]
+fn four_ranks_on_s3_equal_one_local_process_even_with_kills_and_twins() {
+    need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    let p = corpus(d.path());
+    let reference = d.path().join("ref");
+    let o = run_into(&p, &reference, d.path());
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let want = snapshot(&reference);
+    assert_eq!(want[1].len(), CLIPS, "probe rows");
+
+    let url = bucket("cluster");
+    let work = |name: &str| d.path().join("work").join(name);
+    // Rank 1 is killed as soon as its first frames shard is committed, then rerun; rank 2 runs
+    // twice at once; ranks 0 and 3 run plainly.
+    let s3 = store(&url);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut killed = worker(&p, &url, 1, 4, &work("1a")).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let listed = rt.block_on(s3.list("frames")).unwrap();
+        if listed.iter().any(|f| f.starts_with("frames/r0001-part-")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "rank 1 wrote no frames shard");
+        assert!(
+            killed.try_wait().unwrap().is_none(),
+            "rank 1 ended before it could be killed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    killed.kill().unwrap(); // SIGKILL
+    killed.wait().unwrap();
+    // status names the killed rank (its last run never ended) and those never started.
+    let o = s3_env(Command::new(bin()).args(["status", &url]))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(5),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("ranks to run again: 0,1,2,3"), "{out}");
+    assert!(out.contains("running"), "{out}");
+    let others = vec![
+        worker(&p, &url, 0, 4, &work("0"))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+        worker(&p, &url, 2, 4, &work("2a"))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+        worker(&p, &url, 2, 4, &work("2b"))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+        worker(&p, &url, 3, 4, &work("3"))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+        worker(&p, &url, 1, 4, &work("1b"))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ];
+    for c in others {
+        finish(c);
+    }
+
+    let got_dir = d.path().join("from-s3");
+    download(&url, &got_dir);
+    no_duplicates(&got_dir);
+    let got = snapshot(&got_dir);
+    for (i, t) in TABLES.iter().chain(&["jpegs"]).enumerate() {
+        assert_eq!(
+            got[i], want[i],
+            "table {t} differs from the single local run"
+        );
+    }
+    // Each rank wrote its own slots and its own manifest; the pin names the world.
+    let pin: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(got_dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(pin["world"], 4);
+    for r in 0..4 {
+        assert!(
+            got_dir
+                .join(format!("ranks/r{r:04}/manifest.json"))
+                .exists()
+        );
+    }
+
+    let o = s3_env(Command::new(bin()).args(["status", &url]))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains("every rank is complete"), "{out}");
+    // rethreshold reads the run in the store and writes its selection there.
+    let o = s3_env(Command::new(bin()).args(["rethreshold", &url]))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        rt.block_on(s3.exists("selections/pipeline.parquet"))
+            .unwrap()
+    );
+
+    // A worker with another world is refused before doing anything, naming both values.
+    let o = worker(&p, &url, 0, 3, &work("x")).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("run.json has 4, this worker 3"), "{err}");
+
+    // gc finds nothing to remove in a run whose losers cleaned up after themselves.
+    let mut c = Command::new(bin());
+    c.args(["gc", &url, "--older-than", "0s", "--dry-run"]);
+    let o = s3_env(&mut c).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("would remove 0 objects"), "{out}");
+}
+
+#[test]
+fn refused_credentials_stop_the_run_with_exit_2() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("p.toml");
+    std::fs::create_dir_all(d.path().join("v")).unwrap();
+    write(&p, &pipeline("dir = \"v\"", "{ count = 1 }", ""));
+    let locked = start_moto(true);
+    let mut c = worker(&p, "s3://locked/run", 0, 1, &d.path().join("w"));
+    c.env("AWS_ENDPOINT_URL", &locked.endpoint);
+    let o = c.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("refused our credentials"), "{err}");
+}
