@@ -187,7 +187,7 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
             progress,
             watch,
         } = io;
-        let (mut prior, mut writer) = open_stage_tables::<P::Row>(&cx, &settings).await?;
+        let (prior, mut writer) = open_stage_tables::<P::Row>(&cx, &settings).await?;
         let mut counts = StageCounts::default();
         let limit = settings.max_in_flight.max(1);
         let mut in_flight = FuturesUnordered::<BoxFuture<'static, Outcome<P::Row>>>::new();
@@ -231,7 +231,7 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
                 }
                 Step::Received(rec) => {
                     watch.received();
-                    in_flight.push(self.start(rec, &mut prior, &cx, &settings, &watch));
+                    in_flight.push(self.start(rec, &prior, &cx, &settings, &watch));
                 }
                 Step::Finished(outcome) => {
                     if let Some(rec) = self
@@ -322,14 +322,24 @@ impl<P: Processor> ProcessorTask<P> {
     fn start(
         &self,
         rec: VideoRecord,
-        prior: &mut shards::Prior<P::Row>,
+        prior: &Arc<shards::Prior<P::Row>>,
         cx: &StageContext,
         settings: &StageSettings,
         watch: &Arc<StageWatch>,
     ) -> BoxFuture<'static, Outcome<P::Row>> {
-        if let Some(rows) = prior.rows.remove(&rec.video_id) {
-            Box::pin(futures::future::ready(Outcome::Reused(rec, rows)))
-        } else if prior.rejected.contains(&rec.video_id) {
+        if prior.is_done(&rec.video_id) {
+            let prior = prior.clone();
+            Box::pin(async move {
+                match prior.take(&rec.video_id).await {
+                    Ok(rows) => Outcome::Reused(rec, rows),
+                    // An unreadable shard of our own: stop rather than redo or guess.
+                    Err(e) => {
+                        let err = StageError::internal("prior_shard", e.to_string());
+                        Outcome::Computed(rec, Err(err), None)
+                    }
+                }
+            })
+        } else if prior.is_rejected(&rec.video_id) {
             Box::pin(futures::future::ready(Outcome::RejectedBefore))
         } else {
             watch.started_computing();
@@ -430,11 +440,15 @@ fn select<P: Processor>(
 async fn open_stage_tables<R: Serialize + serde::de::DeserializeOwned + Send + 'static>(
     cx: &StageContext,
     settings: &StageSettings,
-) -> Result<(shards::Prior<R>, ShardWriter<R>), RunError> {
+) -> Result<(Arc<shards::Prior<R>>, ShardWriter<R>), RunError> {
     let (rank, prefix) = (cx.rank, cx.rank.shard_prefix());
-    let prior = shards::load_prior::<R>(&cx.store, &cx.stage_id, &cx.fingerprint, &prefix, &|v| {
-        rank.owns(v)
-    })
+    let prior = shards::load_prior::<R>(
+        &cx.store,
+        &cx.stage_id,
+        &cx.fingerprint,
+        &prefix,
+        Arc::new(move |v: &str| rank.owns(v)),
+    )
     .await?;
     let writer = ShardWriter::<R>::open(
         cx.store.clone(),
@@ -449,7 +463,7 @@ async fn open_stage_tables<R: Serialize + serde::de::DeserializeOwned + Send + '
         settings.flush_every,
     )
     .await?;
-    Ok((prior, writer))
+    Ok((Arc::new(prior), writer))
 }
 
 /// Reads the source stream, persists the `source` table, forwards the records (this rank's).
@@ -473,7 +487,7 @@ pub async fn run_source(
         };
         table_cx.rank.rank = 0;
     }
-    let (mut prior, mut writer) = open_stage_tables::<SourceInfo>(&table_cx, &settings).await?;
+    let (prior, mut writer) = open_stage_tables::<SourceInfo>(&table_cx, &settings).await?;
     let mut ended = false;
     let mut counts = StageCounts::default();
     let cancel = cx.cancel.clone();
@@ -490,7 +504,7 @@ pub async fn run_source(
         };
         if !cx.rank.owns(id) {
             if for_all_ranks {
-                keep_for_other_rank(item, &mut prior, &mut writer);
+                keep_for_other_rank(item, &prior, &mut writer);
                 writer.maybe_flush().await?;
                 cx.tally.add("collected_for_other_ranks", 1);
             }
@@ -502,7 +516,8 @@ pub async fn run_source(
         watch.finished(None);
         match item {
             Ok(rec) => {
-                if let Some(before) = prior.rows.remove(&rec.video_id) {
+                if prior.is_done(&rec.video_id) {
+                    let before = prior.take(&rec.video_id).await?;
                     counts.reused += 1;
                     // Finished work is keyed by video id: a different file under the same id keeps
                     // the old results. Say so rather than mix them silently.
@@ -530,7 +545,7 @@ pub async fn run_source(
             }
             Err(rej) => {
                 progress.inc(true);
-                if prior.rejected.contains(&rej.video_id) {
+                if prior.is_rejected(&rej.video_id) {
                     counts.rejected_before += 1;
                 } else {
                     counts.rejected += 1;
@@ -562,17 +577,17 @@ pub async fn run_source(
 /// Persists another rank's video (or reject) in the shared source table, unless it is there.
 fn keep_for_other_rank(
     item: stage::SourceItem,
-    prior: &mut shards::Prior<SourceInfo>,
+    prior: &shards::Prior<SourceInfo>,
     writer: &mut ShardWriter<SourceInfo>,
 ) {
     match item {
         Ok(rec) => {
-            if prior.rows.remove(&rec.video_id).is_none() {
+            if !prior.is_done(&rec.video_id) {
                 writer.add(&rec, vec![rec.source.clone()]);
             }
         }
         Err(rej) => {
-            if !prior.rejected.contains(&rej.video_id) {
+            if !prior.is_rejected(&rej.video_id) {
                 writer.reject(&rej.video_id, &rej.extra, &rej.error);
             }
         }

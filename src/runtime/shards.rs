@@ -513,12 +513,95 @@ pub fn decode_parquet(data: Vec<u8>, with_rows: bool) -> Result<ShardContents, S
     })
 }
 
-/// What earlier runs already did for a stage with the current fingerprint.
+/// What earlier runs already did for a stage with the current fingerprint, for this worker's
+/// videos. Memory stays flat in the size of the run: only the done and rejected lists are held
+/// (as 64-bit hashes of the ids), and a reused video's rows are read from its shard when the
+/// video arrives; the last few shards read are kept decoded, since videos arrive roughly in the
+/// order their shards were written.
 pub struct Prior<R> {
-    pub rows: HashMap<String, Vec<R>>,
-    pub rejected: HashSet<String>,
-    /// One past the highest slot of `slot_prefix` that was read.
+    store: Arc<dyn Store>,
+    /// Committed shards with this worker's finished videos.
+    shards: Vec<String>,
+    /// Finished video → index of its shard in `shards`.
+    done: HashMap<u64, u32>,
+    rejected: HashSet<u64>,
+    /// One past the highest slot of this worker's prefix that was read.
     pub next_slot: u32,
+    keep: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+    /// Rows of recently read shards not taken yet, oldest first.
+    open: std::sync::Mutex<std::collections::VecDeque<(u32, HashMap<String, Vec<R>>)>>,
+}
+
+/// How many decoded shards a `Prior` keeps.
+const OPEN_SHARDS: usize = 8;
+
+/// The key a `Prior` holds for a video id (collisions: ~1e-9 for a billion ids... per pair 2^-64).
+fn id_key(id: &str) -> u64 {
+    let h = blake3::hash(id.as_bytes());
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&h.as_bytes()[..8]);
+    u64::from_le_bytes(b)
+}
+
+impl<R: Serialize + DeserializeOwned> Prior<R> {
+    /// Whether an earlier run finished this video (with rows or none).
+    pub fn is_done(&self, id: &str) -> bool {
+        self.done.contains_key(&id_key(id))
+    }
+
+    /// Whether an earlier run rejected this video.
+    pub fn is_rejected(&self, id: &str) -> bool {
+        self.rejected.contains(&id_key(id))
+    }
+
+    /// Finished plus rejected videos.
+    pub fn settled(&self) -> usize {
+        self.done.len() + self.rejected.len()
+    }
+
+    /// The stored rows of a finished video (each video is taken once).
+    pub async fn take(&self, id: &str) -> Result<Vec<R>, RunError> {
+        let Some(&idx) = self.done.get(&id_key(id)) else {
+            return Ok(vec![]);
+        };
+        if let Some(rows) = self.take_open(idx, id) {
+            return Ok(rows);
+        }
+        let path = &self.shards[idx as usize];
+        let data = self
+            .store
+            .get(path)
+            .await
+            .map_err(|e| RunError::io(format!("{}/{path}", self.store.location()), e))?;
+        let contents = decode_parquet(data, true).map_err(|e| {
+            RunError::Internal(format!(
+                "{}/{path}: unreadable shard: {e}",
+                self.store.location()
+            ))
+        })?;
+        let mut rows = HashMap::new();
+        rows_by_video(&contents.batches, &mut rows, &*self.keep)
+            .map_err(|e| RunError::Internal(format!("{path}: {e}")))?;
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if !open.iter().any(|(i, _)| *i == idx) {
+            open.push_back((idx, rows));
+            if open.len() > OPEN_SHARDS {
+                open.pop_front();
+            }
+        }
+        drop(open);
+        Ok(self.take_open(idx, id).unwrap_or_default())
+    }
+
+    fn take_open(&self, idx: u32, id: &str) -> Option<Vec<R>> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let pos = open.iter().position(|(i, _)| *i == idx)?;
+        let rows = open[pos].1.remove(id).unwrap_or_default();
+        if open[pos].1.is_empty() {
+            open.remove(pos);
+        }
+        Some(rows)
+    }
 }
 
 /// The Parquet files that settle a stage's videos: its shards (false) and the reject shards of
@@ -583,25 +666,29 @@ fn rows_by_video<R: Serialize + DeserializeOwned>(
     Ok(())
 }
 
-/// Sets aside shards written with other settings (so readers never mix them) and loads the rest,
-/// for the videos `keep` accepts (this worker's rank).
+/// Sets aside shards written with other settings (so readers never mix them) and lists what the
+/// rest finished, for the videos `keep` accepts (this worker's rank). Only footers are kept.
 pub async fn load_prior<R: Serialize + DeserializeOwned>(
     store: &Arc<dyn Store>,
     stage_id: &str,
     fingerprint: &str,
     slot_prefix: &str,
-    keep: &(dyn Fn(&str) -> bool + Sync),
+    keep: Arc<dyn Fn(&str) -> bool + Send + Sync>,
 ) -> Result<Prior<R>, RunError> {
     let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
     let mut prior = Prior {
-        rows: HashMap::new(),
+        store: store.clone(),
+        shards: vec![],
+        done: HashMap::new(),
         rejected: HashSet::new(),
         next_slot: 0,
+        keep: keep.clone(),
+        open: Default::default(),
     };
     let own_slots = format!("{stage_id}/{slot_prefix}");
     for (path, is_reject) in stage_files(store, stage_id).await? {
         let data = store.get(&path).await.map_err(|e| io(&path, e))?;
-        let contents = decode_parquet(data, !is_reject).map_err(|e| {
+        let contents = decode_parquet(data, false).map_err(|e| {
             RunError::Internal(format!(
                 "{}/{path}: unreadable shard: {e}",
                 store.location()
@@ -621,20 +708,32 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
         if let Some(n) = part_number(&path).filter(|_| path.starts_with(&own_slots)) {
             prior.next_slot = prior.next_slot.max(n + 1);
         }
+        let mine = |v: &String| keep(v);
         if is_reject {
-            prior
-                .rejected
-                .extend(contents.videos.into_iter().filter(|v| keep(v)));
+            prior.rejected.extend(
+                contents
+                    .videos
+                    .iter()
+                    .filter(|v| mine(v))
+                    .map(|v| id_key(v)),
+            );
             continue;
         }
-        prior
-            .rejected
-            .extend(contents.rejected.into_iter().filter(|v| keep(v)));
-        for v in contents.videos.iter().filter(|v| keep(v)) {
-            prior.rows.entry(v.clone()).or_default();
+        prior.rejected.extend(
+            contents
+                .rejected
+                .iter()
+                .filter(|v| mine(v))
+                .map(|v| id_key(v)),
+        );
+        let idx = prior.shards.len() as u32;
+        let before = prior.done.len();
+        for v in contents.videos.iter().filter(|v| mine(v)) {
+            prior.done.insert(id_key(v), idx);
         }
-        rows_by_video(&contents.batches, &mut prior.rows, keep)
-            .map_err(|e| RunError::Internal(format!("{path}: {e}")))?;
+        if prior.done.len() > before {
+            prior.shards.push(path);
+        }
     }
     Ok(prior)
 }
@@ -816,10 +915,21 @@ mod tests {
         want.sort();
         assert_eq!(rejected, want);
         // Resume sees the same: nothing to redo, nothing twice.
-        let prior = load_prior::<Row>(&store, "probe", "fp", "r0001-part-", &|_| true)
-            .await
-            .unwrap();
-        assert_eq!(prior.rows.len() + prior.rejected.len(), 60);
+        let prior = load_prior::<Row>(
+            &store,
+            "probe",
+            "fp",
+            "r0001-part-",
+            Arc::new(|_: &str| true),
+        )
+        .await
+        .unwrap();
+        assert_eq!(prior.settled(), 60);
+        // Rows come back from their shard when asked for, once.
+        for (id, rs) in &rows {
+            assert!(prior.is_done(id));
+            assert_eq!(prior.take(id).await.unwrap().len(), rs.len());
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
