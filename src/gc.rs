@@ -3,8 +3,9 @@
 //!
 //! Reads: every stage shard's footer (which reject shard its commit adopted). Removes: reject
 //! attempts no commit adopted (a worker died between writing its attempt and committing, or lost
-//! the slot and died before deleting it), partial downloads, and with `--superseded` the shards
-//! set aside when settings changed. Committed shards are never touched. Incomplete multipart
+//! the slot and died before deleting it), partial downloads, temp files of a local run directory
+//! (ranked workers sweep only old ones at start), and with `--superseded` the shards set aside
+//! when settings changed. Committed shards are never touched. Incomplete multipart
 //! uploads of an object store are not listed by its API: a bucket lifecycle rule
 //! (AbortIncompleteMultipartUpload) removes those.
 
@@ -64,6 +65,16 @@ pub async fn gc(
         let aside = superseded && o.path.starts_with(&format!("{SUPERSEDED_DIR}/"));
         attempt || partial || aside
     };
+    if let Some(root) = store.local_path("") {
+        let mut swept = vec![];
+        // Age zero would mean "every temp file": keep at least a minute's grace for a live writer.
+        let age = older_than.max(Duration::from_secs(60));
+        crate::runtime::store::sweep_tmp(&root, age, &mut swept, dry_run).map_err(|e| io("", e))?;
+        for (path, size) in swept {
+            let rel = path.strip_prefix(&root).unwrap_or(&path);
+            report.removed.push((rel.display().to_string(), size));
+        }
+    }
     for o in all.iter().filter(|o| garbage(o)) {
         let age = now.duration_since(o.modified).unwrap_or_default();
         if age < older_than {

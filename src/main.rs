@@ -566,7 +566,8 @@ fn gc_cmd(
     superseded: bool,
     dry_run: bool,
 ) -> anyhow::Result<ExitCode> {
-    let store = vidcurate::runtime::store::open_run(run, true).with_context(|| run.to_string())?;
+    let store = vidcurate::runtime::store::open_run(run, vidcurate::runtime::store::Access::Read)
+        .with_context(|| run.to_string())?;
     let rt = tokio::runtime::Runtime::new()?;
     let r = rt.block_on(vidcurate::gc::gc(
         store.as_ref(),

@@ -184,7 +184,7 @@ pub(crate) async fn open_run(
     run_dir: &Path,
 ) -> Result<(Arc<dyn Store>, manifest::Manifest), RunError> {
     let location = run_dir.to_string_lossy();
-    let store = crate::runtime::store::open_run(&location, true)
+    let store = crate::runtime::store::open_run(&location, crate::runtime::store::Access::Read)
         .map_err(|e| RunError::io(location.to_string(), e))?;
     let m = manifest::load(store.as_ref()).await.ok_or_else(|| {
         RunError::Config(format!(

@@ -98,8 +98,11 @@ impl RunTables {
     }
 
     fn open(run: &Path) -> Result<Self, String> {
-        let store = crate::runtime::store::open_run(&run.to_string_lossy(), true)
-            .map_err(|e| format!("{}: {e}", run.display()))?;
+        let store = crate::runtime::store::open_run(
+            &run.to_string_lossy(),
+            crate::runtime::store::Access::Read,
+        )
+        .map_err(|e| format!("{}: {e}", run.display()))?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -97,8 +97,14 @@ struct OpenedRun {
 fn open_store(dir: &Path, opts: &RunOptions) -> Result<OpenedRun, RunError> {
     let location = dir.to_string_lossy().to_string();
     let err = |e| RunError::io(location.clone(), e);
+    // Ranks share the folder, so a temp file may be another worker's write in progress.
+    let access = if opts.rank.explicit {
+        super::store::Access::Share
+    } else {
+        super::store::Access::Own
+    };
     if super::objects::is_url(&location) {
-        let store = super::store::open_run(&location, false).map_err(err)?;
+        let store = super::store::open_run(&location, access).map_err(err)?;
         let work = opts.work_dir.clone().unwrap_or_else(|| {
             std::env::temp_dir()
                 .join("vidcurate-work")
@@ -118,7 +124,7 @@ fn open_store(dir: &Path, opts: &RunOptions) -> Result<OpenedRun, RunError> {
     } else {
         Some(lock(dir)?)
     };
-    let store = super::store::open_run(&location, false).map_err(err)?;
+    let store = super::store::open_run(&location, access).map_err(err)?;
     let work = dir.canonicalize().map_err(err)?;
     Ok(OpenedRun {
         store,

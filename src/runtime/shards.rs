@@ -935,13 +935,19 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn twins_commit_each_video_once_on_a_local_folder() {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::runtime::store::open_run(&dir.path().display().to_string(), false);
+        let store = crate::runtime::store::open_run(
+            &dir.path().display().to_string(),
+            crate::runtime::store::Access::Own,
+        );
         twins_commit_each_video_once(store.unwrap()).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn twins_commit_each_video_once_in_memory() {
-        let store = crate::runtime::store::open_run("memory://bucket/run", false);
+        let store = crate::runtime::store::open_run(
+            "memory://bucket/run",
+            crate::runtime::store::Access::Own,
+        );
         twins_commit_each_video_once(store.unwrap()).await;
     }
 }

@@ -53,24 +53,39 @@ pub trait Store: Send + Sync + 'static {
     async fn exists(&self, path: &str) -> io::Result<bool>;
     /// Human-readable location of the store, for messages.
     fn location(&self) -> String;
-    /// Local filesystem path of an object, when the store is local (ffmpeg reads paths).
+    /// Local filesystem path of an object, when the store is local (ffmpeg reads paths); `""`
+    /// gives the run directory itself.
     fn local_path(&self, path: &str) -> Option<PathBuf>;
 }
 
+/// How a process uses a run directory; it decides what may be swept at open.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Access {
+    /// Reads only (`analyze`, `status`, …): nothing created, nothing swept.
+    Read,
+    /// The one process writing it (holds the lock): every temp file is a crash's leftover.
+    Own,
+    /// One of several workers (ranks): another may be writing a temp file right now, so only
+    /// those older than `SHARED_TMP_AGE` are swept.
+    Share,
+}
+
+/// A temp file older than this in a shared run directory is a crash's leftover.
+pub const SHARED_TMP_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// Opens the run directory `location` names: an object-store URL (`s3://bucket/prefix`, …) or a
-/// local folder (`file://` optional). `read_only` opens a local folder without creating it or
-/// sweeping temp files (a run may be writing right now).
-pub fn open_run(location: &str, read_only: bool) -> io::Result<std::sync::Arc<dyn Store>> {
+/// local folder (`file://` optional).
+pub fn open_run(location: &str, access: Access) -> io::Result<std::sync::Arc<dyn Store>> {
     if super::objects::is_url(location) {
         return Ok(std::sync::Arc::new(super::objects::ObjectStoreRun::open(
             location,
         )?));
     }
     let path = Path::new(location.strip_prefix("file://").unwrap_or(location));
-    Ok(std::sync::Arc::new(if read_only {
-        LocalStore::open_read_only(path)?
-    } else {
-        LocalStore::open(path)?
+    Ok(std::sync::Arc::new(match access {
+        Access::Read => LocalStore::open_read_only(path)?,
+        Access::Own => LocalStore::open_swept(path, std::time::Duration::ZERO)?,
+        Access::Share => LocalStore::open_swept(path, SHARED_TMP_AGE)?,
     }))
 }
 
@@ -85,9 +100,14 @@ static NONCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0
 impl LocalStore {
     /// Opens (creating) the run directory and removes temp files a crash left behind.
     pub fn open(root: &Path) -> io::Result<Self> {
+        Self::open_swept(root, std::time::Duration::ZERO)
+    }
+
+    /// Opens (creating) the run directory and removes temp files at least `age` old.
+    pub fn open_swept(root: &Path, age: std::time::Duration) -> io::Result<Self> {
         std::fs::create_dir_all(root)?;
         let root = root.canonicalize()?;
-        sweep_tmp(&root)?;
+        sweep_tmp(&root, age, &mut vec![], false)?;
         Ok(Self { root })
     }
 
@@ -114,16 +134,31 @@ impl LocalStore {
     }
 }
 
-fn sweep_tmp(dir: &Path) -> io::Result<()> {
+/// Removes temp files under `dir` at least `age` old (all of them for a zero age); records
+/// (path, bytes) of each in `out`. With `dry`, only records.
+pub fn sweep_tmp(
+    dir: &Path,
+    age: std::time::Duration,
+    out: &mut Vec<(PathBuf, u64)>,
+    dry: bool,
+) -> io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let ft = entry.file_type()?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
         if ft.is_dir() {
-            sweep_tmp(&entry.path())?;
+            sweep_tmp(&entry.path(), age, out, dry)?;
         } else if name.starts_with('.') && name.contains(TMP_MARK) {
-            let _ = std::fs::remove_file(entry.path());
+            let meta = entry.metadata()?;
+            let old = meta
+                .modified()
+                .ok()
+                .and_then(|m| m.elapsed().ok())
+                .is_some_and(|e| e >= age);
+            if (age.is_zero() || old) && (dry || std::fs::remove_file(entry.path()).is_ok()) {
+                out.push((entry.path(), meta.len()));
+            }
         }
     }
     Ok(())
@@ -313,6 +348,9 @@ impl Store for LocalStore {
     }
 
     fn local_path(&self, path: &str) -> Option<PathBuf> {
+        if path.is_empty() {
+            return Some(self.root.clone());
+        }
         self.full(path).ok()
     }
 }
@@ -348,6 +386,19 @@ mod tests {
         );
         assert!(store.list("nothing").await.unwrap().is_empty());
         assert!(store.put("../escape", vec![]).await.is_err());
+    }
+
+    #[test]
+    fn a_shared_open_leaves_fresh_temp_files_to_their_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = dir.path().join(".run.json.tmp-abc");
+        std::fs::write(&tmp, b"being written").unwrap();
+        // Another rank opening the folder must not pull the file from under its writer.
+        open_run(&dir.path().display().to_string(), Access::Share).unwrap();
+        assert!(tmp.exists());
+        // The single owner knows every temp file is a leftover.
+        open_run(&dir.path().display().to_string(), Access::Own).unwrap();
+        assert!(!tmp.exists());
     }
 
     #[tokio::test]
