@@ -529,13 +529,83 @@ pub struct Prior<R> {
     pub next_slot: u32,
     keep: Arc<dyn Fn(&str) -> bool + Send + Sync>,
     /// Rows of recently read shards not taken yet, oldest first.
-    open: std::sync::Mutex<std::collections::VecDeque<(u32, HashMap<String, Vec<R>>)>>,
+    open: std::sync::Mutex<std::collections::VecDeque<OpenShard>>,
+    _row: PhantomData<R>,
+}
+
+/// A shard read for its rows: its batches as Arrow (columnar, far smaller than decoded rows),
+/// projected onto the row type, and where each video's rows are. Rows are decoded per video.
+struct OpenShard {
+    idx: u32,
+    batches: Vec<RecordBatch>,
+    /// Video → (batch, row ranges) of its rows not taken yet.
+    rows: HashMap<String, Vec<(usize, usize, usize)>>,
+}
+
+impl OpenShard {
+    fn read(
+        idx: u32,
+        batches: &[RecordBatch],
+        fields: &[FieldRef],
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<Self, RunError> {
+        let mut out = Self {
+            idx,
+            batches: vec![],
+            rows: HashMap::new(),
+        };
+        for (b, batch) in batches.iter().enumerate() {
+            let ids = string_column(batch, COL_VIDEO_ID)?;
+            let cols = fields
+                .iter()
+                .map(|f| batch.schema().index_of(f.name()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| RunError::Internal(e.to_string()))?;
+            out.batches.push(
+                batch
+                    .project(&cols)
+                    .map_err(|e| RunError::Internal(e.to_string()))?,
+            );
+            let n = batch.num_rows();
+            let mut i = 0;
+            while i < n {
+                // A video's rows are written together: one range per video and batch.
+                let id = ids.value(i);
+                let start = i;
+                while i < n && ids.value(i) == id {
+                    i += 1;
+                }
+                if keep(id) {
+                    out.rows
+                        .entry(id.to_string())
+                        .or_default()
+                        .push((b, start, i - start));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Decodes and forgets one video's rows (None: the shard holds no row of it).
+    fn take<R: DeserializeOwned>(&mut self, id: &str) -> Option<Result<Vec<R>, RunError>> {
+        let ranges = self.rows.remove(id)?;
+        let mut rows = vec![];
+        for (b, start, len) in ranges {
+            let part = self.batches[b].slice(start, len);
+            match serde_arrow::from_record_batch::<Vec<R>>(&part) {
+                Ok(r) => rows.extend(r),
+                Err(e) => return Some(Err(RunError::Internal(format!("decoding rows: {e}")))),
+            }
+        }
+        Some(Ok(rows))
+    }
 }
 
 /// How many decoded shards a `Prior` keeps.
 const OPEN_SHARDS: usize = 8;
 
-/// The key a `Prior` holds for a video id (collisions: ~1e-9 for a billion ids... per pair 2^-64).
+/// The key a `Prior` holds for a video id: 64 bits of BLAKE3 (two ids of a billion-video run
+/// share a key with probability ~3 %; of a million, ~3e-8).
 fn id_key(id: &str) -> u64 {
     let h = blake3::hash(id.as_bytes());
     let mut b = [0u8; 8];
@@ -565,7 +635,7 @@ impl<R: Serialize + DeserializeOwned> Prior<R> {
             return Ok(vec![]);
         };
         if let Some(rows) = self.take_open(idx, id) {
-            return Ok(rows);
+            return rows;
         }
         let path = &self.shards[idx as usize];
         let data = self
@@ -579,25 +649,26 @@ impl<R: Serialize + DeserializeOwned> Prior<R> {
                 self.store.location()
             ))
         })?;
-        let mut rows = HashMap::new();
-        rows_by_video(&contents.batches, &mut rows, &*self.keep)
+        let shard = OpenShard::read(idx, &contents.batches, &fields_of::<R>()?, &*self.keep)
             .map_err(|e| RunError::Internal(format!("{path}: {e}")))?;
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        if !open.iter().any(|(i, _)| *i == idx) {
-            open.push_back((idx, rows));
+        if !open.iter().any(|s| s.idx == idx) {
+            open.push_back(shard);
             if open.len() > OPEN_SHARDS {
                 open.pop_front();
             }
         }
         drop(open);
-        Ok(self.take_open(idx, id).unwrap_or_default())
+        self.take_open(idx, id).unwrap_or(Ok(vec![]))
     }
 
-    fn take_open(&self, idx: u32, id: &str) -> Option<Vec<R>> {
+    /// The video's rows from an open shard; None when that shard is not open.
+    fn take_open(&self, idx: u32, id: &str) -> Option<Result<Vec<R>, RunError>> {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let pos = open.iter().position(|(i, _)| *i == idx)?;
-        let rows = open[pos].1.remove(id).unwrap_or_default();
-        if open[pos].1.is_empty() {
+        let pos = open.iter().position(|s| s.idx == idx)?;
+        // A finished video with no rows (no text on any frame) has no range: empty.
+        let rows = open[pos].take(id).unwrap_or(Ok(vec![]));
+        if open[pos].rows.is_empty() {
             open.remove(pos);
         }
         Some(rows)
@@ -684,6 +755,7 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
         next_slot: 0,
         keep: keep.clone(),
         open: Default::default(),
+        _row: PhantomData,
     };
     let own_slots = format!("{stage_id}/{slot_prefix}");
     for (path, is_reject) in stage_files(store, stage_id).await? {
