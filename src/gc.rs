@@ -1,18 +1,16 @@
-//! `vidcurate gc RUN`: removes what no reader trusts, after it is old enough that no running
-//! worker can still be about to adopt it.
+//! `vidcurate gc RUN`: removes leftovers no reader uses, once they are old enough that no running
+//! worker can still be writing them.
 //!
-//! Reads: every stage shard's footer (which reject shard its commit adopted). Removes: reject
-//! attempts no commit adopted (a worker died between writing its attempt and committing, or lost
-//! the slot and died before deleting it), partial downloads, temp files of a local run directory
-//! (ranked workers sweep only old ones at start), and with `--superseded` the shards set aside
-//! when settings changed. Committed shards are never touched. Incomplete multipart
+//! Removes: partial downloads (`media/partial/`), temp files of a local run directory (ranked
+//! workers sweep only old ones at start, since another rank may be writing one), and with
+//! `--superseded` the shards set aside when settings changed. Shards need no collecting: a slot is
+//! created whole or not at all, and only its winner writes its rejects shard. Incomplete multipart
 //! uploads of an object store are not listed by its API: a bucket lifecycle rule
 //! (AbortIncompleteMultipartUpload) removes those.
 
 use crate::error::RunError;
-use crate::runtime::shards::{REJECTS_DIR, SUPERSEDED_DIR, decode_parquet};
+use crate::runtime::shards::SUPERSEDED_DIR;
 use crate::runtime::store::{ObjectInfo, Store};
-use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
 #[derive(Debug, Default)]
@@ -23,15 +21,6 @@ pub struct GcReport {
     pub young: usize,
 }
 
-/// Paths of the run that are candidates, by kind.
-fn is_shard(path: &str) -> bool {
-    path.ends_with(".parquet")
-        && !path.starts_with(&format!("{REJECTS_DIR}/"))
-        && !path.starts_with(&format!("{SUPERSEDED_DIR}/"))
-        && !path.starts_with("selections/")
-        && !path.starts_with("analysis/")
-}
-
 pub async fn gc(
     store: &dyn Store,
     older_than: Duration,
@@ -40,34 +29,15 @@ pub async fn gc(
 ) -> Result<GcReport, RunError> {
     let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
     let all = store.list_info("").await.map_err(|e| io("", e))?;
-    let mut adopted = HashSet::new();
-    for o in all.iter().filter(|o| is_shard(&o.path)) {
-        let data = store.get(&o.path).await.map_err(|e| io(&o.path, e))?;
-        match decode_parquet(data, false) {
-            Ok(c) => adopted.extend(c.rejects_file),
-            Err(e) => {
-                // Not ours to judge: keep everything rather than risk removing an adopted file.
-                return Err(RunError::Internal(format!(
-                    "{}/{}: unreadable shard ({e}); nothing removed",
-                    store.location(),
-                    o.path
-                )));
-            }
-        }
-    }
     let now = SystemTime::now();
     let mut report = GcReport::default();
     let garbage = |o: &ObjectInfo| -> bool {
-        let attempt = o.path.starts_with(&format!("{REJECTS_DIR}/"))
-            && is_attempt(&o.path)
-            && !adopted.contains(&o.path);
-        let partial = o.path.starts_with("media/partial/");
-        let aside = superseded && o.path.starts_with(&format!("{SUPERSEDED_DIR}/"));
-        attempt || partial || aside
+        o.path.starts_with("media/partial/")
+            || (superseded && o.path.starts_with(&format!("{SUPERSEDED_DIR}/")))
     };
     if let Some(root) = store.local_path("") {
         let mut swept = vec![];
-        // Age zero would mean "every temp file": keep at least a minute's grace for a live writer.
+        // Age zero would mean "every temp file": keep a minute's grace for a live writer.
         let age = older_than.max(Duration::from_secs(60));
         crate::runtime::store::sweep_tmp(&root, age, &mut swept, dry_run).map_err(|e| io("", e))?;
         for (path, size) in swept {
@@ -87,14 +57,6 @@ pub async fn gc(
         report.removed.push((o.path.clone(), o.size));
     }
     Ok(report)
-}
-
-/// A reject shard written under an attempt name (`…-part-NNNNN-<attempt>.parquet`); reject shards
-/// of earlier versions (`…-part-NNNNN.parquet`) were committed by their name and are kept.
-fn is_attempt(path: &str) -> bool {
-    path.strip_suffix(".parquet")
-        .and_then(|p| p.rsplit("part-").next())
-        .is_some_and(|tail| tail.contains('-'))
 }
 
 /// `30m`, `2h`, `7d`, `90s`, or a number of seconds.
@@ -123,16 +85,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ages_and_attempt_names() {
+    fn ages_parse_with_units() {
         assert_eq!(parse_age("90").unwrap(), Duration::from_secs(90));
         assert_eq!(parse_age("2h").unwrap(), Duration::from_secs(7200));
         assert_eq!(parse_age("1.5d").unwrap(), Duration::from_secs(129600));
         assert!(parse_age("-1h").is_err());
         assert!(parse_age("2w").is_err());
-        assert!(is_attempt(
-            "rejects/probe-r0001-part-00003-ab12cd34ef.parquet"
-        ));
-        assert!(is_attempt("rejects/probe-part-00003-ab12cd34ef.parquet"));
-        assert!(!is_attempt("rejects/probe-part-00003.parquet"));
     }
 }

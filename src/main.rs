@@ -103,9 +103,9 @@ enum Cmd {
         /// A run directory or object-store URL (s3://bucket/prefix, …).
         run: PathBuf,
     },
-    /// Remove what no reader trusts: reject shards no commit adopted (a worker died mid-commit),
-    /// partial downloads, and with --superseded the shards of old settings set aside in
-    /// RUN/_superseded/. Committed shards are never touched.
+    /// Remove leftovers no reader uses: partial downloads, temp files of a crashed writer, and
+    /// with --superseded the shards of old settings set aside in RUN/_superseded/. Committed
+    /// shards are never touched.
     Gc {
         /// A run directory or object-store URL (s3://bucket/prefix, …).
         run: String,
@@ -590,6 +590,12 @@ fn gc_cmd(
 }
 
 fn cache_stats_cmd(run_dir: &Path) -> anyhow::Result<ExitCode> {
+    if vidcurate::runtime::objects::is_url(&run_dir.to_string_lossy()) {
+        anyhow::bail!(RunError::Config(format!(
+            "{}: the response cache of a run on an object store is kept by each worker in its --work-dir; run `vidcurate cache stats WORK_DIR` there",
+            run_dir.display()
+        )));
+    }
     let path = vidcurate::runtime::cache::ResponseCache::path_in(run_dir);
     let Some(cache) = vidcurate::runtime::cache::ResponseCache::open_existing(&path)
         .map_err(|e| anyhow::anyhow!(e.detail))?

@@ -104,6 +104,15 @@ impl ShardTarget {
     fn slot_path(&self, slot: u32) -> String {
         format!("{}/{}{slot:05}.parquet", self.stage_id, self.slot_prefix)
     }
+
+    /// The rejects shard of a slot: `rejects/<stage>-slot-<prefix>NNNNN.parquet` (stage ids are
+    /// snake_case, so this never meets the `<stage>-part-NNNNN` name of an earlier version).
+    fn rejects_path(&self, slot: u32) -> String {
+        format!(
+            "{REJECTS_DIR}/{}-slot-{}{slot:05}.parquet",
+            self.stage_id, self.slot_prefix
+        )
+    }
 }
 
 /// Which slots a writer takes: its rank's name prefix, and the first number to try.
@@ -116,10 +125,11 @@ pub struct Slots<'a> {
 ///
 /// Commit protocol (exactly once, also with two workers on one rank): a flush takes the next
 /// free slot `<stage>/<prefix>NNNNN.parquet` with a create-only put. That shard is the commit: its
-/// footer lists the videos it completes, the videos it rejects, and the name of the rejects shard
-/// written just before it under a unique attempt name. A worker that loses the slot deletes its
-/// attempt, reads the slots committed meanwhile, drops the videos they settled, and tries the next
-/// slot. A slot is only tried after all earlier ones were read, so no video is committed twice.
+/// footer lists the videos it completes and the videos it rejects, and names the slot's rejects
+/// shard, which the winner writes right after. A worker that loses the slot reads the slots
+/// committed meanwhile, drops the videos they settled, and tries the next slot. A slot is only
+/// tried after all earlier ones were read, so no video is committed twice; nothing is written
+/// before winning, so a loser leaves nothing behind.
 pub struct ShardWriter<R> {
     target: ShardTarget,
     fields: Vec<FieldRef>,
@@ -160,26 +170,6 @@ async fn committed_slots(
         .collect();
     slots.sort();
     Ok(slots)
-}
-
-/// A short random-enough name part for attempts (two workers never pick the same one).
-fn attempt_nonce() -> String {
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let seed = format!(
-        "{:?}{}{}{}",
-        std::time::SystemTime::now(),
-        std::process::id(),
-        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        gethostname()
-    );
-    blake3::hash(seed.as_bytes()).to_hex()[..10].to_string()
-}
-
-fn gethostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .unwrap_or_default()
-        .trim()
-        .to_string()
 }
 
 impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
@@ -277,15 +267,10 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
             let t = &self.target;
             let io = |p: &str, e| RunError::io(format!("{}/{p}", t.store.location()), e);
             let slot = self.next_slot;
-            let attempt = if self.rejects.videos.is_empty() {
+            // The slot's rejects shard has a name only the slot's winner writes, after winning.
+            let rejects = if self.rejects.videos.is_empty() {
                 None
             } else {
-                let path = format!(
-                    "{REJECTS_DIR}/{}-{}{slot:05}-{}.parquet",
-                    t.stage_id,
-                    t.slot_prefix,
-                    attempt_nonce()
-                );
                 let batch = build_batch(
                     &self.reject_fields,
                     &self.rejects.rows,
@@ -300,8 +285,7 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
                     rejects_file: None,
                 };
                 let bytes = encode_parquet(&batch, &footer, &t.stage_id, &t.fingerprint)?;
-                t.store.put(&path, bytes).await.map_err(|e| io(&path, e))?;
-                Some(path)
+                Some((t.rejects_path(slot), bytes))
             };
             let batch = build_batch(
                 &self.fields,
@@ -314,26 +298,29 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
             let footer = Footer {
                 videos: &self.rows.videos,
                 rejected: &self.rejects.videos,
-                rejects_file: attempt.as_deref(),
+                rejects_file: rejects.as_ref().map(|(p, _)| p.as_str()),
             };
             let bytes = encode_parquet(&batch, &footer, &t.stage_id, &t.fingerprint)?;
             let path = t.slot_path(slot);
-            let store = t.store.clone();
-            let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
-            if store
+            if t.store
                 .put_if_absent(&path, bytes)
                 .await
                 .map_err(|e| io(&path, e))?
             {
+                if let Some((rpath, rbytes)) = rejects {
+                    // A crash before this put leaves the slot naming a file that is not there:
+                    // readers then do not count those videos as rejected, and a rerun redoes them.
+                    t.store
+                        .put(&rpath, rbytes)
+                        .await
+                        .map_err(|e| io(&rpath, e))?;
+                }
                 self.next_slot += 1;
                 self.rows.clear();
                 self.rejects.clear();
                 return Ok(());
             }
             // Another worker on this rank took the slot first.
-            if let Some(a) = attempt {
-                store.delete(&a).await.map_err(|e| io(&a, e))?;
-            }
             self.catch_up().await?;
         }
         Ok(())
@@ -676,13 +663,14 @@ impl<R: Serialize + DeserializeOwned> Prior<R> {
 }
 
 /// The Parquet files that settle a stage's videos: its shards (false) and the reject shards of
-/// earlier versions (true), which were written whole under their final name. Reject shards of
-/// the commit protocol (`…-part-NNNNN-<attempt>.parquet`) are not listed: the commit's footer
-/// names their videos, and an attempt no commit adopted must not count.
+/// earlier versions (true), which were written whole under their final name and settle their
+/// videos themselves. A slot's rejects shard (`<stage>-slot-…`) is not listed: the slot's footer
+/// names its videos. Also: every file of the rejects folder, to check that a slot's rejects
+/// shard was written (a crash can come between the slot and its rejects).
 async fn stage_files(
     store: &Arc<dyn Store>,
     stage_id: &str,
-) -> Result<Vec<(String, bool)>, RunError> {
+) -> Result<(Vec<(String, bool)>, HashSet<String>), RunError> {
     let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
     let legacy_rejects = format!("{REJECTS_DIR}/{stage_id}-part-");
     let mut paths: Vec<(String, bool)> = store
@@ -692,21 +680,33 @@ async fn stage_files(
         .into_iter()
         .map(|p| (p, false))
         .collect();
+    let rejects: HashSet<String> = store
+        .list(REJECTS_DIR)
+        .await
+        .map_err(|e| io(REJECTS_DIR, e))?
+        .into_iter()
+        .collect();
     paths.extend(
-        store
-            .list(REJECTS_DIR)
-            .await
-            .map_err(|e| io(REJECTS_DIR, e))?
-            .into_iter()
+        rejects
+            .iter()
             .filter(|p| {
                 p.strip_prefix(&legacy_rejects)
                     .and_then(|rest| rest.strip_suffix(".parquet"))
                     .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
             })
-            .map(|p| (p, true)),
+            .map(|p| (p.clone(), true)),
     );
     paths.retain(|(p, _)| p.ends_with(".parquet"));
-    Ok(paths)
+    paths.sort();
+    Ok((paths, rejects))
+}
+
+/// The videos a shard's commit rejected, if its rejects shard was written.
+fn committed_rejects(c: &ShardContents, rejects: &HashSet<String>) -> Vec<String> {
+    match &c.rejects_file {
+        Some(f) if !rejects.contains(f) => vec![],
+        _ => c.rejected.clone(),
+    }
 }
 
 /// Rows of `batches` decoded as `R` (a stage's row type), keyed by video id.
@@ -758,7 +758,8 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
         _row: PhantomData,
     };
     let own_slots = format!("{stage_id}/{slot_prefix}");
-    for (path, is_reject) in stage_files(store, stage_id).await? {
+    let (files, rejects) = stage_files(store, stage_id).await?;
+    for (path, is_reject) in files {
         let data = store.get(&path).await.map_err(|e| io(&path, e))?;
         let contents = decode_parquet(data, false).map_err(|e| {
             RunError::Internal(format!(
@@ -792,8 +793,7 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
             continue;
         }
         prior.rejected.extend(
-            contents
-                .rejected
+            committed_rejects(&contents, &rejects)
                 .iter()
                 .filter(|v| mine(v))
                 .map(|v| id_key(v)),
@@ -840,7 +840,8 @@ pub async fn read_table(
         rejected: HashSet::new(),
         batches: vec![],
     };
-    for (path, is_reject) in stage_files(store, stage_id).await? {
+    let (files, rejects) = stage_files(store, stage_id).await?;
+    for (path, is_reject) in files {
         let data = store.get(&path).await.map_err(|e| io(&path, e))?;
         let c = decode_parquet(data, with_rows && !is_reject)
             .map_err(|e| RunError::Internal(format!("{path}: unreadable shard: {e}")))?;
@@ -850,8 +851,8 @@ pub async fn read_table(
         if is_reject {
             view.rejected.extend(c.videos);
         } else {
+            view.rejected.extend(committed_rejects(&c, &rejects));
             view.done.extend(c.videos);
-            view.rejected.extend(c.rejected);
             view.batches.extend(c.batches);
         }
     }
@@ -1002,6 +1003,54 @@ mod tests {
             assert!(prior.is_done(id));
             assert_eq!(prior.take(id).await.unwrap().len(), rs.len());
         }
+    }
+
+    /// A crash between a slot and its rejects shard: the rejects are not counted, so the rerun
+    /// redoes those videos, and the rejects table never holds a row twice.
+    #[tokio::test]
+    async fn a_slot_whose_rejects_shard_is_missing_rejects_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::runtime::store::open_run(
+            &dir.path().display().to_string(),
+            crate::runtime::store::Access::Own,
+        )
+        .unwrap();
+        let slots = Slots {
+            prefix: "part-",
+            next: 0,
+        };
+        let mut w = ShardWriter::<Row>::open(
+            store.clone(),
+            "probe",
+            "fp",
+            Arc::new(vec![]),
+            slots,
+            10,
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+        w.add(&rec("good"), vec![Row { worker: 0, n: 0 }]);
+        w.reject("bad", &[], &StageError::data("bad", "detail"));
+        w.flush().await.unwrap();
+        let keep: Arc<dyn Fn(&str) -> bool + Send + Sync> = Arc::new(|_: &str| true);
+        let prior = load_prior::<Row>(&store, "probe", "fp", "part-", keep.clone())
+            .await
+            .unwrap();
+        assert!(prior.is_done("good") && prior.is_rejected("bad"));
+        assert_eq!(prior.next_slot, 1);
+        let rejects = store.list(REJECTS_DIR).await.unwrap();
+        assert_eq!(
+            rejects,
+            vec!["rejects/probe-slot-part-00000.parquet".to_string()]
+        );
+        store.delete(&rejects[0]).await.unwrap();
+        let prior = load_prior::<Row>(&store, "probe", "fp", "part-", keep)
+            .await
+            .unwrap();
+        assert!(prior.is_done("good") && !prior.is_rejected("bad"));
+        let view = read_table(&store, "probe", "fp", false).await.unwrap();
+        assert!(view.rejected.is_empty());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
