@@ -214,9 +214,13 @@ impl Store for ObjectStoreRun {
         let got = self.inner.get(&self.key(path)?).await.map_err(to_io)?;
         let dir = file.parent().ok_or_else(|| io::Error::other("no parent"))?;
         tokio::fs::create_dir_all(dir).await?;
+        // Unique per process and call: two workers may fetch the same media into one folder.
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let tmp = dir.join(format!(
-            ".{}.tmp-download",
-            file.file_name().unwrap_or_default().to_string_lossy()
+            ".{}.tmp-{}-{}",
+            file.file_name().unwrap_or_default().to_string_lossy(),
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ));
         let mut out = tokio::fs::File::create(&tmp).await?;
         let mut stream = got.into_stream();

@@ -186,7 +186,9 @@ pub async fn pin(store: &dyn Store, want: &Pin, rank: &Rank, repin: bool) -> Res
         if diff.is_empty() {
             return Ok(());
         }
-        if repin || !rank.explicit {
+        // A process without rank flags must not quietly take over a ranked run: its `part-`
+        // slots would not collide with the ranks' slots, and both would commit the same videos.
+        if repin || (!rank.explicit && have.world <= 1) {
             tracing::info!(changes = %diff.join("; "), "Settings changed: re-pinning run.json.");
             store.put(PIN, bytes).await.map_err(io)?;
             return Ok(());
@@ -296,9 +298,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("run.json has 4, this worker 3"), "{err}");
-        // A single process may change settings; it re-pins.
-        pin(&store, &pin3, &Rank::default(), false).await.unwrap();
+        // A process without rank flags may not take over a ranked run quietly...
+        let one = Pin {
+            world: 1,
+            ..pin4.clone()
+        };
+        assert!(pin(&store, &one, &Rank::default(), false).await.is_err());
+        // ... but --repin starts the run over, and a single-process run re-pins as settings change.
+        pin(&store, &one, &Rank::default(), true).await.unwrap();
+        let other = Pin {
+            pipeline_fingerprint: "def".into(),
+            ..one.clone()
+        };
+        pin(&store, &other, &Rank::default(), false).await.unwrap();
         let have: Pin = serde_json::from_slice(&store.get(PIN).await.unwrap()).unwrap();
-        assert_eq!(have, pin3);
+        assert_eq!(have, other);
     }
 }

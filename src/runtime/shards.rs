@@ -344,8 +344,11 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
                     t.store.location()
                 ))
             })?;
-            settled.extend(c.videos);
-            settled.extend(c.rejected);
+            // A worker of other settings (one still running after a --repin) settles nothing of ours.
+            if c.fingerprint.as_deref() == Some(t.fingerprint.as_str()) {
+                settled.extend(c.videos);
+                settled.extend(c.rejected.iter().cloned());
+            }
             self.next_slot = self.next_slot.max(n + 1);
         }
         self.others.extend(settled);
@@ -746,7 +749,6 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
     slot_prefix: &str,
     keep: Arc<dyn Fn(&str) -> bool + Send + Sync>,
 ) -> Result<Prior<R>, RunError> {
-    let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
     let mut prior = Prior {
         store: store.clone(),
         shards: vec![],
@@ -760,7 +762,9 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
     let own_slots = format!("{stage_id}/{slot_prefix}");
     let (files, rejects) = stage_files(store, stage_id).await?;
     for (path, is_reject) in files {
-        let data = store.get(&path).await.map_err(|e| io(&path, e))?;
+        let Some(data) = get_unless_moved(store.as_ref(), &path).await? else {
+            continue;
+        };
         let contents = decode_parquet(data, false).map_err(|e| {
             RunError::Internal(format!(
                 "{}/{path}: unreadable shard: {e}",
@@ -810,6 +814,16 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
     Ok(prior)
 }
 
+/// A listed shard's bytes; None when another worker set it aside (superseded settings) between
+/// the listing and the read.
+async fn get_unless_moved(store: &dyn Store, path: &str) -> Result<Option<Vec<u8>>, RunError> {
+    match store.get(path).await {
+        Ok(d) => Ok(Some(d)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(RunError::io(format!("{}/{path}", store.location()), e)),
+    }
+}
+
 /// Moves a shard of superseded settings aside; one another worker moved already is fine.
 async fn set_aside(store: &dyn Store, from: &str, to: &str) -> Result<(), RunError> {
     match store.rename(from, to).await {
@@ -834,7 +848,6 @@ pub async fn read_table(
     fingerprint: &str,
     with_rows: bool,
 ) -> Result<TableView, RunError> {
-    let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
     let mut view = TableView {
         done: HashSet::new(),
         rejected: HashSet::new(),
@@ -842,7 +855,9 @@ pub async fn read_table(
     };
     let (files, rejects) = stage_files(store, stage_id).await?;
     for (path, is_reject) in files {
-        let data = store.get(&path).await.map_err(|e| io(&path, e))?;
+        let Some(data) = get_unless_moved(store.as_ref(), &path).await? else {
+            continue;
+        };
         let c = decode_parquet(data, with_rows && !is_reject)
             .map_err(|e| RunError::Internal(format!("{path}: unreadable shard: {e}")))?;
         if c.fingerprint.as_deref() != Some(fingerprint) {
