@@ -656,12 +656,10 @@ impl<R: Serialize + DeserializeOwned> Prior<R> {
     fn take_open(&self, idx: u32, id: &str) -> Option<Result<Vec<R>, RunError>> {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         let pos = open.iter().position(|s| s.idx == idx)?;
-        // A finished video with no rows (no text on any frame) has no range: empty.
-        let rows = open[pos].take(id).unwrap_or(Ok(vec![]));
-        if open[pos].rows.is_empty() {
-            open.remove(pos);
-        }
-        Some(rows)
+        // A finished video with no rows (no text on any frame) has no range: empty. A shard
+        // stays open when its rows are all taken: its videos without rows may still come, and
+        // dropping it would read it again for each of them (eviction bounds the memory).
+        Some(open[pos].take(id).unwrap_or(Ok(vec![])))
     }
 }
 
