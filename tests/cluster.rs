@@ -170,20 +170,7 @@ fn finish(c: Child) -> std::process::Output {
 }
 
 fn snapshot(run: &Path) -> Vec<Vec<String>> {
-    let mut all: Vec<Vec<String>> = TABLES
-        .iter()
-        .map(|t| table_rows(&run.join(t), VOLATILE))
-        .collect();
-    let mut jpegs = vec![];
-    for row in column(&run.join("frames"), "path") {
-        jpegs.push(format!(
-            "{row} {}",
-            blake3::hash(&std::fs::read(run.join(&row)).unwrap()).to_hex()
-        ));
-    }
-    jpegs.sort();
-    all.push(jpegs);
-    all
+    crate::util::snapshot(run, TABLES, VOLATILE)
 }
 
 fn no_duplicates(run: &Path) {

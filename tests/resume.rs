@@ -48,21 +48,7 @@ fn pipeline_file(dir: &Path, count: u32) -> PathBuf {
 }
 
 fn snapshot(run: &Path) -> Vec<Vec<String>> {
-    let mut all: Vec<Vec<String>> = TABLES
-        .iter()
-        .map(|t| table_rows(&run.join(t), VOLATILE))
-        .collect();
-    // The JPEGs too: same paths, same bytes.
-    let mut jpegs = vec![];
-    for row in column(&run.join("frames"), "path") {
-        jpegs.push(format!(
-            "{row} {}",
-            blake3::hash(&std::fs::read(run.join(&row)).unwrap()).to_hex()
-        ));
-    }
-    jpegs.sort();
-    all.push(jpegs);
-    all
+    crate::util::snapshot(run, TABLES, VOLATILE)
 }
 
 fn spawn_run(p: &Path, out: &Path, cwd: &Path) -> std::process::Child {

@@ -323,3 +323,22 @@ pub fn table_rows_file_all(dir: &Path) -> Vec<std::collections::BTreeMap<String,
     files.sort();
     files.iter().flat_map(|f| table_rows_file(f)).collect()
 }
+
+/// A run's tables as sorted rows (without `skip` columns), then every frame JPEG as
+/// "path blake3": what two runs must share to be the same.
+pub fn snapshot(run: &Path, tables: &[&str], skip: &[&str]) -> Vec<Vec<String>> {
+    let mut all: Vec<Vec<String>> = tables
+        .iter()
+        .map(|t| table_rows(&run.join(t), skip))
+        .collect();
+    let mut jpegs = vec![];
+    for row in column(&run.join("frames"), "path") {
+        jpegs.push(format!(
+            "{row} {}",
+            blake3::hash(&std::fs::read(run.join(&row)).unwrap()).to_hex()
+        ));
+    }
+    jpegs.sort();
+    all.push(jpegs);
+    all
+}

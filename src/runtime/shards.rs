@@ -333,17 +333,7 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
         let mut settled = HashSet::new();
         let from = self.next_slot;
         for (n, path) in slots.iter().filter(|(n, _)| *n >= from) {
-            let data = t
-                .store
-                .get(path)
-                .await
-                .map_err(|e| RunError::io(format!("{}/{path}", t.store.location()), e))?;
-            let c = decode_parquet(data, false).map_err(|e| {
-                RunError::Internal(format!(
-                    "{}/{path}: unreadable shard: {e}",
-                    t.store.location()
-                ))
-            })?;
+            let c = read_shard(t.store.as_ref(), path, false).await?;
             // A worker of other settings (one still running after a --repin) settles nothing of ours.
             if c.fingerprint.as_deref() == Some(t.fingerprint.as_str()) {
                 settled.extend(c.videos);
@@ -628,17 +618,7 @@ impl<R: Serialize + DeserializeOwned> Prior<R> {
             return rows;
         }
         let path = &self.shards[idx as usize];
-        let data = self
-            .store
-            .get(path)
-            .await
-            .map_err(|e| RunError::io(format!("{}/{path}", self.store.location()), e))?;
-        let contents = decode_parquet(data, true).map_err(|e| {
-            RunError::Internal(format!(
-                "{}/{path}: unreadable shard: {e}",
-                self.store.location()
-            ))
-        })?;
+        let contents = read_shard(self.store.as_ref(), path, true).await?;
         let shard = OpenShard::read(idx, &contents.batches, &fields_of::<R>()?, &*self.keep)
             .map_err(|e| RunError::Internal(format!("{path}: {e}")))?;
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
@@ -810,6 +790,24 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
         }
     }
     Ok(prior)
+}
+
+/// One shard read and decoded (its rows too with `with_rows`); errors name the file.
+async fn read_shard(
+    store: &dyn Store,
+    path: &str,
+    with_rows: bool,
+) -> Result<ShardContents, RunError> {
+    let data = store
+        .get(path)
+        .await
+        .map_err(|e| RunError::io(format!("{}/{path}", store.location()), e))?;
+    decode_parquet(data, with_rows).map_err(|e| {
+        RunError::Internal(format!(
+            "{}/{path}: unreadable shard: {e}",
+            store.location()
+        ))
+    })
 }
 
 /// A listed shard's bytes; None when another worker set it aside (superseded settings) between
