@@ -590,19 +590,35 @@ fn gc_cmd(
 }
 
 fn cache_stats_cmd(run_dir: &Path) -> anyhow::Result<ExitCode> {
-    if vidcurate::runtime::objects::is_url(&run_dir.to_string_lossy()) {
-        anyhow::bail!(RunError::Config(format!(
-            "{}: the response cache of a run on an object store is kept by each worker in its --work-dir; run `vidcurate cache stats WORK_DIR` there",
-            run_dir.display()
-        )));
-    }
-    let path = vidcurate::runtime::cache::ResponseCache::path_in(run_dir);
-    let Some(cache) = vidcurate::runtime::cache::ResponseCache::open_existing(&path)
-        .map_err(|e| anyhow::anyhow!(e.detail))?
+    use vidcurate::runtime::cache::{CacheHandle, ResponseCache};
+    let location = run_dir.to_string_lossy().to_string();
+    // A run on an object store: the answers every worker published, gathered in a temp cache.
+    let gathered = tempfile::tempdir()?;
+    let (path, manifest, shared) = if vidcurate::runtime::objects::is_url(&location) {
+        let store =
+            vidcurate::runtime::store::open_run(&location, vidcurate::runtime::store::Access::Read)
+                .map_err(|e| RunError::io(location.clone(), e))?;
+        let rt = tokio::runtime::Runtime::new()?;
+        let handle = CacheHandle::shared(gathered.path(), store.clone(), 0);
+        rt.block_on(handle.import_parts())?;
+        let m = rt.block_on(vidcurate::runtime::manifest::load_at(
+            store.as_ref(),
+            vidcurate::runtime::manifest::MANIFEST,
+        ));
+        (ResponseCache::path_in(gathered.path()), m, true)
+    } else {
+        let m = vidcurate::runtime::manifest::read_local(run_dir);
+        (ResponseCache::path_in(run_dir), m, false)
+    };
+    let Some(cache) = ResponseCache::open_existing(&path).map_err(|e| anyhow::anyhow!(e.detail))?
     else {
         println!(
-            "{}: no response cache (no API stage has run)",
-            path.display()
+            "{location}: no response cache (no API stage has run{})",
+            if shared {
+                ", or no worker published its answers yet"
+            } else {
+                ""
+            }
         );
         return Ok(ExitCode::SUCCESS);
     };
@@ -612,22 +628,21 @@ fn cache_stats_cmd(run_dir: &Path) -> anyhow::Result<ExitCode> {
         #[serde(default)]
         services: std::collections::BTreeMap<String, vidcurate::config::ServiceConfig>,
     }
-    let prices: std::collections::BTreeMap<String, (f64, f64)> =
-        vidcurate::runtime::manifest::read_local(run_dir)
-            .and_then(|m| toml::from_str::<Services>(&m.pipeline_toml).ok())
-            .map(|s| {
-                s.services
-                    .into_iter()
-                    .map(|(k, v)| {
-                        let price = (
-                            v.usd_per_mtok_input.unwrap_or(0.0),
-                            v.usd_per_mtok_output.unwrap_or(0.0),
-                        );
-                        (k, price)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+    let prices: std::collections::BTreeMap<String, (f64, f64)> = manifest
+        .and_then(|m| toml::from_str::<Services>(&m.pipeline_toml).ok())
+        .map(|s| {
+            s.services
+                .into_iter()
+                .map(|(k, v)| {
+                    let price = (
+                        v.usd_per_mtok_input.unwrap_or(0.0),
+                        v.usd_per_mtok_output.unwrap_or(0.0),
+                    );
+                    (k, price)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     println!(
         "{:<12} {:<28} {:>8} {:>8} {:>8} {:>12} {:>12} {:>10}",
         "service", "method", "entries", "hits", "misses", "tokens_in", "tokens_out", "est_usd"
@@ -643,6 +658,12 @@ fn cache_stats_cmd(run_dir: &Path) -> anyhow::Result<ExitCode> {
         );
     }
     println!("estimated cost of the cached answers: ${total:.4} (hits cost nothing)");
+    if shared {
+        println!(
+            "(answers every worker published to {location}/{}; hits and misses are counted in each worker's own --work-dir cache)",
+            vidcurate::runtime::cache::PARTS
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -317,3 +317,84 @@ fn refused_credentials_stop_the_run_with_exit_2() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("refused our credentials"), "{err}");
 }
+
+/// A relevance pipeline over titles (no media) on a fake OpenAI endpoint; `again` adds a second
+/// stage asking exactly the same questions.
+fn judged_pipeline(dir: &Path, url: &str, again: bool) -> PathBuf {
+    let mut m = String::from("id,path,title,description\n");
+    for i in 0..12 {
+        m += &format!("v{i:02},https://example.invalid/v{i:02}.mp4,clip {i},a clip\n");
+    }
+    write(&dir.join("m.csv"), &m);
+    let stage = "compute = { service = \"openai\", model = \"gpt-4o\", event = \"a flood\" }";
+    let mut text = format!(
+        "name = \"judged\"\n[services.openai]\nbase_url = \"{url}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 60000\n[source]\ntype = \"local\"\nmanifest = \"m.csv\"\nurls = true\n[output]\nflush_secs = 0\nmax_rows_per_shard = 2\n[[stages]]\nid = \"relevance\"\ntype = \"relevance\"\n{stage}\n"
+    );
+    if again {
+        text += &format!("[[stages]]\nid = \"relevance_again\"\ntype = \"relevance\"\n{stage}\n");
+    }
+    let p = dir.join(if again { "p2.toml" } else { "p1.toml" });
+    write(&p, &text);
+    p
+}
+
+/// Paid calls are shared through the store: two ranks judge 12 titles once; three new workers
+/// (another world, fresh work folders) add a stage asking the same questions and pay for none.
+#[test]
+fn paid_answers_are_shared_across_workers_and_world_sizes() {
+    let d = tempfile::tempdir().unwrap();
+    let mut chat: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(fixtures().join("llm/openai/chat_completion_text.json")).unwrap(),
+    )
+    .unwrap();
+    chat["choices"][0]["message"]["content"] = serde_json::json!("9");
+    let server = crate::fake_http::FakeServer::start(move |_| {
+        crate::fake_http::Response::json(200, chat.to_string())
+    });
+    let url = bucket("shared-cache");
+    let spawn = |p: &Path, rank: u32, world: u32, work: &str, repin: bool| {
+        let mut c = worker(p, &url, rank, world, &d.path().join("work").join(work));
+        if repin {
+            c.arg("--repin");
+        }
+        c.env("VIDCURATE_TEST_OPENAI_KEY", "sk-test-shared")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let p1 = judged_pipeline(d.path(), &server.url(), false);
+    let first: Vec<Child> = (0..2)
+        .map(|r| spawn(&p1, r, 2, &format!("a{r}"), false))
+        .collect();
+    for c in first {
+        finish(c);
+    }
+    assert_eq!(server.count("/chat/completions"), 12);
+
+    let p2 = judged_pipeline(d.path(), &server.url(), true);
+    let second: Vec<Child> = (0..3)
+        .map(|r| spawn(&p2, r, 3, &format!("b{r}"), true))
+        .collect();
+    for c in second {
+        finish(c);
+    }
+    assert_eq!(
+        server.count("/chat/completions"),
+        12,
+        "a worker paid again for an answer another worker had published"
+    );
+    let got = d.path().join("from-s3");
+    download(&url, &got);
+    assert_eq!(column(&got.join("relevance_again"), "score"), vec!["9"; 12]);
+    // cache stats of the run in the store: the published answers, once each.
+    let o = s3_env(Command::new(bin()).args(["cache", "stats", &url]))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("openai"))
+        .unwrap_or_default();
+    assert_eq!(line.split_whitespace().nth(2), Some("12"), "{out}");
+}

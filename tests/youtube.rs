@@ -695,3 +695,151 @@ fn a_ranked_run_collects_once_on_rank_0_and_every_rank_reads_its_share() {
     }
     assert_eq!(forwarded, 48);
 }
+
+/// Three queries of 25 distinct videos each; the third query's search answers late. The chain
+/// behind the source (a relevance stage on a fake OpenAI endpoint of the same server) must get
+/// the first batch of 50 while that search is still unanswered.
+#[test]
+fn collection_streams_so_judging_starts_while_searching_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let p1 = fixture_json("search_by_keywords_p1.json");
+    let full = fixture_json("videos_list_full_parts.json")["items"][0].clone();
+    let mut chat = fixture_json("../llm/openai/chat_completion_text.json");
+    chat["choices"][0]["message"]["content"] = json!("9");
+    const SLOW: std::time::Duration = std::time::Duration::from_millis(3000);
+    let started = std::time::Instant::now();
+    // (path, query, when the handler was entered)
+    let seen: Arc<std::sync::Mutex<Vec<(String, String, std::time::Duration)>>> = Arc::default();
+    let log = seen.clone();
+    let server = crate::fake_http::FakeServer::start(move |r: &Request| {
+        let q = r.query.get("q").cloned().unwrap_or_default();
+        log.lock()
+            .unwrap()
+            .push((r.path.clone(), q.clone(), started.elapsed()));
+        match r.path.as_str() {
+            "/youtube/v3/search" => {
+                // Ids made distinct per query: its first letter replaces the id's first one.
+                let tag = q.chars().next().unwrap();
+                let mut page = p1.clone();
+                page.as_object_mut().unwrap().remove("nextPageToken");
+                for it in page["items"].as_array_mut().unwrap() {
+                    let id = it["id"]["videoId"].as_str().unwrap().to_string();
+                    it["id"]["videoId"] = json!(format!("{tag}{}", &id[1..]));
+                }
+                let resp = Response::json(200, page.to_string());
+                if q.starts_with('n') {
+                    resp.delayed(SLOW)
+                } else {
+                    resp
+                }
+            }
+            "/youtube/v3/videos" => {
+                let items: Vec<Value> = r.query["id"]
+                    .split(',')
+                    .map(|id| {
+                        let mut it = full.clone();
+                        it["id"] = json!(id);
+                        it["snippet"]["title"] = json!(format!("clip {id}"));
+                        it
+                    })
+                    .collect();
+                Response::json(
+                    200,
+                    json!({"kind": "youtube#videoListResponse", "items": items}).to_string(),
+                )
+            }
+            "/v1/chat/completions" => Response::json(200, chat.to_string()),
+            other => panic!("unexpected path {other}"),
+        }
+    });
+    write(
+        &dir.path().join("queries/surf.toml"),
+        "domain = \"surfing\"\nkind = \"micro\"\n[[groups]]\ntemplate = \"{spot} surfing\"\ncross = { spot = [\"pipeline\", \"teahupoo\", \"nazare\"] }\n",
+    );
+    let url = server.url();
+    let pipeline = |name: &str, quota: &str| {
+        let p = dir.path().join(name);
+        write(
+            &p,
+            &format!(
+                r#"name = "yt-stream"
+[services.youtube]
+base_url = "{url}"
+api_key_env = "VIDCURATE_TEST_YT_KEY"
+[services.openai]
+base_url = "{url}v1/"
+api_key_env = "VIDCURATE_TEST_OPENAI_KEY"
+requests_per_minute = 60000
+
+[source]
+type = "youtube"
+queries = "queries/surf.toml"
+max_pages = 1
+
+{quota}
+
+[[stages]]
+id = "relevance"
+type = "relevance"
+compute = {{ service = "openai", model = "gpt-4o", event = "big wave surfing" }}
+"#
+            ),
+        );
+        p
+    };
+    let p = pipeline("p.toml", "");
+    let out = dir.path().join("run");
+    let run_at = |p: &Path, out: &Path| {
+        run_command(p, out)
+            .env("VIDCURATE_TEST_YT_KEY", KEY)
+            .env("VIDCURATE_TEST_OPENAI_KEY", "sk-test-stream")
+            .output()
+            .unwrap()
+    };
+    let run = || run_at(&p, &out);
+    let o = run();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let calls = seen.lock().unwrap().clone();
+    let searches: Vec<_> = calls.iter().filter(|c| c.0.ends_with("/search")).collect();
+    assert_eq!(searches.len(), 3, "{calls:?}");
+    let slow = searches.iter().find(|c| c.1.starts_with('n')).unwrap().2;
+    let first_judged = calls
+        .iter()
+        .filter(|c| c.0.ends_with("/chat/completions"))
+        .map(|c| c.2)
+        .min()
+        .expect("no relevance call");
+    assert!(
+        first_judged < slow + SLOW,
+        "the first relevance call came at {first_judged:?}, after the last search was answered ({:?})",
+        slow + SLOW
+    );
+    // Two batches as before streaming (50 in the order found, then the other 25).
+    assert_eq!(calls.iter().filter(|c| c.0.ends_with("/videos")).count(), 2);
+    assert_eq!(column(&out.join("source"), "video_id").len(), 75);
+    assert_eq!(column(&out.join("relevance"), "score").len(), 75);
+    // Every hit is in the provenance table of the complete collection.
+    let hits = table_rows_file(&out.join("collection/provenance.parquet"));
+    assert_eq!(hits.len(), 75);
+    assert!(hits.iter().any(|h| h["query"] == "nazare surfing"));
+
+    // A rerun answers everything from the cache.
+    let before = seen.lock().unwrap().len();
+    let o = run();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(seen.lock().unwrap().len(), before);
+
+    // A budget of two searches: the first batch is judged and committed, then the run stops
+    // with exit 4 (the third search would overspend).
+    let p = pipeline(
+        "p2.toml",
+        "[source.quota]\nledger = \"ledger2.sqlite\"\nsearch_calls_per_day = 2",
+    );
+    let out = dir.path().join("run2");
+    let o = run_at(&p, &out);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(stderr(&o).contains("search.list budget"), "{}", stderr(&o));
+    assert_eq!(column(&out.join("source"), "video_id").len(), 50);
+    assert_eq!(column(&out.join("relevance"), "score").len(), 50);
+    assert!(!out.join("collection/provenance.parquet").exists());
+}

@@ -7,9 +7,11 @@
 //! caller parsed from it, token usage and latency. Requests are stored without secrets: callers
 //! pass the canonical request text they built without the key.
 
-use crate::error::StageError;
+use crate::error::{RunError, StageError};
+use crate::runtime::store::Store;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// A stored answer.
@@ -65,6 +67,8 @@ pub struct ResponseCache {
 const SCHEMA: &str = "
 PRAGMA journal_mode = WAL;
 PRAGMA synchronous = NORMAL;
+CREATE TABLE IF NOT EXISTS sync (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS imported (part TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS responses (
     key TEXT PRIMARY KEY,
     service TEXT NOT NULL,
@@ -86,6 +90,25 @@ CREATE TABLE IF NOT EXISTS lookups (
     PRIMARY KEY (service, method)
 );
 ";
+
+/// A published part holds only answers (no lookups, no sync state).
+const PART_SCHEMA: &str = "
+CREATE TABLE responses (
+    key TEXT PRIMARY KEY,
+    service TEXT NOT NULL,
+    method TEXT NOT NULL,
+    request TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    parsed TEXT,
+    input_tokens INTEGER,
+    output_tokens INTEGER,
+    latency_ms INTEGER NOT NULL,
+    created_at TEXT NOT NULL
+);
+";
+
+const COLUMNS: &str = "key, service, method, request, status, body, parsed, input_tokens, output_tokens, latency_ms, created_at";
 
 fn db_err(path: &Path, e: rusqlite::Error) -> StageError {
     StageError::internal(
@@ -210,6 +233,107 @@ impl ResponseCache {
             .map_err(|e| StageError::internal("response_cache", e.to_string()))?
     }
 
+    /// Entries added since the last `mark_published` (rowids grow; a replaced entry gets a new
+    /// one, so a repaired answer is published again).
+    pub fn unpublished(&self) -> Result<(i64, i64), StageError> {
+        let conn = self.conn();
+        let done: i64 = conn
+            .query_row(
+                "SELECT COALESCE((SELECT value FROM sync WHERE name = 'published'), 0)",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| db_err(&self.path, e))?;
+        let last: i64 = conn
+            .query_row("SELECT COALESCE(MAX(rowid), 0) FROM responses", [], |r| {
+                r.get(0)
+            })
+            .map_err(|e| db_err(&self.path, e))?;
+        Ok((done, last))
+    }
+
+    pub fn mark_published(&self, upto: i64) -> Result<(), StageError> {
+        self.conn()
+            .execute(
+                "INSERT INTO sync (name, value) VALUES ('published', ?1)
+                 ON CONFLICT (name) DO UPDATE SET value = MAX(value, ?1)",
+                params![upto],
+            )
+            .map_err(|e| db_err(&self.path, e))?;
+        Ok(())
+    }
+
+    /// Copies the entries with rowid in (`after`, `upto`] into a new cache file at `to` (a part
+    /// other workers import); returns how many.
+    pub fn export(&self, after: i64, upto: i64, to: &Path) -> Result<usize, StageError> {
+        let conn = self.conn();
+        let run = || -> rusqlite::Result<usize> {
+            conn.execute("ATTACH DATABASE ?1 AS part", params![to.to_string_lossy()])?;
+            let copied = conn
+                .execute_batch(&PART_SCHEMA.replace("responses (", "part.responses ("))
+                .and_then(|_| {
+                    conn.execute(
+                        &format!(
+                            "INSERT INTO part.responses ({COLUMNS}) SELECT {COLUMNS} FROM main.responses
+                             WHERE rowid > ?1 AND rowid <= ?2"
+                        ),
+                        params![after, upto],
+                    )
+                });
+            conn.execute("DETACH DATABASE part", [])?;
+            copied
+        };
+        run().map_err(|e| db_err(&self.path, e))
+    }
+
+    pub fn is_imported(&self, name: &str) -> Result<bool, StageError> {
+        self.conn()
+            .query_row(
+                "SELECT 1 FROM imported WHERE part = ?1",
+                params![name],
+                |_| Ok(()),
+            )
+            .optional()
+            .map(|r| r.is_some())
+            .map_err(|e| db_err(&self.path, e))
+    }
+
+    /// Our own part: never to be imported back.
+    pub fn mark_imported(&self, name: &str) -> Result<(), StageError> {
+        self.conn()
+            .execute(
+                "INSERT OR IGNORE INTO imported (part) VALUES (?1)",
+                params![name],
+            )
+            .map_err(|e| db_err(&self.path, e))?;
+        Ok(())
+    }
+
+    /// Adds the entries of a part another worker published and remembers its name (callers skip
+    /// parts `is_imported`); an entry this cache already has is kept. Returns how many were new.
+    pub fn import(&self, part: &Path, name: &str) -> Result<usize, StageError> {
+        let conn = self.conn();
+        let run = || -> rusqlite::Result<usize> {
+            conn.execute(
+                "ATTACH DATABASE ?1 AS part",
+                params![part.to_string_lossy()],
+            )?;
+            let added = conn.execute(
+                &format!(
+                    "INSERT OR IGNORE INTO main.responses ({COLUMNS}) SELECT {COLUMNS} FROM part.responses"
+                ),
+                [],
+            );
+            conn.execute("DETACH DATABASE part", [])?;
+            conn.execute(
+                "INSERT OR IGNORE INTO imported (part) VALUES (?1)",
+                params![name],
+            )?;
+            added
+        };
+        run().map_err(|e| db_err(&self.path, e))
+    }
+
     pub fn stats(&self) -> Result<Vec<CacheStats>, StageError> {
         let conn = self.conn();
         let mut st = conn
@@ -245,11 +369,36 @@ impl ResponseCache {
     }
 }
 
+/// Where the workers of a run on an object store publish their answers. Each worker's cache
+/// lives in its own work folder; a part is a small cache file of the answers added since the
+/// worker's last part. Every worker imports the parts at start, so a call committed by any
+/// worker (of any world size) is not paid for again.
+pub const PARTS: &str = "cache/parts";
+
+struct Shared {
+    store: Arc<dyn Store>,
+    /// `rNNNN-<random>`: unique per worker process, so parts never collide.
+    tag: String,
+    seq: AtomicU32,
+    /// One publish at a time (each takes the entries since the last one).
+    lock: tokio::sync::Mutex<()>,
+}
+
 /// The run's cache, opened on first use (runs without API stages never create the file).
 #[derive(Clone, Default)]
 pub struct CacheHandle {
     dir: Arc<OnceLock<PathBuf>>,
     cache: Arc<OnceLock<Arc<ResponseCache>>>,
+    shared: Option<Arc<Shared>>,
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StageError> + Send + 'static,
+) -> Result<T, RunError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| RunError::Internal(format!("response cache: {e}")))?
+        .map_err(|e| RunError::Internal(e.detail))
 }
 
 impl CacheHandle {
@@ -257,6 +406,145 @@ impl CacheHandle {
         let h = Self::default();
         let _ = h.dir.set(run_dir.to_path_buf());
         h
+    }
+
+    /// A cache in a worker's `work_dir` whose answers are shared with the run's other workers
+    /// through `store` (see `PARTS`).
+    pub fn shared(work_dir: &Path, store: Arc<dyn Store>, rank: u32) -> Self {
+        let mut h = Self::new(work_dir);
+        let nonce = blake3::hash(
+            format!(
+                "{}-{:?}-{}",
+                std::process::id(),
+                std::time::SystemTime::now(),
+                work_dir.display()
+            )
+            .as_bytes(),
+        );
+        h.shared = Some(Arc::new(Shared {
+            store,
+            tag: format!("r{rank:04}-{}", &nonce.to_hex()[..8]),
+            seq: AtomicU32::new(0),
+            lock: tokio::sync::Mutex::new(()),
+        }));
+        h
+    }
+
+    /// The cache if it is open or its file exists (publishing never creates one).
+    fn existing(&self) -> Result<Option<Arc<ResponseCache>>, StageError> {
+        if let Some(c) = self.cache.get() {
+            return Ok(Some(c.clone()));
+        }
+        match self.dir.get() {
+            Some(d) if ResponseCache::path_in(d).exists() => self.get().map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Publishes the answers added since the last part as a new part (nothing when none, or
+    /// when the cache is not shared). Called before every shard commit and at the end of a
+    /// run: every committed row's paid calls are in the store.
+    pub async fn publish(&self) -> Result<usize, RunError> {
+        let Some(sh) = &self.shared else {
+            return Ok(0);
+        };
+        let _one = sh.lock.lock().await;
+        let Some(cache) = self.existing().map_err(|e| RunError::Internal(e.detail))? else {
+            return Ok(0);
+        };
+        let c = cache.clone();
+        let (done, last) = blocking(move || c.unpublished()).await?;
+        if last <= done {
+            return Ok(0);
+        }
+        let dir = cache
+            .path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let tmp = tempfile::Builder::new()
+            .prefix(".part-")
+            .suffix(".sqlite")
+            .tempfile_in(&dir)
+            .map_err(|e| RunError::io(dir.display().to_string(), e))?
+            .into_temp_path();
+        let (c, to) = (cache.clone(), tmp.to_path_buf());
+        // The temp file exists (empty): SQLite takes an empty file as a new database.
+        let n = blocking(move || c.export(done, last, &to)).await?;
+        let name = format!(
+            "{PARTS}/{}-{:05}.sqlite",
+            sh.tag,
+            sh.seq.fetch_add(1, Ordering::SeqCst)
+        );
+        sh.store
+            .put_file(&name, &tmp)
+            .await
+            .map_err(|e| RunError::io(format!("{}/{name}", sh.store.location()), e))?;
+        let c = cache.clone();
+        blocking(move || {
+            c.mark_published(last)?;
+            c.mark_imported(&name)
+        })
+        .await?;
+        Ok(n)
+    }
+
+    /// At the start of a worker: publishes what an earlier run in this work folder left
+    /// unpublished, then imports every part the run's workers published. Returns the answers
+    /// that were new here.
+    pub async fn import_parts(&self) -> Result<usize, RunError> {
+        let Some(sh) = &self.shared else {
+            return Ok(0);
+        };
+        self.publish().await?;
+        let parts = sh
+            .store
+            .list(PARTS)
+            .await
+            .map_err(|e| RunError::io(format!("{}/{PARTS}", sh.store.location()), e))?;
+        if parts.is_empty() {
+            return Ok(0);
+        }
+        let _one = sh.lock.lock().await;
+        let cache = self.get().map_err(|e| RunError::Internal(e.detail))?;
+        let dir = cache
+            .path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let mut added = 0;
+        for name in parts.into_iter().filter(|p| p.ends_with(".sqlite")) {
+            let (c, n) = (cache.clone(), name.clone());
+            if blocking(move || c.is_imported(&n)).await? {
+                continue;
+            }
+            let tmp = tempfile::Builder::new()
+                .prefix(".import-")
+                .suffix(".sqlite")
+                .tempfile_in(&dir)
+                .map_err(|e| RunError::io(dir.display().to_string(), e))?
+                .into_temp_path();
+            sh.store
+                .get_file(&name, &tmp)
+                .await
+                .map_err(|e| RunError::io(format!("{}/{name}", sh.store.location()), e))?;
+            let (c, from) = (cache.clone(), tmp.to_path_buf());
+            added += blocking(move || c.import(&from, &name)).await?;
+        }
+        // What came from other workers is theirs to have published, not ours.
+        let c = cache.clone();
+        blocking(move || {
+            let (_, last) = c.unpublished()?;
+            c.mark_published(last)
+        })
+        .await?;
+        if added > 0 {
+            tracing::info!(
+                answers = added,
+                "Imported the answers other workers of this run published."
+            );
+        }
+        Ok(added)
     }
 
     pub fn get(&self) -> Result<Arc<ResponseCache>, StageError> {

@@ -462,12 +462,24 @@ async fn open_stage_tables<R: Serialize + serde::de::DeserializeOwned + Send + '
         settings.max_rows_per_shard,
         settings.flush_every,
     )
-    .await?;
+    .await?
+    .publishing(cx.cache.clone());
     Ok((Arc::new(prior), writer))
 }
 
+/// What the source task is in this worker.
+pub struct SourceRole {
+    /// Rank 0 of a ranked run whose source collects once: the run's pipeline fingerprint, which
+    /// the completion marker names.
+    pub collect_for: Option<String>,
+    /// Where a source that stops half-way leaves its error, for the runner to report once the
+    /// other stages have drained.
+    pub stopped: Arc<std::sync::Mutex<Option<RunError>>>,
+}
+
 /// Reads the source stream, persists the `source` table, forwards the records (this rank's).
-/// With `for_all_ranks` (rank 0 of a ranked run whose source collects once) every video is
+/// With `collect_for` (rank 0 of a ranked run whose source collects once; the run's pipeline
+/// fingerprint) every video is
 /// persisted, and a marker tells the other ranks when the table is complete.
 pub async fn run_source(
     source: Box<dyn stage::Source>,
@@ -476,8 +488,13 @@ pub async fn run_source(
     settings: StageSettings,
     progress: Arc<StageProgress>,
     watch: Arc<StageWatch>,
-    for_all_ranks: bool,
+    role: SourceRole,
 ) -> Result<StageCounts, RunError> {
+    let SourceRole {
+        collect_for,
+        stopped,
+    } = role;
+    let for_all_ranks = collect_for.is_some();
     let mut table_cx = cx.clone();
     if for_all_ranks {
         // The table keeps every rank's videos; only forwarding is by rank.
@@ -492,11 +509,22 @@ pub async fn run_source(
     let mut counts = StageCounts::default();
     let cancel = cx.cancel.clone();
     let mut rejects = RejectLog::default();
+    let committed_elsewhere = source.already_committed();
     let mut items = source.run(cx.clone());
     loop {
         let item = tokio::select! {
             _ = cancel.cancelled() => break,
-            i = items.next() => match i { Some(i) => i, None => { ended = true; break } },
+            i = items.next() => match i {
+                Some(Ok(i)) => i,
+                Some(Err(e)) => {
+                    // What came before goes on down the chain; the runner reports `e` once the
+                    // other stages have drained.
+                    tracing::warn!(error = %e, "The source stopped; finishing the videos it passed on.");
+                    *stopped.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    break;
+                }
+                None => { ended = true; break }
+            },
         };
         let id = match &item {
             Ok(rec) => &rec.video_id,
@@ -516,7 +544,9 @@ pub async fn run_source(
         watch.finished(None);
         match item {
             Ok(rec) => {
-                if prior.is_done(&rec.video_id) {
+                if committed_elsewhere {
+                    counts.reused += 1;
+                } else if prior.is_done(&rec.video_id) {
                     let before = prior.take(&rec.video_id).await?;
                     counts.reused += 1;
                     // Finished work is keyed by video id: a different file under the same id keeps
@@ -559,10 +589,9 @@ pub async fn run_source(
         }
     }
     writer.flush().await?;
-    if for_all_ranks && ended {
-        let marker = serde_json::json!({ "collected_at": manifest::now() });
+    if let (Some(fp), true) = (&collect_for, ended) {
         cx.store
-            .put(collected::COLLECTED, marker.to_string().into_bytes())
+            .put(collected::COLLECTED, collected::marker(fp))
             .await
             .map_err(|e| RunError::io(collected::COLLECTED, e))?;
     }

@@ -171,7 +171,8 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
     let (store, run_dir) = (opened.store.clone(), opened.work.clone());
     check_store(store.as_ref()).await?;
     let rank = opts.rank;
-    ranks::pin(store.as_ref(), &pin_of(&plan, &rank), &rank, opts.repin).await?;
+    let pin = pin_of(&plan, &rank);
+    ranks::pin(store.as_ref(), &pin, &rank, opts.repin).await?;
     let cancel = CancellationToken::new();
     spawn_ctrl_c(cancel.clone());
     let threads = plan.runtime.cpu_threads.unwrap_or_else(|| {
@@ -180,7 +181,15 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
             .unwrap_or(2)
     });
     let cpu = CpuPool::new(threads);
-    let cache = crate::runtime::cache::CacheHandle::new(&run_dir);
+    // On an object store each worker's cache is in its own work folder: answers are shared
+    // through the store (published with every shard commit, imported here).
+    let cache = if store.local_path("").is_none() {
+        let c = crate::runtime::cache::CacheHandle::shared(&run_dir, store.clone(), rank.rank);
+        c.import_parts().await?;
+        c
+    } else {
+        crate::runtime::cache::CacheHandle::new(&run_dir)
+    };
     // Each stage submits CPU work under its own name and chain position (later stages first).
     let ranks: BTreeMap<String, u32> = std::iter::once(SOURCE_STAGE_ID.to_string())
         .chain(plan.stages.iter().map(|s| s.id.clone()))
@@ -206,9 +215,10 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
     if collects_once && rank.rank != 0 {
         plan.source = Box::new(super::collected::CollectedSource::instead_of(
             plan.source.as_ref(),
+            &pin.pipeline_fingerprint,
         ));
     }
-    let for_all_ranks = collects_once && rank.rank == 0;
+    let collect_for = (collects_once && rank.rank == 0).then(|| pin.pipeline_fingerprint.clone());
     let pre_cx = cx_for(SOURCE_STAGE_ID, SOURCE_FINGERPRINT, Arc::new(vec![]));
     plan.source.open(&pre_cx).await?;
     let extras = plan.source.extras();
@@ -239,10 +249,24 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
     let sp = progress.stage(SOURCE_STAGE_ID);
     let scx = cx_for(SOURCE_STAGE_ID, SOURCE_FINGERPRINT, extras.clone());
     let ss = settings_for(1, None, 0);
+    let source_stop = Arc::new(std::sync::Mutex::new(None));
+    let stop_slot = source_stop.clone();
     tasks.spawn(async move {
         (
             SOURCE_STAGE_ID.to_string(),
-            super::run_source(source, tx, scx, ss, sp, sw, for_all_ranks).await,
+            super::run_source(
+                source,
+                tx,
+                scx,
+                ss,
+                sp,
+                sw,
+                super::SourceRole {
+                    collect_for,
+                    stopped: stop_slot,
+                },
+            )
+            .await,
         )
     });
     for st in plan.stages {
@@ -284,6 +308,11 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
     }
 
     let (counts, failure) = join_stages(tasks, &cancel).await;
+    let failure = failure.or_else(|| source_stop.lock().unwrap_or_else(|p| p.into_inner()).take());
+    // Calls of videos not committed yet (a failure, an interrupt) are paid for too.
+    if let Err(e) = cache.publish().await {
+        tracing::warn!(error = %e, "Could not publish this worker's last answers to the run's store; a rerun elsewhere may repeat those calls.");
+    }
     log_stop.cancel();
 
     let interrupted = cancel.is_cancelled() && failure.is_none();

@@ -28,6 +28,9 @@ pub const META_FINGERPRINT: &str = "vidcurate.fingerprint";
 pub const META_REJECTED: &str = "vidcurate.rejected";
 /// The rejects shard a commit adopts (its other reject attempts are garbage).
 pub const META_REJECTS_FILE: &str = "vidcurate.rejects_file";
+/// The slot's reject rows themselves (JSON): the slot is the commit, so whoever finds its
+/// rejects shard missing (a crash right after the commit) writes it again from these.
+pub const META_REJECT_ROWS: &str = "vidcurate.reject_rows";
 pub const REJECTS_DIR: &str = "rejects";
 pub const SUPERSEDED_DIR: &str = "_superseded";
 
@@ -90,6 +93,36 @@ impl<T> Pending<T> {
     }
 }
 
+/// The reject rows a slot carries in its footer, enough to write its rejects shard again.
+#[derive(Serialize, serde::Deserialize)]
+struct FooterRejects {
+    extras: Vec<String>,
+    ids: Vec<String>,
+    extra: Vec<Vec<Option<String>>>,
+    rows: Vec<RejectRow>,
+}
+
+impl FooterRejects {
+    /// The rejects shard these rows make (the same bytes whoever builds it).
+    fn shard(&self, stage: &str, fingerprint: &str) -> Result<Vec<u8>, RunError> {
+        let batch = build_batch(
+            &fields_of::<RejectRow>()?,
+            &self.rows,
+            &self.ids,
+            &self.extra,
+            &Arc::new(self.extras.clone()),
+            fingerprint,
+        )?;
+        let footer = Footer {
+            videos: &self.ids,
+            rejected: &[],
+            rejects_file: None,
+            reject_rows: None,
+        };
+        encode_parquet(&batch, &footer, stage, fingerprint)
+    }
+}
+
 /// Where and as what a stage's shards are written.
 struct ShardTarget {
     store: Arc<dyn Store>,
@@ -133,7 +166,6 @@ pub struct Slots<'a> {
 pub struct ShardWriter<R> {
     target: ShardTarget,
     fields: Vec<FieldRef>,
-    reject_fields: Vec<FieldRef>,
     rows: Pending<R>,
     rejects: Pending<RejectRow>,
     next_slot: u32,
@@ -144,6 +176,8 @@ pub struct ShardWriter<R> {
     /// (read from their slots): dropped when this writer settles them too, however late.
     others: HashSet<String>,
     lost: u64,
+    /// A cache whose new answers are published before each commit (a run on an object store).
+    cache: Option<crate::runtime::cache::CacheHandle>,
     _row: PhantomData<R>,
 }
 
@@ -198,7 +232,6 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
                 slot_prefix: slot_prefix.to_string(),
             },
             fields: fields_of::<R>()?,
-            reject_fields: fields_of::<RejectRow>()?,
             rows: Pending::new(),
             rejects: Pending::new(),
             next_slot,
@@ -207,8 +240,16 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
             flush_every,
             others: HashSet::new(),
             lost: 0,
+            cache: None,
             _row: PhantomData,
         })
+    }
+
+    /// Publishes `cache`'s new answers before each commit, so a committed row's paid calls are
+    /// in the store for every other worker.
+    pub fn publishing(mut self, cache: crate::runtime::cache::CacheHandle) -> Self {
+        self.cache = Some(cache);
+        self
     }
 
     /// Records a computed video and its rows.
@@ -263,29 +304,27 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
     pub async fn flush(&mut self) -> Result<(), RunError> {
         self.last_flush = Instant::now();
         self.drop_settled_elsewhere();
+        if let (Some(c), true) = (&self.cache, self.pending() > 0) {
+            c.publish().await?;
+        }
         while self.pending() > 0 {
             let t = &self.target;
             let io = |p: &str, e| RunError::io(format!("{}/{p}", t.store.location()), e);
             let slot = self.next_slot;
-            // The slot's rejects shard has a name only the slot's winner writes, after winning.
+            // The slot's rejects shard is written after winning, from rows the slot carries.
             let rejects = if self.rejects.videos.is_empty() {
                 None
             } else {
-                let batch = build_batch(
-                    &self.reject_fields,
-                    &self.rejects.rows,
-                    &self.rejects.ids,
-                    &self.rejects.extra,
-                    &t.extras,
-                    &t.fingerprint,
-                )?;
-                let footer = Footer {
-                    videos: &self.rejects.videos,
-                    rejected: &[],
-                    rejects_file: None,
+                let rows = FooterRejects {
+                    extras: t.extras.to_vec(),
+                    ids: self.rejects.ids.clone(),
+                    extra: self.rejects.extra.clone(),
+                    rows: self.rejects.rows.clone(),
                 };
-                let bytes = encode_parquet(&batch, &footer, &t.stage_id, &t.fingerprint)?;
-                Some((t.rejects_path(slot), bytes))
+                let json = serde_json::to_string(&rows)
+                    .map_err(|e| RunError::Internal(format!("reject rows: {e}")))?;
+                let bytes = rows.shard(&t.stage_id, &t.fingerprint)?;
+                Some((t.rejects_path(slot), bytes, json))
             };
             let batch = build_batch(
                 &self.fields,
@@ -298,7 +337,8 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
             let footer = Footer {
                 videos: &self.rows.videos,
                 rejected: &self.rejects.videos,
-                rejects_file: rejects.as_ref().map(|(p, _)| p.as_str()),
+                rejects_file: rejects.as_ref().map(|(p, _, _)| p.as_str()),
+                reject_rows: rejects.as_ref().map(|(_, _, j)| j.as_str()),
             };
             let bytes = encode_parquet(&batch, &footer, &t.stage_id, &t.fingerprint)?;
             let path = t.slot_path(slot);
@@ -307,11 +347,11 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
                 .await
                 .map_err(|e| io(&path, e))?
             {
-                if let Some((rpath, rbytes)) = rejects {
+                if let Some((rpath, rbytes, _)) = rejects {
                     // A crash before this put leaves the slot naming a file that is not there:
-                    // readers then do not count those videos as rejected, and a rerun redoes them.
+                    // the next worker to load this stage writes it from the slot's footer.
                     t.store
-                        .put(&rpath, rbytes)
+                        .put_if_absent(&rpath, rbytes)
                         .await
                         .map_err(|e| io(&rpath, e))?;
                 }
@@ -400,6 +440,8 @@ struct Footer<'a> {
     /// Videos this commit rejects (their rows are in `rejects_file`).
     rejected: &'a [String],
     rejects_file: Option<&'a str>,
+    /// `FooterRejects` as JSON.
+    reject_rows: Option<&'a str>,
 }
 
 fn encode_parquet(
@@ -424,6 +466,9 @@ fn encode_parquet(
     }
     if let Some(f) = footer.rejects_file {
         meta.push(KeyValue::new(META_REJECTS_FILE.to_string(), f.to_string()));
+    }
+    if let Some(r) = footer.reject_rows {
+        meta.push(KeyValue::new(META_REJECT_ROWS.to_string(), r.to_string()));
     }
     parquet_bytes(batch, Some(meta))
 }
@@ -455,6 +500,8 @@ pub struct ShardContents {
     pub rejected: Vec<String>,
     /// The rejects shard this commit adopted.
     pub rejects_file: Option<String>,
+    /// The reject rows the commit carries (JSON), in slots written since they do.
+    reject_rows: Option<String>,
     pub fingerprint: Option<String>,
     pub batches: Vec<RecordBatch>,
 }
@@ -476,6 +523,7 @@ pub fn decode_parquet(data: Vec<u8>, with_rows: bool) -> Result<ShardContents, S
     };
     let (videos, rejected) = (list(META_VIDEOS), list(META_REJECTED));
     let rejects_file = get(META_REJECTS_FILE);
+    let reject_rows = get(META_REJECT_ROWS);
     let fingerprint = get(META_FINGERPRINT);
     let mut batches = vec![];
     if with_rows {
@@ -488,6 +536,7 @@ pub fn decode_parquet(data: Vec<u8>, with_rows: bool) -> Result<ShardContents, S
         videos,
         rejected,
         rejects_file,
+        reject_rows,
         fingerprint,
         batches,
     })
@@ -682,12 +731,45 @@ async fn stage_files(
     Ok((paths, rejects))
 }
 
-/// The videos a shard's commit rejected, if its rejects shard was written.
+/// The videos a shard's commit rejected. A slot that carries its reject rows rejects them
+/// whether or not its rejects shard is written yet (`restore_rejects` writes it); an older slot
+/// whose rejects shard is missing rejects nothing, so a rerun redoes those videos.
 fn committed_rejects(c: &ShardContents, rejects: &HashSet<String>) -> Vec<String> {
     match &c.rejects_file {
-        Some(f) if !rejects.contains(f) => vec![],
+        Some(f) if !rejects.contains(f) && c.reject_rows.is_none() => vec![],
         _ => c.rejected.clone(),
     }
+}
+
+/// Writes a committed slot's missing rejects shard from its footer (a worker killed between
+/// its commit and that write). Create-only: the slot's winner may be writing it right now.
+async fn restore_rejects(
+    store: &dyn Store,
+    c: &ShardContents,
+    stage: &str,
+    rejects: &HashSet<String>,
+) -> Result<(), RunError> {
+    let (Some(file), Some(json), Some(fp)) = (&c.rejects_file, &c.reject_rows, &c.fingerprint)
+    else {
+        return Ok(());
+    };
+    if rejects.contains(file) {
+        return Ok(());
+    }
+    let rows: FooterRejects = serde_json::from_str(json).map_err(|e| {
+        RunError::Internal(format!(
+            "{}/{file}: unreadable reject rows in its slot: {e}",
+            store.location()
+        ))
+    })?;
+    let written = store
+        .put_if_absent(file, rows.shard(stage, fp)?)
+        .await
+        .map_err(|e| RunError::io(format!("{}/{file}", store.location()), e))?;
+    if written {
+        tracing::info!(stage, file = %file, "Wrote a committed slot's missing rejects shard from its footer.");
+    }
+    Ok(())
 }
 
 /// Rows of `batches` decoded as `R` (a stage's row type), keyed by video id.
@@ -774,6 +856,7 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
             );
             continue;
         }
+        restore_rejects(store.as_ref(), &contents, stage_id, &rejects).await?;
         prior.rejected.extend(
             committed_rejects(&contents, &rejects)
                 .iter()
@@ -863,6 +946,46 @@ pub async fn read_table(
             view.rejected.extend(c.videos);
         } else {
             view.rejected.extend(committed_rejects(&c, &rejects));
+            view.done.extend(c.videos);
+            view.batches.extend(c.batches);
+        }
+    }
+    Ok(view)
+}
+
+/// The committed shards of a stage table that are not in `seen` yet (and adds them there), with
+/// their rows, for a reader following a table another worker is still writing.
+pub async fn read_new_slots(
+    store: &Arc<dyn Store>,
+    stage_id: &str,
+    fingerprint: &str,
+    seen: &mut HashSet<String>,
+) -> Result<TableView, RunError> {
+    let mut view = TableView {
+        done: HashSet::new(),
+        rejected: HashSet::new(),
+        batches: vec![],
+    };
+    let mut paths: Vec<String> = store
+        .list(stage_id)
+        .await
+        .map_err(|e| RunError::io(format!("{}/{stage_id}", store.location()), e))?
+        .into_iter()
+        .filter(|p| p.ends_with(".parquet") && !seen.contains(p))
+        .collect();
+    paths.sort();
+    for path in paths {
+        seen.insert(path.clone());
+        let Some(data) = get_unless_moved(store.as_ref(), &path).await? else {
+            continue;
+        };
+        let c = decode_parquet(data, true).map_err(|e| {
+            RunError::Internal(format!(
+                "{}/{path}: unreadable shard: {e}",
+                store.location()
+            ))
+        })?;
+        if c.fingerprint.as_deref() == Some(fingerprint) {
             view.done.extend(c.videos);
             view.batches.extend(c.batches);
         }
@@ -1016,10 +1139,10 @@ mod tests {
         }
     }
 
-    /// A crash between a slot and its rejects shard: the rejects are not counted, so the rerun
-    /// redoes those videos, and the rejects table never holds a row twice.
+    /// A crash between a slot and its rejects shard: the slot still rejects its videos (a twin
+    /// starting then must not redo them), and the next load writes the shard from the footer.
     #[tokio::test]
-    async fn a_slot_whose_rejects_shard_is_missing_rejects_nothing() {
+    async fn a_slot_whose_rejects_shard_is_missing_gets_it_back_from_its_footer() {
         let dir = tempfile::tempdir().unwrap();
         let store = crate::runtime::store::open_run(
             &dir.path().display().to_string(),
@@ -1055,13 +1178,22 @@ mod tests {
             rejects,
             vec!["rejects/probe-slot-part-00000.parquet".to_string()]
         );
+        let written = store.get(&rejects[0]).await.unwrap();
         store.delete(&rejects[0]).await.unwrap();
+        // A reader sees the commit's rejects before anyone restores the file.
+        let view = read_table(&store, "probe", "fp", false).await.unwrap();
+        assert_eq!(view.rejected, HashSet::from(["bad".to_string()]));
         let prior = load_prior::<Row>(&store, "probe", "fp", "part-", keep)
             .await
             .unwrap();
-        assert!(prior.is_done("good") && !prior.is_rejected("bad"));
-        let view = read_table(&store, "probe", "fp", false).await.unwrap();
-        assert!(view.rejected.is_empty());
+        assert!(prior.is_done("good") && prior.is_rejected("bad"));
+        let restored = store.get(&rejects[0]).await.unwrap();
+        let (a, b) = (
+            decode_parquet(written, true).unwrap(),
+            decode_parquet(restored, true).unwrap(),
+        );
+        assert_eq!(a.videos, vec!["bad".to_string()]);
+        assert_eq!((a.videos, a.batches), (b.videos, b.batches));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

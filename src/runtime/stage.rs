@@ -136,6 +136,11 @@ pub struct SourceReject {
 
 pub type SourceItem = Result<VideoRecord, SourceReject>;
 
+/// What `Source::run` yields. An `Err` ends the source: what it yielded before still goes down
+/// the chain and is persisted, then the run stops with that error (a quota spent halfway through
+/// a collection that streams).
+pub type SourceStream = BoxStream<'static, Result<SourceItem, crate::error::RunError>>;
+
 /// Where videos come from. `open` does the listing (and knows the total when it can); `run`
 /// streams the records, and the runner persists them as the `source` table.
 #[async_trait]
@@ -150,11 +155,16 @@ pub trait Source: Send + 'static {
     /// Number of items `run` will yield, when known.
     fn total(&self) -> Option<u64>;
     /// Yields the videos. Must stop promptly when `cx.cancel` fires.
-    fn run(self: Box<Self>, cx: StageContext) -> BoxStream<'static, SourceItem>;
+    fn run(self: Box<Self>, cx: StageContext) -> SourceStream;
     /// Whether a ranked run collects once, on rank 0, for every rank (a source that spends an
     /// API quota); the other ranks then read its committed table. Cheap sources (local files)
     /// are listed by every rank.
     fn collects_once(&self) -> bool {
+        false
+    }
+    /// Whether the records come from a `source` table another worker commits (a rank following
+    /// rank 0's collection): they are passed on, not written again.
+    fn already_committed(&self) -> bool {
         false
     }
 }

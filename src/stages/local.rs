@@ -10,11 +10,10 @@
 use crate::config::{ConfigError, Seg};
 use crate::error::{RunError, StageError};
 use crate::record::{Extras, MediaFile, Slot, SourceInfo, VideoRecord};
-use crate::runtime::stage::{Source, SourceItem, SourceReject, StageContext};
+use crate::runtime::stage::{Source, SourceReject, SourceStream, StageContext};
 use crate::stages::BuildCx;
 use async_trait::async_trait;
 use futures::StreamExt;
-use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -457,7 +456,7 @@ impl Source for LocalSource {
         Some(self.entries.len() as u64)
     }
 
-    fn run(self: Box<Self>, cx: StageContext) -> BoxStream<'static, SourceItem> {
+    fn run(self: Box<Self>, cx: StageContext) -> SourceStream {
         let cpu = cx.cpu.clone();
         // Hash in parallel, keep the listing order, then drop duplicates in order.
         let hashed = futures::stream::iter(self.entries).map(move |e| {
@@ -554,6 +553,7 @@ impl Source for LocalSource {
                 });
                 Ok(rec)
             })
+            .map(Ok)
             .boxed()
     }
 }

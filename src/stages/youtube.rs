@@ -2,16 +2,23 @@
 //!
 //! Reads: the query file (`queries/*.toml`). Calls: search.list for every query and date window
 //! (paged, maxResults 50; a window whose first page estimates more results than `split_above` is
-//! cut in two, down to `min_window_hours`), then videos.list in batches of 50 ids for snippet,
+//! cut in two, down to `min_window_hours`), and videos.list in batches of 50 ids for snippet,
 //! contentDetails, statistics and status. Caches: every API answer, in the run's response cache
 //! (a rerun makes no call it made before), and counts quota in the per-key ledger. Writes: the
 //! `source` table: metadata (title and description HTML-unescaped and raw, channel, upload time,
-//! duration in seconds, counts as integers, tags, languages, status) and `provenance`: every
-//! (query, parameters, page, rank) that found the video; the query file's `domain` is carried as
-//! an extra column. Ids that videos.list does not return (private, deleted) are rejected as
-//! `unavailable`. Collection is all-or-nothing per run: a spent quota stops the run (exit 4)
-//! before any video is passed on, and the next run picks up from the cache. In a ranked run only
-//! rank 0 collects (`Source::collects_once`); the other ranks read its committed table.
+//! duration in seconds, counts as integers, tags, languages, status) and `provenance`, the
+//! (query, parameters, page, rank) hits known when the video was passed on; the query file's
+//! `domain` is carried as an extra column. When every query is answered, `collection/provenance.parquet`
+//! lists every hit of every video (a video found again after it was passed on is only complete
+//! there). Ids that videos.list does not return (private, deleted) are rejected as `unavailable`.
+//!
+//! Collection streams: each batch of 50 new ids goes to videos.list as soon as the searches have
+//! found it, and its videos go down the chain at once, so judging runs while searching goes on.
+//! The batches are the same as when everything was collected first (ids in the order they were
+//! first found, cut every 50), so a rerun finds every call in the cache. A spent quota stops the
+//! collection (exit 4) after the videos already passed on are finished; the next run picks up
+//! from the cache. In a ranked run only rank 0 collects (`Source::collects_once`); the other ranks
+//! read its committed table.
 
 use crate::clients::youtube::{
     ClientSettings, QuotaConfig, YouTubeClient, YtError, parse_duration,
@@ -20,12 +27,11 @@ use crate::config::{ConfigError, Seg};
 use crate::error::{RunError, StageError};
 use crate::queries::{Query, QueryFile};
 use crate::record::{Extras, Provenance, Slot, SourceInfo, VideoRecord};
-use crate::runtime::stage::{Source, SourceItem, SourceReject, StageContext};
+use crate::runtime::stage::{Source, SourceItem, SourceReject, SourceStream, StageContext};
 use crate::stages::BuildCx;
 use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 use futures::StreamExt;
-use futures::stream::BoxStream;
 use google_youtube3::api::Video;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -82,7 +88,7 @@ pub struct YouTubeSource {
     settings: ClientSettings,
     queries: Vec<Query>,
     domain: String,
-    items: Vec<SourceItem>,
+    client: Option<Arc<YouTubeClient>>,
 }
 
 pub fn build(
@@ -149,7 +155,7 @@ pub fn build(
             settings,
             queries,
             domain: qf.domain,
-            items: vec![],
+            client: None,
         }),
         json,
     ))
@@ -217,9 +223,24 @@ fn initial_windows(q: &Query) -> Vec<Window> {
     }
 }
 
-struct Collected {
+/// Where the hits go: per video, in the order videos were first found; the ids waiting for
+/// their videos.list batch.
+#[derive(Default)]
+struct Found {
     order: Vec<String>,
     provenance: HashMap<String, Vec<Provenance>>,
+    pending: Vec<String>,
+    batches: usize,
+    passed_on: usize,
+}
+
+/// The end of the source stream; `false` once nobody listens (the run is stopping).
+type Out = tokio::sync::mpsc::Sender<Result<SourceItem, RunError>>;
+
+fn interrupted() -> RunError {
+    RunError::Stopped(
+        "interrupted during collection; rerun to resume (answers so far are cached)".into(),
+    )
 }
 
 impl YouTubeSource {
@@ -236,28 +257,16 @@ impl YouTubeSource {
         p
     }
 
+    /// Searches every query and window, passing each full batch of new ids on as it fills.
+    /// `Ok(false)`: the receiver went away (the run is stopping).
     async fn collect(
         &self,
         client: &YouTubeClient,
         cx: &StageContext,
-    ) -> Result<Collected, RunError> {
-        let mut found = Collected {
-            order: vec![],
-            provenance: HashMap::new(),
-        };
+        out: &Out,
+        found: &mut Found,
+    ) -> Result<bool, RunError> {
         let n = self.queries.len();
-        // A bar on a terminal (collection runs before the stage bars exist); log lines otherwise.
-        let bar = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-            let b = indicatif::ProgressBar::new(n as u64);
-            if let Ok(s) = indicatif::ProgressStyle::with_template(
-                "collect {bar:30} {pos}/{len} queries, {msg} [{elapsed_precise}, eta {eta}]",
-            ) {
-                b.set_style(s);
-            }
-            b
-        } else {
-            indicatif::ProgressBar::hidden()
-        };
         for (qi, q) in self.queries.iter().enumerate() {
             let base = Self::base_params(q);
             let pages = q
@@ -283,9 +292,7 @@ impl YouTubeSource {
                 let (mut token, mut rank) = (None::<String>, 0u32);
                 for page in 1..=pages {
                     if cx.cancel.is_cancelled() {
-                        return Err(RunError::Stopped(
-                            "interrupted during collection; rerun to resume (answers so far are cached)".into(),
-                        ));
+                        return Err(interrupted());
                     }
                     let mut p = params.clone();
                     if let Some(t) = &token {
@@ -305,6 +312,7 @@ impl YouTubeSource {
                         let prov = found.provenance.entry(id.clone()).or_default();
                         if prov.is_empty() {
                             found.order.push(id.clone());
+                            found.pending.push(id.clone());
                         }
                         prov.push(Provenance {
                             query: q.text.clone(),
@@ -313,6 +321,13 @@ impl YouTubeSource {
                             page,
                             rank,
                         });
+                    }
+                    // A full batch goes now (its ids are the ones the old collect-first order
+                    // batched together too, so the cache keys do not change).
+                    while found.pending.len() >= 50 {
+                        if !self.pass_on(client, cx, out, found, 50).await? {
+                            return Ok(false);
+                        }
                     }
                     let estimate = resp
                         .page_info
@@ -339,15 +354,153 @@ impl YouTubeSource {
                     }
                 }
             }
-            if bar.is_hidden() {
-                tracing::info!(query = %q.text, results = q_results, pages = q_pages, "Query {}/{n} done.", qi + 1);
-            }
-            bar.set_message(format!("{} videos", found.order.len()));
-            bar.inc(1);
+            tracing::info!(query = %q.text, results = q_results, pages = q_pages, videos = found.order.len(), passed_on = found.passed_on, "Query {}/{n} done.", qi + 1);
         }
-        bar.finish_and_clear();
-        Ok(found)
+        let rest = found.pending.len();
+        if rest > 0 && !self.pass_on(client, cx, out, found, rest).await? {
+            return Ok(false);
+        }
+        Ok(true)
     }
+
+    /// videos.list for the first `take` pending ids; their records (or `unavailable` rejects)
+    /// go down the chain. `Ok(false)`: nobody listens any more.
+    async fn pass_on(
+        &self,
+        client: &YouTubeClient,
+        cx: &StageContext,
+        out: &Out,
+        found: &mut Found,
+        take: usize,
+    ) -> Result<bool, RunError> {
+        if cx.cancel.is_cancelled() {
+            return Err(interrupted());
+        }
+        let ids: Vec<String> = found.pending.drain(..take).collect();
+        found.batches += 1;
+        let bi = found.batches;
+        let resp = client.videos(&ids).await.map_err(|e| match e {
+            YtError::QuotaSpent(m) => RunError::Stopped(format!(
+                "YouTube quota: {m}. Stopped at videos.list batch {bi} ({} videos passed on); rerun after the reset to continue (nothing is repeated)",
+                found.passed_on
+            )),
+            YtError::Unavailable { .. } => RunError::Stopped(format!(
+                "{e}. Stopped at videos.list batch {bi}; rerun to continue"
+            )),
+            other => RunError::Config(other.to_string()),
+        })?;
+        let mut details: HashMap<String, Video> = HashMap::new();
+        for v in resp.items.unwrap_or_default() {
+            if let Some(id) = v.id.clone() {
+                details.insert(id, v);
+            }
+        }
+        let extra = vec![Some(self.domain.clone())];
+        for id in ids {
+            let prov = found.provenance.get(&id).cloned().unwrap_or_default();
+            let item = match details.remove(&id) {
+                Some(v) => {
+                    let mut info = video_info(&v);
+                    info.provenance = prov;
+                    Ok(VideoRecord::new(id, info, extra.clone()))
+                }
+                None => Err(SourceReject {
+                    video_id: id.clone(),
+                    extra: extra.clone(),
+                    error: StageError::data(
+                        "unavailable",
+                        format!("videos.list did not return {id} (private, deleted or blocked)"),
+                    ),
+                }),
+            };
+            found.passed_on += 1;
+            if out.send(Ok(item)).await.is_err() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Collects, streaming into `out`; a stop is the stream's last item.
+    async fn stream(self, cx: StageContext, out: Out) {
+        let Some(client) = self.client.clone() else {
+            let _ = out
+                .send(Err(RunError::Internal(
+                    "youtube source run before open".into(),
+                )))
+                .await;
+            return;
+        };
+        let mut found = Found::default();
+        match self.collect(&client, &cx, &out, &mut found).await {
+            Ok(true) => {
+                if let Err(e) = write_provenance(&cx, &found).await {
+                    let _ = out.send(Err(e)).await;
+                    return;
+                }
+                let left = client
+                    .remaining()
+                    .map(|r| {
+                        r.iter()
+                            .map(|(b, used, budget)| format!("{b} {used}/{budget}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    })
+                    .unwrap_or_default();
+                tracing::info!(
+                    videos = found.order.len(),
+                    videos_list_batches = found.batches,
+                    api_calls = client.calls.load(std::sync::atomic::Ordering::Relaxed),
+                    quota_used_today = %left,
+                    "Collection done."
+                );
+            }
+            Ok(false) => {}
+            Err(e) => {
+                let _ = out.send(Err(e)).await;
+            }
+        }
+    }
+}
+
+/// Where every hit of a complete collection is written.
+pub const PROVENANCE_TABLE: &str = "collection/provenance.parquet";
+
+/// One row per (video, hit), videos in the order they were first found.
+#[derive(Serialize, Deserialize)]
+struct HitRow {
+    video_id: String,
+    query: String,
+    group: String,
+    params: String,
+    page: u32,
+    rank: u32,
+}
+
+async fn write_provenance(cx: &StageContext, found: &Found) -> Result<(), RunError> {
+    use serde_arrow::to_record_batch;
+    let rows: Vec<HitRow> = found
+        .order
+        .iter()
+        .flat_map(|id| {
+            found.provenance[id].iter().map(move |p| HitRow {
+                video_id: id.clone(),
+                query: p.query.clone(),
+                group: p.group.clone(),
+                params: p.params.clone(),
+                page: p.page,
+                rank: p.rank,
+            })
+        })
+        .collect();
+    let fields = crate::runtime::shards::fields_of::<HitRow>()?;
+    let batch = to_record_batch(&fields, &rows)
+        .map_err(|e| RunError::Internal(format!("provenance table: {e}")))?;
+    let bytes = crate::runtime::shards::encode_table(&batch)?;
+    cx.store
+        .put(PROVENANCE_TABLE, bytes)
+        .await
+        .map_err(|e| RunError::io(format!("{}/{PROVENANCE_TABLE}", cx.store.location()), e))
 }
 
 /// A call that gave no answer stops the collection; the message says how far it got.
@@ -429,71 +582,7 @@ impl Source for YouTubeSource {
             key = client.key_id(),
             "Collecting from the YouTube Data API."
         );
-        let found = self.collect(&client, cx).await?;
-        let extra = vec![Some(self.domain.clone())];
-        let mut details: HashMap<String, Video> = HashMap::new();
-        let batches: Vec<&[String]> = found.order.chunks(50).collect();
-        for (bi, ids) in batches.iter().enumerate() {
-            if cx.cancel.is_cancelled() {
-                return Err(RunError::Stopped(
-                    "interrupted during collection; rerun to resume (answers so far are cached)"
-                        .into(),
-                ));
-            }
-            let resp = client.videos(ids).await.map_err(|e| {
-                let n = batches.len();
-                match e {
-                    YtError::QuotaSpent(m) => RunError::Stopped(format!(
-                        "YouTube quota: {m}. Stopped at videos.list batch {}/{n}; rerun after the reset to continue (nothing is repeated)",
-                        bi + 1
-                    )),
-                    YtError::Unavailable { .. } => RunError::Stopped(format!(
-                        "{e}. Stopped at videos.list batch {}/{n}; rerun to continue",
-                        bi + 1
-                    )),
-                    other => RunError::Config(other.to_string()),
-                }
-            })?;
-            for v in resp.items.unwrap_or_default() {
-                if let Some(id) = v.id.clone() {
-                    details.insert(id, v);
-                }
-            }
-        }
-        let mut provenance = found.provenance;
-        for id in found.order {
-            let prov = provenance.remove(&id).unwrap_or_default();
-            self.items.push(match details.get(&id) {
-                Some(v) => {
-                    let mut info = video_info(v);
-                    info.provenance = prov;
-                    Ok(VideoRecord::new(id, info, extra.clone()))
-                }
-                None => Err(SourceReject {
-                    video_id: id.clone(),
-                    extra: extra.clone(),
-                    error: StageError::data(
-                        "unavailable",
-                        format!("videos.list did not return {id} (private, deleted or blocked)"),
-                    ),
-                }),
-            });
-        }
-        let left = client
-            .remaining()
-            .map(|r| {
-                r.iter()
-                    .map(|(b, used, budget)| format!("{b} {used}/{budget}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
-            .unwrap_or_default();
-        tracing::info!(
-            videos = self.items.len(),
-            api_calls = client.calls.load(std::sync::atomic::Ordering::Relaxed),
-            quota_used_today = %left,
-            "Collection done."
-        );
+        self.client = Some(Arc::new(client));
         Ok(())
     }
 
@@ -501,12 +590,18 @@ impl Source for YouTubeSource {
         Arc::new(vec!["domain".to_string()])
     }
 
+    /// Unknown until the searches are done: videos go on as they are found.
     fn total(&self) -> Option<u64> {
-        Some(self.items.len() as u64)
+        None
     }
 
-    fn run(self: Box<Self>, _cx: StageContext) -> BoxStream<'static, SourceItem> {
-        futures::stream::iter(self.items).boxed()
+    fn run(self: Box<Self>, cx: StageContext) -> SourceStream {
+        // A few batches ahead of the chain at most: collection waits for slow stages rather
+        // than hold every video in memory.
+        let (tx, rx) = tokio::sync::mpsc::channel(100);
+        tokio::spawn((*self).stream(cx, tx));
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|i| (i, rx)) })
+            .boxed()
     }
 
     fn collects_once(&self) -> bool {
