@@ -16,6 +16,7 @@ pub mod queries;
 pub mod record;
 pub mod rethreshold;
 pub mod runtime;
+pub mod secrets;
 pub mod stages;
 pub mod status;
 pub mod tls;

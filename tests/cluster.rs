@@ -311,11 +311,18 @@ fn refused_credentials_stop_the_run_with_exit_2() {
     write(&p, &pipeline("dir = \"v\"", "{ count = 1 }", ""));
     let locked = start_moto(true);
     let mut c = worker(&p, "s3://locked/run", 0, 1, &d.path().join("w"));
-    c.env("AWS_ENDPOINT_URL", &locked.endpoint);
+    // A key id shaped like a real one, so the scrub of AWS-style ids is exercised too.
+    let key_id = "AKIAVIDCURATE0TEST42";
+    c.env("AWS_ENDPOINT_URL", &locked.endpoint)
+        .env("AWS_ACCESS_KEY_ID", key_id)
+        .env("AWS_SECRET_ACCESS_KEY", "s3cr3t-vidcurate-test");
     let o = c.output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("refused our credentials"), "{err}");
+    // moto echoes the key id in its error body; neither credential may reach our output.
+    assert!(!err.contains(key_id), "{err}");
+    assert!(!err.contains("s3cr3t-vidcurate-test"), "{err}");
 }
 
 /// A relevance pipeline over titles (no media) on a fake OpenAI endpoint; `again` adds a second
@@ -397,4 +404,95 @@ fn paid_answers_are_shared_across_workers_and_world_sizes() {
         .find(|l| l.starts_with("openai"))
         .unwrap_or_default();
     assert_eq!(line.split_whitespace().nth(2), Some("12"), "{out}");
+}
+
+/// Files under `dir/media`, recursively (hidden temp files too).
+fn media_files(dir: &Path) -> Vec<PathBuf> {
+    fn walk(d: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = vec![];
+    walk(&dir.join("media"), &mut out);
+    out
+}
+
+/// Downloaded media go to the store; later stages (here, of a second worker on another machine,
+/// i.e. another work dir) fetch them back; and no worker leaves its local copies behind once its
+/// invocation completes.
+#[test]
+fn media_live_in_the_store_and_work_dirs_are_left_clean() {
+    use crate::fake_http::{FakeServer, Request, Response};
+    need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    let clip = d.path().join("clip.mp4");
+    plain_clip(&clip, 1.5, "160x90");
+    let bytes = std::fs::read(&clip).unwrap();
+    let served = bytes.clone();
+    let server = FakeServer::start(move |r: &Request| match r.path.as_str() {
+        "/media/a.mp4" | "/media/b.mp4" => Response::bytes(200, "video/mp4", served.clone()),
+        _ => Response::bytes(404, "text/plain", b"no".to_vec()),
+    });
+    let mut csv = String::from("id,path\n");
+    for n in ["a", "b"] {
+        csv += &format!("{n},{}media/{n}.mp4\n", server.url());
+    }
+    write(&d.path().join("m.csv"), &csv);
+    let p = d.path().join("p.toml");
+    let text = |count: u32| {
+        format!(
+            "name = \"dl\"\n[source]\ntype = \"local\"\nmanifest = \"m.csv\"\nurls = true\n\n[[stages]]\nid = \"download\"\ntype = \"download\"\n\n[[stages]]\nid = \"probe\"\ntype = \"probe\"\n\n[[stages]]\nid = \"frames\"\ntype = \"frames\"\ncompute = {{ count = {count} }}\n"
+        )
+    };
+    write(&p, &text(2));
+    let url = bucket("media");
+    let first = d.path().join("w1");
+    let o = worker(&p, &url, 0, 1, &first).output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // The same bytes from two URLs are stored once, under their hash.
+    let hash = blake3::hash(&bytes).to_hex().to_string();
+    let rel = format!("media/objects/{}/{hash}.mp4", &hash[..2]);
+    let s3 = store(&url);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    assert_eq!(rt.block_on(s3.get(&rel)).unwrap(), bytes);
+    assert_eq!(media_files(&first), Vec::<PathBuf>::new());
+
+    // New frame settings on a fresh work dir: frames are redone from media fetched from the store.
+    write(&p, &text(3));
+    let second = d.path().join("w2");
+    let o = worker(&p, &url, 0, 1, &second)
+        .arg("--repin")
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let frames: Vec<String> = rt
+        .block_on(s3.list("media/frames"))
+        .unwrap()
+        .into_iter()
+        .filter(|f| f.ends_with(".jpg"))
+        .collect();
+    // 2 frames for each video at the old settings, 3 at the new.
+    assert_eq!(frames.len(), 2 * 2 + 2 * 3, "{frames:?}");
+    assert_eq!(media_files(&second), Vec::<PathBuf>::new());
+    assert_eq!(
+        server.requests().len(),
+        2,
+        "the second worker downloaded again"
+    );
 }

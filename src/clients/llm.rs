@@ -162,10 +162,7 @@ impl LlmService {
     }
 
     fn scrub(&self, text: &str) -> String {
-        match &self.key {
-            Some(k) if !k.is_empty() => text.replace(k.as_str(), "***"),
-            _ => text.to_string(),
-        }
+        crate::secrets::scrub(text, &[self.key.as_deref().unwrap_or_default()])
     }
 
     /// The request body and the URL path for this API.

@@ -515,13 +515,7 @@ enum Failure {
 
 impl Failure {
     fn scrub(self, key: &str) -> Self {
-        let s = |t: String| {
-            if key.is_empty() {
-                t
-            } else {
-                t.replace(key, "***")
-            }
-        };
+        let s = |t: String| crate::secrets::scrub(&t, &[key]);
         match self {
             Failure::Retry(m) => Failure::Retry(s(m)),
             Failure::QuotaExceeded(m) => Failure::QuotaExceeded(s(m)),

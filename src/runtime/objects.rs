@@ -33,6 +33,8 @@ pub struct ObjectStoreRun {
     inner: Arc<dyn ObjectStore>,
     prefix: ObjPath,
     url: String,
+    /// Credential values in use, scrubbed from every error this store returns.
+    secrets: Vec<String>,
 }
 
 const PART_SIZE: usize = 8 << 20;
@@ -45,17 +47,35 @@ fn retry_config() -> RetryConfig {
     }
 }
 
-/// Maps the crate's errors onto io kinds the runtime already handles; `PermissionDenied` is the
-/// one that stops a run with a configuration error.
-fn to_io(e: object_store::Error) -> io::Error {
-    use object_store::Error as E;
-    let kind = match &e {
-        E::NotFound { .. } => io::ErrorKind::NotFound,
-        E::AlreadyExists { .. } | E::Precondition { .. } => io::ErrorKind::AlreadyExists,
-        E::PermissionDenied { .. } | E::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
-        _ => io::ErrorKind::Other,
-    };
-    io::Error::new(kind, e.to_string())
+/// Environment variables that hold credentials: their values are scrubbed from error text.
+const SECRET_VARS: &[&str] = &[
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_ACCESS_KEY",
+    "AZURE_STORAGE_SAS_KEY",
+    "AZURE_STORAGE_TOKEN",
+    "AZURE_CLIENT_SECRET",
+];
+
+/// S3 error bodies echo what was signed: `<AWSAccessKeyId>`, and in a `SignatureDoesNotMatch`
+/// the string to sign and canonical request, whose credential scope starts with the key id.
+/// Their contents are dropped whatever they hold (the key may come from a profile, not the
+/// environment); so are bare access key ids (`AKIA…`, `ASIA…`).
+fn scrub_body(text: &str) -> String {
+    static TAGS: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"(?s)<(AWSAccessKeyId|StringToSign|StringToSignBytes|CanonicalRequest|CanonicalRequestBytes|SignatureProvided|HostId)>.*?</(AWSAccessKeyId|StringToSign|StringToSignBytes|CanonicalRequest|CanonicalRequestBytes|SignatureProvided|HostId)>",
+        )
+        .expect("valid regex")
+    });
+    static KEY_IDS: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"\b(AKIA|ASIA)[A-Z0-9]{12,}\b").expect("valid regex")
+    });
+    let t = TAGS.replace_all(text, "<$1>***</$1>");
+    KEY_IDS.replace_all(&t, "***").into_owned()
 }
 
 impl ObjectStoreRun {
@@ -117,16 +137,46 @@ impl ObjectStoreRun {
             }
         };
         let prefix = ObjPath::from(prefix);
-        Ok(Self::with(
-            inner,
-            prefix,
-            url.trim_end_matches('/').to_string(),
-        ))
+        let mut run = Self::with(inner, prefix, url.trim_end_matches('/').to_string());
+        run.secrets = SECRET_VARS
+            .iter()
+            .filter_map(|v| std::env::var(v).ok())
+            .chain(
+                s3_options
+                    .iter()
+                    .filter(|(k, _)| ["key", "secret", "token"].iter().any(|w| k.contains(w)))
+                    .map(|(_, v)| v.to_string()),
+            )
+            .filter(|v| !v.is_empty())
+            .collect();
+        Ok(run)
     }
 
     /// A run directory on a given store (tests share one in-memory store between "workers").
     pub fn with(inner: Arc<dyn ObjectStore>, prefix: ObjPath, url: String) -> Self {
-        Self { inner, prefix, url }
+        Self {
+            inner,
+            prefix,
+            url,
+            secrets: vec![],
+        }
+    }
+
+    /// Maps the crate's errors onto io kinds the runtime already handles (`PermissionDenied` is
+    /// the one that stops a run with a configuration error), with credentials scrubbed.
+    fn to_io(&self, e: object_store::Error) -> io::Error {
+        use object_store::Error as E;
+        let kind = match &e {
+            E::NotFound { .. } => io::ErrorKind::NotFound,
+            E::AlreadyExists { .. } | E::Precondition { .. } => io::ErrorKind::AlreadyExists,
+            E::PermissionDenied { .. } | E::Unauthenticated { .. } => {
+                io::ErrorKind::PermissionDenied
+            }
+            _ => io::ErrorKind::Other,
+        };
+        let secrets: Vec<&str> = self.secrets.iter().map(String::as_str).collect();
+        let text = crate::secrets::scrub(&scrub_body(&e.to_string()), &secrets);
+        io::Error::new(kind, text)
     }
 
     fn key(&self, path: &str) -> io::Result<ObjPath> {
@@ -160,7 +210,7 @@ impl Store for ObjectStoreRun {
             .put(&self.key(path)?, PutPayload::from(data))
             .await
             .map(|_| ())
-            .map_err(to_io)
+            .map_err(|e| self.to_io(e))
     }
 
     async fn put_if_absent(&self, path: &str, data: Vec<u8>) -> io::Result<bool> {
@@ -168,14 +218,23 @@ impl Store for ObjectStoreRun {
             mode: PutMode::Create,
             ..Default::default()
         };
+        let key = self.key(path)?;
+        let data = bytes::Bytes::from(data);
         match self
             .inner
-            .put_opts(&self.key(path)?, PutPayload::from(data), opts)
+            .put_opts(&key, PutPayload::from(data.clone()), opts)
             .await
         {
             Ok(_) => Ok(true),
-            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
-            Err(e) => Err(to_io(e)),
+            // The client retries a create whose answer was lost (a 5xx, a timeout); if the first
+            // try was applied, the retry finds our own object. Same bytes means it is ours (or a
+            // twin's identical commit, which is the same commit).
+            Err(object_store::Error::AlreadyExists { .. }) => match self.inner.get(&key).await {
+                Ok(got) => Ok(got.bytes().await.map_err(|e| self.to_io(e))? == data),
+                Err(object_store::Error::NotFound { .. }) => Ok(false),
+                Err(e) => Err(self.to_io(e)),
+            },
+            Err(e) => Err(self.to_io(e)),
         }
     }
 
@@ -184,7 +243,7 @@ impl Store for ObjectStoreRun {
             .inner
             .put_multipart(&self.key(path)?)
             .await
-            .map_err(to_io)?;
+            .map_err(|e| self.to_io(e))?;
         let mut w = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
         let mut f = tokio::fs::File::open(file).await?;
         let mut buf = vec![0u8; 1 << 20];
@@ -195,14 +254,14 @@ impl Store for ObjectStoreRun {
                     break;
                 }
                 // Bounds memory to a few parts in flight.
-                w.wait_for_capacity(2).await.map_err(to_io)?;
+                w.wait_for_capacity(2).await.map_err(|e| self.to_io(e))?;
                 w.write(&buf[..n]);
             }
             Ok(())
         }
         .await;
         match result {
-            Ok(()) => w.finish().await.map(|_| ()).map_err(to_io),
+            Ok(()) => w.finish().await.map(|_| ()).map_err(|e| self.to_io(e)),
             Err(e) => {
                 let _ = w.abort().await;
                 Err(e)
@@ -211,7 +270,11 @@ impl Store for ObjectStoreRun {
     }
 
     async fn get_file(&self, path: &str, file: &Path) -> io::Result<()> {
-        let got = self.inner.get(&self.key(path)?).await.map_err(to_io)?;
+        let got = self
+            .inner
+            .get(&self.key(path)?)
+            .await
+            .map_err(|e| self.to_io(e))?;
         let dir = file.parent().ok_or_else(|| io::Error::other("no parent"))?;
         tokio::fs::create_dir_all(dir).await?;
         // Unique per process and call: two workers may fetch the same media into one folder.
@@ -224,7 +287,7 @@ impl Store for ObjectStoreRun {
         ));
         let mut out = tokio::fs::File::create(&tmp).await?;
         let mut stream = got.into_stream();
-        while let Some(chunk) = stream.try_next().await.map_err(to_io)? {
+        while let Some(chunk) = stream.try_next().await.map_err(|e| self.to_io(e))? {
             out.write_all(&chunk).await?;
         }
         out.sync_all().await?;
@@ -232,14 +295,18 @@ impl Store for ObjectStoreRun {
     }
 
     async fn get(&self, path: &str) -> io::Result<Vec<u8>> {
-        let got = self.inner.get(&self.key(path)?).await.map_err(to_io)?;
-        Ok(got.bytes().await.map_err(to_io)?.to_vec())
+        let got = self
+            .inner
+            .get(&self.key(path)?)
+            .await
+            .map_err(|e| self.to_io(e))?;
+        Ok(got.bytes().await.map_err(|e| self.to_io(e))?.to_vec())
     }
 
     async fn delete(&self, path: &str) -> io::Result<()> {
         match self.inner.delete(&self.key(path)?).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(to_io(e)),
+            Err(e) => Err(self.to_io(e)),
         }
     }
 
@@ -254,7 +321,7 @@ impl Store for ObjectStoreRun {
             .list(Some(&under))
             .try_collect()
             .await
-            .map_err(to_io)?;
+            .map_err(|e| self.to_io(e))?;
         let mut out: Vec<ObjectInfo> = metas
             .into_iter()
             .filter_map(|m| {
@@ -273,14 +340,14 @@ impl Store for ObjectStoreRun {
         self.inner
             .rename(&self.key(from)?, &self.key(to)?)
             .await
-            .map_err(to_io)
+            .map_err(|e| self.to_io(e))
     }
 
     async fn exists(&self, path: &str) -> io::Result<bool> {
         match self.inner.head(&self.key(path)?).await {
             Ok(_) => Ok(true),
             Err(object_store::Error::NotFound { .. }) => Ok(false),
-            Err(e) => Err(to_io(e)),
+            Err(e) => Err(self.to_io(e)),
         }
     }
 
@@ -316,6 +383,13 @@ mod tests {
                 .await
                 .unwrap()
         );
+        // A retried create that finds its own bytes has won (the first try was applied).
+        assert!(
+            store
+                .put_if_absent("probe/part-00001.parquet", b"1".to_vec())
+                .await
+                .unwrap()
+        );
         assert_eq!(store.get("probe/part-00001.parquet").await.unwrap(), b"1");
         assert_eq!(
             store.list("probe").await.unwrap(),
@@ -339,5 +413,20 @@ mod tests {
         store.delete("media/x.mp4").await.unwrap();
         assert!(!store.exists("media/x.mp4").await.unwrap());
         assert!(store.get("nothing").await.unwrap_err().kind() == io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn s3_error_bodies_lose_what_names_the_key() {
+        let body = "<Error><Code>SignatureDoesNotMatch</Code><AWSAccessKeyId>AKIAVIDCURATE0TEST01</AWSAccessKeyId>\
+            <StringToSign>AWS4-HMAC-SHA256\n20261201T000000Z\n20261201/us-east-1/s3/aws4_request\nabc</StringToSign>\
+            <CanonicalRequest>PUT\n/b/k\n</CanonicalRequest><HostId>h</HostId></Error> (key AKIAVIDCURATE0TEST01)";
+        let out = scrub_body(body);
+        assert!(!out.contains("AKIAVIDCURATE0TEST01"), "{out}");
+        assert!(!out.contains("aws4_request"), "{out}");
+        assert!(out.contains("<Code>SignatureDoesNotMatch</Code>"), "{out}");
+        assert!(
+            out.contains("<AWSAccessKeyId>***</AWSAccessKeyId>"),
+            "{out}"
+        );
     }
 }

@@ -196,6 +196,7 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
         .zip(0u32..)
         .collect();
     let rank_of = |id: &str| ranks.get(id).copied().unwrap_or(0);
+    let local_media = super::stage::LocalMedia::default();
     let cx_for = |id: &str, fp: &str, extras| StageContext {
         stage_id: id.to_string(),
         fingerprint: fp.to_string(),
@@ -207,6 +208,7 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
         extras,
         tally: Default::default(),
         rank,
+        local_media: local_media.clone(),
     };
 
     let mut plan = plan;
@@ -332,6 +334,18 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
     .await?;
     if let Some(e) = failure {
         return Err(e);
+    }
+    if !interrupted {
+        // Every video of this invocation is committed: the store has its media, and a rerun
+        // fetches again what it needs. (After an interrupt the copies save the resume a fetch.)
+        let (files, bytes) = local_media.remove_all();
+        if files > 0 {
+            tracing::info!(
+                files,
+                mib = bytes >> 20,
+                "Removed the local media copies of this run from the work folder."
+            );
+        }
     }
     Ok(RunReport {
         run_dir,

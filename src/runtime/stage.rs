@@ -37,6 +37,36 @@ pub struct StageContext {
     pub tally: Tally,
     /// This process's share of the videos (the runtime filters and names shards by it).
     pub rank: crate::runtime::ranks::Rank,
+    /// Local copies of media this process fetched from or stored into an object-store run: the
+    /// runner deletes them when the invocation completes (the store keeps the media).
+    pub local_media: LocalMedia,
+}
+
+/// The local media copies of one invocation (see `StageContext::local_media`).
+#[derive(Clone, Default)]
+pub struct LocalMedia(Arc<std::sync::Mutex<std::collections::HashSet<std::path::PathBuf>>>);
+
+impl LocalMedia {
+    fn add(&self, path: std::path::PathBuf) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(path);
+    }
+
+    /// Deletes every copy; returns how many files and bytes were removed.
+    pub fn remove_all(&self) -> (u64, u64) {
+        let paths = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        let (mut files, mut bytes) = (0, 0);
+        for p in paths {
+            let size = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+            if std::fs::remove_file(&p).is_ok() {
+                files += 1;
+                bytes += size;
+            }
+        }
+        (files, bytes)
+    }
 }
 
 impl StageContext {
@@ -61,6 +91,7 @@ impl StageContext {
                 format!("{}/{rel}: {e}", self.store.location()),
             )
         })?;
+        self.local_media.add(path.clone());
         Ok(path)
     }
 
@@ -76,7 +107,9 @@ impl StageContext {
                 "media_store",
                 format!("{}/{rel}: {e}", self.store.location()),
             )
-        })
+        })?;
+        self.local_media.add(file);
+        Ok(())
     }
 }
 

@@ -26,7 +26,9 @@ pub trait Store: Send + Sync + 'static {
     /// Writes `data` at `path`, atomically replacing any previous object.
     async fn put(&self, path: &str, data: Vec<u8>) -> io::Result<()>;
     /// Writes `data` at `path` only if no object has that name: `Ok(false)` when one had (it is
-    /// left untouched). Atomic against other processes and machines.
+    /// left untouched). Atomic against other processes and machines. An object store may also
+    /// answer `Ok(true)` when the object there holds exactly `data`: its client retries a create
+    /// whose answer was lost, and the retry must not read as losing to ourselves.
     async fn put_if_absent(&self, path: &str, data: Vec<u8>) -> io::Result<bool>;
     /// Stores a local file at `path` (streamed: large media are not held in memory).
     async fn put_file(&self, path: &str, file: &Path) -> io::Result<()>;
