@@ -17,6 +17,7 @@ pub mod record;
 pub mod rethreshold;
 pub mod runtime;
 pub mod secrets;
+pub mod split;
 pub mod stages;
 pub mod status;
 pub mod tls;

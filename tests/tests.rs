@@ -16,4 +16,5 @@ mod ocr_truth;
 mod resume;
 mod shots;
 mod soak;
+mod split;
 mod youtube;

@@ -1,0 +1,481 @@
+//! `vidcurate split`: a video-level train/validation/test split of a run's selected videos
+//! (HarmVideoBench §3.1.2: 70/10/20, deterministic, optionally stratified; SPEC §9).
+//!
+//! Reads: the run's manifest, every stage's table under the pipeline's own thresholds (the same
+//! funnel as `rethreshold`, so no model is called) and the source table's columns named by
+//! `--stratify` and `--group` (manifest extras such as `label`, or source columns such as
+//! `channel_id`). Writes: `splits/<name>.parquet` (video_id, split, stratum, group) and
+//! `splits/<name>.json` (settings, counts per split × stratum, the largest deviation), through
+//! the run's store. Calls nothing; caches nothing.
+//!
+//! Grouped: every video of one group (a channel, an event, a near-duplicate cluster) lands in one
+//! split, so a model is never tested on footage of a channel it was trained on. Groups are
+//! placed largest first (ties in a seeded hash order), each into the split where it most lowers
+//! the squared distance of the per-stratum counts from their targets; with groups of one video
+//! that keeps every split × stratum count within one video of its target.
+
+use crate::error::RunError;
+use crate::runtime::chain::SOURCE_STAGE_ID;
+use crate::runtime::shards::read_table;
+use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+/// What `split` is asked for.
+#[derive(Debug, Clone)]
+pub struct SplitOptions {
+    /// Shares of the splits, in `names` order (need not sum to 1: they are normalised).
+    pub ratios: Vec<f64>,
+    pub names: Vec<String>,
+    /// Source columns whose values, together, make a video's stratum.
+    pub stratify: Vec<String>,
+    /// Source column whose equal values must stay in one split (None: every video alone).
+    pub group: Option<String>,
+    pub seed: u64,
+    /// The output's name under `splits/`.
+    pub name: String,
+}
+
+/// Split shares, summing to 1 (an alias, so the command line takes them as one value).
+pub type Shares = Vec<f64>;
+
+/// `70/10/20` (or `0.7,0.1,0.2`) → shares.
+pub fn parse_ratios(s: &str) -> Result<Shares, String> {
+    let parts: Vec<&str> = s.split(['/', ',', ':']).map(str::trim).collect();
+    let mut out = vec![];
+    for p in &parts {
+        let v: f64 = p
+            .parse()
+            .map_err(|_| format!("{s:?}: {p:?} is not a number (expected e.g. 70/10/20)"))?;
+        if !(v >= 0.0 && v.is_finite()) {
+            return Err(format!("{s:?}: {p} is not a share (0 or more)"));
+        }
+        out.push(v);
+    }
+    let sum: f64 = out.iter().sum();
+    if sum <= 0.0 {
+        return Err(format!("{s:?}: the shares add up to 0"));
+    }
+    Ok(out.into_iter().map(|v| v / sum).collect())
+}
+
+/// One video to place.
+#[derive(Debug, Clone)]
+pub struct Item {
+    pub video_id: String,
+    pub stratum: String,
+    pub group: String,
+}
+
+/// A group's items (indices) and its count of items per stratum.
+type Members = (Vec<usize>, Vec<f64>);
+
+/// The split index of every item (in `items` order). Deterministic for a given input set and
+/// seed, whatever order the items come in.
+pub fn assign(items: &[Item], ratios: &[f64], seed: u64) -> Vec<usize> {
+    let strata: Vec<&str> = {
+        let mut s: Vec<&str> = items.iter().map(|i| i.stratum.as_str()).collect();
+        s.sort_unstable();
+        s.dedup();
+        s
+    };
+    let k_of: HashMap<&str, usize> = strata.iter().enumerate().map(|(i, s)| (*s, i)).collect();
+    let mut totals = vec![0f64; strata.len()];
+    // Group → (members, count per stratum).
+    let mut groups: BTreeMap<&str, Members> = BTreeMap::new();
+    for (n, it) in items.iter().enumerate() {
+        let k = k_of[it.stratum.as_str()];
+        totals[k] += 1.0;
+        let g = groups
+            .entry(it.group.as_str())
+            .or_insert_with(|| (vec![], vec![0.0; strata.len()]));
+        g.0.push(n);
+        g.1[k] += 1.0;
+    }
+    let mut order: Vec<(&str, &Members)> = groups.iter().map(|(k, v)| (*k, v)).collect();
+    let key = |g: &str| {
+        let mut h = blake3::Hasher::new();
+        h.update(&seed.to_le_bytes());
+        h.update(g.as_bytes());
+        u64::from_le_bytes(h.finalize().as_bytes()[..8].try_into().unwrap_or_default())
+    };
+    order.sort_by_cached_key(|(g, (members, _))| (std::cmp::Reverse(members.len()), key(g), *g));
+    let target: Vec<Vec<f64>> = ratios
+        .iter()
+        .map(|r| totals.iter().map(|t| r * t).collect())
+        .collect();
+    let mut have = vec![vec![0f64; strata.len()]; ratios.len()];
+    let mut out = vec![0usize; items.len()];
+    for (_, (members, counts)) in order {
+        // Change of Σ_k (have − target)² if the group joins split s; ties go to the split
+        // furthest below its overall target, then to the first.
+        let cost = |s: usize| -> f64 {
+            counts
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| **c > 0.0)
+                .map(|(k, c)| c * (2.0 * (have[s][k] - target[s][k]) + c))
+                .sum()
+        };
+        let deficit =
+            |s: usize| -> f64 { have[s].iter().sum::<f64>() - target[s].iter().sum::<f64>() };
+        let best = (0..ratios.len())
+            .filter(|s| ratios[*s] > 0.0)
+            .min_by(|a, b| {
+                cost(*a)
+                    .partial_cmp(&cost(*b))
+                    .unwrap_or(std::cmp::Ordering::Equal)
+                    .then(
+                        deficit(*a)
+                            .partial_cmp(&deficit(*b))
+                            .unwrap_or(std::cmp::Ordering::Equal),
+                    )
+                    .then(a.cmp(b))
+            })
+            .unwrap_or(0);
+        for (k, c) in counts.iter().enumerate() {
+            have[best][k] += c;
+        }
+        for m in members {
+            out[*m] = best;
+        }
+    }
+    out
+}
+
+/// Counts of one split × stratum and how far they are from the target.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    pub split: String,
+    pub stratum: String,
+    pub videos: usize,
+    pub target: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SplitReport {
+    pub name: String,
+    pub ratios: Vec<f64>,
+    pub names: Vec<String>,
+    pub stratify: Vec<String>,
+    pub group: Option<String>,
+    pub seed: u64,
+    pub videos: usize,
+    pub groups: usize,
+    pub cells: Vec<Cell>,
+    /// The largest |videos − target| over the cells.
+    pub max_deviation: f64,
+    #[serde(skip)]
+    pub file: String,
+}
+
+impl SplitReport {
+    /// A table of counts per stratum (rows) and split (columns), target in brackets.
+    pub fn render(&self) -> String {
+        let mut strata: Vec<&str> = self.cells.iter().map(|c| c.stratum.as_str()).collect();
+        strata.dedup();
+        let w = strata.iter().map(|s| s.len()).max().unwrap_or(7).max(7);
+        let mut s = format!("{:<w$}", "stratum");
+        for n in &self.names {
+            s += &format!(" {:>18}", n);
+        }
+        s.push('\n');
+        for st in &strata {
+            s += &format!("{st:<w$}");
+            for n in &self.names {
+                let c = self
+                    .cells
+                    .iter()
+                    .find(|c| c.stratum == *st && c.split == *n);
+                let cell = c.map_or(String::new(), |c| format!("{} ({:.1})", c.videos, c.target));
+                s += &format!(" {cell:>18}");
+            }
+            s.push('\n');
+        }
+        let total = |n: &str| -> usize {
+            self.cells
+                .iter()
+                .filter(|c| c.split == n)
+                .map(|c| c.videos)
+                .sum()
+        };
+        s += &format!("{:<w$}", "all");
+        for n in &self.names {
+            s += &format!(" {:>18}", total(n));
+        }
+        s += &format!(
+            "\n{} videos in {} groups; largest deviation from the ratios: {:.1} videos\n",
+            self.videos, self.groups, self.max_deviation
+        );
+        s
+    }
+}
+
+/// A column of the source table as text per video (None where empty).
+fn text_column(batch: &RecordBatch, name: &str) -> Result<Option<StringArray>, RunError> {
+    let Some(col) = batch.column_by_name(name) else {
+        return Ok(None);
+    };
+    let cast = arrow::compute::cast(col, &DataType::Utf8)
+        .map_err(|e| RunError::Config(format!("column `{name}` cannot be read as text: {e}")))?;
+    Ok(cast.as_any().downcast_ref::<StringArray>().cloned())
+}
+
+/// The stratum and group values of every source video, by id.
+fn source_values(
+    batches: &[RecordBatch],
+    opts: &SplitOptions,
+) -> Result<HashMap<String, (String, Option<String>)>, RunError> {
+    let mut out = HashMap::new();
+    for b in batches {
+        let ids = text_column(b, "video_id")?
+            .ok_or_else(|| RunError::Internal("source shard without video_id".into()))?;
+        let mut cols = vec![];
+        for c in opts.stratify.iter().chain(opts.group.iter()) {
+            let col = text_column(b, c)?.ok_or_else(|| {
+                let names: Vec<String> = b
+                    .schema()
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().clone())
+                    .collect();
+                RunError::Config(format!(
+                    "no column `{c}` in the source table (columns: {})",
+                    names.join(", ")
+                ))
+            })?;
+            cols.push(col);
+        }
+        let (strat, group) = cols.split_at(opts.stratify.len());
+        for i in 0..b.num_rows() {
+            let value = |a: &StringArray| (!a.is_null(i)).then(|| a.value(i).to_string());
+            let stratum = strat
+                .iter()
+                .map(|a| value(a).unwrap_or_else(|| "(none)".into()))
+                .collect::<Vec<_>>()
+                .join("/");
+            let g = group
+                .first()
+                .and_then(value)
+                .filter(|v| !v.trim().is_empty());
+            out.insert(ids.value(i).to_string(), (stratum, g));
+        }
+    }
+    Ok(out)
+}
+
+/// Splits the videos `run_dir`'s pipeline selected and writes `splits/<name>.{parquet,json}`.
+pub async fn split(run_dir: &Path, opts: &SplitOptions) -> Result<SplitReport, RunError> {
+    if opts.ratios.len() != opts.names.len() {
+        return Err(RunError::Config(format!(
+            "--ratios has {} shares but --names {} splits ({})",
+            opts.ratios.len(),
+            opts.names.len(),
+            opts.names.join(", ")
+        )));
+    }
+    let (store, selected) = crate::rethreshold::pipeline_selection(run_dir).await?;
+    let m = crate::runtime::manifest::load(store.as_ref())
+        .await
+        .ok_or_else(|| RunError::Config(format!("{}: no manifest.json", run_dir.display())))?;
+    let fp = m
+        .stages
+        .iter()
+        .find(|s| s.id == SOURCE_STAGE_ID)
+        .map(|s| s.fingerprint.clone())
+        .unwrap_or_else(|| crate::runtime::chain::SOURCE_FINGERPRINT.to_string());
+    let view = read_table(&store, SOURCE_STAGE_ID, &fp, true).await?;
+    let values = source_values(&view.batches, opts)?;
+    let items: Vec<Item> = selected
+        .iter()
+        .map(|id| {
+            let (stratum, group) = values
+                .get(id)
+                .cloned()
+                .unwrap_or_else(|| ("(none)".into(), None));
+            Item {
+                video_id: id.clone(),
+                stratum: if opts.stratify.is_empty() {
+                    "all".into()
+                } else {
+                    stratum
+                },
+                // A video without a group value is a group of its own.
+                group: group.unwrap_or_else(|| format!("\u{0}{id}")),
+            }
+        })
+        .collect();
+    let placed = assign(&items, &opts.ratios, opts.seed);
+    let report = report(opts, &items, &placed, run_dir);
+    write(&store, opts, &items, &placed, &report).await?;
+    Ok(report)
+}
+
+fn report(opts: &SplitOptions, items: &[Item], placed: &[usize], run_dir: &Path) -> SplitReport {
+    let mut per: BTreeMap<(String, usize), usize> = BTreeMap::new();
+    let mut per_stratum: BTreeMap<String, usize> = BTreeMap::new();
+    for (it, s) in items.iter().zip(placed) {
+        *per.entry((it.stratum.clone(), *s)).or_default() += 1;
+        *per_stratum.entry(it.stratum.clone()).or_default() += 1;
+    }
+    let mut cells = vec![];
+    for (st, n) in &per_stratum {
+        for (s, name) in opts.names.iter().enumerate() {
+            cells.push(Cell {
+                split: name.clone(),
+                stratum: st.clone(),
+                videos: per.get(&(st.clone(), s)).copied().unwrap_or(0),
+                target: opts.ratios[s] * *n as f64,
+            });
+        }
+    }
+    let max_deviation = cells
+        .iter()
+        .map(|c| (c.videos as f64 - c.target).abs())
+        .fold(0.0, f64::max);
+    let mut groups: Vec<&str> = items.iter().map(|i| i.group.as_str()).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    SplitReport {
+        name: opts.name.clone(),
+        ratios: opts.ratios.clone(),
+        names: opts.names.clone(),
+        stratify: opts.stratify.clone(),
+        group: opts.group.clone(),
+        seed: opts.seed,
+        videos: items.len(),
+        groups: groups.len(),
+        cells,
+        max_deviation,
+        file: format!("{}/splits/{}.parquet", run_dir.display(), opts.name),
+    }
+}
+
+async fn write(
+    store: &Arc<dyn crate::runtime::store::Store>,
+    opts: &SplitOptions,
+    items: &[Item],
+    placed: &[usize],
+    report: &SplitReport,
+) -> Result<(), RunError> {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by(|a, b| items[*a].video_id.cmp(&items[*b].video_id));
+    let col = |f: &dyn Fn(usize) -> Option<String>| -> ArrayRef {
+        Arc::new(StringArray::from_iter(order.iter().map(|i| f(*i))))
+    };
+    let schema = Schema::new(vec![
+        Field::new("video_id", DataType::Utf8, false),
+        Field::new("split", DataType::Utf8, false),
+        Field::new("stratum", DataType::Utf8, false),
+        Field::new("group", DataType::Utf8, true),
+    ]);
+    let group = |i: usize| {
+        let g = &items[i].group;
+        (!g.starts_with('\u{0}')).then(|| g.clone())
+    };
+    let batch = RecordBatch::try_new(
+        Arc::new(schema),
+        vec![
+            col(&|i| Some(items[i].video_id.clone())),
+            col(&|i| Some(opts.names[placed[i]].clone())),
+            col(&|i| Some(items[i].stratum.clone())),
+            col(&group),
+        ],
+    )
+    .map_err(|e| RunError::Internal(e.to_string()))?;
+    let path = format!("splits/{}.parquet", opts.name);
+    store
+        .put(&path, crate::runtime::shards::encode_table(&batch)?)
+        .await
+        .map_err(|e| RunError::io(path.clone(), e))?;
+    let path = format!("splits/{}.json", opts.name);
+    let json = serde_json::to_vec_pretty(report).unwrap_or_default();
+    store
+        .put(&path, json)
+        .await
+        .map_err(|e| RunError::io(path.clone(), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn items(n: usize, strata: &[&str], group_size: usize) -> Vec<Item> {
+        (0..n)
+            .map(|i| Item {
+                video_id: format!("v{i:04}"),
+                stratum: strata[i % strata.len()].to_string(),
+                group: format!("g{}", i / group_size),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ratios_parse_and_normalise() {
+        assert_eq!(parse_ratios("70/10/20").unwrap(), vec![0.7, 0.1, 0.2]);
+        assert_eq!(parse_ratios("0.5,0.5").unwrap(), vec![0.5, 0.5]);
+        assert!(parse_ratios("70/x/20").unwrap_err().contains("\"x\""));
+        assert!(parse_ratios("0/0").is_err());
+    }
+
+    #[test]
+    fn single_videos_land_within_one_of_every_target() {
+        let ratios = [0.7, 0.1, 0.2];
+        for n in [7, 10, 33, 101, 250] {
+            let it = items(n, &["fake/yes", "fake/no", "real/yes"], 1);
+            let placed = assign(&it, &ratios, 13);
+            for stratum in ["fake/yes", "fake/no", "real/yes"] {
+                let total = it.iter().filter(|i| i.stratum == stratum).count() as f64;
+                for (s, r) in ratios.iter().enumerate() {
+                    let got = it
+                        .iter()
+                        .zip(&placed)
+                        .filter(|(i, p)| i.stratum == stratum && **p == s)
+                        .count() as f64;
+                    assert!(
+                        (got - r * total).abs() < 1.0,
+                        "n={n} {stratum} split {s}: {got} vs {}",
+                        r * total
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn groups_stay_whole_and_the_result_is_deterministic() {
+        let ratios = [0.7, 0.1, 0.2];
+        let it = items(300, &["a", "b"], 3);
+        let placed = assign(&it, &ratios, 13);
+        let mut where_: HashMap<&str, usize> = HashMap::new();
+        for (i, p) in it.iter().zip(&placed) {
+            assert_eq!(
+                *where_.entry(i.group.as_str()).or_insert(*p),
+                *p,
+                "{} split",
+                i.group
+            );
+        }
+        // Shares close to the ratios: 100 groups of 3.
+        for (s, r) in ratios.iter().enumerate() {
+            let got = placed.iter().filter(|p| **p == s).count() as f64;
+            assert!((got - r * 300.0).abs() <= 3.0, "split {s}: {got}");
+        }
+        // Same input in another order, same seed: same placement per video.
+        let mut rev = it.clone();
+        rev.reverse();
+        let placed_rev = assign(&rev, &ratios, 13);
+        let by_id = |it: &[Item], p: &[usize]| -> BTreeMap<String, usize> {
+            it.iter()
+                .zip(p)
+                .map(|(i, p)| (i.video_id.clone(), *p))
+                .collect()
+        };
+        assert_eq!(by_id(&it, &placed), by_id(&rev, &placed_rev));
+        // Another seed places differently.
+        assert_ne!(placed, assign(&it, &ratios, 14));
+    }
+}

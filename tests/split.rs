@@ -1,0 +1,138 @@
+//! `vidcurate split` on a real run: only selected videos (not the rejected ones), each group in
+//! one split, strata at their shares, the same split for the same seed, clear errors.
+
+use crate::need_ffmpeg;
+use crate::util::*;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::process::Command;
+
+const VIDEOS: usize = 120;
+
+/// `splits/<name>.parquet` as video → (split, stratum, group).
+fn read_split(run: &Path, name: &str) -> BTreeMap<String, (String, String, String)> {
+    table_rows_file(&run.join(format!("splits/{name}.parquet")))
+        .into_iter()
+        .map(|r| {
+            (
+                r["video_id"].clone(),
+                (r["split"].clone(), r["stratum"].clone(), r["group"].clone()),
+            )
+        })
+        .collect()
+}
+
+fn split(run: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(bin())
+        .arg("split")
+        .arg(run)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn grouped_stratified_splits_of_the_selected_videos() {
+    need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    let clip = d.path().join("c.mp4");
+    plain_clip(&clip, 1.0, "64x36");
+    std::fs::write(d.path().join("broken.mp4"), b"not a video").unwrap();
+    // A third fake, two thirds real; channels of 4 videos each.
+    let mut csv = String::from("path,id,label,channel\n");
+    for i in 0..VIDEOS {
+        let label = if i % 3 == 0 { "fake" } else { "real" };
+        csv += &format!("c.mp4,v{i:03},{label},ch{:02}\n", i / 4);
+    }
+    csv += "broken.mp4,bad0,fake,ch00\nbroken.mp4,bad1,real,ch99\n";
+    write(&d.path().join("m.csv"), &csv);
+    let p = d.path().join("p.toml");
+    write(
+        &p,
+        "name = \"s\"\n[source]\ntype = \"local\"\nmanifest = \"m.csv\"\n\n[[stages]]\nid = \"probe\"\ntype = \"probe\"\n",
+    );
+    let run = d.path().join("run");
+    let o = run_into(&p, &run, d.path());
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    let args = [
+        "--stratify",
+        "label",
+        "--group",
+        "channel",
+        "--seed",
+        "13",
+        "--name",
+        "g",
+    ];
+    let o = split(&run, &args);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("largest deviation"), "{out}");
+    let g = read_split(&run, "g");
+    // Rejected videos are not selected, so not split.
+    assert_eq!(g.len(), VIDEOS);
+    assert!(!g.contains_key("bad0") && !g.contains_key("bad1"));
+    // No channel in two splits.
+    let mut home: HashMap<&str, &str> = HashMap::new();
+    for (v, (s, _, ch)) in &g {
+        assert_eq!(
+            *home.entry(ch).or_insert(s),
+            s.as_str(),
+            "{v}: channel {ch} split"
+        );
+    }
+    // Shares within one channel (4 videos) of 84/12/24.
+    for (name, want) in [("train", 84.0), ("validation", 12.0), ("test", 24.0)] {
+        let n = g.values().filter(|(s, _, _)| s == name).count() as f64;
+        assert!((n - want).abs() <= 4.0, "{name}: {n} videos\n{out}");
+    }
+    // Same seed, same split; another seed, another.
+    assert_eq!(split(&run, &args).status.code(), Some(0));
+    assert_eq!(read_split(&run, "g"), g);
+    let mut other = args.to_vec();
+    other[5] = "14";
+    assert_eq!(split(&run, &other).status.code(), Some(0));
+    assert_ne!(read_split(&run, "g"), g);
+
+    // Without groups every split × label count is within one video of its target.
+    let o = split(&run, &["--stratify", "label", "--name", "plain"]);
+    assert!(o.status.success());
+    let plain = read_split(&run, "plain");
+    for label in ["fake", "real"] {
+        let total = plain.values().filter(|(_, st, _)| st == label).count() as f64;
+        for (name, share) in [("train", 0.7), ("validation", 0.1), ("test", 0.2)] {
+            let n = plain
+                .values()
+                .filter(|(s, st, _)| s == name && st == label)
+                .count() as f64;
+            assert!(
+                (n - share * total).abs() < 1.0,
+                "{name} × {label}: {n} of {total}"
+            );
+        }
+    }
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("splits/plain.json")).unwrap()).unwrap();
+    assert!(report["max_deviation"].as_f64().unwrap() < 1.0, "{report}");
+
+    // A column the source table lacks: exit 2, the column named, the ones there listed.
+    let o = split(&run, &["--stratify", "domain"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("no column `domain`") && err.contains("label"),
+        "{err}"
+    );
+    let o = split(&run, &["--ratios", "70/30", "--names", "a,b,c"]);
+    assert_eq!(o.status.code(), Some(2));
+}
