@@ -103,30 +103,15 @@ enum Cmd {
     /// cluster) never sit in two splits. Reads the run's tables under the pipeline's own
     /// thresholds (no model call); writes RUN_DIR/splits/NAME.parquet (video_id, split, stratum,
     /// group) and NAME.json (counts per split and stratum, the largest deviation), and prints
-    /// the counts. Example:
-    ///   vidcurate split data/runs/demo --ratios 70/10/20 --stratify label --group channel_id --seed 13
+    /// the counts.
+    #[command(
+        after_help = "Examples:\n  vidcurate split data/runs/demo --stratify label --group channel_id\n  vidcurate split data/runs/x --ratios 80/20 --names train,test --stratify domain,label --seed 7"
+    )]
     Split {
         /// A run directory or object-store URL (s3://bucket/prefix, …).
         run_dir: PathBuf,
-        /// Shares of the splits, in --names order.
-        #[arg(long, default_value = "70/10/20", value_parser = vidcurate::split::parse_ratios)]
-        ratios: vidcurate::split::Shares,
-        /// Names of the splits.
-        #[arg(long, value_delimiter = ',', default_value = "train,validation,test")]
-        names: Vec<String>,
-        /// Source-table columns whose values together make a stratum (e.g. label or
-        /// domain,label; manifest columns are source columns).
-        #[arg(long, value_delimiter = ',')]
-        stratify: Vec<String>,
-        /// Source-table column whose equal values stay in one split (e.g. channel_id); videos
-        /// with no value are groups of their own.
-        #[arg(long)]
-        group: Option<String>,
-        #[arg(long, default_value_t = 13)]
-        seed: u64,
-        /// Name of the output under RUN_DIR/splits/.
-        #[arg(long, default_value = "default")]
-        name: String,
+        #[command(flatten)]
+        opts: vidcurate::split::SplitOptions,
     },
     /// Per rank and stage: videos done, rejected, pending, and how each rank's last run ended;
     /// the last line lists the ranks to run again (exit 0 when every rank is complete, 5 when
@@ -487,25 +472,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         } => ocr_cmd(&files, no_det, no_cls, frames, threads, reuse),
         Cmd::Queries { files, json } => queries_cmd(&files, json),
         Cmd::Rethreshold { run_dir, set } => rethreshold_cmd(&run_dir, &set),
-        Cmd::Split {
-            run_dir,
-            ratios,
-            names,
-            stratify,
-            group,
-            seed,
-            name,
-        } => split_cmd(
-            &run_dir,
-            vidcurate::split::SplitOptions {
-                ratios,
-                names,
-                stratify,
-                group,
-                seed,
-                name,
-            },
-        ),
+        Cmd::Split { run_dir, opts } => split_cmd(&run_dir, opts),
         Cmd::Status { run } => status_cmd(&run),
         Cmd::Gc {
             run,

@@ -24,18 +24,28 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
-/// What `split` is asked for.
-#[derive(Debug, Clone)]
+/// What `split` is asked for (also its command-line flags).
+#[derive(Debug, Clone, clap::Args)]
 pub struct SplitOptions {
-    /// Shares of the splits, in `names` order (need not sum to 1: they are normalised).
-    pub ratios: Vec<f64>,
+    /// Shares of the splits, in --names order (normalised to sum to 1).
+    #[arg(long, default_value = "70/10/20", value_parser = parse_ratios)]
+    pub ratios: Shares,
+    /// Names of the splits.
+    #[arg(long, value_delimiter = ',', default_value = "train,validation,test")]
     pub names: Vec<String>,
-    /// Source columns whose values, together, make a video's stratum.
+    /// Source-table columns whose values together make a stratum (e.g. label or domain,label;
+    /// manifest columns are source columns).
+    #[arg(long, value_delimiter = ',')]
     pub stratify: Vec<String>,
-    /// Source column whose equal values must stay in one split (None: every video alone).
+    /// Source-table column whose equal values stay in one split (e.g. channel_id); a video
+    /// with no value is a group of its own.
+    #[arg(long)]
     pub group: Option<String>,
+    /// Seed of the order in which equal-sized groups are placed: another seed, another split.
+    #[arg(long, default_value_t = 13)]
     pub seed: u64,
-    /// The output's name under `splits/`.
+    /// Name of the output under RUN_DIR/splits/.
+    #[arg(long, default_value = "default")]
     pub name: String,
 }
 
