@@ -31,7 +31,8 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-BIN = ROOT / "target/release/vidcurate"
+# VIDCURATE_BIN runs another build (e.g. target/debug/vidcurate while a release build is cold).
+BIN = Path(os.environ.get("VIDCURATE_BIN", ROOT / "target/release/vidcurate"))
 MOTO = ROOT / "data/venv-tools/bin/moto_server"
 
 

@@ -148,6 +148,11 @@ impl ShardTarget {
     }
 }
 
+/// How big a writer's buffered rows may grow before they are written, whatever
+/// `max_rows_per_shard` says: 20,000 rows with long titles and descriptions would hold tens of MiB,
+/// and about three times that while they are encoded; memory must not grow with the run.
+const MAX_BUFFER_BYTES: usize = 4 << 20;
+
 /// Which slots a writer takes: its rank's name prefix, and the first number to try.
 pub struct Slots<'a> {
     pub prefix: &'a str,
@@ -171,6 +176,8 @@ pub struct ShardWriter<R> {
     next_slot: u32,
     last_flush: Instant,
     max_rows: usize,
+    /// Approximate size of the buffered rows (their JSON length): see `MAX_BUFFER_BYTES`.
+    buffered_bytes: usize,
     flush_every: Duration,
     /// Videos of this stage another worker of the same rank committed while this one worked
     /// (read from their slots): dropped when this writer settles them too, however late.
@@ -237,6 +244,7 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
             next_slot,
             last_flush: Instant::now(),
             max_rows,
+            buffered_bytes: 0,
             flush_every,
             others: HashSet::new(),
             lost: 0,
@@ -255,6 +263,9 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
     /// Records a computed video and its rows.
     pub fn add(&mut self, rec: &VideoRecord, rows: Vec<R>) {
         for r in rows {
+            self.buffered_bytes += serde_json::to_vec(&r).map_or(0, |j| j.len())
+                + rec.video_id.len()
+                + rec.extra.iter().flatten().map(String::len).sum::<usize>();
             self.rows.ids.push(rec.video_id.clone());
             self.rows.extra.push(rec.extra.clone());
             self.rows.rows.push(r);
@@ -293,6 +304,7 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
     /// Writes a shard if the buffer is big or old enough.
     pub async fn maybe_flush(&mut self) -> Result<(), RunError> {
         if self.rows.rows.len() >= self.max_rows
+            || self.buffered_bytes >= MAX_BUFFER_BYTES
             || (self.pending() > 0 && self.last_flush.elapsed() >= self.flush_every)
         {
             self.flush().await?;
@@ -356,6 +368,7 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
                         .map_err(|e| io(&rpath, e))?;
                 }
                 self.next_slot += 1;
+                self.buffered_bytes = 0;
                 self.rows.clear();
                 self.rejects.clear();
                 return Ok(());
@@ -566,9 +579,21 @@ pub struct Prior<R> {
 /// projected onto the row type, and where each video's rows are. Rows are decoded per video.
 struct OpenShard {
     idx: u32,
+    /// Memory of the decoded batches (what the open-shard budget counts).
+    bytes: usize,
     batches: Vec<RecordBatch>,
-    /// Video → (batch, row ranges) of its rows not taken yet.
-    rows: HashMap<String, Vec<(usize, usize, usize)>>,
+    /// (video key, batch, first row, rows) of each video's rows, sorted by key; `rows` is set to
+    /// 0 once taken. 24 bytes a video: a map of id strings was ~150, and with every shard of a
+    /// 100k-video run open that was the resume's growth.
+    rows: Vec<RowRange>,
+}
+
+#[derive(Clone, Copy)]
+struct RowRange {
+    key: u64,
+    batch: u32,
+    start: u32,
+    len: u32,
 }
 
 impl OpenShard {
@@ -580,8 +605,9 @@ impl OpenShard {
     ) -> Result<Self, RunError> {
         let mut out = Self {
             idx,
+            bytes: 0,
             batches: vec![],
-            rows: HashMap::new(),
+            rows: vec![],
         };
         for (b, batch) in batches.iter().enumerate() {
             let ids = string_column(batch, COL_VIDEO_ID)?;
@@ -590,11 +616,11 @@ impl OpenShard {
                 .map(|f| batch.schema().index_of(f.name()))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| RunError::Internal(e.to_string()))?;
-            out.batches.push(
-                batch
-                    .project(&cols)
-                    .map_err(|e| RunError::Internal(e.to_string()))?,
-            );
+            let projected = batch
+                .project(&cols)
+                .map_err(|e| RunError::Internal(e.to_string()))?;
+            out.bytes += projected.get_array_memory_size();
+            out.batches.push(projected);
             let n = batch.num_rows();
             let mut i = 0;
             while i < n {
@@ -605,22 +631,42 @@ impl OpenShard {
                     i += 1;
                 }
                 if keep(id) {
-                    out.rows
-                        .entry(id.to_string())
-                        .or_default()
-                        .push((b, start, i - start));
+                    out.rows.push(RowRange {
+                        key: id_key(id),
+                        batch: b as u32,
+                        start: start as u32,
+                        len: (i - start) as u32,
+                    });
                 }
             }
         }
+        // Stable: a video's ranges stay in batch order.
+        out.rows.sort_by_key(|r| r.key);
+        out.rows.shrink_to_fit();
+        out.bytes += out.rows.len() * std::mem::size_of::<RowRange>();
         Ok(out)
     }
 
     /// Decodes and forgets one video's rows (None: the shard holds no row of it).
     fn take<R: DeserializeOwned>(&mut self, id: &str) -> Option<Result<Vec<R>, RunError>> {
-        let ranges = self.rows.remove(id)?;
+        let key = id_key(id);
+        let from = self.rows.partition_point(|r| r.key < key);
+        let to = from + self.rows[from..].partition_point(|r| r.key == key);
+        let ranges: Vec<RowRange> = self.rows[from..to]
+            .iter()
+            .filter(|r| r.len > 0)
+            .copied()
+            .collect();
+        if ranges.is_empty() {
+            return None;
+        }
+        self.rows[from..to].iter_mut().for_each(|r| r.len = 0);
         let mut rows = vec![];
-        for (b, start, len) in ranges {
-            let part = self.batches[b].slice(start, len);
+        for RowRange {
+            batch, start, len, ..
+        } in ranges
+        {
+            let part = self.batches[batch as usize].slice(start as usize, len as usize);
             match serde_arrow::from_record_batch::<Vec<R>>(&part) {
                 Ok(r) => rows.extend(r),
                 Err(e) => return Some(Err(RunError::Internal(format!("decoding rows: {e}")))),
@@ -630,8 +676,12 @@ impl OpenShard {
     }
 }
 
-/// How many decoded shards a `Prior` keeps.
+/// How many decoded shards a `Prior` keeps at most, and how much memory they may take together
+/// (the newest is always kept). Videos come back roughly in the order their shards were written,
+/// so few are needed; the count matters for shards of many videos with no rows (OCR), the bytes
+/// for shards of big rows (a 20,000-row source shard).
 const OPEN_SHARDS: usize = 8;
+const OPEN_BYTES: usize = 4 << 20;
 
 /// The key a `Prior` holds for a video id: 64 bits of BLAKE3 (two ids of a billion-video run
 /// share a key with probability ~3 %; of a million, ~3e-8).
@@ -673,7 +723,10 @@ impl<R: Serialize + DeserializeOwned> Prior<R> {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         if !open.iter().any(|s| s.idx == idx) {
             open.push_back(shard);
-            if open.len() > OPEN_SHARDS {
+            while open.len() > 1
+                && (open.len() > OPEN_SHARDS
+                    || open.iter().map(|s| s.bytes).sum::<usize>() > OPEN_BYTES)
+            {
                 open.pop_front();
             }
         }

@@ -74,6 +74,8 @@ fn default_id_col() -> String {
 struct Entry {
     /// Where it was listed (file:line), for messages and ids of broken lines.
     origin: String,
+    /// Manifest line (folder mode: position in the listing, from 1): what a duplicate names.
+    line: u32,
     id: Option<String>,
     path: Option<PathBuf>,
     url: Option<String>,
@@ -83,11 +85,49 @@ struct Entry {
     problem: Option<StageError>,
 }
 
+impl Entry {
+    fn broken(origin: String, line: u32, n_extra: usize, problem: StageError) -> Self {
+        Self {
+            origin,
+            line,
+            id: None,
+            path: None,
+            url: None,
+            title: None,
+            description: None,
+            extra: vec![None; n_extra],
+            problem: Some(problem),
+        }
+    }
+}
+
+/// What `open` learned of a manifest, so that `run` reads it again line by line instead of
+/// holding every entry (a 100,000-line manifest would otherwise be ~50 MB of entries).
+#[derive(Debug, Clone)]
+struct Layout {
+    file: PathBuf,
+    csv: bool,
+    /// CSV: the path column, the id column and the other columns, by index.
+    pcol: usize,
+    icol: Option<usize>,
+    extra_cols: Vec<usize>,
+    /// The manifest's extra columns in order (JSONL: every key seen in the file).
+    names: Vec<String>,
+    /// Positions of `title` and `description` among `names`: they fill the source columns of
+    /// those names instead of being extras.
+    title: Option<usize>,
+    description: Option<usize>,
+}
+
 pub struct LocalSource {
     cfg: LocalConfig,
     dir: Option<PathBuf>,
     manifest: Option<PathBuf>,
+    /// Folder mode: the files found.
     entries: Vec<Entry>,
+    /// Manifest mode.
+    layout: Option<Layout>,
+    total: u64,
     extras: Extras,
 }
 
@@ -127,6 +167,8 @@ pub fn build(
             dir,
             manifest,
             entries: vec![],
+            layout: None,
+            total: 0,
             extras: Arc::new(vec![]),
         }),
         json,
@@ -164,62 +206,69 @@ fn is_url(s: &str) -> bool {
     l.starts_with("http://") || l.starts_with("https://") || l.starts_with("ftp://")
 }
 
-impl LocalSource {
-    fn make_entry(
-        &self,
-        origin: String,
-        base: &Path,
-        path: Option<String>,
-        id: Option<String>,
-        extra: Vec<Option<String>>,
-    ) -> Entry {
-        let id = id
-            .filter(|s| !s.trim().is_empty())
-            .map(|s| s.trim().to_string());
-        let mut e = Entry {
-            origin,
-            id,
-            path: None,
-            url: None,
-            title: None,
-            description: None,
-            extra,
-            problem: None,
-        };
-        match path.map(|p| p.trim().to_string()).filter(|p| !p.is_empty()) {
-            None => {
-                e.problem = Some(StageError::data(
-                    "missing_path",
-                    format!(
-                        "{}: no value in column `{}`",
-                        e.origin, self.cfg.path_column
-                    ),
-                ))
-            }
-            Some(p)
-                if is_url(&p) && self.cfg.urls && !p.to_ascii_lowercase().starts_with("ftp") =>
-            {
-                // The URL names the video until a download gives it bytes.
-                if e.id.is_none() {
-                    e.id = Some(blake3::hash(p.as_bytes()).to_hex()[..16].to_string());
-                }
-                e.url = Some(p);
-            }
-            Some(p) if is_url(&p) => {
-                e.problem = Some(StageError::data(
-                    "url_not_local",
-                    format!(
-                        "{}: {p} is a URL; the local source reads files only (add a download stage)",
-                        e.origin
-                    ),
-                ))
-            }
-            Some(p) => e.path = Some(base.join(p)),
+fn make_entry(
+    cfg: &LocalConfig,
+    origin: String,
+    line: u32,
+    base: &Path,
+    path: Option<String>,
+    id: Option<String>,
+    extra: Vec<Option<String>>,
+) -> Entry {
+    let id = id
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().to_string());
+    let mut e = Entry {
+        origin,
+        line,
+        id,
+        path: None,
+        url: None,
+        title: None,
+        description: None,
+        extra,
+        problem: None,
+    };
+    match path.map(|p| p.trim().to_string()).filter(|p| !p.is_empty()) {
+        None => {
+            e.problem = Some(StageError::data(
+                "missing_path",
+                format!("{}: no value in column `{}`", e.origin, cfg.path_column),
+            ))
         }
-        e
+        Some(p) if is_url(&p) && cfg.urls && !p.to_ascii_lowercase().starts_with("ftp") => {
+            // The URL names the video until a download gives it bytes.
+            if e.id.is_none() {
+                e.id = Some(blake3::hash(p.as_bytes()).to_hex()[..16].to_string());
+            }
+            e.url = Some(p);
+        }
+        Some(p) if is_url(&p) => {
+            e.problem = Some(StageError::data(
+                "url_not_local",
+                format!(
+                    "{}: {p} is a URL; the local source reads files only (add a download stage)",
+                    e.origin
+                ),
+            ))
+        }
+        Some(p) => e.path = Some(base.join(p)),
     }
+    e
+}
 
-    fn read_csv(&mut self, m: &Path) -> Result<(), RunError> {
+fn json_text(v: Option<&serde_json::Value>) -> Option<String> {
+    match v {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) => Some(s.clone()),
+        Some(other) => Some(other.to_string()),
+    }
+}
+
+type Entries = Box<dyn Iterator<Item = Entry> + Send>;
+
+impl Layout {
+    fn csv(cfg: &LocalConfig, m: &Path) -> Result<(Self, u64), RunError> {
         let cfgerr = |msg: String| RunError::Config(format!("{}: {msg}", m.display()));
         let mut rdr = csv::ReaderBuilder::new()
             .flexible(true)
@@ -233,155 +282,176 @@ impl LocalSource {
             .collect();
         let pcol = headers
             .iter()
-            .position(|h| *h == self.cfg.path_column)
+            .position(|h| *h == cfg.path_column)
             .ok_or_else(|| {
                 cfgerr(format!(
                     "line 1: no `{}` column (columns: {})",
-                    self.cfg.path_column,
+                    cfg.path_column,
                     headers.join(", ")
                 ))
             })?;
-        let icol = headers.iter().position(|h| *h == self.cfg.id_column);
+        let icol = headers.iter().position(|h| *h == cfg.id_column);
         let extra_cols: Vec<usize> = (0..headers.len())
             .filter(|i| *i != pcol && Some(*i) != icol)
             .collect();
-        self.extras = Arc::new(extra_cols.iter().map(|i| headers[*i].clone()).collect());
-        let base = m.parent().unwrap_or(Path::new(".")).to_path_buf();
-        for (n, row) in rdr.records().enumerate() {
-            let line = n + 2;
-            let origin = format!("{}:{line}", m.display());
-            match row {
-                Ok(r) => {
-                    let get = |i: usize| r.get(i).map(|s| s.to_string()).filter(|s| !s.is_empty());
-                    let extra = extra_cols.iter().map(|i| get(*i)).collect();
-                    let e = self.make_entry(origin, &base, get(pcol), icol.and_then(get), extra);
-                    self.entries.push(e);
-                }
-                Err(err) => self.entries.push(Entry {
-                    origin: origin.clone(),
-                    id: None,
-                    path: None,
-                    url: None,
-                    title: None,
-                    description: None,
-                    extra: vec![None; extra_cols.len()],
-                    problem: Some(StageError::data(
-                        "bad_manifest_line",
-                        format!("{origin}: {err}"),
-                    )),
-                }),
-            }
-        }
-        Ok(())
+        let names = extra_cols.iter().map(|i| headers[*i].clone()).collect();
+        // Counting only: a broken row counts too (it becomes a reject).
+        let total = rdr.byte_records().count() as u64;
+        let layout = Self {
+            file: m.to_path_buf(),
+            csv: true,
+            pcol,
+            icol,
+            extra_cols,
+            names,
+            title: None,
+            description: None,
+        };
+        Ok((layout, total))
     }
 
-    fn read_jsonl(&mut self, m: &Path) -> Result<(), RunError> {
-        let text = std::fs::read_to_string(m)
+    fn jsonl(cfg: &LocalConfig, m: &Path) -> Result<(Self, u64), RunError> {
+        use std::io::BufRead;
+        let file = std::fs::File::open(m)
             .map_err(|e| RunError::Config(format!("{}: {e}", m.display())))?;
-        let base = m.parent().unwrap_or(Path::new(".")).to_path_buf();
-        let mut names: Vec<String> = vec![];
-        let mut parsed: Vec<(
-            String,
-            Result<serde_json::Map<String, serde_json::Value>, String>,
-        )> = vec![];
-        for (n, line) in text.lines().enumerate() {
+        let (mut names, mut total) = (Vec::<String>::new(), 0u64);
+        for line in std::io::BufReader::new(file).lines() {
+            let line = line.map_err(|e| RunError::Config(format!("{}: {e}", m.display())))?;
             if line.trim().is_empty() {
                 continue;
             }
-            let origin = format!("{}:{}", m.display(), n + 1);
-            let obj = match serde_json::from_str::<serde_json::Value>(line) {
-                Ok(serde_json::Value::Object(o)) => Ok(o),
-                Ok(_) => Err("not a JSON object".to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            if let Ok(o) = &obj {
+            total += 1;
+            if let Ok(serde_json::Value::Object(o)) = serde_json::from_str(&line) {
                 for k in o.keys() {
-                    if *k != self.cfg.path_column && *k != self.cfg.id_column && !names.contains(k)
-                    {
+                    if *k != cfg.path_column && *k != cfg.id_column && !names.contains(k) {
                         names.push(k.clone());
                     }
                 }
             }
-            parsed.push((origin, obj));
         }
-        let as_text = |v: Option<&serde_json::Value>| match v {
-            None | Some(serde_json::Value::Null) => None,
-            Some(serde_json::Value::String(s)) => Some(s.clone()),
-            Some(other) => Some(other.to_string()),
+        let layout = Self {
+            file: m.to_path_buf(),
+            csv: false,
+            pcol: 0,
+            icol: None,
+            extra_cols: vec![],
+            names,
+            title: None,
+            description: None,
         };
-        for (origin, obj) in parsed {
-            match obj {
-                Ok(o) => {
-                    let extra = names.iter().map(|k| as_text(o.get(k))).collect();
-                    let e = self.make_entry(
-                        origin,
-                        &base,
-                        as_text(o.get(&self.cfg.path_column)),
-                        as_text(o.get(&self.cfg.id_column)),
-                        extra,
-                    );
-                    self.entries.push(e);
-                }
-                Err(err) => self.entries.push(Entry {
-                    origin: origin.clone(),
-                    id: None,
-                    path: None,
-                    url: None,
-                    title: None,
-                    description: None,
-                    extra: vec![None; names.len()],
-                    problem: Some(StageError::data(
-                        "bad_manifest_line",
-                        format!("{origin}: {err}"),
-                    )),
-                }),
-            }
-        }
-        self.extras = Arc::new(names);
-        Ok(())
+        Ok((layout, total))
     }
-}
 
-impl LocalSource {
     /// Manifest columns `title` and `description` fill the source table's columns of the same
     /// name (the judging stages read them there); other extra columns must not shadow a source
-    /// column, or the tables would have two columns of one name.
-    fn take_metadata_columns(&mut self, m: &Path) -> Result<(), RunError> {
+    /// column, or the tables would have two columns of one name. Returns the extras left.
+    fn take_metadata_columns(&mut self) -> Result<Vec<String>, RunError> {
         let source_cols: Vec<String> = crate::runtime::shards::fields_of::<SourceInfo>()?
             .iter()
             .map(|f| f.name().clone())
             .collect();
-        let names = self.extras.as_ref().clone();
-        if let Some(bad) = names
+        if let Some(bad) = self
+            .names
             .iter()
             .find(|n| source_cols.contains(n) && *n != "title" && *n != "description")
         {
             return Err(RunError::Config(format!(
                 "{}: column `{bad}` has the name of a source table column; rename it",
-                m.display()
+                self.file.display()
             )));
         }
-        let pos = |n: &str| names.iter().position(|x| x == n);
-        let (ti, di) = (pos("title"), pos("description"));
+        let pos = |n: &str| self.names.iter().position(|x| x == n);
+        (self.title, self.description) = (pos("title"), pos("description"));
+        Ok(self
+            .names
+            .iter()
+            .filter(|n| *n != "title" && *n != "description")
+            .cloned()
+            .collect())
+    }
+
+    fn split_metadata(&self, mut e: Entry) -> Entry {
+        let (ti, di) = (self.title, self.description);
         if ti.is_none() && di.is_none() {
-            return Ok(());
+            return e;
         }
-        for e in &mut self.entries {
-            e.title = ti.and_then(|i| e.extra.get(i).cloned().flatten());
-            e.description = di.and_then(|i| e.extra.get(i).cloned().flatten());
-            let mut i = 0;
-            e.extra.retain(|_| {
-                i += 1;
-                Some(i - 1) != ti && Some(i - 1) != di
+        e.title = ti.and_then(|i| e.extra.get(i).cloned().flatten());
+        e.description = di.and_then(|i| e.extra.get(i).cloned().flatten());
+        let mut i = 0;
+        e.extra.retain(|_| {
+            i += 1;
+            Some(i - 1) != ti && Some(i - 1) != di
+        });
+        e
+    }
+
+    /// The manifest's entries, read as they are needed.
+    fn entries(self, cfg: LocalConfig) -> Result<Entries, RunError> {
+        let m = self.file.clone();
+        let base = m.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let cfgerr = move |msg: String| RunError::Config(format!("{}: {msg}", m.display()));
+        let shown = self.file.display().to_string();
+        if self.csv {
+            let rdr = csv::ReaderBuilder::new()
+                .flexible(true)
+                .from_path(&self.file)
+                .map_err(|e| cfgerr(e.to_string()))?;
+            let n_extra = self.extra_cols.len();
+            let it = rdr.into_records().enumerate().map(move |(n, row)| {
+                let line = n as u32 + 2;
+                let origin = format!("{shown}:{line}");
+                let e = match row {
+                    Ok(r) => {
+                        let get =
+                            |i: usize| r.get(i).map(|s| s.to_string()).filter(|s| !s.is_empty());
+                        let extra = self.extra_cols.iter().map(|i| get(*i)).collect();
+                        let (path, id) = (get(self.pcol), self.icol.and_then(get));
+                        make_entry(&cfg, origin, line, &base, path, id, extra)
+                    }
+                    Err(err) => {
+                        let problem =
+                            StageError::data("bad_manifest_line", format!("{origin}: {err}"));
+                        Entry::broken(origin, line, n_extra, problem)
+                    }
+                };
+                self.split_metadata(e)
             });
+            return Ok(Box::new(it));
         }
-        self.extras = Arc::new(
-            names
-                .into_iter()
-                .filter(|n| n != "title" && n != "description")
-                .collect(),
-        );
-        Ok(())
+        use std::io::BufRead;
+        let file = std::fs::File::open(&self.file).map_err(|e| cfgerr(e.to_string()))?;
+        let it = std::io::BufReader::new(file)
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| l.as_ref().map_or(true, |l| !l.trim().is_empty()))
+            .map(move |(n, l)| {
+                let line = n as u32 + 1;
+                let origin = format!("{shown}:{line}");
+                let obj = match l.map_err(|e| e.to_string()).and_then(|l| {
+                    serde_json::from_str::<serde_json::Value>(&l).map_err(|e| e.to_string())
+                }) {
+                    Ok(serde_json::Value::Object(o)) => Ok(o),
+                    Ok(_) => Err("not a JSON object".to_string()),
+                    Err(e) => Err(e),
+                };
+                let e = match obj {
+                    Ok(o) => {
+                        let extra = self.names.iter().map(|k| json_text(o.get(k))).collect();
+                        let (path, id) = (
+                            json_text(o.get(&cfg.path_column)),
+                            json_text(o.get(&cfg.id_column)),
+                        );
+                        make_entry(&cfg, origin, line, &base, path, id, extra)
+                    }
+                    Err(err) => {
+                        let problem =
+                            StageError::data("bad_manifest_line", format!("{origin}: {err}"));
+                        Entry::broken(origin, line, self.names.len(), problem)
+                    }
+                };
+                self.split_metadata(e)
+            });
+        Ok(Box::new(it))
     }
 }
 
@@ -390,6 +460,12 @@ pub fn content_id(path: &Path) -> std::io::Result<String> {
     let mut h = blake3::Hasher::new();
     h.update_reader(std::fs::File::open(path)?)?;
     Ok(h.finalize().to_hex()[..16].to_string())
+}
+
+/// 64 bits of BLAKE3 of an id: what the duplicate check keeps per video (not the id itself).
+fn id_key(id: &str) -> u64 {
+    let h = blake3::hash(id.as_bytes());
+    u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap_or_default())
 }
 
 #[async_trait]
@@ -415,8 +491,10 @@ impl Source for LocalSource {
                 .map_err(|e| RunError::Config(format!("source dir {}: {e}", dir.display())))?;
             self.entries = files
                 .into_iter()
-                .map(|p| Entry {
+                .zip(1u32..)
+                .map(|(p, line)| Entry {
                     origin: p.display().to_string(),
+                    line,
                     id: None,
                     path: Some(p),
                     url: None,
@@ -438,12 +516,14 @@ impl Source for LocalSource {
                 .and_then(|e| e.to_str())
                 .unwrap_or("")
                 .to_ascii_lowercase();
-            if ext == "csv" {
-                self.read_csv(&m)?
+            let (mut layout, total) = if ext == "csv" {
+                Layout::csv(&self.cfg, &m)?
             } else {
-                self.read_jsonl(&m)?
-            }
-            self.take_metadata_columns(&m)?;
+                Layout::jsonl(&self.cfg, &m)?
+            };
+            self.extras = Arc::new(layout.take_metadata_columns()?);
+            self.total = total;
+            self.layout = Some(layout);
         }
         Ok(())
     }
@@ -453,13 +533,26 @@ impl Source for LocalSource {
     }
 
     fn total(&self) -> Option<u64> {
-        Some(self.entries.len() as u64)
+        Some(match self.layout {
+            Some(_) => self.total,
+            None => self.entries.len() as u64,
+        })
     }
 
     fn run(self: Box<Self>, cx: StageContext) -> SourceStream {
         let cpu = cx.cpu.clone();
         // Hash in parallel, keep the listing order, then drop duplicates in order.
-        let hashed = futures::stream::iter(self.entries).map(move |e| {
+        let this = *self;
+        let from_manifest = this.layout.is_some();
+        let entries: Entries = match this.layout {
+            Some(l) => match l.entries(this.cfg) {
+                Ok(it) => it,
+                // The manifest went away between open and run.
+                Err(e) => return futures::stream::iter([Err(e)]).boxed(),
+            },
+            None => Box::new(this.entries.into_iter()),
+        };
+        let hashed = futures::stream::iter(entries).map(move |e| {
             let cpu = cpu.clone();
             async move {
                 if e.problem.is_some()
@@ -500,7 +593,8 @@ impl Source for LocalSource {
                 e
             }
         });
-        let mut seen: HashMap<String, String> = HashMap::new();
+        // Id hash → where it was first listed: 12 bytes a video, whatever the manifest holds.
+        let mut seen: HashMap<u64, u32> = HashMap::new();
         hashed
             .buffered(cx.cpu.threads().max(2))
             .map(move |e| {
@@ -512,7 +606,13 @@ impl Source for LocalSource {
                         error: problem,
                     });
                 }
-                if let Some(first) = seen.get(&id) {
+                let key = id_key(&id);
+                if let Some(first) = seen.get(&key) {
+                    let first = if from_manifest {
+                        format!("line {first}")
+                    } else {
+                        format!("file {first} of the folder listing")
+                    };
                     return Err(SourceReject {
                         video_id: id.clone(),
                         extra: e.extra,
@@ -522,7 +622,7 @@ impl Source for LocalSource {
                         ),
                     });
                 }
-                seen.insert(id.clone(), e.origin.clone());
+                seen.insert(key, e.line);
                 if let Some(url) = e.url {
                     let info = SourceInfo {
                         url: Some(url),
