@@ -21,6 +21,10 @@ if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ]; then
   exit "$rc"
 fi
 ./target/release/vidcurate analyze data/runs/demo --by label
+# The benchmark step: a video-level split stratified by label, and the release folder
+# (Hugging Face datasets layout with a dataset card) others load with load_dataset().
+./target/release/vidcurate split data/runs/demo --stratify label
+./target/release/vidcurate release data/runs/demo --out data/releases/demo
 python3 - <<'PY'
 import pyarrow.dataset as ds
 run = "data/runs/demo"
@@ -49,4 +53,4 @@ for label in ["fake", "real"]:
     long_share = sum(r["aspect_ratio"] > 15 for r in rs) / len(rs)
     print(f"{label}: {len(rs)} creator-added regions; colours {colours}; aspect > 15: {100 * long_share:.0f} %")
 PY
-echo "demo: done; the run directory is data/runs/demo (layout: README.md); report: data/runs/demo/analysis/label/report.html"
+echo "demo: done; the run directory is data/runs/demo (layout: README.md); report: data/runs/demo/analysis/label/report.html; release: data/releases/demo (card: data/releases/demo/README.md)"

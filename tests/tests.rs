@@ -13,6 +13,7 @@ mod judge;
 mod ocr;
 mod ocr_reuse;
 mod ocr_truth;
+mod release;
 mod resume;
 mod shots;
 mod soak;

@@ -224,6 +224,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     build,
     reselect: Some(reselect),
     summary: None,
+    release: crate::stages::Release::Columns(&["yes_votes", "no_votes"]),
 };
 
 pub fn build(

@@ -93,6 +93,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     build,
     reselect: None,
     summary: None,
+    release: crate::stages::Release::Columns(&["url", "blake3", "size_bytes", "content_type"]),
 };
 
 pub fn build(

@@ -134,6 +134,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     build,
     reselect: None,
     summary: None,
+    release: crate::stages::Release::Frames,
 };
 
 pub fn build(

@@ -87,6 +87,21 @@ pub struct StageKind {
     pub reselect: Option<ReselectFn>,
     /// A line for the run summary from the stage's counts (empty: nothing to say).
     pub summary: Option<fn(stage_id: &str, counts: &StageCounts) -> String>,
+    /// What `vidcurate release` takes from the stage's table.
+    pub release: Release,
+}
+
+/// How a stage's table enters a release (one row per video).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Release {
+    /// One row per video: every column, named `<stage id>_<column>`.
+    PerVideo,
+    /// Several rows per video, of which these columns have one value per video.
+    Columns(&'static [&'static str]),
+    /// Sampled frames (`FrameRef` rows): the release's frame list, as files or image bytes.
+    Frames,
+    /// Text regions (`TextRegion` rows): each distinct line once, in frame order.
+    Text,
 }
 
 pub type BuildFn = fn(&StageCommon, &[Seg], &[Seg], &BuildCx) -> Result<Built, ConfigError>;

@@ -45,6 +45,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     build,
     reselect: None,
     summary: None,
+    release: crate::stages::Release::PerVideo,
 };
 
 pub fn build(

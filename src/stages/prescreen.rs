@@ -214,6 +214,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     build,
     reselect: Some(crate::stages::reselect::<PrescreenSelect>),
     summary: Some(summary),
+    release: crate::stages::Release::PerVideo,
 };
 
 pub fn build(

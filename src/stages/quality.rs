@@ -193,6 +193,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     build,
     reselect: Some(crate::stages::reselect::<QualitySelect>),
     summary: None,
+    release: crate::stages::Release::PerVideo,
 };
 
 pub fn build(

@@ -141,6 +141,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     build,
     reselect: Some(crate::stages::reselect::<RelevanceSelect>),
     summary: None,
+    release: crate::stages::Release::PerVideo,
 };
 
 pub fn build(

@@ -78,6 +78,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     build,
     reselect: None,
     summary: None,
+    release: crate::stages::Release::Columns(&["shots_in_video"]),
 };
 
 pub fn build(

@@ -93,6 +93,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     build,
     reselect: None,
     summary: Some(summary),
+    release: crate::stages::Release::Text,
 };
 
 /// The run summary's line: how much work reuse saved (and, verifying, whether it was exact).

@@ -1,0 +1,429 @@
+//! `vidcurate evaluate`: a model's predictions on a release, scored as RiskCue reports them
+//! (§3.4, A.10, A.13; SPEC §10): per domain and overall, positive-class F1, accuracy,
+//! specificity, balanced accuracy, MCC and the always-positive ("no-skill") F1; per
+//! perturbation variant when the predictions carry one, with the drop from the original order.
+//!
+//! Reads: the release's `data/*.parquet` (video_id, the label column, the `--by` column) and a
+//! predictions file (CSV, JSONL or Parquet: `video_id`, `prediction`, optional `variant`).
+//! Writes: nothing but its report (stdout, or JSON with `--json`). Calls nothing; caches nothing.
+//! An unknown video id or label in the predictions is an error naming the line.
+
+use crate::error::RunError;
+use arrow::array::{Array, RecordBatch, StringArray};
+use arrow::datatypes::DataType;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// What `evaluate` is asked for (also its command-line flags).
+#[derive(Debug, Clone, clap::Args)]
+pub struct EvaluateOptions {
+    /// Group the metrics by this release column too (e.g. domain).
+    #[arg(long)]
+    pub by: Option<String>,
+    /// The release column with the true label.
+    #[arg(long, default_value = "label")]
+    pub label: String,
+    /// The label value of the positive class (risk = yes; for fake-news data, fake).
+    #[arg(long, default_value = "yes")]
+    pub positive: String,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Counts of one confusion matrix (positive = the `--positive` label).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Confusion {
+    pub tp: u64,
+    pub fp: u64,
+    pub tn: u64,
+    pub r#fn: u64,
+}
+
+/// The metrics of one group; a ratio with a zero denominator is 0 (as scikit-learn's
+/// `zero_division=0`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Metrics {
+    pub n: u64,
+    pub f1: f64,
+    pub accuracy: f64,
+    pub specificity: f64,
+    pub balanced_accuracy: f64,
+    pub mcc: f64,
+    /// F1 of predicting positive for every video.
+    pub no_skill_f1: f64,
+    pub confusion: Confusion,
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b == 0.0 { 0.0 } else { a / b }
+}
+
+impl Confusion {
+    pub fn add(&mut self, truth: bool, predicted: bool) {
+        match (truth, predicted) {
+            (true, true) => self.tp += 1,
+            (false, true) => self.fp += 1,
+            (false, false) => self.tn += 1,
+            (true, false) => self.r#fn += 1,
+        }
+    }
+
+    pub fn metrics(&self) -> Metrics {
+        let (tp, fp, tn, fn_) = (
+            self.tp as f64,
+            self.fp as f64,
+            self.tn as f64,
+            self.r#fn as f64,
+        );
+        let n = tp + fp + tn + fn_;
+        let recall = ratio(tp, tp + fn_);
+        let specificity = ratio(tn, tn + fp);
+        let pos = tp + fn_;
+        let mcc_den = ((tp + fp) * (tp + fn_) * (tn + fp) * (tn + fn_)).sqrt();
+        Metrics {
+            n: n as u64,
+            f1: ratio(2.0 * tp, 2.0 * tp + fp + fn_),
+            accuracy: ratio(tp + tn, n),
+            specificity,
+            // scikit-learn's balanced accuracy: the mean recall of the classes present.
+            balanced_accuracy: match (pos > 0.0, tn + fp > 0.0) {
+                (true, true) => (recall + specificity) / 2.0,
+                (true, false) => recall,
+                (false, true) => specificity,
+                (false, false) => 0.0,
+            },
+            mcc: ratio(tp * tn - fp * fn_, mcc_den),
+            no_skill_f1: ratio(2.0 * pos, 2.0 * pos + (n - pos)),
+            confusion: *self,
+        }
+    }
+}
+
+/// One prediction, with where it was read (for messages).
+#[derive(Debug, Clone)]
+struct Prediction {
+    at: String,
+    video_id: String,
+    prediction: String,
+    variant: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// variant → group → metrics ("all" is every video; groups are values of `--by`).
+    pub metrics: BTreeMap<String, BTreeMap<String, Metrics>>,
+    /// variant → drop of F1 from the original order, overall.
+    pub f1_drop: BTreeMap<String, f64>,
+    pub positive: String,
+    pub by: Option<String>,
+}
+
+fn text(batch: &RecordBatch, name: &str) -> Option<StringArray> {
+    let col = batch.column_by_name(name)?;
+    let cast = arrow::compute::cast(col, &DataType::Utf8).ok()?;
+    cast.as_any().downcast_ref::<StringArray>().cloned()
+}
+
+fn parquet_batches(path: &Path) -> Result<Vec<RecordBatch>, RunError> {
+    let shown = path.display().to_string();
+    let f = std::fs::File::open(path).map_err(|e| RunError::io(shown.clone(), e))?;
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+        .and_then(|b| b.build())
+        .map_err(|e| RunError::Config(format!("{shown}: {e}")))?;
+    reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| RunError::Config(format!("{shown}: {e}")))
+}
+
+/// video → (label, group) from the release's data files.
+fn release_truth(
+    release: &Path,
+    opts: &EvaluateOptions,
+) -> Result<HashMap<String, (String, String)>, RunError> {
+    let dir = release.join("data");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| RunError::Config(format!("{}: {e} (not a release folder?)", dir.display())))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+        .collect();
+    files.sort();
+    let mut out = HashMap::new();
+    for f in files {
+        for b in parquet_batches(&f)? {
+            let missing = |c: &str| {
+                RunError::Config(format!(
+                    "{}: no column `{c}` (columns: {})",
+                    f.display(),
+                    b.schema()
+                        .fields()
+                        .iter()
+                        .map(|x| x.name().as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            };
+            let ids = text(&b, "video_id").ok_or_else(|| missing("video_id"))?;
+            let labels = text(&b, &opts.label).ok_or_else(|| missing(&opts.label))?;
+            let groups = match &opts.by {
+                Some(c) => Some(text(&b, c).ok_or_else(|| missing(c))?),
+                None => None,
+            };
+            for i in 0..b.num_rows() {
+                let g = groups
+                    .as_ref()
+                    .map(|g| {
+                        if g.is_null(i) {
+                            "(none)".to_string()
+                        } else {
+                            g.value(i).to_string()
+                        }
+                    })
+                    .unwrap_or_default();
+                out.insert(ids.value(i).to_string(), (labels.value(i).to_string(), g));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn read_predictions(path: &Path) -> Result<Vec<Prediction>, RunError> {
+    let shown = path.display().to_string();
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let bad = |at: &str, msg: String| RunError::Config(format!("{at}: {msg}"));
+    let mut out = vec![];
+    match ext.as_str() {
+        "csv" => {
+            let mut rdr = csv::Reader::from_path(path).map_err(|e| bad(&shown, e.to_string()))?;
+            let headers = rdr
+                .headers()
+                .map_err(|e| bad(&shown, e.to_string()))?
+                .clone();
+            let col = |n: &str| headers.iter().position(|h| h == n);
+            let (vi, pi, varc) = (col("video_id"), col("prediction"), col("variant"));
+            let (Some(vi), Some(pi)) = (vi, pi) else {
+                return Err(bad(
+                    &format!("{shown}:1"),
+                    "needs columns video_id and prediction".into(),
+                ));
+            };
+            for (n, r) in rdr.records().enumerate() {
+                let at = format!("{shown}:{}", n + 2);
+                let r = r.map_err(|e| bad(&at, e.to_string()))?;
+                out.push(Prediction {
+                    video_id: r.get(vi).unwrap_or("").trim().to_string(),
+                    prediction: r.get(pi).unwrap_or("").trim().to_string(),
+                    variant: varc
+                        .and_then(|i| r.get(i))
+                        .map(|v| v.trim().to_string())
+                        .filter(|v| !v.is_empty())
+                        .unwrap_or_else(|| "original".into()),
+                    at,
+                });
+            }
+        }
+        "jsonl" | "json" => {
+            let text = std::fs::read_to_string(path).map_err(|e| RunError::io(shown.clone(), e))?;
+            for (n, line) in text.lines().enumerate() {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let at = format!("{shown}:{}", n + 1);
+                let v: serde_json::Value =
+                    serde_json::from_str(line).map_err(|e| bad(&at, e.to_string()))?;
+                let field = |k: &str| match v.get(k) {
+                    Some(serde_json::Value::String(s)) => Some(s.clone()),
+                    Some(serde_json::Value::Null) | None => None,
+                    Some(other) => Some(other.to_string()),
+                };
+                out.push(Prediction {
+                    video_id: field("video_id").ok_or_else(|| bad(&at, "no video_id".into()))?,
+                    prediction: field("prediction")
+                        .ok_or_else(|| bad(&at, "no prediction".into()))?,
+                    variant: field("variant").unwrap_or_else(|| "original".into()),
+                    at,
+                });
+            }
+        }
+        "parquet" => {
+            let mut row = 0;
+            for b in parquet_batches(path)? {
+                let need =
+                    |c: &str| text(&b, c).ok_or_else(|| bad(&shown, format!("no column `{c}`")));
+                let (ids, preds) = (need("video_id")?, need("prediction")?);
+                let variants = text(&b, "variant");
+                for i in 0..b.num_rows() {
+                    row += 1;
+                    out.push(Prediction {
+                        at: format!("{shown}: row {row}"),
+                        video_id: ids.value(i).to_string(),
+                        prediction: preds.value(i).to_string(),
+                        variant: variants
+                            .as_ref()
+                            .filter(|v| !v.is_null(i))
+                            .map(|v| v.value(i).to_string())
+                            .unwrap_or_else(|| "original".into()),
+                    });
+                }
+            }
+        }
+        other => {
+            return Err(RunError::Config(format!(
+                "{shown}: predictions must be .csv, .jsonl or .parquet, not .{other}"
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// Scores `predictions` against the release's labels.
+pub fn evaluate(
+    release: &Path,
+    predictions: &Path,
+    opts: &EvaluateOptions,
+) -> Result<Report, RunError> {
+    let truth = release_truth(release, opts)?;
+    let labels: std::collections::BTreeSet<&str> =
+        truth.values().map(|(l, _)| l.as_str()).collect();
+    if !labels.contains(opts.positive.as_str()) {
+        return Err(RunError::Config(format!(
+            "--positive {:?} is not a value of the release's `{}` column (values: {})",
+            opts.positive,
+            opts.label,
+            labels.iter().copied().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    let mut cells: BTreeMap<String, BTreeMap<String, Confusion>> = BTreeMap::new();
+    let mut seen: HashMap<(String, String), String> = HashMap::new();
+    for p in read_predictions(predictions)? {
+        let Some((label, group)) = truth.get(&p.video_id) else {
+            return Err(RunError::Config(format!(
+                "{}: video_id {:?} is not in the release",
+                p.at, p.video_id
+            )));
+        };
+        if !labels.contains(p.prediction.as_str()) {
+            return Err(RunError::Config(format!(
+                "{}: prediction {:?} is not a label of the release (labels: {})",
+                p.at,
+                p.prediction,
+                labels.iter().copied().collect::<Vec<_>>().join(", ")
+            )));
+        }
+        if let Some(first) = seen.insert((p.variant.clone(), p.video_id.clone()), p.at.clone()) {
+            return Err(RunError::Config(format!(
+                "{}: a second prediction for {:?} ({}), first at {first}",
+                p.at, p.video_id, p.variant
+            )));
+        }
+        let (t, y) = (*label == opts.positive, p.prediction == opts.positive);
+        let v = cells.entry(p.variant.clone()).or_default();
+        v.entry("all".into()).or_default().add(t, y);
+        if opts.by.is_some() {
+            v.entry(group.clone()).or_default().add(t, y);
+        }
+    }
+    let metrics: BTreeMap<String, BTreeMap<String, Metrics>> = cells
+        .iter()
+        .map(|(v, g)| {
+            (
+                v.clone(),
+                g.iter().map(|(k, c)| (k.clone(), c.metrics())).collect(),
+            )
+        })
+        .collect();
+    let base = metrics
+        .get("original")
+        .and_then(|g| g.get("all"))
+        .map(|m| m.f1);
+    let f1_drop = match base {
+        Some(b) => metrics
+            .iter()
+            .filter(|(v, _)| *v != "original")
+            .filter_map(|(v, g)| Some((v.clone(), b - g.get("all")?.f1)))
+            .collect(),
+        None => BTreeMap::new(),
+    };
+    Ok(Report {
+        metrics,
+        f1_drop,
+        positive: opts.positive.clone(),
+        by: opts.by.clone(),
+    })
+}
+
+/// The report as a table: one line per variant and group.
+pub fn render(r: &Report) -> String {
+    let mut s = format!(
+        "{:<16} {:<16} {:>6} {:>7} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8}\n",
+        "variant",
+        "group",
+        "n",
+        "F1",
+        "accuracy",
+        "specif.",
+        "bal.acc",
+        "MCC",
+        "no-skill",
+        "F1 drop"
+    );
+    for (v, groups) in &r.metrics {
+        for (g, m) in groups {
+            let drop = match (g.as_str(), r.f1_drop.get(v)) {
+                ("all", Some(d)) => format!("{d:.3}"),
+                _ => String::new(),
+            };
+            s += &format!(
+                "{:<16} {:<16} {:>6} {:>7.3} {:>8.3} {:>8.3} {:>8.3} {:>7.3} {:>8.3} {:>8}\n",
+                v,
+                g,
+                m.n,
+                m.f1,
+                m.accuracy,
+                m.specificity,
+                m.balanced_accuracy,
+                m.mcc,
+                m.no_skill_f1,
+                drop
+            );
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn confusion(tp: u64, fp: u64, tn: u64, fn_: u64) -> Confusion {
+        Confusion {
+            tp,
+            fp,
+            tn,
+            r#fn: fn_,
+        }
+    }
+
+    #[test]
+    fn metrics_of_known_matrices() {
+        let m = confusion(6, 2, 10, 2).metrics();
+        assert_eq!(m.n, 20);
+        assert!((m.f1 - 0.75).abs() < 1e-12);
+        assert!((m.accuracy - 0.8).abs() < 1e-12);
+        assert!((m.specificity - 10.0 / 12.0).abs() < 1e-12);
+        assert!((m.balanced_accuracy - (0.75 + 10.0 / 12.0) / 2.0).abs() < 1e-12);
+        let mcc = (60.0 - 4.0) / (8.0f64 * 8.0 * 12.0 * 12.0).sqrt();
+        assert!((m.mcc - mcc).abs() < 1e-12);
+        // 8 positives of 20: always-positive precision 0.4, recall 1.
+        assert!((m.no_skill_f1 - 2.0 * 0.4 / 1.4).abs() < 1e-12);
+        // Degenerate: no positive predicted and none true.
+        let z = confusion(0, 0, 5, 0).metrics();
+        assert_eq!((z.f1, z.mcc, z.no_skill_f1), (0.0, 0.0, 0.0));
+        assert_eq!(z.balanced_accuracy, 1.0);
+    }
+}

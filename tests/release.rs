@@ -1,0 +1,259 @@
+//! `vidcurate release` of a split run, read back by the tools users load datasets with:
+//! Hugging Face `datasets.load_dataset(DIR)` (both configs), pyarrow, DuckDB and Polars
+//! (tests/readers/check_release.py, in the venv scripts/setup.sh makes).
+
+use crate::need_ffmpeg;
+use crate::util::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn readers_python() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/venv-readers/bin/python");
+    assert!(
+        p.exists(),
+        "{} is missing: run ./scripts/setup.sh (it installs datasets, DuckDB and Polars for these tests)",
+        p.display()
+    );
+    p
+}
+
+fn check(release: &Path, cache: &Path) -> serde_json::Value {
+    let o = Command::new(readers_python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/readers/check_release.py"))
+        .arg(release)
+        .arg(cache)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "check_release.py: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn a_release_loads_with_datasets_pyarrow_duckdb_and_polars() {
+    need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    make_corpus(
+        &d.path().join("demo"),
+        &["--clips", "8", "--seconds", "3", "--seed", "5"],
+    );
+    let p = d.path().join("p.toml");
+    write(
+        &p,
+        &pipeline_with(
+            "manifest = \"demo/manifest.csv\"",
+            "{ count = 4 }",
+            &[("ocr_regions", "ocr"), ("shots", "shots")],
+        ),
+    );
+    let run_dir = d.path().join("run");
+    let o = run_into(&p, &run_dir, d.path());
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = run(
+        &[
+            "split",
+            run_dir.to_str().unwrap(),
+            "--stratify",
+            "label",
+            "--ratios",
+            "60/20/20",
+        ],
+        d.path(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let split: BTreeMap<String, String> = table_rows_file(&run_dir.join("splits/default.parquet"))
+        .into_iter()
+        .map(|r| (r["video_id"].clone(), r["split"].clone()))
+        .collect();
+    let mut want: BTreeMap<String, u64> = BTreeMap::new();
+    for s in split.values() {
+        *want.entry(s.clone()).or_default() += 1;
+    }
+    // 8 clips and the rotated phone clip; the broken upload is rejected, so never released.
+    assert_eq!(split.len(), 9, "{split:?}");
+    assert!(!split.contains_key("demo_broken"));
+
+    for mode in ["bytes", "paths"] {
+        let rel = d.path().join(format!("release-{mode}"));
+        let o = run(
+            &[
+                "release",
+                run_dir.to_str().unwrap(),
+                "--out",
+                rel.to_str().unwrap(),
+                "--frames",
+                mode,
+                "--rows-per-file",
+                "3",
+            ],
+            d.path(),
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let card = std::fs::read_to_string(rel.join("README.md")).unwrap();
+        assert!(card.starts_with("---\nconfigs:\n"), "{card}");
+        assert!(card.contains("| probe | probe |"), "the funnel: {card}");
+        let got = check(&rel, &d.path().join("hf-cache"));
+        let counts =
+            |k: &str| -> BTreeMap<String, u64> { serde_json::from_value(got[k].clone()).unwrap() };
+        assert_eq!(counts("splits"), want, "datasets: {got}");
+        for reader in ["pyarrow", "duckdb", "polars"] {
+            assert_eq!(counts(reader), want, "{reader}: {got}");
+        }
+        let p = counts("perturbations");
+        assert_eq!(p.values().sum::<u64>(), 6 * 9, "{got}");
+        assert_eq!(
+            got["variants"],
+            serde_json::json!([
+                "first_frame",
+                "halves_swapped",
+                "last_frame",
+                "original",
+                "reversed",
+                "shuffled"
+            ])
+        );
+        let f = &got["features"];
+        assert_eq!(f["video_id"], "Value('string')", "{f}");
+        assert_eq!(f["label"], "Value('string')", "{f}");
+        assert_eq!(f["probe_width"], "Value('uint32')", "{f}");
+        assert_eq!(f["shots_shots_in_video"], "Value('uint32')", "{f}");
+        assert!(f["ocr_text"].is_string());
+        // Every released video has its 4 frames.
+        assert!(
+            got["frames_per_video"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|n| n == 4),
+            "{got}"
+        );
+        if mode == "bytes" {
+            assert_eq!(f["frames"], "List(Image(mode=None, decode=True))", "{f}");
+            // The generator draws 1280x720.
+            assert_eq!(
+                got["first_frame_size"],
+                serde_json::json!([1280, 720]),
+                "{got}"
+            );
+        } else {
+            assert_eq!(got["first_frame_file"], true, "{got}");
+        }
+        // The OCR read the drawn overlays: most videos have text.
+        let texts = got["ocr_text"].as_object().unwrap();
+        assert!(
+            texts
+                .values()
+                .filter(|t| !t.as_str().unwrap_or("").is_empty())
+                .count()
+                >= 6,
+            "{texts:?}"
+        );
+    }
+    evaluate_matches_scikit_learn(&d.path().join("release-paths"), split.keys().collect());
+}
+
+/// Random predictions for every video and perturbation variant, scored by `vidcurate evaluate`
+/// and by scikit-learn: the same numbers, per variant and domain.
+fn evaluate_matches_scikit_learn(rel: &Path, videos: Vec<&String>) {
+    let mut csv = String::from("video_id,prediction,variant\n");
+    let mut state: u64 = 7;
+    for variant in ["original", "shuffled", "reversed"] {
+        for v in &videos {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let p = if state >> 63 == 1 { "fake" } else { "real" };
+            csv += &format!("{v},{p},{variant}\n");
+        }
+    }
+    let preds = rel.join("preds.csv");
+    write(&preds, &csv);
+    let o = run(
+        &[
+            "evaluate",
+            rel.to_str().unwrap(),
+            preds.to_str().unwrap(),
+            "--by",
+            "domain",
+            "--positive",
+            "fake",
+            "--json",
+        ],
+        rel,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ours: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let o = Command::new(readers_python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/readers/check_metrics.py"))
+        .args([
+            rel.to_str().unwrap(),
+            preds.to_str().unwrap(),
+            "fake",
+            "domain",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let theirs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let theirs = theirs.as_object().unwrap();
+    assert_eq!(theirs.len(), 3);
+    for (variant, groups) in theirs {
+        for (group, m) in groups.as_object().unwrap() {
+            for (k, want) in m.as_object().unwrap() {
+                let got = &ours["metrics"][variant][group][k];
+                assert!(
+                    (got.as_f64().unwrap() - want.as_f64().unwrap()).abs() < 1e-9,
+                    "{variant}/{group}/{k}: ours {got}, scikit-learn {want}"
+                );
+            }
+        }
+    }
+    let drop = ours["f1_drop"]["shuffled"].as_f64().unwrap();
+    let f1 = |v: &str| ours["metrics"][v]["all"]["f1"].as_f64().unwrap();
+    assert!((drop - (f1("original") - f1("shuffled"))).abs() < 1e-12);
+
+    // An id the release does not have: an error naming the line.
+    write(&preds, "video_id,prediction\nnope,fake\n");
+    let o = run(
+        &[
+            "evaluate",
+            rel.to_str().unwrap(),
+            preds.to_str().unwrap(),
+            "--positive",
+            "fake",
+        ],
+        rel,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("preds.csv:2") && err.contains("\"nope\""),
+        "{err}"
+    );
+    write(
+        &preds,
+        &format!("video_id,prediction\n{},maybe\n", videos[0]),
+    );
+    let o = run(
+        &[
+            "evaluate",
+            rel.to_str().unwrap(),
+            preds.to_str().unwrap(),
+            "--positive",
+            "fake",
+        ],
+        rel,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("\"maybe\" is not a label"), "{err}");
+}
