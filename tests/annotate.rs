@@ -1,0 +1,315 @@
+//! The annotation round trip against a real Label Studio (PyPI `label-studio`, in the venv
+//! scripts/setup.sh makes, started here on 127.0.0.1 with its SQLite default): our label config
+//! is accepted, our tasks import, annotations submitted through its API come back through
+//! `annotate import` with the invalid ones named; then two spreadsheet annotators and their
+//! agreement.
+
+use crate::need_ffmpeg;
+use crate::util::*;
+use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "0123456789abcdef0123456789abcdef01234567";
+
+/// A Label Studio server in its own process group, stopped when dropped.
+struct LabelStudio {
+    url: String,
+    child: Child,
+}
+
+impl Drop for LabelStudio {
+    fn drop(&mut self) {
+        // Its development server does not stop on SIGTERM.
+        let pgid = self.child.id() as i32;
+        let _ = Command::new("kill")
+            .args(["-s", "KILL", "--", &format!("-{pgid}")])
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_label_studio(data: &Path) -> LabelStudio {
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/venv-labelstudio/bin/label-studio");
+    assert!(
+        bin.exists(),
+        "{} is missing: run ./scripts/setup.sh (it installs label-studio for this test)",
+        bin.display()
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log = std::fs::File::create(data.join("label-studio.log")).unwrap();
+    let child = Command::new(&bin)
+        .args([
+            "start",
+            "--no-browser",
+            "--internal-host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+        ])
+        .args([
+            "--username",
+            "annotator@example.org",
+            "--password",
+            "vidcurate-test-1",
+        ])
+        .args(["--user-token", TOKEN, "--enable-legacy-api-token"])
+        .env("LABEL_STUDIO_BASE_DATA_DIR", data)
+        .env("LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN", "true")
+        .env("LABEL_STUDIO_DISABLE_SIGNUP_WITHOUT_LINK", "true")
+        // No error reports to sentry.io (no network here, and none wanted from a test).
+        .env("SENTRY_DSN", "")
+        .env("FRONTEND_SENTRY_DSN", "")
+        .env("SENTRY_RATE", "0")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let ls = LabelStudio {
+        url: format!("http://127.0.0.1:{port}"),
+        child,
+    };
+    // The first start migrates its SQLite database: about a minute on 2 cores.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let up = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            && Command::new("curl")
+                .args(["-sf", "-o", "/dev/null", &format!("{}/health", ls.url)])
+                .status()
+                .is_ok_and(|s| s.success());
+        if up {
+            return ls;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Label Studio did not come up: {}",
+            std::fs::read_to_string(data.join("label-studio.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn annotations(run: &Path) -> BTreeMap<(String, String), BTreeMap<String, String>> {
+    table_rows_file(&run.join("annotations/annotations.parquet"))
+        .into_iter()
+        .map(|r| ((r["video_id"].clone(), r["annotator"].clone()), r))
+        .collect()
+}
+
+fn vidcurate(args: &[&str], cwd: &Path) -> String {
+    let o = run(args, cwd);
+    assert!(
+        o.status.success(),
+        "vidcurate {args:?}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+#[test]
+fn label_studio_round_trip_then_spreadsheet_annotators() {
+    need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    make_corpus(
+        &dir.join("demo"),
+        &["--clips", "6", "--seconds", "3", "--seed", "3"],
+    );
+    write(
+        &dir.join("p.toml"),
+        "name = \"a\"\n[source]\ntype = \"local\"\nmanifest = \"demo/manifest.csv\"\n\n[[stages]]\nid = \"probe\"\ntype = \"probe\"\n",
+    );
+    let run_dir = dir.join("run");
+    let o = run_into(&dir.join("p.toml"), &run_dir, dir);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r = run_dir.to_str().unwrap();
+    let export = dir.join("export");
+    let out = vidcurate(
+        &[
+            "annotate",
+            "export",
+            r,
+            "--out",
+            export.to_str().unwrap(),
+            "--media-url",
+            "http://127.0.0.1:9/videos/",
+        ],
+        dir,
+    );
+    assert!(out.starts_with("7 tasks"), "{out}");
+    let tasks: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(export.join("tasks.json")).unwrap()).unwrap();
+    let first = &tasks[0]["data"];
+    assert_eq!(first["video"], "http://127.0.0.1:9/videos/demo000.mp4");
+    let fps = first["fps"].as_f64().unwrap();
+    assert!(fps > 0.0);
+
+    let ls = start_label_studio(dir);
+    let (json1, json2) = (dir.join("ls-1.json"), dir.join("ls-2.json"));
+    let o = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/readers/label_studio_roundtrip.py"))
+        .args([
+            &ls.url,
+            TOKEN,
+            export.to_str().unwrap(),
+            json1.to_str().unwrap(),
+        ])
+        .args(["--revise", json2.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "driver: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    drop(ls);
+    let driven: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let task = |v: &str| driven["tasks"][v].as_i64().unwrap().to_string();
+
+    let out = vidcurate(&["annotate", "import", r, json1.to_str().unwrap()], dir);
+    assert!(
+        out.contains("2 annotations stored (2 new or replaced)"),
+        "{out}"
+    );
+    assert!(out.contains("1 cancelled"), "{out}");
+    // Kept out, naming the task and the field.
+    assert!(
+        out.contains(&format!("task {} video demo003", task("demo003")))
+            && out.contains("risk_signal_end: ends at"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("task {} video demo004", task("demo004")))
+            && out.contains("risk_signal_description: missing"),
+        "{out}"
+    );
+    let a = annotations(&run_dir);
+    let row = &a[&("demo000".to_string(), "1".to_string())];
+    assert_eq!(row["risk_label"], "yes");
+    let start: f64 = row["risk_signal_start"].parse().unwrap();
+    assert!((start - 30.0 / fps).abs() < 1e-9, "{row:?}");
+    assert_eq!(
+        row["risk_signal_description"],
+        "First: smoke appears; Then: people run; Afterwards: the door bursts"
+    );
+    assert_eq!(row["risk_visual_indicators"], "smoke near the door");
+    assert_eq!(
+        a[&("demo000".to_string(), "adjudicated".to_string())]["risk_label"],
+        "yes"
+    );
+    assert_eq!(
+        a[&("demo001".to_string(), "adjudicated".to_string())]["risk_label"],
+        "no"
+    );
+
+    // The same export again changes nothing; the revised export replaces one annotation.
+    let out = vidcurate(&["annotate", "import", r, json1.to_str().unwrap()], dir);
+    assert!(out.contains("(0 new or replaced)"), "{out}");
+    assert_eq!(annotations(&run_dir), a);
+    let out = vidcurate(&["annotate", "import", r, json2.to_str().unwrap()], dir);
+    assert!(
+        out.contains("2 annotations stored (1 new or replaced)"),
+        "{out}"
+    );
+    assert_eq!(
+        annotations(&run_dir)[&("demo001".to_string(), "adjudicated".to_string())]["risk_label"],
+        "yes"
+    );
+
+    // Two annotators in spreadsheets: Cohen's kappa 0.4 on three videos, span IoU 1/3.
+    let sheet = |who: &str, rows: &[(&str, &str, &str)]| {
+        let mut s = String::from(
+            "video_id,risk_signal_start,risk_signal_end,risk_signal_first,risk_label\n",
+        );
+        for (v, span, l) in rows {
+            s += &format!(
+                "{v},{span},{},{l}\n",
+                if *l == "yes" { "it starts" } else { "" }
+            );
+        }
+        let p = dir.join(format!("{who}.csv"));
+        write(&p, &s);
+        p
+    };
+    let a_csv = sheet(
+        "a",
+        &[
+            ("demo005", "1.0,2.0", "yes"),
+            ("demo_rotated", ",", "no"),
+            ("demo002", "0.5,1.0", "yes"),
+        ],
+    );
+    let b_csv = sheet(
+        "b",
+        &[
+            ("demo005", "1.5,2.5", "yes"),
+            ("demo_rotated", ",", "no"),
+            ("demo002", ",", "no"),
+        ],
+    );
+    vidcurate(
+        &[
+            "annotate",
+            "import",
+            r,
+            a_csv.to_str().unwrap(),
+            "--annotator",
+            "a",
+        ],
+        dir,
+    );
+    let out = vidcurate(
+        &[
+            "annotate",
+            "import",
+            r,
+            b_csv.to_str().unwrap(),
+            "--annotator",
+            "b",
+        ],
+        dir,
+    );
+    assert!(out.contains("cohen kappa 0.400"), "{out}");
+    assert!(out.contains("mean IoU 0.333 over 1 pairs"), "{out}");
+    // demo002: one yes, one no: a tie under the majority rule.
+    assert!(
+        out.contains("tied on the label (not adjudicated): demo002"),
+        "{out}"
+    );
+    let out = vidcurate(
+        &[
+            "annotate",
+            "import",
+            r,
+            b_csv.to_str().unwrap(),
+            "--annotator",
+            "b",
+            "--rule",
+            "reviewer:b",
+        ],
+        dir,
+    );
+    assert!(!out.contains("tied"), "{out}");
+    assert_eq!(
+        annotations(&run_dir)[&("demo002".to_string(), "adjudicated".to_string())]["risk_label"],
+        "no"
+    );
+    // A CSV without --annotator is refused.
+    let o = run(&["annotate", "import", r, a_csv.to_str().unwrap()], dir);
+    assert_eq!(o.status.code(), Some(2));
+}
