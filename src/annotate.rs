@@ -13,11 +13,10 @@
 use crate::error::RunError;
 use crate::runtime::chain::SOURCE_STAGE_ID;
 use crate::runtime::manifest::Manifest;
-use crate::runtime::shards::read_table;
+use crate::runtime::shards::{read_table, table_batches, text_column};
 use crate::runtime::store::Store;
 use crate::stages;
-use arrow::array::{Array, RecordBatch, StringArray};
-use arrow::datatypes::DataType;
+use arrow::array::{Array, StringArray};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
@@ -117,12 +116,6 @@ pub const LABEL_CONFIG: &str = r##"<View>
 </View>
 "##;
 
-fn text_col(batch: &RecordBatch, name: &str) -> Option<StringArray> {
-    let col = batch.column_by_name(name)?;
-    let cast = arrow::compute::cast(col, &DataType::Utf8).ok()?;
-    cast.as_any().downcast_ref::<StringArray>().cloned()
-}
-
 /// Every value of one column of a stage's table, by video (the first row of each).
 async fn column_by_video(
     store: &Arc<dyn Store>,
@@ -141,10 +134,10 @@ async fn column_by_video(
     };
     let view = read_table(store, &st.id, &st.fingerprint, true).await?;
     for b in &view.batches {
-        let Some(ids) = text_col(b, "video_id") else {
+        let Some(ids) = text_column(b, "video_id") else {
             continue;
         };
-        let cols: Vec<Option<StringArray>> = columns.iter().map(|c| text_col(b, c)).collect();
+        let cols: Vec<Option<StringArray>> = columns.iter().map(|c| text_column(b, c)).collect();
         for i in 0..b.num_rows() {
             out.entry(ids.value(i).to_string()).or_insert_with(|| {
                 cols.iter()
@@ -174,7 +167,8 @@ async fn ocr_lines(
     {
         let view = read_table(store, &st.id, &st.fingerprint, true).await?;
         for b in &view.batches {
-            let (Some(ids), Some(texts)) = (text_col(b, "video_id"), text_col(b, "text")) else {
+            let (Some(ids), Some(texts)) = (text_column(b, "video_id"), text_column(b, "text"))
+            else {
                 continue;
             };
             for i in 0..b.num_rows() {
@@ -194,25 +188,8 @@ pub async fn export(run_dir: &Path, opts: &ExportOptions) -> Result<usize, RunEr
     let (store, mut videos, _) = crate::rethreshold::pipeline_selection(run_dir).await?;
     let (_, m) = crate::rethreshold::open_run(run_dir).await?;
     if let Some(split) = &opts.split {
-        let path = format!("splits/{split}.parquet");
-        let data = store.get(&path).await.map_err(|e| {
-            RunError::Config(format!(
-                "{}/{path}: {e} (make it with `vidcurate split`)",
-                store.location()
-            ))
-        })?;
-        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-            bytes::Bytes::from(data),
-        )
-        .and_then(|b| b.build())
-        .map_err(|e| RunError::Internal(format!("{path}: {e}")))?;
-        let mut keep = std::collections::HashSet::new();
-        for b in reader.flatten() {
-            if let Some(ids) = text_col(&b, "video_id") {
-                keep.extend((0..b.num_rows()).map(|i| ids.value(i).to_string()));
-            }
-        }
-        videos.retain(|v| keep.contains(v));
+        let keep = crate::split::read_split(&store, split).await?.0;
+        videos.retain(|v| keep.contains_key(v));
     }
     let source = column_by_video(&store, &m, SOURCE_STAGE_ID, &["title", "path", "url"]).await?;
     let download = column_by_video(&store, &m, stages::download::KIND.name, &["path"]).await?;
@@ -922,14 +899,8 @@ pub async fn read_annotations(store: &Arc<dyn Store>) -> Result<Vec<Annotation>,
             ));
         }
     };
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-        bytes::Bytes::from(data),
-    )
-    .and_then(|b| b.build())
-    .map_err(|e| RunError::Internal(format!("{ANNOTATIONS}: {e}")))?;
     let mut out = vec![];
-    for b in reader {
-        let b = b.map_err(|e| RunError::Internal(format!("{ANNOTATIONS}: {e}")))?;
+    for b in table_batches(ANNOTATIONS, data)? {
         let rows: Vec<Annotation> = serde_arrow::from_record_batch(&b)
             .map_err(|e| RunError::Internal(format!("{ANNOTATIONS}: {e}")))?;
         out.extend(rows);

@@ -9,7 +9,8 @@
 //! An unknown video id or label in the predictions is an error naming the line.
 
 use crate::error::RunError;
-use arrow::array::{Array, RecordBatch, StringArray};
+use crate::runtime::shards::text_column;
+use arrow::array::{Array, RecordBatch};
 use arrow::datatypes::DataType;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -30,6 +31,44 @@ pub struct EvaluateOptions {
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Also draw the histogram of the annotated risk-signal lengths per group to this PNG.
+    #[arg(long)]
+    pub lengths_plot: Option<PathBuf>,
+}
+
+/// Lengths of the annotated risk signals (end - start, seconds) of one group.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SignalLengths {
+    pub n: usize,
+    pub mean: f64,
+    pub median: f64,
+    /// Videos per 1-second bin, from 0 s.
+    pub histogram: Vec<u64>,
+}
+
+impl SignalLengths {
+    pub fn of(mut v: Vec<f64>) -> Option<Self> {
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(|a, b| a.total_cmp(b));
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        let mut histogram = vec![0u64; v[n - 1].max(0.0).floor() as usize + 1];
+        for x in &v {
+            histogram[x.max(0.0).floor() as usize] += 1;
+        }
+        Some(Self {
+            n,
+            mean: v.iter().sum::<f64>() / n as f64,
+            median,
+            histogram,
+        })
+    }
 }
 
 /// Counts of one confusion matrix (positive = the `--positive` label).
@@ -118,12 +157,8 @@ pub struct Report {
     pub f1_drop: BTreeMap<String, f64>,
     pub positive: String,
     pub by: Option<String>,
-}
-
-fn text(batch: &RecordBatch, name: &str) -> Option<StringArray> {
-    let col = batch.column_by_name(name)?;
-    let cast = arrow::compute::cast(col, &DataType::Utf8).ok()?;
-    cast.as_any().downcast_ref::<StringArray>().cloned()
+    /// group -> risk-signal lengths from the release's annotation columns ("all" too).
+    pub signal_lengths: BTreeMap<String, SignalLengths>,
 }
 
 fn parquet_batches(path: &Path) -> Result<Vec<RecordBatch>, RunError> {
@@ -138,10 +173,13 @@ fn parquet_batches(path: &Path) -> Result<Vec<RecordBatch>, RunError> {
 }
 
 /// video → (label, group) from the release's data files.
-fn release_truth(
-    release: &Path,
-    opts: &EvaluateOptions,
-) -> Result<HashMap<String, (String, String)>, RunError> {
+type Truth = (
+    HashMap<String, (String, String)>,
+    BTreeMap<String, Vec<f64>>,
+);
+
+/// video -> (label, group), and group -> annotated risk-signal lengths.
+fn release_truth(release: &Path, opts: &EvaluateOptions) -> Result<Truth, RunError> {
     let dir = release.join("data");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map_err(|e| RunError::Config(format!("{}: {e} (not a release folder?)", dir.display())))?
@@ -150,8 +188,13 @@ fn release_truth(
         .collect();
     files.sort();
     let mut out = HashMap::new();
+    let mut lengths: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for f in files {
         for b in parquet_batches(&f)? {
+            let span = (
+                number(&b, "annotation_risk_signal_start"),
+                number(&b, "annotation_risk_signal_end"),
+            );
             let missing = |c: &str| {
                 RunError::Config(format!(
                     "{}: no column `{c}` (columns: {})",
@@ -164,10 +207,10 @@ fn release_truth(
                         .join(", ")
                 ))
             };
-            let ids = text(&b, "video_id").ok_or_else(|| missing("video_id"))?;
-            let labels = text(&b, &opts.label).ok_or_else(|| missing(&opts.label))?;
+            let ids = text_column(&b, "video_id").ok_or_else(|| missing("video_id"))?;
+            let labels = text_column(&b, &opts.label).ok_or_else(|| missing(&opts.label))?;
             let groups = match &opts.by {
-                Some(c) => Some(text(&b, c).ok_or_else(|| missing(c))?),
+                Some(c) => Some(text_column(&b, c).ok_or_else(|| missing(c))?),
                 None => None,
             };
             for i in 0..b.num_rows() {
@@ -181,11 +224,29 @@ fn release_truth(
                         }
                     })
                     .unwrap_or_default();
+                if let (Some(s), Some(e)) = &span
+                    && !s.is_null(i)
+                    && !e.is_null(i)
+                {
+                    let len = e.value(i) - s.value(i);
+                    lengths.entry("all".into()).or_default().push(len);
+                    if opts.by.is_some() {
+                        lengths.entry(g.clone()).or_default().push(len);
+                    }
+                }
                 out.insert(ids.value(i).to_string(), (labels.value(i).to_string(), g));
             }
         }
     }
-    Ok(out)
+    Ok((out, lengths))
+}
+
+fn number(batch: &RecordBatch, name: &str) -> Option<arrow::array::Float64Array> {
+    let col = batch.column_by_name(name)?;
+    let cast = arrow::compute::cast(col, &DataType::Float64).ok()?;
+    cast.as_any()
+        .downcast_ref::<arrow::array::Float64Array>()
+        .cloned()
 }
 
 fn read_predictions(path: &Path) -> Result<Vec<Prediction>, RunError> {
@@ -253,10 +314,11 @@ fn read_predictions(path: &Path) -> Result<Vec<Prediction>, RunError> {
         "parquet" => {
             let mut row = 0;
             for b in parquet_batches(path)? {
-                let need =
-                    |c: &str| text(&b, c).ok_or_else(|| bad(&shown, format!("no column `{c}`")));
+                let need = |c: &str| {
+                    text_column(&b, c).ok_or_else(|| bad(&shown, format!("no column `{c}`")))
+                };
                 let (ids, preds) = (need("video_id")?, need("prediction")?);
-                let variants = text(&b, "variant");
+                let variants = text_column(&b, "variant");
                 for i in 0..b.num_rows() {
                     row += 1;
                     out.push(Prediction {
@@ -287,7 +349,7 @@ pub fn evaluate(
     predictions: &Path,
     opts: &EvaluateOptions,
 ) -> Result<Report, RunError> {
-    let truth = release_truth(release, opts)?;
+    let (truth, lengths) = release_truth(release, opts)?;
     let labels: std::collections::BTreeSet<&str> =
         truth.values().map(|(l, _)| l.as_str()).collect();
     if !labels.contains(opts.positive.as_str()) {
@@ -349,16 +411,72 @@ pub fn evaluate(
             .collect(),
         None => BTreeMap::new(),
     };
+    let signal_lengths: BTreeMap<String, SignalLengths> = lengths
+        .into_iter()
+        .filter_map(|(g, v)| Some((g, SignalLengths::of(v)?)))
+        .collect();
+    if let Some(png) = &opts.lengths_plot {
+        lengths_plot(png, &signal_lengths)?;
+    }
     Ok(Report {
         metrics,
         f1_drop,
         positive: opts.positive.clone(),
         by: opts.by.clone(),
+        signal_lengths,
     })
 }
 
-/// The report as a table: one line per variant and group.
+/// The histogram of risk-signal lengths per group (1-second bins), drawn as the analyses are.
+fn lengths_plot(png: &Path, lengths: &BTreeMap<String, SignalLengths>) -> Result<(), RunError> {
+    use crate::analyze::DistRow;
+    let groups: Vec<String> = lengths
+        .keys()
+        .filter(|g| lengths.len() == 1 || *g != "all")
+        .cloned()
+        .collect();
+    let bins = lengths
+        .values()
+        .map(|l| l.histogram.len())
+        .max()
+        .unwrap_or(0);
+    let mut rows = vec![];
+    for g in &groups {
+        let l = &lengths[g];
+        for b in 0..bins {
+            let count = l.histogram.get(b).copied().unwrap_or(0) as f64;
+            rows.push(DistRow {
+                group: g.clone(),
+                bin: b as u32,
+                lo: b as f64,
+                hi: b as f64 + 1.0,
+                label: format!("{b}-{} s", b + 1),
+                count,
+                share: count / l.n as f64,
+            });
+        }
+    }
+    let sizes = groups.iter().map(|g| (g.clone(), lengths[g].n)).collect();
+    crate::analyze::plot::bars(png, "risk-signal length", &rows, &groups, &sizes, None)
+        .map_err(|e| RunError::Internal(format!("{}: {e}", png.display())))
+}
+
+/// The report as a table: one line per variant and group, then the signal lengths.
 pub fn render(r: &Report) -> String {
+    let mut s = metrics_table(r);
+    if !r.signal_lengths.is_empty() {
+        s += "\nannotated risk-signal length (s):\n";
+        for (g, l) in &r.signal_lengths {
+            s += &format!(
+                "{g:<16} n {:>5}  mean {:>6.2}  median {:>6.2}\n",
+                l.n, l.mean, l.median
+            );
+        }
+    }
+    s
+}
+
+fn metrics_table(r: &Report) -> String {
     let mut s = format!(
         "{:<16} {:<16} {:>6} {:>7} {:>8} {:>8} {:>8} {:>7} {:>8} {:>8}\n",
         "variant",
@@ -425,5 +543,13 @@ mod tests {
         let z = confusion(0, 0, 5, 0).metrics();
         assert_eq!((z.f1, z.mcc, z.no_skill_f1), (0.0, 0.0, 0.0));
         assert_eq!(z.balanced_accuracy, 1.0);
+    }
+
+    #[test]
+    fn signal_length_statistics() {
+        let l = SignalLengths::of(vec![2.5, 0.5, 1.0, 4.0]).unwrap();
+        assert_eq!((l.n, l.mean, l.median), (4, 2.0, 1.75));
+        assert_eq!(l.histogram, vec![1, 1, 1, 0, 1]);
+        assert!(SignalLengths::of(vec![]).is_none());
     }
 }

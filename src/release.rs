@@ -14,7 +14,7 @@ use crate::error::RunError;
 use crate::rethreshold::FunnelRow;
 use crate::runtime::chain::SOURCE_STAGE_ID;
 use crate::runtime::manifest::Manifest;
-use crate::runtime::shards::read_table;
+use crate::runtime::shards::{read_table, text_column};
 use crate::runtime::store::Store;
 use crate::stages::{Release, stage_kind};
 use arrow::array::{
@@ -101,15 +101,7 @@ fn first_rows(batch: &RecordBatch) -> Result<HashMap<String, u32>, RunError> {
 }
 
 fn text(batch: &RecordBatch, name: &str) -> Result<StringArray, RunError> {
-    let col = batch
-        .column_by_name(name)
-        .ok_or_else(|| RunError::Internal(format!("no column {name}")))?;
-    let cast = arrow::compute::cast(col, &DataType::Utf8)
-        .map_err(|e| RunError::Internal(format!("{name}: {e}")))?;
-    cast.as_any()
-        .downcast_ref::<StringArray>()
-        .cloned()
-        .ok_or_else(|| RunError::Internal(format!("{name}: not text")))
+    text_column(batch, name).ok_or_else(|| RunError::Internal(format!("no text column {name}")))
 }
 
 /// The types `datasets` declares plainly: large strings, lists and binaries become the ordinary
@@ -273,6 +265,9 @@ async fn read_inputs(store: &Arc<dyn Store>, m: &Manifest) -> Result<Inputs, Run
     }
     let source = source
         .ok_or_else(|| RunError::Config("the run has no source table (was it ever run?)".into()))?;
+    if let Some(a) = annotation_columns(store).await? {
+        stages.push(a);
+    }
     Ok(Inputs {
         source,
         stages,
@@ -281,6 +276,38 @@ async fn read_inputs(store: &Arc<dyn Store>, m: &Manifest) -> Result<Inputs, Run
         frames_stage,
         ocr_stage,
     })
+}
+
+/// The adjudicated human annotations (`vidcurate annotate import`) as `annotation_<field>`.
+async fn annotation_columns(store: &Arc<dyn Store>) -> Result<Option<Joined>, RunError> {
+    let decided: Vec<crate::annotate::Annotation> = crate::annotate::read_annotations(store)
+        .await?
+        .into_iter()
+        .filter(|a| a.annotator == "adjudicated")
+        .collect();
+    if decided.is_empty() {
+        return Ok(None);
+    }
+    let fields = crate::runtime::shards::fields_of::<crate::annotate::Annotation>()?;
+    let batch = serde_arrow::to_record_batch(&fields, &decided)
+        .map_err(|e| RunError::Internal(format!("annotations: {e}")))?;
+    const BOOKKEEPING: &[&str] = &[
+        "video_id",
+        "annotator",
+        "task_id",
+        "annotation_id",
+        "updated_at",
+    ];
+    let columns = (0..fields.len())
+        .filter(|i| !BOOKKEEPING.contains(&fields[*i].name().as_str()))
+        .map(|i| (i, format!("annotation_{}", fields[i].name())))
+        .collect();
+    Ok(Some(Joined {
+        stage: "annotations".into(),
+        row_of: first_rows(&batch)?,
+        batch,
+        columns,
+    }))
 }
 
 /// video → (frame index, value) in frame order (rows of one frame keep their stored order).
@@ -327,33 +354,11 @@ async fn read_split(
     ),
     RunError,
 > {
-    let path = format!("splits/{name}.parquet");
-    let data = store.get(&path).await.map_err(|e| {
-        RunError::Config(format!(
-            "{}/{path}: {e}: make the split first, e.g. `vidcurate split RUN --name {name} --stratify label`",
-            store.location()
-        ))
-    })?;
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-        bytes::Bytes::from(data),
-    )
-    .and_then(|b| b.build())
-    .map_err(|e| RunError::Internal(format!("{path}: {e}")))?;
+    let (placed, report) = crate::split::read_split(store, name).await?;
     let mut by_split: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for b in reader {
-        let b = b.map_err(|e| RunError::Internal(format!("{path}: {e}")))?;
-        let (ids, splits) = (text(&b, "video_id")?, text(&b, "split")?);
-        for i in 0..b.num_rows() {
-            by_split
-                .entry(splits.value(i).to_string())
-                .or_default()
-                .push(ids.value(i).to_string());
-        }
+    for (id, split) in placed {
+        by_split.entry(split).or_default().push(id);
     }
-    let report: serde_json::Value = match store.get(&format!("splits/{name}.json")).await {
-        Ok(d) => serde_json::from_slice(&d).unwrap_or_default(),
-        Err(_) => serde_json::Value::Null,
-    };
     let mut order: Vec<String> = report["names"]
         .as_array()
         .map(|a| {

@@ -16,7 +16,7 @@
 
 use crate::error::RunError;
 use crate::runtime::chain::SOURCE_STAGE_ID;
-use crate::runtime::shards::read_table;
+use crate::runtime::shards::{read_table, table_batches, text_column};
 use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use serde::Serialize;
@@ -224,16 +224,6 @@ impl SplitReport {
     }
 }
 
-/// A column of the source table as text per video (None where empty).
-fn text_column(batch: &RecordBatch, name: &str) -> Result<Option<StringArray>, RunError> {
-    let Some(col) = batch.column_by_name(name) else {
-        return Ok(None);
-    };
-    let cast = arrow::compute::cast(col, &DataType::Utf8)
-        .map_err(|e| RunError::Config(format!("column `{name}` cannot be read as text: {e}")))?;
-    Ok(cast.as_any().downcast_ref::<StringArray>().cloned())
-}
-
 /// The stratum and group values of every source video, by id.
 fn source_values(
     batches: &[RecordBatch],
@@ -241,11 +231,11 @@ fn source_values(
 ) -> Result<HashMap<String, (String, Option<String>)>, RunError> {
     let mut out = HashMap::new();
     for b in batches {
-        let ids = text_column(b, "video_id")?
+        let ids = text_column(b, "video_id")
             .ok_or_else(|| RunError::Internal("source shard without video_id".into()))?;
         let mut cols = vec![];
         for c in opts.stratify.iter().chain(opts.group.iter()) {
-            let col = text_column(b, c)?.ok_or_else(|| {
+            let col = text_column(b, c).ok_or_else(|| {
                 let names: Vec<String> = b
                     .schema()
                     .fields()
@@ -275,6 +265,38 @@ fn source_values(
         }
     }
     Ok(out)
+}
+
+/// A split made before: video id → split name, and the split's report (`NAME.json`, Null when
+/// missing). The error says how to make it.
+pub async fn read_split(
+    store: &Arc<dyn crate::runtime::store::Store>,
+    name: &str,
+) -> Result<(BTreeMap<String, String>, serde_json::Value), RunError> {
+    let path = format!("splits/{name}.parquet");
+    let data = store.get(&path).await.map_err(|e| {
+        RunError::Config(format!(
+            "{}/{path}: {e}: make the split first, e.g. `vidcurate split RUN --name {name} --stratify label`",
+            store.location()
+        ))
+    })?;
+    let mut out = BTreeMap::new();
+    for b in table_batches(&path, data)? {
+        let (Some(ids), Some(splits)) = (text_column(&b, "video_id"), text_column(&b, "split"))
+        else {
+            return Err(RunError::Internal(format!(
+                "{path}: no video_id or split column"
+            )));
+        };
+        for i in 0..b.num_rows() {
+            out.insert(ids.value(i).to_string(), splits.value(i).to_string());
+        }
+    }
+    let report = match store.get(&format!("splits/{name}.json")).await {
+        Ok(d) => serde_json::from_slice(&d).unwrap_or_default(),
+        Err(_) => serde_json::Value::Null,
+    };
+    Ok((out, report))
 }
 
 /// Splits the videos `run_dir`'s pipeline selected and writes `splits/<name>.{parquet,json}`.

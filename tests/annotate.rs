@@ -312,4 +312,55 @@ fn label_studio_round_trip_then_spreadsheet_annotators() {
     // A CSV without --annotator is refused.
     let o = run(&["annotate", "import", r, a_csv.to_str().unwrap()], dir);
     assert_eq!(o.status.code(), Some(2));
+
+    // The adjudicated fields reach a release, and evaluate reports the signal lengths from it.
+    vidcurate(&["split", r, "--stratify", "label"], dir);
+    let rel = dir.join("release");
+    vidcurate(
+        &[
+            "release",
+            r,
+            "--out",
+            rel.to_str().unwrap(),
+            "--frames",
+            "none",
+        ],
+        dir,
+    );
+    let mut released = BTreeMap::new();
+    for f in std::fs::read_dir(rel.join("data")).unwrap() {
+        for row in table_rows_file(&f.unwrap().path()) {
+            released.insert(row["video_id"].clone(), row);
+        }
+    }
+    assert_eq!(released.len(), 7);
+    assert_eq!(released["demo000"]["annotation_risk_label"], "yes");
+    assert_eq!(released["demo002"]["annotation_decided_by"], "reviewer: b");
+    assert_eq!(released["demo003"]["annotation_risk_label"], "null");
+    let preds = dir.join("preds.csv");
+    write(&preds, "video_id,prediction\ndemo000,yes\ndemo001,no\n");
+    let plot = dir.join("lengths.png");
+    let out = vidcurate(
+        &[
+            "evaluate",
+            rel.to_str().unwrap(),
+            preds.to_str().unwrap(),
+            "--label",
+            "annotation_risk_label",
+            "--json",
+            "--lengths-plot",
+            plot.to_str().unwrap(),
+        ],
+        dir,
+    );
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // Spans of demo000 (30 frames), demo001 (revised: 15 frames) and demo005 (annotator a's 1 s).
+    let all = &report["signal_lengths"]["all"];
+    assert_eq!(all["n"], 3, "{report}");
+    let mean = (30.0 / fps + 15.0 / fps + 1.0) / 3.0;
+    assert!(
+        (all["mean"].as_f64().unwrap() - mean).abs() < 1e-9,
+        "{report}"
+    );
+    assert!(std::fs::metadata(&plot).unwrap().len() > 1000);
 }

@@ -1080,6 +1080,23 @@ impl TableView {
     }
 }
 
+/// Any column as text (numbers and large strings cast to Utf8); None when there is no such
+/// column or it cannot be cast. For tools reading tables by column name (split, release, …).
+pub fn text_column(batch: &RecordBatch, name: &str) -> Option<StringArray> {
+    let col = batch.column_by_name(name)?;
+    let cast = arrow::compute::cast(col, &DataType::Utf8).ok()?;
+    cast.as_any().downcast_ref::<StringArray>().cloned()
+}
+
+/// The batches of a whole Parquet file held in memory (a table written with `encode_table`).
+pub fn table_batches(path: &str, data: Vec<u8>) -> Result<Vec<RecordBatch>, RunError> {
+    ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(data))
+        .and_then(|b| b.build())
+        .map_err(|e| RunError::Internal(format!("{path}: {e}")))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| RunError::Internal(format!("{path}: {e}")))
+}
+
 fn string_column(batch: &RecordBatch, name: &str) -> Result<StringArray, RunError> {
     batch
         .column_by_name(name)
