@@ -28,6 +28,7 @@ pub enum Slot {
     Prescreen,
     Quality,
     Committee,
+    Dedup,
 }
 
 impl Slot {
@@ -44,6 +45,7 @@ impl Slot {
             Slot::Prescreen => "prescreen",
             Slot::Quality => "quality",
             Slot::Committee => "committee",
+            Slot::Dedup => "dedup",
         }
     }
 }

@@ -204,6 +204,9 @@ async fn read_inputs(store: &Arc<dyn Store>, m: &Manifest) -> Result<Inputs, Run
                 None => continue,
             }
         };
+        if role == Some(Release::Skip) {
+            continue;
+        }
         let view = read_table(store, &st.id, &st.fingerprint, true).await?;
         let Some(batch) = concat(&st.id, &view.batches)? else {
             continue;
@@ -257,6 +260,7 @@ async fn read_inputs(store: &Arc<dyn Store>, m: &Manifest) -> Result<Inputs, Run
                 frames = per_video(&batch, "frame_index", "path")?;
                 frames_stage = Some(st.id.clone());
             }
+            Some(Release::Skip) => {}
             Some(Release::Text) => {
                 ocr = per_video(&batch, "frame_index", "text")?;
                 ocr_stage = Some(st.id.clone());

@@ -47,6 +47,17 @@ pub struct SplitOptions {
     /// Name of the output under RUN_DIR/splits/.
     #[arg(long, default_value = "default")]
     pub name: String,
+    /// Keep near-duplicates (re-uploads, crops: a `dedup` stage's frame hashes) in one split,
+    /// together with whatever --group joins.
+    #[arg(long)]
+    pub dedup: bool,
+    /// Keep only one video (the smallest id) of each near-duplicate cluster (implies --dedup).
+    #[arg(long)]
+    pub drop_duplicates: bool,
+    /// Two frames match when their 64-bit hashes differ in at most this many bits; two videos
+    /// are near-duplicates when half the frames of the shorter one match.
+    #[arg(long, default_value_t = 10)]
+    pub max_distance: u32,
 }
 
 /// Split shares, summing to 1 (an alias, so the command line takes them as one value).
@@ -78,6 +89,8 @@ pub struct Item {
     pub video_id: String,
     pub stratum: String,
     pub group: String,
+    /// Its near-duplicate cluster (the smallest id in it), when it has one of two or more.
+    pub cluster: Option<String>,
 }
 
 /// A group's items (indices) and its count of items per stratum.
@@ -176,6 +189,10 @@ pub struct SplitReport {
     pub videos: usize,
     pub groups: usize,
     pub cells: Vec<Cell>,
+    /// Near-duplicate clusters of two or more videos (with --dedup).
+    pub duplicate_clusters: usize,
+    /// Videos left out as duplicates of another (with --drop-duplicates).
+    pub dropped_duplicates: Vec<String>,
     /// The largest |videos − target| over the cells.
     pub max_deviation: f64,
     #[serde(skip)]
@@ -220,6 +237,13 @@ impl SplitReport {
             "\n{} videos in {} groups; largest deviation from the ratios: {:.1} videos\n",
             self.videos, self.groups, self.max_deviation
         );
+        if self.duplicate_clusters > 0 || !self.dropped_duplicates.is_empty() {
+            s += &format!(
+                "{} near-duplicate clusters; {} videos dropped as duplicates\n",
+                self.duplicate_clusters,
+                self.dropped_duplicates.len()
+            );
+        }
         s
     }
 }
@@ -337,13 +361,124 @@ pub async fn split(run_dir: &Path, opts: &SplitOptions) -> Result<SplitReport, R
                 },
                 // A video without a group value is a group of its own.
                 group: group.unwrap_or_else(|| format!("\u{0}{id}")),
+                cluster: None,
             }
         })
         .collect();
+    let (items, clusters, dropped) = if opts.dedup || opts.drop_duplicates {
+        let near = near_duplicates(&store, &m, &selected, opts.max_distance).await?;
+        join_duplicates(items, &near, opts.drop_duplicates)
+    } else {
+        (items, 0, vec![])
+    };
     let placed = assign(&items, &opts.ratios, opts.seed);
-    let report = report(opts, &items, &placed, run_dir);
+    let mut report = report(opts, &items, &placed, run_dir);
+    report.duplicate_clusters = clusters;
+    report.dropped_duplicates = dropped;
     write(&store, opts, &items, &placed, &report).await?;
     Ok(report)
+}
+
+/// video → its near-duplicate cluster (the smallest id in it), from the run's `dedup` stage.
+async fn near_duplicates(
+    store: &Arc<dyn crate::runtime::store::Store>,
+    m: &crate::runtime::manifest::Manifest,
+    selected: &[String],
+    max_distance: u32,
+) -> Result<HashMap<String, String>, RunError> {
+    use crate::stages::dedup;
+    let st = m
+        .stages
+        .iter()
+        .rev()
+        .find(|s| s.kind == dedup::KIND.name)
+        .ok_or_else(|| {
+            RunError::Config(format!(
+                "--dedup needs a `{}` stage in the run (after frames): add one and rerun the pipeline",
+                dedup::KIND.name
+            ))
+        })?;
+    let rows: HashMap<String, Vec<dedup::FrameHashes>> =
+        read_table(store, &st.id, &st.fingerprint, true)
+            .await?
+            .rows()?;
+    let hashes: HashMap<String, Vec<u64>> = selected
+        .iter()
+        .map(|v| {
+            let h = rows
+                .get(v)
+                .into_iter()
+                .flatten()
+                .flat_map(|r| r.hashes.iter().filter_map(|h| dedup::hash_bits(h)))
+                .collect();
+            (v.clone(), h)
+        })
+        .collect();
+    Ok(dedup::cluster(&hashes, max_distance, 0.5))
+}
+
+/// Items whose near-duplicates share their group (through any chain of groups and clusters),
+/// or with all but one video of each cluster dropped; the number of clusters of two or more.
+fn join_duplicates(
+    items: Vec<Item>,
+    near: &HashMap<String, String>,
+    drop: bool,
+) -> (Vec<Item>, usize, Vec<String>) {
+    let cluster_of = |id: &str| near.get(id).cloned().unwrap_or_else(|| id.to_string());
+    let mut sizes: HashMap<String, usize> = HashMap::new();
+    for it in &items {
+        *sizes.entry(cluster_of(&it.video_id)).or_default() += 1;
+    }
+    let clusters = sizes.values().filter(|n| **n > 1).count();
+    let items: Vec<Item> = items
+        .into_iter()
+        .map(|mut it| {
+            let c = cluster_of(&it.video_id);
+            it.cluster = (sizes[&c] > 1).then_some(c);
+            it
+        })
+        .collect();
+    if drop {
+        let (keep, dropped): (Vec<Item>, Vec<Item>) = items
+            .into_iter()
+            .partition(|it| cluster_of(&it.video_id) == it.video_id);
+        let mut dropped: Vec<String> = dropped.into_iter().map(|i| i.video_id).collect();
+        dropped.sort();
+        return (keep, clusters, dropped);
+    }
+    // Union of group keys: a cluster joins the groups of all its videos.
+    let mut parent: HashMap<String, String> = HashMap::new();
+    fn root(p: &mut HashMap<String, String>, k: &str) -> String {
+        let mut k = k.to_string();
+        while let Some(up) = p.get(&k).filter(|u| **u != k).cloned() {
+            k = up;
+        }
+        k
+    }
+    let mut first_group: HashMap<String, String> = HashMap::new();
+    for it in &items {
+        let c = cluster_of(&it.video_id);
+        match first_group.get(&c) {
+            None => {
+                first_group.insert(c, it.group.clone());
+            }
+            Some(g) => {
+                let (a, b) = (root(&mut parent, g), root(&mut parent, &it.group));
+                if a != b {
+                    let (lo, hi) = if a < b { (a, b) } else { (b, a) };
+                    parent.insert(hi, lo);
+                }
+            }
+        }
+    }
+    let items = items
+        .into_iter()
+        .map(|mut it| {
+            it.group = root(&mut parent, &it.group);
+            it
+        })
+        .collect();
+    (items, clusters, vec![])
 }
 
 fn report(opts: &SplitOptions, items: &[Item], placed: &[usize], run_dir: &Path) -> SplitReport {
@@ -381,6 +516,8 @@ fn report(opts: &SplitOptions, items: &[Item], placed: &[usize], run_dir: &Path)
         videos: items.len(),
         groups: groups.len(),
         cells,
+        duplicate_clusters: 0,
+        dropped_duplicates: vec![],
         max_deviation,
         file: format!("{}/splits/{}.parquet", run_dir.display(), opts.name),
     }
@@ -403,6 +540,7 @@ async fn write(
         Field::new("split", DataType::Utf8, false),
         Field::new("stratum", DataType::Utf8, false),
         Field::new("group", DataType::Utf8, true),
+        Field::new("duplicate_cluster", DataType::Utf8, true),
     ]);
     let group = |i: usize| {
         let g = &items[i].group;
@@ -415,6 +553,7 @@ async fn write(
             col(&|i| Some(opts.names[placed[i]].clone())),
             col(&|i| Some(items[i].stratum.clone())),
             col(&group),
+            col(&|i| items[i].cluster.clone()),
         ],
     )
     .map_err(|e| RunError::Internal(e.to_string()))?;
@@ -441,6 +580,7 @@ mod tests {
                 video_id: format!("v{i:04}"),
                 stratum: strata[i % strata.len()].to_string(),
                 group: format!("g{}", i / group_size),
+                cluster: None,
             })
             .collect()
     }

@@ -135,4 +135,161 @@ fn grouped_stratified_splits_of_the_selected_videos() {
     );
     let o = split(&run, &["--ratios", "70/30", "--names", "a,b,c"]);
     assert_eq!(o.status.code(), Some(2));
+    // --dedup without a dedup stage says what to add.
+    let o = split(&run, &["--dedup"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("needs a `dedup` stage"), "{err}");
+}
+
+/// A re-upload (cropped by 8 %, scaled down, re-encoded at a low quality) of one clip is found
+/// by the dedup stage's frame hashes: it lands in its original's split, or is dropped; clips of
+/// other footage are not joined to anything.
+#[test]
+fn near_duplicates_stay_together_or_are_dropped() {
+    need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    let v = d.path().join("v");
+    std::fs::create_dir_all(&v).unwrap();
+    let make = |args: &[&str], name: &str| {
+        let mut a: Vec<&str> = vec![];
+        a.extend_from_slice(args);
+        let out = v.join(name);
+        a.extend(["-pix_fmt", "yuv420p", out.to_str().unwrap()]);
+        ffmpeg(&a);
+    };
+    make(
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc2=size=640x360:rate=25:duration=3",
+        ],
+        "a_orig.mp4",
+    );
+    let orig = v.join("a_orig.mp4");
+    make(
+        &[
+            "-i",
+            orig.to_str().unwrap(),
+            "-vf",
+            "crop=iw*0.92:ih*0.92,scale=480:270",
+            "-crf",
+            "35",
+        ],
+        "b_reupload.mp4",
+    );
+    make(
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            "mandelbrot=size=640x360:rate=25",
+            "-t",
+            "3",
+        ],
+        "c_fractal.mp4",
+    );
+    make(
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            "life=size=640x360:rate=25:mold=10:seed=3",
+            "-t",
+            "3",
+        ],
+        "d_life.mp4",
+    );
+    make(
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            "testsrc=size=640x360:rate=25:duration=3",
+        ],
+        "e_testsrc.mp4",
+    );
+    make(
+        &[
+            "-f",
+            "lavfi",
+            "-i",
+            "smptehdbars=size=640x360:rate=25",
+            "-t",
+            "3",
+        ],
+        "f_bars.mp4",
+    );
+    let mut csv = String::from("path,id\n");
+    for n in [
+        "a_orig",
+        "b_reupload",
+        "c_fractal",
+        "d_life",
+        "e_testsrc",
+        "f_bars",
+    ] {
+        csv += &format!("v/{n}.mp4,{n}\n");
+    }
+    write(&d.path().join("m.csv"), &csv);
+    let p = d.path().join("p.toml");
+    write(
+        &p,
+        "name = \"dd\"\n[source]\ntype = \"local\"\nmanifest = \"m.csv\"\n\n[[stages]]\nid = \"probe\"\ntype = \"probe\"\n\n[[stages]]\nid = \"frames\"\ntype = \"frames\"\ncompute = { count = 6 }\n\n[[stages]]\nid = \"dedup\"\ntype = \"dedup\"\n",
+    );
+    let run = d.path().join("run");
+    let o = run_into(&p, &run, d.path());
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    let cluster = |name: &str| -> BTreeMap<String, (String, String)> {
+        table_rows_file(&run.join(format!("splits/{name}.parquet")))
+            .into_iter()
+            .map(|r| {
+                (
+                    r["video_id"].clone(),
+                    (r["split"].clone(), r["duplicate_cluster"].clone()),
+                )
+            })
+            .collect()
+    };
+    // Seeds differ in where groups go; the pair is together under every one.
+    for seed in ["1", "2", "3", "4", "5"] {
+        let o = split(
+            &run,
+            &[
+                "--dedup", "--ratios", "50/50", "--names", "x,y", "--seed", seed, "--name", "j",
+            ],
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(out.contains("1 near-duplicate clusters"), "{out}");
+        let c = cluster("j");
+        assert_eq!(c["a_orig"].0, c["b_reupload"].0, "seed {seed}: {c:?}");
+        assert_eq!(c["a_orig"].1, "a_orig");
+        assert_eq!(c["b_reupload"].1, "a_orig");
+        for other in ["c_fractal", "d_life", "e_testsrc", "f_bars"] {
+            assert_eq!(c[other].1, "null", "{other} joined a cluster: {c:?}");
+        }
+    }
+    let o = split(&run, &["--drop-duplicates", "--name", "one"]);
+    assert!(o.status.success());
+    let c = cluster("one");
+    assert_eq!(c.len(), 5);
+    assert!(c.contains_key("a_orig") && !c.contains_key("b_reupload"));
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("splits/one.json")).unwrap()).unwrap();
+    assert_eq!(
+        report["dropped_duplicates"],
+        serde_json::json!(["b_reupload"])
+    );
 }

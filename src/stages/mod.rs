@@ -5,6 +5,7 @@
 //! the runner, `rethreshold`, the CLI and `analyze` ask this table.
 
 pub mod committee;
+pub mod dedup;
 pub mod download;
 pub mod frames;
 pub mod judge;
@@ -102,6 +103,8 @@ pub enum Release {
     Frames,
     /// Text regions (`TextRegion` rows): each distinct line once, in frame order.
     Text,
+    /// Nothing (the stage's rows serve other commands).
+    Skip,
 }
 
 pub type BuildFn = fn(&StageCommon, &[Seg], &[Seg], &BuildCx) -> Result<Built, ConfigError>;
@@ -231,6 +234,7 @@ pub const STAGE_KINDS: &[StageKind] = &[
     ocr::KIND,
     overlays::KIND,
     shots::KIND,
+    dedup::KIND,
 ];
 
 /// The kind a pipeline names, if there is one.
