@@ -36,6 +36,11 @@ pub struct ExportOptions {
     /// Only the videos of this split (`vidcurate split --name`), else every selected video.
     #[arg(long)]
     pub split: Option<String>,
+    /// Only the videos whose source row passes these conditions (as `analyze --where`:
+    /// `column op value` joined by `and`, op one of = != < <= > >=, or `column in (a, b)`),
+    /// e.g. "domain = flood and label in (yes, unsure)".
+    #[arg(long = "where", value_name = "EXPR")]
+    pub filter: Option<String>,
 }
 
 /// How one video's annotations are decided when several annotators labelled it.
@@ -183,6 +188,35 @@ async fn ocr_lines(
     Ok(out.into_iter().map(|(k, v)| (k, v.join(" | "))).collect())
 }
 
+/// The source videos whose rows pass `--where`.
+async fn passing(
+    store: &Arc<dyn Store>,
+    m: &Manifest,
+    expr: &str,
+) -> Result<std::collections::HashSet<String>, RunError> {
+    let filter = crate::analyze::filter::Filter::parse(expr).map_err(RunError::Config)?;
+    let fp = m
+        .stages
+        .iter()
+        .find(|s| s.id == SOURCE_STAGE_ID)
+        .map(|s| s.fingerprint.clone())
+        .unwrap_or_else(|| crate::runtime::chain::SOURCE_FINGERPRINT.to_string());
+    let view = read_table(store, SOURCE_STAGE_ID, &fp, true).await?;
+    let mut keep = std::collections::HashSet::new();
+    for b in &view.batches {
+        let Some(passed) = filter.apply(b).map_err(RunError::Config)? else {
+            return Err(RunError::Config(format!(
+                "--where {expr:?}: the source table has no column {}",
+                filter.columns().join(" or ")
+            )));
+        };
+        if let Some(ids) = text_column(&passed, "video_id") {
+            keep.extend((0..passed.num_rows()).map(|i| ids.value(i).to_string()));
+        }
+    }
+    Ok(keep)
+}
+
 /// Writes tasks.json, label_config.xml and tasks.csv for the selected videos.
 pub async fn export(run_dir: &Path, opts: &ExportOptions) -> Result<usize, RunError> {
     let (store, mut videos, _) = crate::rethreshold::pipeline_selection(run_dir).await?;
@@ -190,6 +224,10 @@ pub async fn export(run_dir: &Path, opts: &ExportOptions) -> Result<usize, RunEr
     if let Some(split) = &opts.split {
         let keep = crate::split::read_split(&store, split).await?.0;
         videos.retain(|v| keep.contains_key(v));
+    }
+    if let Some(expr) = &opts.filter {
+        let keep = passing(&store, &m, expr).await?;
+        videos.retain(|v| keep.contains(v));
     }
     let source = column_by_video(&store, &m, SOURCE_STAGE_ID, &["title", "path", "url"]).await?;
     let download = column_by_video(&store, &m, stages::download::KIND.name, &["path"]).await?;

@@ -159,6 +159,30 @@ fn label_studio_round_trip_then_spreadsheet_annotators() {
     let fps = first["fps"].as_f64().unwrap();
     assert!(fps > 0.0);
 
+    // --where narrows the tasks by source columns (the corpus's label).
+    let some = dir.join("export-fake");
+    let out = vidcurate(
+        &[
+            "annotate",
+            "export",
+            r,
+            "--out",
+            some.to_str().unwrap(),
+            "--media-url",
+            "http://x",
+            "--where",
+            "label = fake",
+        ],
+        dir,
+    );
+    let fakes: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(some.join("tasks.json")).unwrap()).unwrap();
+    let n = fakes.as_array().unwrap().len();
+    assert!(
+        n > 0 && n < 7 && out.starts_with(&format!("{n} tasks")),
+        "{out}"
+    );
+
     let ls = start_label_studio(dir);
     let (json1, json2) = (dir.join("ls-1.json"), dir.join("ls-2.json"));
     let o = Command::new("python3")
