@@ -32,6 +32,22 @@ impl Drop for LabelStudio {
     }
 }
 
+/// Whether `GET /health` answers 200 (a plain HTTP/1.0 request: no client needed).
+fn health_ok(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+    if c.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    c.read_exact(&mut head).is_ok() && head.ends_with(b" 200")
+}
+
 fn start_label_studio(data: &Path) -> LabelStudio {
     let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/venv-labelstudio/bin/label-studio");
     assert!(
@@ -81,11 +97,7 @@ fn start_label_studio(data: &Path) -> LabelStudio {
     // The first start migrates its SQLite database: about a minute on 2 cores.
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let up = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-            && Command::new("curl")
-                .args(["-sf", "-o", "/dev/null", &format!("{}/health", ls.url)])
-                .status()
-                .is_ok_and(|s| s.success());
+        let up = health_ok(port);
         if up {
             return ls;
         }
