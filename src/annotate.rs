@@ -430,6 +430,61 @@ fn describe(first: Option<&str>, then: Option<&str>, after: Option<&str>) -> Opt
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 
+impl Annotation {
+    /// The 8 fields read by name (`text` for texts and the label, `num` for times in seconds;
+    /// the description from its three parts), for one video and annotator.
+    fn from_fields(
+        video: &str,
+        annotator: &str,
+        text: &dyn Fn(&str) -> Option<String>,
+        num: &dyn Fn(&str) -> Option<f64>,
+    ) -> Self {
+        Annotation {
+            video_id: video.to_string(),
+            annotator: annotator.to_string(),
+            task_id: None,
+            annotation_id: None,
+            updated_at: None,
+            risk_signal_start: num("risk_signal_start"),
+            risk_signal_end: num("risk_signal_end"),
+            risk_visual_indicators: text("risk_visual_indicators"),
+            risk_signal_description: describe(
+                text("risk_signal_first").as_deref(),
+                text("risk_signal_then").as_deref(),
+                text("risk_signal_afterwards").as_deref(),
+            ),
+            accident_start: num("accident_start"),
+            accident_end: num("accident_end"),
+            accident_description: text("accident_description"),
+            risk_label: text("risk_label").unwrap_or_default(),
+            decided_by: None,
+        }
+    }
+}
+
+/// The annotation if it is valid; else its problems go to the report (`at` prefixes them).
+fn keep_valid(
+    ann: Annotation,
+    duration: Option<f64>,
+    report: &mut ImportReport,
+    at: &str,
+) -> Option<Annotation> {
+    let problems = validate(&ann, duration);
+    if problems.is_empty() {
+        return Some(ann);
+    }
+    for (field, reason) in problems {
+        report.problems.push(Problem {
+            task_id: ann.task_id,
+            video_id: Some(ann.video_id.clone()),
+            annotator: Some(ann.annotator.clone()),
+            field,
+            reason: format!("{at}{reason}"),
+        });
+    }
+    None
+}
+
 /// Checks one annotation's fields; the problems name the field.
 fn validate(a: &Annotation, duration: Option<f64>) -> Vec<(String, String)> {
     let mut p = vec![];
@@ -533,43 +588,14 @@ fn from_label_studio(
                     .filter(|t| !t.trim().is_empty())
             };
             let n = |k: &str| f.get(k).and_then(|v| v.as_f64());
-            let ann = Annotation {
-                video_id: video.clone(),
-                annotator: annotator.clone(),
-                task_id,
-                annotation_id: a["id"].as_i64(),
-                updated_at: a["updated_at"]
-                    .as_str()
-                    .or(a["created_at"].as_str())
-                    .map(String::from),
-                risk_signal_start: n("risk_signal_start"),
-                risk_signal_end: n("risk_signal_end"),
-                risk_visual_indicators: s("risk_visual_indicators"),
-                risk_signal_description: describe(
-                    s("risk_signal_first").as_deref(),
-                    s("risk_signal_then").as_deref(),
-                    s("risk_signal_afterwards").as_deref(),
-                ),
-                accident_start: n("accident_start"),
-                accident_end: n("accident_end"),
-                accident_description: s("accident_description"),
-                risk_label: s("risk_label").unwrap_or_default(),
-                decided_by: None,
-            };
-            let problems = validate(&ann, duration);
-            if problems.is_empty() {
-                out.push(ann);
-            } else {
-                for (field, reason) in problems {
-                    report.problems.push(Problem {
-                        task_id,
-                        video_id: Some(video.clone()),
-                        annotator: Some(annotator.clone()),
-                        field,
-                        reason,
-                    });
-                }
-            }
+            let mut ann = Annotation::from_fields(&video, &annotator, &s, &n);
+            ann.task_id = task_id;
+            ann.annotation_id = a["id"].as_i64();
+            ann.updated_at = a["updated_at"]
+                .as_str()
+                .or(a["created_at"].as_str())
+                .map(String::from);
+            out.extend(keep_valid(ann, duration, report, ""));
         }
     }
     out
@@ -621,43 +647,19 @@ fn from_csv(
             continue;
         }
         let num = |k: &str| get(k).and_then(|t| t.parse::<f64>().ok());
-        let ann = Annotation {
-            video_id: video.clone(),
-            annotator: annotator.to_string(),
-            task_id: Some(line),
-            annotation_id: None,
-            updated_at: None,
-            risk_signal_start: num("risk_signal_start"),
-            risk_signal_end: num("risk_signal_end"),
-            risk_visual_indicators: get("risk_visual_indicators"),
-            risk_signal_description: describe(
-                get("risk_signal_first").as_deref(),
-                get("risk_signal_then").as_deref(),
-                get("risk_signal_afterwards").as_deref(),
-            ),
-            accident_start: num("accident_start"),
-            accident_end: num("accident_end"),
-            accident_description: get("accident_description"),
-            risk_label: get("risk_label").unwrap_or_default().to_ascii_lowercase(),
-            decided_by: None,
-        };
+        let label = |k: &str| get(k).map(|l| l.to_ascii_lowercase());
+        let text = |k: &str| if k == "risk_label" { label(k) } else { get(k) };
+        let mut ann = Annotation::from_fields(&video, annotator, &text, &num);
+        ann.task_id = Some(line);
         let duration: Option<f64> = probe
             .get(&video)
             .and_then(|r| r[1].as_deref()?.parse().ok());
-        let problems = validate(&ann, duration);
-        if problems.is_empty() {
-            out.push(ann);
-        } else {
-            for (field, reason) in problems {
-                report.problems.push(Problem {
-                    task_id: Some(line),
-                    video_id: Some(video.clone()),
-                    annotator: Some(annotator.into()),
-                    field,
-                    reason: format!("{shown}:{line}: {reason}"),
-                });
-            }
-        }
+        out.extend(keep_valid(
+            ann,
+            duration,
+            report,
+            &format!("{shown}:{line}: "),
+        ));
     }
     Ok(out)
 }
