@@ -221,39 +221,34 @@ fn evaluate_matches_scikit_learn(rel: &Path, videos: Vec<&String>) {
     let f1 = |v: &str| ours["metrics"][v]["all"]["f1"].as_f64().unwrap();
     assert!((drop - (f1("original") - f1("shuffled"))).abs() < 1e-12);
 
-    // An id the release does not have: an error naming the line.
-    write(&preds, "video_id,prediction\nnope,fake\n");
-    let o = run(
-        &[
+    // Bad predictions: exit 2, and the message names the line and the value.
+    let refused = |csv: &str| -> String {
+        write(&preds, csv);
+        let args = [
             "evaluate",
             rel.to_str().unwrap(),
             preds.to_str().unwrap(),
             "--positive",
             "fake",
-        ],
-        rel,
-    );
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+        ];
+        let o = run(&args, rel);
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        err
+    };
+    let err = refused("video_id,prediction\nnope,fake\n");
     assert!(
         err.contains("preds.csv:2") && err.contains("\"nope\""),
         "{err}"
     );
-    write(
-        &preds,
-        &format!("video_id,prediction\n{},maybe\n", videos[0]),
-    );
-    let o = run(
-        &[
-            "evaluate",
-            rel.to_str().unwrap(),
-            preds.to_str().unwrap(),
-            "--positive",
-            "fake",
-        ],
-        rel,
-    );
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let err = refused(&format!("video_id,prediction\n{},maybe\n", videos[0]));
     assert!(err.contains("\"maybe\" is not a label"), "{err}");
+    let err = refused(&format!(
+        "video_id,prediction\n{0},fake\n{0},real\n",
+        videos[0]
+    ));
+    assert!(
+        err.contains("preds.csv:3") && err.contains("a second prediction"),
+        "{err}"
+    );
 }

@@ -113,6 +113,21 @@ impl StageContext {
     }
 }
 
+/// The JPEG of a sampled frame, from the run's store (every stage that reads frames uses this,
+/// so a missing frame is the same internal error everywhere: the frames table names a file the
+/// run directory lacks).
+pub async fn frame_jpeg(
+    store: &dyn Store,
+    f: &crate::record::FrameRef,
+) -> Result<Vec<u8>, StageError> {
+    store.get(&f.path).await.map_err(|e| {
+        StageError::internal(
+            "frame_missing",
+            format!("{}/{}: {e}", store.location(), f.path),
+        )
+    })
+}
+
 /// Named counters of one stage in one invocation.
 #[derive(Clone, Default)]
 pub struct Tally(Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>);

@@ -83,12 +83,7 @@ impl Processor for DedupStage {
     ) -> Result<Vec<FrameHashes>, StageError> {
         let mut jpegs = vec![];
         for f in rec.frames.as_deref().unwrap_or_default() {
-            let data = cx.store.get(&f.path).await.map_err(|e| {
-                StageError::internal(
-                    "frame_missing",
-                    format!("{}/{}: {e}", cx.store.location(), f.path),
-                )
-            })?;
+            let data = crate::runtime::stage::frame_jpeg(cx.store.as_ref(), f).await?;
             jpegs.push((f.frame_index, data));
         }
         cx.cpu

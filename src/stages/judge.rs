@@ -129,9 +129,7 @@ pub async fn frame_inputs(
     };
     let mut out = Vec::with_capacity(pick.len());
     for i in pick {
-        let bytes = cx.store.get(&frames[i].path).await.map_err(|e| {
-            StageError::internal("frame_missing", format!("{}: {e}", frames[i].path))
-        })?;
+        let bytes = crate::runtime::stage::frame_jpeg(cx.store.as_ref(), &frames[i]).await?;
         out.push(ImageInput::new(bytes.to_vec()));
     }
     Ok(out)

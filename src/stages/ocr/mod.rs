@@ -316,11 +316,8 @@ impl Processor for OcrStage {
                 let mut counts = ReuseCounts::default();
                 let mut rows = vec![];
                 for f in chain {
-                    let (idx, ts, path) = (f.frame_index, f.timestamp_secs, f.path.clone());
-                    let jpeg = store
-                        .get(&path)
-                        .await
-                        .map_err(|e| StageError::internal("read_frame", format!("{path}: {e}")))?;
+                    let (idx, ts) = (f.frame_index, f.timestamp_secs);
+                    let jpeg = crate::runtime::stage::frame_jpeg(store.as_ref(), f).await?;
                     let cfg = cfg.clone();
                     let engine = engine.clone();
                     let (found, c, m) = cpu
