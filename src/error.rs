@@ -2,7 +2,9 @@
 //!
 //! The class decides what the runner does, so a stage never has to: `Config` fails before any work,
 //! `External` is retried with backoff and then rejected, `Data` rejects the one video and the run goes
-//! on, `Internal` aborts the run (a bug or a broken run directory, where carrying on would lose data).
+//! on, `Internal` aborts the run (a bug or a broken run directory, where carrying on would lose data),
+//! `Deferred` sets the video aside for this pass: its answer comes from a batch the runner sends
+//! when the pass ends, and the next pass finds it in the cache.
 
 use std::fmt;
 
@@ -13,6 +15,7 @@ pub enum ErrorKind {
     External,
     Data,
     Internal,
+    Deferred,
 }
 
 impl fmt::Display for ErrorKind {
@@ -22,6 +25,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::External => "external",
             ErrorKind::Data => "data",
             ErrorKind::Internal => "internal",
+            ErrorKind::Deferred => "deferred",
         })
     }
 }

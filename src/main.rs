@@ -184,6 +184,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: CacheCmd,
     },
+    /// Batch mode of the model services: status, export and import of batch files.
+    Batch {
+        #[command(subcommand)]
+        cmd: BatchCmd,
+    },
     /// Expand a query file (queries/*.toml) and print every search query with its parameters.
     ///
     /// One line per query: the text sent as `q`, then its search parameters; the count last.
@@ -285,6 +290,36 @@ enum AnnotateCmd {
         /// Whose annotations a CSV holds.
         #[arg(long)]
         annotator: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum BatchCmd {
+    /// The batches of a run: per service, requests waiting, batches sent and their status.
+    Status {
+        /// A run directory (for a run on an object store: its --work-dir).
+        run_dir: PathBuf,
+    },
+    /// Write the requests waiting for a batch as OpenAI batch input lines (JSONL), e.g. for
+    /// `vllm run-batch -i FILE -o RESULTS -m MODEL`.
+    ///
+    /// The requests are those of services with `mode = "offline"` (or "batch") that the last
+    /// run deferred; `custom_id` is each request's cache key.
+    Export {
+        run_dir: PathBuf,
+        /// Only this stage's requests (its id in the pipeline file).
+        stage: String,
+        /// Where to write [default: stdout].
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+    },
+    /// Read batch results (OpenAI's output format, which `vllm run-batch` writes) into the
+    /// run's response cache; rerun the pipeline to use them.
+    Import {
+        run_dir: PathBuf,
+        stage: String,
+        /// The results file (JSONL).
+        file: PathBuf,
     },
 }
 
@@ -575,6 +610,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Cache {
             cmd: CacheCmd::Stats { run_dir },
         } => cache_stats_cmd(&run_dir),
+        Cmd::Batch { cmd } => batch_cmd(cmd),
         Cmd::Annotate {
             cmd: AnnotateCmd::Export { run_dir, opts },
         } => {
@@ -794,33 +830,55 @@ fn cache_stats_cmd(run_dir: &Path) -> anyhow::Result<ExitCode> {
         #[serde(default)]
         services: std::collections::BTreeMap<String, vidcurate::config::ServiceConfig>,
     }
-    let prices: std::collections::BTreeMap<String, (f64, f64)> = manifest
+    let prices: std::collections::BTreeMap<String, vidcurate::config::Prices> = manifest
         .and_then(|m| toml::from_str::<Services>(&m.pipeline_toml).ok())
         .map(|s| {
             s.services
                 .into_iter()
-                .map(|(k, v)| {
-                    let price = (
-                        v.usd_per_mtok_input.unwrap_or(0.0),
-                        v.usd_per_mtok_output.unwrap_or(0.0),
-                    );
-                    (k, price)
-                })
+                .map(|(k, v)| (k, v.prices()))
                 .collect()
         })
         .unwrap_or_default();
     println!(
-        "{:<12} {:<28} {:>8} {:>8} {:>8} {:>12} {:>12} {:>10}",
-        "service", "method", "entries", "hits", "misses", "tokens_in", "tokens_out", "est_usd"
+        "{:<12} {:<28} {:>8} {:>8} {:>8} {:>8} {:>12} {:>12} {:>10}",
+        "service",
+        "method",
+        "entries",
+        "batch",
+        "hits",
+        "misses",
+        "tokens_in",
+        "tokens_out",
+        "est_usd"
     );
-    let mut total = 0.0;
+    let (mut total, mut saved) = (0.0, 0.0);
     for s in cache.stats().map_err(|e| anyhow::anyhow!(e.detail))? {
-        let (pi, po) = prices.get(&s.service).copied().unwrap_or((0.0, 0.0));
-        let usd = s.input_tokens as f64 * pi / 1e6 + s.output_tokens as f64 * po / 1e6;
+        let p = prices.get(&s.service).copied().unwrap_or_default();
+        let (live_in, live_out) = (
+            s.input_tokens - s.batch_input_tokens,
+            s.output_tokens - s.batch_output_tokens,
+        );
+        let usd = p.cost(live_in, live_out, false)
+            + p.cost(s.batch_input_tokens, s.batch_output_tokens, true);
+        saved += p.cost(s.batch_input_tokens, s.batch_output_tokens, false)
+            - p.cost(s.batch_input_tokens, s.batch_output_tokens, true);
         total += usd;
         println!(
-            "{:<12} {:<28} {:>8} {:>8} {:>8} {:>12} {:>12} {:>10.4}",
-            s.service, s.method, s.entries, s.hits, s.misses, s.input_tokens, s.output_tokens, usd
+            "{:<12} {:<28} {:>8} {:>8} {:>8} {:>8} {:>12} {:>12} {:>10.4}",
+            s.service,
+            s.method,
+            s.entries,
+            s.batch_entries,
+            s.hits,
+            s.misses,
+            s.input_tokens,
+            s.output_tokens,
+            usd
+        );
+    }
+    if saved > 0.0 {
+        println!(
+            "batch answers are priced at the batch rate (usd_per_mtok_*_batch, default half): ${saved:.4} less than live"
         );
     }
     println!("estimated cost of the cached answers: ${total:.4} (hits cost nothing)");
@@ -831,6 +889,97 @@ fn cache_stats_cmd(run_dir: &Path) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn batch_cmd(cmd: BatchCmd) -> anyhow::Result<ExitCode> {
+    use vidcurate::runtime::batch;
+    match cmd {
+        BatchCmd::Status { run_dir } => {
+            let root = run_dir.join("batches");
+            let mut any = false;
+            for e in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+                let dir = e.path();
+                let q = batch::BatchQueue::default();
+                q.attach(&dir).map_err(|e| anyhow::anyhow!(e.detail))?;
+                let jobs = batch::load_jobs(&dir).map_err(|e| anyhow::anyhow!(e.detail))?;
+                any = true;
+                println!(
+                    "service {}: {} requests waiting, {} batches",
+                    e.file_name().to_string_lossy(),
+                    q.pending(),
+                    jobs.len()
+                );
+                for j in jobs {
+                    println!(
+                        "  {} {:<24} {:>6} requests  {:<12} {}",
+                        j.name,
+                        j.batch_id.as_deref().unwrap_or("(not created)"),
+                        j.requests,
+                        if j.status.is_empty() {
+                            "new"
+                        } else {
+                            &j.status
+                        },
+                        if j.imported {
+                            format!("imported: {} answers, {} errors", j.answered, j.errors)
+                        } else {
+                            String::new()
+                        }
+                    );
+                }
+            }
+            if !any {
+                println!(
+                    "{}: no batches (no service in batch or offline mode has run)",
+                    run_dir.display()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        BatchCmd::Export {
+            run_dir,
+            stage,
+            out,
+        } => {
+            let n = match &out {
+                Some(p) => {
+                    let mut f = std::io::BufWriter::new(
+                        std::fs::File::create(p).with_context(|| p.display().to_string())?,
+                    );
+                    let n = batch::export(&run_dir, Some(&stage), &mut f)
+                        .map_err(|e| anyhow::anyhow!(e.detail))?;
+                    std::io::Write::flush(&mut f)?;
+                    n
+                }
+                None => batch::export(&run_dir, Some(&stage), &mut std::io::stdout().lock())
+                    .map_err(|e| anyhow::anyhow!(e.detail))?,
+            };
+            eprintln!("{n} requests of stage {stage}");
+            Ok(ExitCode::SUCCESS)
+        }
+        BatchCmd::Import {
+            run_dir,
+            stage,
+            file,
+        } => {
+            let cache = vidcurate::runtime::cache::ResponseCache::open(
+                &vidcurate::runtime::cache::ResponseCache::path_in(&run_dir),
+            )
+            .map_err(|e| anyhow::anyhow!(e.detail))?;
+            let (answered, errors, other) = batch::import(&run_dir, &stage, &cache, &file)
+                .map_err(|e| anyhow::anyhow!(e.detail))?;
+            println!(
+                "{}: {answered} answers into the response cache, {errors} errors{}",
+                file.display(),
+                if other > 0 {
+                    format!(", {other} lines that are not requests of stage {stage} (ignored)")
+                } else {
+                    String::new()
+                }
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }
 
 fn list_stages_cmd() -> anyhow::Result<ExitCode> {
@@ -933,6 +1082,16 @@ fn run_cmd(
                 eprintln!("{text}");
             }
         }
+    }
+    if report.passes > 1 {
+        let b = report.batches;
+        eprintln!(
+            "{} passes: {} batches answered {} requests ({} with an error; see `vidcurate batch status`)",
+            report.passes,
+            b.jobs,
+            b.answered + b.errors,
+            b.errors
+        );
     }
     if report.status == RunStatus::Interrupted {
         eprintln!("interrupted: rerun the same command to resume");

@@ -69,6 +69,14 @@ pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
         &bcx,
     )?;
     let stages = plan_stages(&src, &raw.stages, source.provides(), &bcx)?;
+    let batch_services = bcx
+        .llm
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .filter(|s| s.batch_queue().is_some())
+        .cloned()
+        .collect();
     Ok(Plan {
         name: raw.name,
         file: file.to_path_buf(),
@@ -80,6 +88,7 @@ pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
         output: raw.output,
         runtime: raw.runtime,
         services: raw.services,
+        batch_services,
     })
 }
 

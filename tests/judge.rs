@@ -11,15 +11,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-const OPENAI_KEY: &str = "sk-test-openai-8f2d1c";
+pub(crate) const OPENAI_KEY: &str = "sk-test-openai-8f2d1c";
 const GEMINI_KEY: &str = "AIza-test-gemini-77aa";
 
-fn llm_fixture(name: &str) -> Vec<u8> {
+pub(crate) fn llm_fixture(name: &str) -> Vec<u8> {
     std::fs::read(fixtures().join("llm").join(name)).unwrap()
 }
 
 /// The real chat.completion body with `content` as the answer.
-fn openai_says(content: &str) -> Response {
+pub(crate) fn openai_says(content: &str) -> Response {
     let mut v: Value =
         serde_json::from_slice(&llm_fixture("openai/chat_completion_text.json")).unwrap();
     v["choices"][0]["message"]["content"] = json!(content);
@@ -34,7 +34,7 @@ fn gemini_says(text: &str) -> Response {
     Response::json(200, v.to_string())
 }
 
-fn prompt_of(r: &Request) -> String {
+pub(crate) fn prompt_of(r: &Request) -> String {
     let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
     let c = &v["messages"][0]["content"];
     match c {
@@ -110,7 +110,7 @@ fn openai_service(url: &str) -> String {
     )
 }
 
-fn url_manifest(dir: &Path, titles: &[&str]) {
+pub(crate) fn url_manifest(dir: &Path, titles: &[&str]) {
     let mut m = String::from("id,path,title,description\n");
     for t in titles {
         m += &format!("{t},https://example.invalid/{t}.mp4,{t},a clip\n");
@@ -121,7 +121,7 @@ fn url_manifest(dir: &Path, titles: &[&str]) {
 /// A pipeline over a URL manifest (`m.csv`) with one relevance stage asking the fake OpenAI
 /// server: `service` is extra `[services.openai]` lines, `head` extra top-level tables, `stage`
 /// extra lines of the stage.
-fn relevance_pipeline_with(
+pub(crate) fn relevance_pipeline_with(
     dir: &Path,
     url: &str,
     service: &str,
@@ -164,7 +164,7 @@ fn relevance_pipeline(dir: &Path, url: &str) -> PathBuf {
     )
 }
 
-fn run_with_key(p: &Path, out: &Path) -> std::process::Output {
+pub(crate) fn run_with_key(p: &Path, out: &Path) -> std::process::Output {
     run_command(p, out)
         .env("VIDCURATE_TEST_OPENAI_KEY", OPENAI_KEY)
         .env("VIDCURATE_TEST_GEMINI_KEY", GEMINI_KEY)
@@ -172,7 +172,7 @@ fn run_with_key(p: &Path, out: &Path) -> std::process::Output {
         .unwrap()
 }
 
-fn err(o: &std::process::Output) -> String {
+pub(crate) fn err(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 

@@ -7,6 +7,7 @@ mod util;
 mod analyze;
 mod annotate;
 mod bad_input;
+mod batch;
 mod cluster;
 mod config;
 mod frames;

@@ -12,9 +12,13 @@
 //! errors: the run stops with the message. Keys come from the environment and are scrubbed from
 //! every message.
 
-use crate::config::{ServiceApi, ServiceConfig};
+mod batch;
+
+use crate::config::{BatchFallback, RepairRoute, ServiceApi, ServiceConfig, ServiceMode};
 use crate::error::{ErrorKind, StageError};
-use crate::runtime::cache::{CacheKey, CachedResponse, ResponseCache};
+use crate::runtime::batch::BatchQueue;
+use crate::runtime::cache::{CacheKey, CachedResponse};
+use crate::runtime::stage::StageContext;
 use base64::Engine;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde_json::{Value, json};
@@ -59,6 +63,9 @@ pub struct ChatRequest {
     pub max_tokens: u32,
     /// Ask for JSON output where the API has a switch for it.
     pub json: bool,
+    /// A repair request (the answer to the first failed validation): in batch mode it goes to
+    /// the next batch or live, per `batch_repairs`. Not part of the cache key.
+    pub repair: bool,
 }
 
 /// What the model said.
@@ -92,6 +99,15 @@ pub struct LlmService {
     pub calls: AtomicU64,
     /// A fatal answer (bad key, no quota): later calls fail at once with the same message.
     fatal: Mutex<Option<String>>,
+    pub mode: ServiceMode,
+    /// Batch and offline modes: requests the cache cannot answer wait here.
+    batch: Option<BatchQueue>,
+    batch_errors: BatchFallback,
+    batch_repairs: RepairRoute,
+    pub batch_max_requests: usize,
+    pub batch_max_bytes: u64,
+    batch_poll: Duration,
+    completion_window: String,
 }
 
 /// Per-minute quota that refills smoothly with a burst of `burst`: requests are spaced evenly,
@@ -158,7 +174,38 @@ impl LlmService {
             token_burst: cfg.tokens_per_minute.map_or(1, |t| (t / 60).max(1)),
             calls: AtomicU64::new(0),
             fatal: Mutex::new(None),
+            mode: cfg.mode,
+            batch: (cfg.mode != ServiceMode::Live).then(BatchQueue::default),
+            batch_errors: cfg.batch_errors,
+            batch_repairs: cfg.batch_repairs,
+            batch_max_requests: match cfg.batch_max_requests {
+                None => 50_000,
+                Some(n) if (1..=50_000).contains(&n) => n,
+                Some(n) => return Err(format!("batch_max_requests must be 1..=50000, got {n}")),
+            },
+            batch_max_bytes: match cfg.batch_max_mib {
+                None => 190 << 20,
+                Some(m) if m.is_finite() && m > 0.0 && m <= 200.0 => (m * 1048576.0) as u64,
+                Some(m) => return Err(format!("batch_max_mib must be above 0 and at most 200, got {m}")),
+            },
+            batch_poll: crate::runtime::batch::poll_every(cfg.batch_poll_secs),
+            completion_window: cfg.completion_window.clone().unwrap_or_else(|| "24h".into()),
         })
+        .and_then(|s| {
+            if s.mode == ServiceMode::Batch && s.api == Api::Gemini {
+                return Err("mode = \"batch\" speaks OpenAI's batch interface (OpenAI, vLLM's server); for a Gemini service use mode = \"offline\" with `vidcurate batch export`/`import`, or live".into());
+            }
+            Ok(s)
+        })
+    }
+
+    /// The queue of a batch- or offline-mode service.
+    pub fn batch_queue(&self) -> Option<&BatchQueue> {
+        self.batch.as_ref()
+    }
+
+    pub fn batch_poll_every(&self) -> Duration {
+        self.batch_poll
     }
 
     fn scrub(&self, text: &str) -> String {
@@ -221,12 +268,14 @@ impl LlmService {
         }
     }
 
-    /// Sends `req` (or answers it from `cache`).
+    /// Sends `req` (or answers it from the run's cache; in batch mode, queues it for the next
+    /// batch and defers the video).
     pub async fn chat(
         &self,
         req: &ChatRequest,
-        cache: &Arc<ResponseCache>,
+        cx: &StageContext,
     ) -> Result<ChatAnswer, StageError> {
+        let cache = cx.cache.get()?;
         let key = self.cache_key(req);
         if let Some(hit) = cache.lookup(&key).await? {
             if let Ok(mut a) = parse_answer(self.api, &hit.body) {
@@ -234,8 +283,33 @@ impl LlmService {
                 return Ok(a);
             }
         }
-        self.check_callable()?;
         let (path, body) = self.body(req);
+        if let Some(q) = &self.batch {
+            let id = key.hash();
+            let go_live = match q.failure(&id) {
+                Some(why) if self.batch_errors == BatchFallback::Reject => {
+                    return Err(StageError::data(
+                        "batch_error",
+                        self.scrub(&format!("{}: the batch answered {why}", self.name)),
+                    ));
+                }
+                // Offline: asked again in the next export.
+                Some(_) => self.mode == ServiceMode::Batch,
+                None => req.repair && self.batch_repairs == RepairRoute::Live,
+            };
+            if !go_live {
+                if self.mode == ServiceMode::Batch {
+                    self.check_callable()?;
+                }
+                q.defer(&cx.stage_id, &key, &self.batch_line(&id, &path, &body))?;
+                return Err(StageError::new(
+                    ErrorKind::Deferred,
+                    "batch",
+                    format!("{}: waits for a batch", self.name),
+                ));
+            }
+        }
+        self.check_callable()?;
         let url = format!("{}{}", self.base_url, path);
         self.wait_for_budget(req).await;
         self.calls.fetch_add(1, Ordering::Relaxed);
@@ -256,6 +330,7 @@ impl LlmService {
                                 output_tokens: Some(a.output_tokens),
                                 latency_ms: latency,
                                 body: bytes,
+                                batch: false,
                             },
                         )
                         .await?;

@@ -71,6 +71,101 @@ pub struct ServiceConfig {
     pub usd_per_mtok_input: Option<f64>,
     #[serde(default)]
     pub usd_per_mtok_output: Option<f64>,
+    /// Prices of answers that came through the batch interface [default: half the live ones].
+    #[serde(default)]
+    pub usd_per_mtok_input_batch: Option<f64>,
+    #[serde(default)]
+    pub usd_per_mtok_output_batch: Option<f64>,
+    /// `live` (default): one request per call. `batch`: requests the cache cannot answer are
+    /// collected and sent through the provider's batch interface (OpenAI `/v1/batches`, at half
+    /// price, answers within `completion_window`); the run waits for them and goes on.
+    /// `offline`: collected but never sent, for `vidcurate batch export` (e.g. to
+    /// `vllm run-batch`) and `vidcurate batch import`.
+    #[serde(default)]
+    pub mode: ServiceMode,
+    /// Batch mode: what becomes of a request the batch answered with an error
+    /// (`batch_expired`, `request_timeout`, ...): `live` (default) asks it again live, `reject`
+    /// rejects the video with the error.
+    #[serde(default)]
+    pub batch_errors: BatchFallback,
+    /// Batch mode: where a repair request (an answer that failed validation) goes: `batch`
+    /// (default, the next batch) or `live`.
+    #[serde(default)]
+    pub batch_repairs: RepairRoute,
+    /// Batch mode: seconds between two status checks of a submitted batch [default 30].
+    #[serde(default)]
+    pub batch_poll_secs: Option<f64>,
+    /// Batch mode: the most requests in one batch [default 50000, OpenAI's limit].
+    #[serde(default)]
+    pub batch_max_requests: Option<usize>,
+    /// Batch mode: the largest input file in MiB [default 190; OpenAI allows 200 MB].
+    #[serde(default)]
+    pub batch_max_mib: Option<f64>,
+    /// Batch mode: the completion window asked for [default "24h"].
+    #[serde(default)]
+    pub completion_window: Option<String>,
+}
+
+/// A service's prices in US dollars per million tokens, live and batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Prices {
+    pub input: f64,
+    pub output: f64,
+    pub input_batch: f64,
+    pub output_batch: f64,
+}
+
+impl Prices {
+    pub fn cost(&self, input_tokens: i64, output_tokens: i64, batch: bool) -> f64 {
+        let (i, o) = if batch {
+            (self.input_batch, self.output_batch)
+        } else {
+            (self.input, self.output)
+        };
+        (input_tokens as f64 * i + output_tokens as f64 * o) / 1e6
+    }
+}
+
+impl ServiceConfig {
+    /// Batch prices default to half the live ones (OpenAI's and Gemini's batch discount).
+    pub fn prices(&self) -> Prices {
+        let (input, output) = (
+            self.usd_per_mtok_input.unwrap_or(0.0),
+            self.usd_per_mtok_output.unwrap_or(0.0),
+        );
+        Prices {
+            input,
+            output,
+            input_batch: self.usd_per_mtok_input_batch.unwrap_or(input / 2.0),
+            output_batch: self.usd_per_mtok_output_batch.unwrap_or(output / 2.0),
+        }
+    }
+}
+
+/// How a model service is called (see `ServiceConfig::mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceMode {
+    #[default]
+    Live,
+    Batch,
+    Offline,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchFallback {
+    #[default]
+    Live,
+    Reject,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RepairRoute {
+    #[default]
+    Batch,
+    Live,
 }
 
 /// The protocol a model service speaks.

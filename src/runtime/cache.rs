@@ -24,6 +24,8 @@ pub struct CachedResponse {
     pub input_tokens: Option<i64>,
     pub output_tokens: Option<i64>,
     pub latency_ms: i64,
+    /// Answered through a provider's batch interface (priced at the batch rate).
+    pub batch: bool,
 }
 
 /// What a lookup is about; the key is derived from these.
@@ -57,6 +59,10 @@ pub struct CacheStats {
     pub input_tokens: i64,
     pub output_tokens: i64,
     pub latency_ms: i64,
+    /// Of the entries, those answered through a batch, and their tokens.
+    pub batch_entries: i64,
+    pub batch_input_tokens: i64,
+    pub batch_output_tokens: i64,
 }
 
 pub struct ResponseCache {
@@ -80,7 +86,8 @@ CREATE TABLE IF NOT EXISTS responses (
     input_tokens INTEGER,
     output_tokens INTEGER,
     latency_ms INTEGER NOT NULL,
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    batch INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS lookups (
     service TEXT NOT NULL,
@@ -104,11 +111,30 @@ CREATE TABLE responses (
     input_tokens INTEGER,
     output_tokens INTEGER,
     latency_ms INTEGER NOT NULL,
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    batch INTEGER NOT NULL DEFAULT 0
 );
 ";
 
-const COLUMNS: &str = "key, service, method, request, status, body, parsed, input_tokens, output_tokens, latency_ms, created_at";
+const COLUMNS: &str = "key, service, method, request, status, body, parsed, input_tokens, output_tokens, latency_ms, created_at, batch";
+
+/// Whether `table` (optionally `schema.table`) has `column`: caches and parts written before the
+/// `batch` column existed lack it.
+fn has_column(
+    conn: &Connection,
+    schema: &str,
+    table: &str,
+    column: &str,
+) -> rusqlite::Result<bool> {
+    let mut st = conn.prepare(&format!("PRAGMA {schema}.table_info({table})"))?;
+    let names = st.query_map([], |r| r.get::<_, String>(1))?;
+    for n in names {
+        if n? == column {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
 
 fn db_err(path: &Path, e: rusqlite::Error) -> StageError {
     StageError::internal(
@@ -133,6 +159,10 @@ impl ResponseCache {
         conn.busy_timeout(std::time::Duration::from_secs(30))
             .map_err(|e| db_err(path, e))?;
         conn.execute_batch(SCHEMA).map_err(|e| db_err(path, e))?;
+        if !has_column(&conn, "main", "responses", "batch").map_err(|e| db_err(path, e))? {
+            conn.execute_batch("ALTER TABLE responses ADD COLUMN batch INTEGER NOT NULL DEFAULT 0")
+                .map_err(|e| db_err(path, e))?;
+        }
         Ok(Self {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
@@ -157,7 +187,7 @@ impl ResponseCache {
         let conn = self.conn();
         let found = conn
             .query_row(
-                "SELECT status, body, parsed, input_tokens, output_tokens, latency_ms
+                "SELECT status, body, parsed, input_tokens, output_tokens, latency_ms, batch
                  FROM responses WHERE key = ?1",
                 params![key.hash()],
                 |r| {
@@ -168,6 +198,7 @@ impl ResponseCache {
                         input_tokens: r.get(3)?,
                         output_tokens: r.get(4)?,
                         latency_ms: r.get(5)?,
+                        batch: r.get::<_, i64>(6)? != 0,
                     })
                 },
             )
@@ -189,8 +220,8 @@ impl ResponseCache {
             .execute(
                 "INSERT OR REPLACE INTO responses
                  (key, service, method, request, status, body, parsed, input_tokens,
-                  output_tokens, latency_ms, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                  output_tokens, latency_ms, created_at, batch)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
                 params![
                     key.hash(),
                     key.service,
@@ -203,6 +234,7 @@ impl ResponseCache {
                     value.output_tokens,
                     value.latency_ms,
                     chrono::Utc::now().to_rfc3339(),
+                    value.batch as i64,
                 ],
             )
             .map_err(|e| db_err(&self.path, e))?;
@@ -318,9 +350,15 @@ impl ResponseCache {
                 "ATTACH DATABASE ?1 AS part",
                 params![part.to_string_lossy()],
             )?;
+            // A part of an older version has no `batch` column: its answers were live.
+            let select = if has_column(&conn, "part", "responses", "batch")? {
+                COLUMNS.to_string()
+            } else {
+                COLUMNS.replace(", batch", ", 0")
+            };
             let added = conn.execute(
                 &format!(
-                    "INSERT OR IGNORE INTO main.responses ({COLUMNS}) SELECT {COLUMNS} FROM part.responses"
+                    "INSERT OR IGNORE INTO main.responses ({COLUMNS}) SELECT {select} FROM part.responses"
                 ),
                 [],
             );
@@ -340,10 +378,14 @@ impl ResponseCache {
             .prepare(
                 "SELECT s.service, s.method, COALESCE(r.n, 0), COALESCE(l.hits, 0),
                         COALESCE(l.misses, 0), COALESCE(r.tin, 0), COALESCE(r.tout, 0),
-                        COALESCE(r.lat, 0)
+                        COALESCE(r.lat, 0), COALESCE(r.bn, 0), COALESCE(r.btin, 0),
+                        COALESCE(r.btout, 0)
                  FROM (SELECT service, method FROM responses UNION SELECT service, method FROM lookups) s
                  LEFT JOIN (SELECT service, method, COUNT(*) n, SUM(input_tokens) tin,
-                                   SUM(output_tokens) tout, SUM(latency_ms) lat
+                                   SUM(output_tokens) tout, SUM(latency_ms) lat,
+                                   SUM(batch) bn,
+                                   SUM(CASE WHEN batch = 1 THEN input_tokens ELSE 0 END) btin,
+                                   SUM(CASE WHEN batch = 1 THEN output_tokens ELSE 0 END) btout
                             FROM responses GROUP BY service, method) r
                    ON r.service = s.service AND r.method = s.method
                  LEFT JOIN lookups l ON l.service = s.service AND l.method = s.method
@@ -361,6 +403,9 @@ impl ResponseCache {
                     input_tokens: r.get(5)?,
                     output_tokens: r.get(6)?,
                     latency_ms: r.get(7)?,
+                    batch_entries: r.get(8)?,
+                    batch_input_tokens: r.get(9)?,
+                    batch_output_tokens: r.get(10)?,
                 })
             })
             .map_err(|e| db_err(&self.path, e))?;

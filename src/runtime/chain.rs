@@ -37,4 +37,7 @@ pub struct Plan {
     pub output: OutputConfig,
     pub runtime: RuntimeConfig,
     pub services: BTreeMap<String, ServiceConfig>,
+    /// The model services in batch or offline mode: the runner attaches their queues, sends
+    /// their batches between passes and files the answers.
+    pub batch_services: Vec<std::sync::Arc<crate::clients::llm::LlmService>>,
 }

@@ -5,6 +5,7 @@
 //! persistence of rows and rejects, progress, Ctrl-C, and the manifest. A full channel blocks the
 //! stage upstream, so memory stays bounded however large the source.
 
+pub mod batch;
 pub mod cache;
 pub mod chain;
 pub mod collected;
@@ -63,6 +64,9 @@ pub struct StageCounts {
     pub filtered: u64,
     /// Passed on to the next stage.
     pub forwarded: u64,
+    /// Set aside for a batch of model requests (done by a later pass of the same run).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deferred: u64,
     /// The stage's own counters (`StageContext::tally`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub tally: std::collections::BTreeMap<String, u64>,
@@ -89,6 +93,10 @@ pub trait StageTask: Send + Sync + 'static {
     fn columns(&self) -> Vec<String>;
     /// Runs until the input closes (or a fatal error). Dropping the future aborts the stage.
     async fn run(self: Box<Self>, io: StageIo, cx: StageContext) -> Result<StageCounts, RunError>;
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Wraps a `Processor` with the runtime's machinery.
@@ -396,6 +404,13 @@ impl<P: Processor> ProcessorTask<P> {
                         tracing::warn!(stage = %cx.stage_id, video_id = %rec.video_id, reason = %e.reason, detail = %e.detail, "Rejected.");
                     }
                     writer.reject(&rec.video_id, &rec.extra, &e);
+                    None
+                }
+                ErrorKind::Deferred => {
+                    // Neither done nor rejected: nothing is written, and the next pass (after
+                    // the batch is answered) computes it from the cache.
+                    counts.deferred += 1;
+                    progress.inc(false);
                     None
                 }
                 ErrorKind::Config => {

@@ -47,6 +47,10 @@ pub struct RunReport {
     pub counts: BTreeMap<String, StageCounts>,
     /// Stage ids in chain order (source first).
     pub order: Vec<String>,
+    /// Passes over the videos (more than one when model requests went through batches).
+    pub passes: u32,
+    /// What the batches between passes answered.
+    pub batches: super::batch::Settled,
 }
 
 impl RunReport {
@@ -165,7 +169,61 @@ fn pin_of(plan: &Plan, rank: &Rank) -> Pin {
     }
 }
 
+/// Runs `plan` to the end: one pass over the videos, and when model services in batch mode
+/// deferred requests, their batches and another pass (which finds the answers in the cache),
+/// until no video waits. An offline-mode service's requests stop the run with what to do.
 pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
+    let (file, text) = (plan.file.clone(), plan.text.clone());
+    let mut plan = plan;
+    let mut passes = 1;
+    let mut batches = super::batch::Settled::default();
+    loop {
+        let (mut report, pass) = run_pass(plan, &opts).await?;
+        batches.jobs += pass.settled.jobs;
+        batches.answered += pass.settled.answered;
+        batches.errors += pass.settled.errors;
+        report.passes = passes;
+        report.batches = batches;
+        let deferred: u64 = report.counts.values().map(|c| c.deferred).sum();
+        if report.status == RunStatus::Interrupted || deferred == 0 {
+            return Ok(report);
+        }
+        if !pass.offline.is_empty() {
+            return Err(RunError::Stopped(format!(
+                "{deferred} videos wait for answers of an offline-mode service ({}): write the requests with `vidcurate batch export {} STAGE > requests.jsonl`, answer them (e.g. `vllm run-batch -i requests.jsonl -o results.jsonl -m MODEL`), read them back with `vidcurate batch import {} results.jsonl`, and rerun",
+                pass.offline.join(", "),
+                report.run_dir.display(),
+                report.run_dir.display()
+            )));
+        }
+        if pass.settled.answered + pass.settled.errors == 0 {
+            return Err(RunError::Internal(format!(
+                "{deferred} videos were deferred to a batch, but no batch answered anything; see {}/batches/",
+                report.run_dir.display()
+            )));
+        }
+        tracing::info!(
+            pass = passes,
+            deferred,
+            answered = pass.settled.answered,
+            errors = pass.settled.errors,
+            "Batches answered; running the deferred videos again."
+        );
+        passes += 1;
+        plan = crate::plan::plan_text(&file, text.clone())
+            .map_err(|e| RunError::Config(e.to_string()))?;
+    }
+}
+
+/// What one pass did with batches.
+struct PassBatches {
+    settled: super::batch::Settled,
+    /// Offline-mode services with requests waiting.
+    offline: Vec<String>,
+}
+
+async fn run_pass(plan: Plan, opts: &RunOptions) -> Result<(RunReport, PassBatches), RunError> {
+    let opts = opts.clone();
     let dir = run_dir(&plan, &opts);
     let opened = open_store(&dir, &opts)?;
     let (store, run_dir) = (opened.store.clone(), opened.work.clone());
@@ -196,6 +254,22 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
         .zip(0u32..)
         .collect();
     let rank_of = |id: &str| ranks.get(id).copied().unwrap_or(0);
+    // Batches recorded by an earlier invocation (a kill while they ran) are polled to their end
+    // first, so this pass finds their answers and sends none of them again.
+    let batch_services = plan.batch_services.clone();
+    let mut settled = super::batch::Settled::default();
+    for svc in &batch_services {
+        let q = svc.batch_queue().expect("batch services have queues");
+        q.attach(&super::batch::queue_dir(&run_dir, &svc.name))
+            .map_err(|e| RunError::Internal(e.detail))?;
+        if svc.mode == crate::config::ServiceMode::Batch {
+            let c = cache.get().map_err(|e| RunError::Internal(e.detail))?;
+            let s = super::batch::settle(svc, &c, &cancel).await?;
+            settled.jobs += s.jobs;
+            settled.answered += s.answered;
+            settled.errors += s.errors;
+        }
+    }
     let local_media = super::stage::LocalMedia::default();
     let cx_for = |id: &str, fp: &str, extras| StageContext {
         stage_id: id.to_string(),
@@ -347,16 +421,43 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
             );
         }
     }
-    Ok(RunReport {
-        run_dir,
-        status: if interrupted {
-            RunStatus::Interrupted
-        } else {
-            RunStatus::Complete
+    // The requests this pass deferred go out now; the next pass reads their answers.
+    let mut offline = vec![];
+    for svc in batch_services.iter().filter(|_| !interrupted) {
+        let q = svc.batch_queue().expect("batch services have queues");
+        if q.pending() == 0 {
+            continue;
+        }
+        if svc.mode != crate::config::ServiceMode::Batch {
+            offline.push(svc.name.clone());
+            continue;
+        }
+        let jobs = q
+            .chunk(svc.batch_max_requests, svc.batch_max_bytes)
+            .map_err(|e| RunError::Internal(e.detail))?;
+        tracing::info!(service = %svc.name, jobs, "Sending the deferred requests as batches.");
+        let c = cache.get().map_err(|e| RunError::Internal(e.detail))?;
+        let s = super::batch::settle(svc, &c, &cancel).await?;
+        settled.jobs += s.jobs;
+        settled.answered += s.answered;
+        settled.errors += s.errors;
+    }
+    let interrupted = interrupted || cancel.is_cancelled();
+    Ok((
+        RunReport {
+            run_dir,
+            status: if interrupted {
+                RunStatus::Interrupted
+            } else {
+                RunStatus::Complete
+            },
+            counts,
+            order,
+            passes: 1,
+            batches: Default::default(),
         },
-        counts,
-        order,
-    })
+        PassBatches { settled, offline },
+    ))
 }
 
 /// Writes the manifest for this invocation before any work: the pipeline as run, each stage's

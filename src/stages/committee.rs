@@ -279,7 +279,6 @@ impl Processor for CommitteeStage {
                 "no sampled frames to show the committee",
             ));
         }
-        let cache = cx.cache.get()?;
         let prompt = self
             .cfg
             .prompt
@@ -294,9 +293,9 @@ impl Processor for CommitteeStage {
                 temperature: 0.0,
                 max_tokens: self.cfg.max_tokens,
                 json: false,
+                repair: false,
             };
-            let cache = cache.clone();
-            async move { svc.chat(&req, &cache).await }
+            async move { svc.chat(&req, cx).await }
         });
         let answers = futures::future::join_all(asks).await;
         let mut votes = vec![];

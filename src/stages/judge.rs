@@ -161,11 +161,11 @@ pub async fn ask_validated<T>(
     parse: impl Fn(&str) -> Result<T, String>,
     repair: impl Fn(&str) -> String,
 ) -> Result<Answer<T>, StageError> {
-    let cache = cx.cache.get()?;
     let base = req.prompt.clone();
     let mut problem = String::new();
     for attempt in 1..=2u32 {
-        let a = svc.chat(&req, &cache).await?;
+        req.repair = attempt > 1;
+        let a = svc.chat(&req, cx).await?;
         if let Some(why) = &a.refusal {
             let r = if a.finish == "blocked" {
                 "blocked"

@@ -245,6 +245,7 @@ impl Processor for QualityStage {
             temperature: self.cfg.temperature,
             max_tokens: self.cfg.max_tokens,
             json: self.cfg.json_mode,
+            repair: false,
         };
         let a = ask_validated(&self.svc, req, cx, "invalid_rubric", parse_rubric, |problem| {
             format!("Your previous answer was invalid: {problem}. Reply with only the JSON array of exactly 12 objects (category_number, category_name, score).")

@@ -240,6 +240,7 @@ impl RelevanceStage {
             temperature: self.cfg.temperature,
             max_tokens: self.cfg.max_tokens,
             json: false,
+            repair: false,
         };
         let a = ask_validated(
             svc,
