@@ -8,6 +8,7 @@ mod analyze;
 mod annotate;
 mod bad_input;
 mod batch;
+mod budget;
 mod cluster;
 mod config;
 mod frames;
