@@ -9,6 +9,7 @@ pub mod annotate;
 pub mod clients;
 pub mod config;
 pub mod error;
+pub mod estimate;
 pub mod evaluate;
 pub mod gc;
 pub mod ocr;

@@ -70,6 +70,11 @@ enum Cmd {
         /// No progress bars (log lines are still written to stderr).
         #[arg(long, short)]
         quiet: bool,
+        /// Call nothing: print what the run would do and cost, per stage and in total (YouTube
+        /// calls and days of quota, model calls, tokens and USD live and in batch mode, frames
+        /// and disk), counting what the run directory and its cache already hold as free.
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         ranks: RankArgs,
     },
@@ -647,8 +652,9 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             file,
             out,
             quiet,
+            dry_run,
             ranks,
-        } => run_cmd(&file, out, quiet, ranks),
+        } => run_cmd(&file, out, quiet, dry_run, ranks),
     }
 }
 
@@ -1029,6 +1035,7 @@ fn run_cmd(
     file: &Path,
     out: Option<PathBuf>,
     quiet: bool,
+    dry_run: bool,
     ranks: RankArgs,
 ) -> anyhow::Result<ExitCode> {
     let rank = vidcurate::runtime::ranks::Rank::resolve(ranks.rank, ranks.world, &|k| {
@@ -1056,6 +1063,11 @@ fn run_cmd(
         repin: ranks.repin,
         work_dir: ranks.work_dir,
     };
+    if dry_run {
+        let d = rt.block_on(vidcurate::estimate::dry_run(plan, &opts))?;
+        print!("{}", vidcurate::estimate::render(&d));
+        return Ok(ExitCode::SUCCESS);
+    }
     let report = rt.block_on(runner::run(plan, opts))?;
     eprintln!("run directory: {}", report.run_dir.display());
     eprintln!(

@@ -11,6 +11,7 @@ mod batch;
 mod budget;
 mod cluster;
 mod config;
+mod dryrun;
 mod frames;
 mod judge;
 mod ocr;

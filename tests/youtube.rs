@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// A key that must never show up in a file, a log line or an error.
-const KEY: &str = "AIzaSy-test-secret-4f9b2c";
+pub(crate) const KEY: &str = "AIzaSy-test-secret-4f9b2c";
 
 fn fixture_json(name: &str) -> Value {
     let p = fixtures().join("youtube").join(name);
@@ -20,8 +20,8 @@ fn fixture_json(name: &str) -> Value {
 /// The id the fake videos.list never returns (as if deleted).
 const GONE: &str = "i2hewkFijuY";
 
-struct YouTubeFake {
-    server: FakeServer,
+pub(crate) struct YouTubeFake {
+    pub(crate) server: FakeServer,
     /// After this many successful calls, answer 403 quotaExceeded (while `refuse` is set).
     quota_after: Arc<AtomicUsize>,
     refuse: Arc<AtomicBool>,
@@ -33,7 +33,7 @@ struct YouTubeFake {
 /// `-2IlD-x8wvY` is on both). videos.list: one item per requested id, built on the real
 /// full-parts item with the search result's own title and description; every fourth id gets the
 /// real snippet-and-player-only item shape (no contentDetails, no statistics).
-fn youtube_fake() -> YouTubeFake {
+pub(crate) fn youtube_fake() -> YouTubeFake {
     let p1 = fixture_json("search_by_keywords_p1.json");
     let p2 = fixture_json("search_by_keywords_p2.json");
     let full = fixture_json("videos_list_full_parts.json")["items"][0].clone();
@@ -158,7 +158,7 @@ params = { region_code = "JP" }
     );
 }
 
-fn yt_pipeline(dir: &Path, url: &str, quota: &str) -> std::path::PathBuf {
+pub(crate) fn yt_pipeline(dir: &Path, url: &str, quota: &str) -> std::path::PathBuf {
     query_file(dir);
     let p = dir.join("p.toml");
     write(
@@ -184,7 +184,7 @@ ledger = "ledger/quota.sqlite"
     p
 }
 
-fn run_yt(p: &Path, out: &Path, key: &str) -> std::process::Output {
+pub(crate) fn run_yt(p: &Path, out: &Path, key: &str) -> std::process::Output {
     run_command(p, out)
         .env("VIDCURATE_TEST_YT_KEY", key)
         .output()

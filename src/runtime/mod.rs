@@ -93,6 +93,10 @@ pub trait StageTask: Send + Sync + 'static {
     fn columns(&self) -> Vec<String>;
     /// Runs until the input closes (or a fatal error). Dropping the future aborts the stage.
     async fn run(self: Box<Self>, io: StageIo, cx: StageContext) -> Result<StageCounts, RunError>;
+    /// What one video costs the stage, for `run --dry-run`.
+    fn estimate(&self) -> stage::StageEstimate {
+        stage::StageEstimate::default()
+    }
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -174,6 +178,9 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
                 .join(","),
             Err(e) => e.to_string(),
         }
+    }
+    fn estimate(&self) -> stage::StageEstimate {
+        self.0.estimate()
     }
     fn columns(&self) -> Vec<String> {
         shards::fields_of::<P::Row>()

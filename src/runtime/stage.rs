@@ -70,6 +70,27 @@ impl LocalMedia {
 }
 
 impl StageContext {
+    /// A context for work outside a run (`run --dry-run` listing a source): a read-only store
+    /// on the system temp folder, a cache nobody opens.
+    pub fn detached(run_dir: &std::path::Path) -> Result<Self, crate::error::RunError> {
+        let tmp = std::env::temp_dir();
+        let store = crate::runtime::store::LocalStore::open_read_only(&tmp)
+            .map_err(|e| crate::error::RunError::io(tmp.display().to_string(), e))?;
+        Ok(Self {
+            stage_id: crate::runtime::chain::SOURCE_STAGE_ID.into(),
+            fingerprint: String::new(),
+            store: Arc::new(store),
+            run_dir: run_dir.to_path_buf(),
+            cache: crate::runtime::cache::CacheHandle::new(&tmp),
+            cpu: CpuPool::new(1),
+            cancel: CancellationToken::new(),
+            extras: Arc::new(vec![]),
+            tally: Default::default(),
+            rank: Default::default(),
+            local_media: Default::default(),
+        })
+    }
+
     /// A local file of the record's media for tools that open paths (ffmpeg). On an object-store
     /// run the media live in the store and are fetched once into the local work folder.
     pub async fn media_file(&self, rec: &VideoRecord) -> Result<std::path::PathBuf, StageError> {
@@ -172,6 +193,46 @@ pub trait Processor: Send + Sync + 'static {
     fn keep(&self, _rec: &VideoRecord, _extras: &[String], _rows: &[Self::Row]) -> bool {
         true
     }
+
+    /// What one video costs this stage, for `run --dry-run` (nothing by default).
+    fn estimate(&self) -> StageEstimate {
+        StageEstimate::default()
+    }
+}
+
+/// One model call a stage makes per video, as `run --dry-run` prices it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallEstimate {
+    pub service: String,
+    pub model: String,
+    /// Characters of prompt (4 to a token, the service client's own estimate).
+    pub prompt_chars: u64,
+    pub images: u32,
+    /// Output tokens at most (the estimate takes the allowance: an upper bound).
+    pub max_tokens: u32,
+}
+
+/// What a stage does per video, for `run --dry-run`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StageEstimate {
+    pub calls: Vec<CallEstimate>,
+    /// Frames written per video (at most) and bytes per frame (about).
+    pub frames: Option<(u32, u64)>,
+}
+
+/// What a source will fetch, for `run --dry-run`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SourceEstimate {
+    /// Videos it yields (None: unknown).
+    pub videos: Option<u64>,
+    /// Whether `videos` is an upper bound (a search) rather than a count (a listing).
+    pub at_most: bool,
+    /// (method, calls at most, quota units at most).
+    pub calls: Vec<(String, u64, u64)>,
+    /// Days of quota the calls need at the configured daily limits.
+    pub quota_days: Option<f64>,
+    /// How the numbers were reached.
+    pub note: String,
 }
 
 /// Something the source could not turn into a video.
@@ -214,5 +275,18 @@ pub trait Source: Send + 'static {
     /// rank 0's collection): they are passed on, not written again.
     fn already_committed(&self) -> bool {
         false
+    }
+    /// What `run` would fetch, without calling anything (default: `open`, then `total`: right
+    /// for listings of local files).
+    async fn estimate(
+        &mut self,
+        cx: &StageContext,
+    ) -> Result<SourceEstimate, crate::error::RunError> {
+        self.open(cx).await?;
+        Ok(SourceEstimate {
+            videos: self.total(),
+            note: "listed".into(),
+            ..Default::default()
+        })
     }
 }

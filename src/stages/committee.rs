@@ -271,6 +271,26 @@ impl Processor for CommitteeStage {
         Slot::Committee
     }
 
+    fn estimate(&self) -> crate::runtime::stage::StageEstimate {
+        let prompt = self.cfg.prompt.as_deref().unwrap_or(COMMITTEE_PROMPT);
+        crate::runtime::stage::StageEstimate {
+            calls: self
+                .cfg
+                .members
+                .iter()
+                .zip(&self.services)
+                .map(|(m, svc)| crate::runtime::stage::CallEstimate {
+                    service: svc.name.clone(),
+                    model: m.model.clone(),
+                    prompt_chars: (prompt.len() + self.cfg.event.len()) as u64,
+                    images: self.cfg.max_images as u32,
+                    max_tokens: self.cfg.max_tokens,
+                })
+                .collect(),
+            frames: None,
+        }
+    }
+
     async fn process(&self, rec: &VideoRecord, cx: &StageContext) -> Result<Vec<Vote>, StageError> {
         let images = frame_inputs(rec, cx, self.cfg.max_images).await?;
         if images.is_empty() {

@@ -190,6 +190,22 @@ impl Processor for FramesStage {
         Slot::Frames
     }
 
+    fn estimate(&self) -> crate::runtime::stage::StageEstimate {
+        let c = &self.cfg;
+        let n = match c.mode {
+            Mode::Uniform => c.count,
+            Mode::Fps => c.max_frames.unwrap_or(16),
+            Mode::Range => c.max_frames.unwrap_or(c.count),
+        };
+        // About 1.5 bits a pixel at quality 90 for camera footage; 1280x720 when not scaled.
+        let side = c.max_side.unwrap_or(1280).min(1920) as u64;
+        let bytes = side * side * 9 / 16 * 3 / 16 * c.jpeg_quality.max(10) as u64 / 90;
+        crate::runtime::stage::StageEstimate {
+            calls: vec![],
+            frames: Some((n, bytes)),
+        }
+    }
+
     async fn process(
         &self,
         rec: &VideoRecord,

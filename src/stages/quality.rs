@@ -226,6 +226,19 @@ impl Processor for QualityStage {
         Slot::Quality
     }
 
+    fn estimate(&self) -> crate::runtime::stage::StageEstimate {
+        crate::runtime::stage::StageEstimate {
+            calls: vec![crate::runtime::stage::CallEstimate {
+                service: self.svc.name.clone(),
+                model: self.cfg.model.clone(),
+                prompt_chars: QUALITY_PROMPT.len() as u64,
+                images: self.cfg.max_images as u32,
+                max_tokens: self.cfg.max_tokens,
+            }],
+            frames: None,
+        }
+    }
+
     async fn process(
         &self,
         rec: &VideoRecord,

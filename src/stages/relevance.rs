@@ -274,6 +274,25 @@ impl Processor for RelevanceStage {
         Slot::Relevance
     }
 
+    fn estimate(&self) -> crate::runtime::stage::StageEstimate {
+        let Judge::Model(svc) = &*self.judge else {
+            return Default::default();
+        };
+        // A title of about 70 characters and a description clipped at `description_chars`
+        // (about half of that on average).
+        let chars = self.prompt("", "").len() + 70 + self.cfg.description_chars / 2;
+        crate::runtime::stage::StageEstimate {
+            calls: vec![crate::runtime::stage::CallEstimate {
+                service: svc.name.clone(),
+                model: self.cfg.model.clone(),
+                prompt_chars: chars as u64,
+                images: 0,
+                max_tokens: self.cfg.max_tokens,
+            }],
+            frames: None,
+        }
+    }
+
     async fn process(
         &self,
         rec: &VideoRecord,

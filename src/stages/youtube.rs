@@ -607,4 +607,49 @@ impl Source for YouTubeSource {
     fn collects_once(&self) -> bool {
         true
     }
+
+    /// Every query to `max_pages` pages of 50: upper bounds (a query that runs out of results
+    /// stops early; a dated window over `split_above` results adds searches for its halves).
+    async fn estimate(
+        &mut self,
+        _cx: &StageContext,
+    ) -> Result<crate::runtime::stage::SourceEstimate, RunError> {
+        let q = &self.cfg.quota;
+        let searches = self.queries.len() as u64 * self.cfg.max_pages as u64;
+        let videos = searches * 50;
+        let lists = videos.div_ceil(50);
+        let (search_units, list_units) = (
+            if q.search_bucket {
+                0
+            } else {
+                searches * q.search_cost
+            },
+            lists * q.videos_cost,
+        );
+        let unit_days = (search_units + list_units) as f64 / q.units_per_day.max(1) as f64;
+        let days = if q.search_bucket {
+            unit_days.max(searches as f64 / q.search_calls_per_day.max(1) as f64)
+        } else {
+            unit_days
+        };
+        Ok(crate::runtime::stage::SourceEstimate {
+            videos: Some(videos),
+            at_most: true,
+            calls: vec![
+                ("search.list".into(), searches, search_units),
+                ("videos.list".into(), lists, list_units),
+            ],
+            quota_days: Some(days),
+            note: format!(
+                "{} queries x up to {} pages of 50{}",
+                self.queries.len(),
+                self.cfg.max_pages,
+                if q.search_bucket {
+                    format!(", {} searches a day", q.search_calls_per_day)
+                } else {
+                    format!(", {} units a day", q.units_per_day)
+                }
+            ),
+        })
+    }
 }

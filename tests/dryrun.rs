@@ -1,0 +1,146 @@
+//! `run --dry-run` against what a run then does on fake servers: the model calls a relevance
+//! stage makes (some answers need a repair, which the estimate leaves out), the frames a frames
+//! stage writes, and the YouTube searches a collection makes; and a second dry run that counts
+//! the finished work as free.
+
+use crate::fake_http::{FakeServer, Request, Response};
+use crate::judge::{
+    OPENAI_KEY, err, openai_says, prompt_of, relevance_pipeline_with, run_with_key, url_manifest,
+};
+use crate::need_ffmpeg;
+use crate::util::*;
+use crate::youtube::{KEY, run_yt, youtube_fake, yt_pipeline};
+use std::path::Path;
+
+/// The dry run's line for `stage`: its columns.
+fn line(text: &str, stage: &str) -> Vec<String> {
+    text.lines()
+        .find(|l| l.split_whitespace().next() == Some(stage))
+        .unwrap_or_else(|| panic!("no line for {stage}: {text}"))
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
+
+fn dry(p: &Path, out: &Path) -> String {
+    let o = run_command(p, out)
+        .arg("--dry-run")
+        .env("VIDCURATE_TEST_OPENAI_KEY", OPENAI_KEY)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", err(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn the_dry_run_predicts_model_calls_within_ten_percent_and_counts_done_work_as_free() {
+    let dir = tempfile::tempdir().unwrap();
+    // 30 videos; three answer in prose first and need a repair (a second call).
+    let titles: Vec<String> = (0..30)
+        .map(|i| {
+            if i % 10 == 3 {
+                format!("prose{i}")
+            } else {
+                format!("clip{i}")
+            }
+        })
+        .collect();
+    let server = FakeServer::start(|r: &Request| {
+        let prompt = prompt_of(r);
+        if prompt.contains("Title: prose") && !prompt.contains("Your previous answer was") {
+            return openai_says("I would say 6");
+        }
+        openai_says("6")
+    });
+    let t: Vec<&str> = titles.iter().map(String::as_str).collect();
+    url_manifest(dir.path(), &t);
+    let p = relevance_pipeline_with(
+        dir.path(),
+        &server.url(),
+        "usd_per_mtok_input = 2.5\nusd_per_mtok_output = 10.0",
+        "",
+        "select = { min_score = 1 }",
+    );
+    let out = dir.path().join("run");
+    let text = dry(&p, &out);
+    assert!(text.contains("source local: 30 videos"), "{text}");
+    let l = line(&text, "relevance");
+    let (videos, free, calls) = (
+        l[2].parse::<u64>().unwrap(),
+        l[3].parse::<u64>().unwrap(),
+        l[4].parse::<f64>().unwrap(),
+    );
+    assert_eq!((videos, free), (30, 0), "{text}");
+    assert_eq!(server.requests().len(), 0, "a dry run calls nothing");
+    assert!(!out.exists(), "a dry run writes nothing");
+    // Price: live at the configured rates, batch at half.
+    let (tin, tout) = (l[5].parse::<f64>().unwrap(), l[6].parse::<f64>().unwrap());
+    let (live, batch) = (l[7].parse::<f64>().unwrap(), l[8].parse::<f64>().unwrap());
+    assert!(
+        (live - (tin * 2.5 + tout * 10.0) / 1e6).abs() < 1e-4 && (batch - live / 2.0).abs() < 1e-4,
+        "{text}"
+    );
+
+    let o = run_with_key(&p, &out);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let made = server.requests().len() as f64;
+    assert_eq!(made, 33.0);
+    assert!(
+        (calls - made).abs() / made <= 0.10,
+        "estimated {calls} calls, made {made}"
+    );
+
+    // Everything is done: the next dry run says so.
+    let text = dry(&p, &out);
+    let l = line(&text, "relevance");
+    assert_eq!((l[3].as_str(), l[4].as_str()), ("30", "0"), "{text}");
+    assert!(
+        text.contains("cache: 33 answers of service openai already paid for"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_dry_run_predicts_frames_and_youtube_searches() {
+    need_ffmpeg!();
+    let dir = tempfile::tempdir().unwrap();
+    let media = dir.path().join("media");
+    std::fs::create_dir_all(&media).unwrap();
+    for i in 0..3 {
+        plain_clip(
+            &media.join(format!("c{i}.mp4")),
+            2.0 + i as f64 * 0.5,
+            "320x240",
+        );
+    }
+    let p = dir.path().join("p.toml");
+    write(&p, &pipeline("dir = \"media\"", "{ count = 4 }", ""));
+    let out = dir.path().join("run");
+    let text = dry(&p, &out);
+    let l = line(&text, "frames");
+    assert_eq!(l[9], "12", "3 videos x 4 frames: {text}");
+    let o = run_into(&p, &out, dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert_eq!(table_rows_file_all(&out.join("frames")).len(), 12);
+
+    // YouTube: 1 query x 2 pages.
+    let fake = youtube_fake();
+    let yd = tempfile::tempdir().unwrap();
+    let p = yt_pipeline(yd.path(), &fake.server.url(), "");
+    let yout = yd.path().join("run");
+    let text = dry(&p, &yout);
+    assert!(text.contains("at most 100 videos"), "{text}");
+    assert!(text.contains("search.list  at most 2 calls"), "{text}");
+    assert!(text.contains("videos.list  at most 2 calls"), "{text}");
+    assert!(text.contains("quota: 0.02 days"), "{text}");
+    assert_eq!(fake.server.requests().len(), 0);
+    let _ = run_yt(&p, &yout, KEY);
+    assert_eq!(
+        fake.server.count("/search"),
+        2,
+        "the searches estimated are the searches made"
+    );
+    assert!(fake.server.count("/videos") <= 2);
+    let text = dry(&p, &yout);
+    assert!(text.contains("(2 already in the cache: free)"), "{text}");
+}
