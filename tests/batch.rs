@@ -533,3 +533,200 @@ fn offline_mode_exports_requests_and_imports_results() {
     );
     assert_eq!(server.requests().len(), 0);
 }
+
+/// A fake Gemini Batch Mode: `models/M:batchGenerateContent` with inline requests, operations
+/// that go BATCH_STATE_PENDING → RUNNING → SUCCEEDED (or stay running while held), inline
+/// responses made of the recorded generateContent bodies (text swapped; the recorded SAFETY
+/// finish for one), an error item for another, and `generateContent` live for the retry.
+fn gemini_batch_fake(hold: Arc<AtomicBool>) -> (FakeServer, Arc<Mutex<Vec<Value>>>) {
+    use crate::judge::{GEMINI_KEY, gemini_says};
+    let created: Arc<Mutex<Vec<(Instant, Value)>>> = Arc::default();
+    let bodies: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let (c2, b2) = (created.clone(), bodies.clone());
+    let op = move |i: usize, at: Instant, body: &Value, hold: bool| -> Value {
+        let t = at.elapsed();
+        let state = if t < Duration::from_millis(100) {
+            "BATCH_STATE_PENDING"
+        } else if hold || t < Duration::from_millis(300) {
+            "BATCH_STATE_RUNNING"
+        } else {
+            "BATCH_STATE_SUCCEEDED"
+        };
+        let batch = &body["batch"];
+        let reqs = batch["input_config"]["requests"]["requests"]
+            .as_array()
+            .unwrap();
+        let mut o = json!({"name": format!("batches/b{i}"), "metadata": {
+            "@type": "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch",
+            "model": "models/gemini-2.5-flash-lite", "displayName": batch["display_name"], "state": state,
+            "batchStats": {"requestCount": reqs.len().to_string()}}});
+        if state == "BATCH_STATE_SUCCEEDED" {
+            let items: Vec<Value> = reqs
+                .iter()
+                .map(|r| {
+                    let prompt = r["request"]["contents"][0]["parts"][0]["text"].as_str().unwrap();
+                    let title = prompt.lines().find_map(|l| l.strip_prefix("Title: ")).unwrap_or("");
+                    let key = r["metadata"]["key"].clone();
+                    let text = |s: &str| -> Value { serde_json::from_slice(&gemini_says(s).body).unwrap() };
+                    match title {
+                        "riot" => json!({"response": text("9"), "metadata": {"key": key}}),
+                        "lecture" => json!({"response": text("2"), "metadata": {"key": key}}),
+                        "unsafe" => json!({"response": serde_json::from_slice::<Value>(&llm_fixture("gemini/generate_content_finish_safety.json")).unwrap(), "metadata": {"key": key}}),
+                        "expire" => json!({"error": {"code": 4, "message": "Deadline expired before operation could complete.", "status": "DEADLINE_EXCEEDED"}, "metadata": {"key": key}}),
+                        other => panic!("unexpected title {other:?}"),
+                    }
+                })
+                .collect();
+            o["done"] = json!(true);
+            o["response"] = json!({"@type": "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatchOutput",
+                "inlinedResponses": {"inlinedResponses": items}});
+        }
+        o
+    };
+    let server = FakeServer::start(move |r: &Request| {
+        if r.headers.get("x-goog-api-key").map(String::as_str) != Some(GEMINI_KEY) {
+            return Response::json(400, llm_fixture("gemini/error_400_api_key_invalid.json"));
+        }
+        let mut c = c2.lock().unwrap();
+        let held = hold.load(Ordering::SeqCst);
+        match (r.method.as_str(), r.path.as_str()) {
+            ("POST", "/v1beta/models/gemini-2.5-flash-lite:batchGenerateContent") => {
+                let v: Value = serde_json::from_slice(&r.body).unwrap();
+                b2.lock().unwrap().push(v.clone());
+                c.push((Instant::now(), v));
+                let (at, body) = c.last().unwrap().clone();
+                Response::json(200, op(c.len() - 1, at, &body, held).to_string())
+            }
+            ("GET", "/v1beta/batches") => {
+                let ops: Vec<Value> = c
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (at, b))| op(i, *at, b, held))
+                    .collect();
+                Response::json(200, json!({"operations": ops}).to_string())
+            }
+            ("GET", p) if p.starts_with("/v1beta/batches/b") => {
+                let i: usize = p["/v1beta/batches/b".len()..].parse().unwrap();
+                let (at, b) = c[i].clone();
+                Response::json(200, op(i, at, &b, held).to_string())
+            }
+            ("POST", "/v1beta/models/gemini-2.5-flash-lite:generateContent") => {
+                let v: Value = serde_json::from_slice(&r.body).unwrap();
+                let prompt = v["contents"][0]["parts"][0]["text"].as_str().unwrap();
+                assert!(
+                    prompt.contains("Title: expire"),
+                    "only the request the batch could not answer goes live"
+                );
+                gemini_says("6")
+            }
+            other => panic!("unexpected request {other:?}"),
+        }
+    });
+    (server, bodies)
+}
+
+fn gemini_batch_pipeline(dir: &Path, url: &str) -> std::path::PathBuf {
+    url_manifest(dir, &["riot", "lecture", "unsafe", "expire"]);
+    let p = dir.join("p.toml");
+    write(
+        &p,
+        &format!(
+            r#"name = "gem"
+[services.gemini]
+base_url = "{url}v1beta/"
+api = "gemini"
+api_key_env = "VIDCURATE_TEST_GEMINI_KEY"
+mode = "batch"
+batch_poll_secs = 0.05
+
+[source]
+type = "local"
+manifest = "m.csv"
+urls = true
+
+[[stages]]
+id = "relevance"
+type = "relevance"
+compute = {{ service = "gemini", model = "gemini-2.5-flash-lite", event = "a protest turning violent" }}
+select = {{ min_score = 1 }}
+"#
+        ),
+    );
+    p
+}
+
+#[test]
+fn gemini_batch_mode_round_trip_and_a_lost_batch_name_is_found_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let hold = Arc::new(AtomicBool::new(true));
+    let (server, bodies) = gemini_batch_fake(hold.clone());
+    let p = gemini_batch_pipeline(dir.path(), &server.url());
+    let out = dir.path().join("run");
+    let creates = |s: &FakeServer| {
+        posts(
+            s,
+            "/v1beta/models/gemini-2.5-flash-lite:batchGenerateContent",
+        )
+    };
+    let mut child = run_command(&p, &out)
+        .env("VIDCURATE_TEST_GEMINI_KEY", crate::judge::GEMINI_KEY)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while creates(&server) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // As if killed before the batch's name was recorded: the rerun must find it by display name.
+    let path = out.join("batches/gemini/jobs.json");
+    let mut jobs: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(jobs[0]["model"], "gemini-2.5-flash-lite", "{jobs}");
+    jobs[0]["batch_id"] = Value::Null;
+    std::fs::write(&path, jobs.to_string()).unwrap();
+    hold.store(false, Ordering::SeqCst);
+    let o = run_with_key(&p, &out);
+    assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+    assert_eq!(
+        creates(&server),
+        1,
+        "one batch, found again after the lost name"
+    );
+    let body = bodies.lock().unwrap()[0].clone();
+    let reqs = body["batch"]["input_config"]["requests"]["requests"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(reqs.len(), 4);
+    assert!(
+        reqs.iter()
+            .all(|r| r["metadata"]["key"].as_str().is_some_and(|k| k.len() == 64))
+    );
+    let s = scores(&out);
+    assert_eq!(
+        (
+            s["riot"].0.as_str(),
+            s["lecture"].0.as_str(),
+            s["expire"].0.as_str()
+        ),
+        ("9", "2", "6")
+    );
+    let rejects = table_rows(&out.join("rejects"), &[]).join("\n");
+    assert!(
+        rejects.contains("unsafe") && rejects.contains("blocked") && rejects.contains("SAFETY"),
+        "{rejects}"
+    );
+    assert_eq!(
+        server.count(":generateContent"),
+        1,
+        "the DEADLINE_EXCEEDED item asked again live"
+    );
+    // Cached answers rerun without a call.
+    let n = server.requests().len();
+    let o = run_with_key(&p, &out);
+    assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+    assert_eq!(server.requests().len(), n);
+}

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub(crate) const OPENAI_KEY: &str = "sk-test-openai-8f2d1c";
-const GEMINI_KEY: &str = "AIza-test-gemini-77aa";
+pub(crate) const GEMINI_KEY: &str = "AIza-test-gemini-77aa";
 
 pub(crate) fn llm_fixture(name: &str) -> Vec<u8> {
     std::fs::read(fixtures().join("llm").join(name)).unwrap()
@@ -27,7 +27,7 @@ pub(crate) fn openai_says(content: &str) -> Response {
 }
 
 /// The real generateContent body with `text` as the answer.
-fn gemini_says(text: &str) -> Response {
+pub(crate) fn gemini_says(text: &str) -> Response {
     let mut v: Value =
         serde_json::from_slice(&llm_fixture("gemini/generate_content_text.json")).unwrap();
     v["candidates"][0]["content"]["parts"][0]["text"] = json!(text);

@@ -13,6 +13,7 @@
 //! every message.
 
 mod batch;
+pub use batch::gemini_result;
 
 use crate::config::{BatchFallback, RepairRoute, ServiceApi, ServiceConfig, ServiceMode};
 use crate::error::{ErrorKind, StageError};
@@ -209,18 +210,26 @@ impl LlmService {
                 Some(n) => return Err(format!("batch_max_requests must be 1..=50000, got {n}")),
             },
             batch_max_bytes: match cfg.batch_max_mib {
+                // Gemini batches go inline, which its API takes up to 20 MB.
+                None if api == Api::Gemini => 19 << 20,
+                Some(m) if api == Api::Gemini && m > 19.0 => {
+                    return Err(format!(
+                        "batch_max_mib: a Gemini batch is sent inline, at most 20 MB; use 19 or less, got {m}"
+                    ));
+                }
                 None => 190 << 20,
                 Some(m) if m.is_finite() && m > 0.0 && m <= 200.0 => (m * 1048576.0) as u64,
-                Some(m) => return Err(format!("batch_max_mib must be above 0 and at most 200, got {m}")),
+                Some(m) => {
+                    return Err(format!(
+                        "batch_max_mib must be above 0 and at most 200, got {m}"
+                    ));
+                }
             },
             batch_poll: crate::runtime::batch::poll_every(cfg.batch_poll_secs),
-            completion_window: cfg.completion_window.clone().unwrap_or_else(|| "24h".into()),
-        })
-        .and_then(|s| {
-            if s.mode == ServiceMode::Batch && s.api == Api::Gemini {
-                return Err("mode = \"batch\" speaks OpenAI's batch interface (OpenAI, vLLM's server); for a Gemini service use mode = \"offline\" with `vidcurate batch export`/`import`, or live".into());
-            }
-            Ok(s)
+            completion_window: cfg
+                .completion_window
+                .clone()
+                .unwrap_or_else(|| "24h".into()),
         })
     }
 

@@ -32,6 +32,9 @@ use tokio_util::sync::CancellationToken;
 pub struct Job {
     /// `jobs/<name>.jsonl` holds its requests until they are imported.
     pub name: String,
+    /// The model of every request in it, when the API batches per model (Gemini).
+    #[serde(default)]
+    pub model: Option<String>,
     pub requests: usize,
     pub bytes: u64,
     #[serde(default)]
@@ -61,9 +64,19 @@ struct RequestKey {
     request: String,
 }
 
+/// The id of a request line (ours and OpenAI's `custom_id`; Gemini's `key`).
 #[derive(Deserialize)]
 struct IdOnly {
+    #[serde(alias = "key")]
     custom_id: String,
+}
+
+/// A pending line's id and model (Gemini lines name theirs: a Gemini batch is for one model).
+#[derive(Deserialize)]
+struct Head {
+    custom_id: String,
+    #[serde(default)]
+    model: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -252,7 +265,8 @@ impl BatchQueue {
     }
 
     /// Moves the pending requests into new jobs of at most `max_requests` lines and
-    /// `max_bytes` bytes; returns how many jobs.
+    /// `max_bytes` bytes, one model per job where the line names it (a Gemini batch is for one
+    /// model); returns how many jobs.
     pub fn chunk(&self, max_requests: usize, max_bytes: u64) -> Result<usize, StageError> {
         let mut g = self.lock();
         let Some(q) = g.as_mut() else { return Ok(0) };
@@ -264,38 +278,43 @@ impl BatchQueue {
         let f = std::fs::File::open(&pending_path).map_err(|e| io_err(&pending_path, e))?;
         let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S").to_string();
         let mut made: Vec<Job> = vec![];
-        let mut out: Option<(std::fs::File, PathBuf)> = None;
+        // The open job of each model: its index in `made` and its file.
+        let mut open: HashMap<Option<String>, (usize, std::fs::File, PathBuf)> = HashMap::new();
         let mut seen = HashSet::new();
         for line in BufReader::new(f).lines() {
             let line = line.map_err(|e| io_err(&pending_path, e))?;
-            let Ok(id) = serde_json::from_str::<IdOnly>(&line) else {
+            let Ok(head) = serde_json::from_str::<Head>(&line) else {
                 continue;
             };
-            if !q.pending.contains(&id.custom_id) || !seen.insert(id.custom_id.clone()) {
+            if !q.pending.contains(&head.custom_id) || !seen.insert(head.custom_id.clone()) {
                 continue;
             }
             let size = line.len() as u64 + 1;
-            let full = made.last().is_none_or(|j| {
+            let full = open.get(&head.model).is_none_or(|(i, _, _)| {
+                let j = &made[*i];
                 j.requests >= max_requests || (j.requests > 0 && j.bytes + size > max_bytes)
             });
             if full {
                 let name = format!("{stamp}-{:04}", jobs.len() + made.len());
                 let path = q.dir.join("jobs").join(format!("{name}.jsonl"));
                 let file = std::fs::File::create(&path).map_err(|e| io_err(&path, e))?;
-                out = Some((file, path));
+                if let Some((_, old, old_path)) = open.remove(&head.model) {
+                    old.sync_all().map_err(|e| io_err(&old_path, e))?;
+                }
                 made.push(Job {
                     name,
+                    model: head.model.clone(),
                     ..Default::default()
                 });
+                open.insert(head.model.clone(), (made.len() - 1, file, path));
             }
-            let (file, path) = out.as_mut().expect("a job file is open");
+            let (i, file, path) = open.get_mut(&head.model).expect("a job file is open");
             file.write_all(format!("{line}\n").as_bytes())
                 .map_err(|e| io_err(path, e))?;
-            let job = made.last_mut().expect("a job");
-            job.requests += 1;
-            job.bytes += size;
+            made[*i].requests += 1;
+            made[*i].bytes += size;
         }
-        if let Some((file, path)) = out {
+        for (_, (_, file, path)) in open {
             file.sync_all().map_err(|e| io_err(&path, e))?;
         }
         let n = made.len();
@@ -534,29 +553,56 @@ pub async fn settle(
             return Ok(done);
         }
         let path = dir.join("jobs").join(format!("{}.jsonl", job.name));
-        if job.file_id.is_none() {
-            let bytes =
-                std::fs::read(&path).map_err(|e| RunError::io(path.display().to_string(), e))?;
-            let id = with_retries("upload", cancel, || {
-                svc.batch_upload(&job.name, bytes.clone())
-            })
-            .await?;
-            job.file_id = Some(id);
-            queue.save_job(&job).map_err(internal)?;
-        }
         if job.batch_id.is_none() {
-            let file_id = job.file_id.clone().expect("uploaded");
-            let found = with_retries("list batches", cancel, || svc.batch_find(&file_id)).await?;
-            let batch = match found {
-                Some(b) => {
-                    tracing::info!(batch = %b.id, job = %job.name, "Found the batch a stopped run created for this job; not creating another.");
-                    b
+            let batch = match svc.api {
+                Api::OpenAi => {
+                    if job.file_id.is_none() {
+                        let bytes = std::fs::read(&path)
+                            .map_err(|e| RunError::io(path.display().to_string(), e))?;
+                        let id = with_retries("upload", cancel, || {
+                            svc.batch_upload(&job.name, bytes.clone())
+                        })
+                        .await?;
+                        // Recorded before the batch is created: a lost batch id is found again
+                        // by this file id.
+                        job.file_id = Some(id);
+                        queue.save_job(&job).map_err(internal)?;
+                    }
+                    let file_id = job.file_id.clone().expect("uploaded");
+                    match with_retries("list batches", cancel, || svc.batch_find(&file_id)).await? {
+                        Some(b) => {
+                            tracing::info!(batch = %b.id, job = %job.name, "Found the batch a stopped run created for this job; not creating another.");
+                            b
+                        }
+                        None => {
+                            with_retries("create batch", cancel, || {
+                                svc.batch_create(&file_id, &job.name)
+                            })
+                            .await?
+                        }
+                    }
                 }
-                None => {
-                    with_retries("create batch", cancel, || {
-                        svc.batch_create(&file_id, &job.name)
-                    })
-                    .await?
+                Api::Gemini => {
+                    // Inline requests, named after the job: a lost batch name is found again
+                    // by its display name.
+                    let name = svc.batch_display_name(&job.name);
+                    match with_retries("list batches", cancel, || svc.gemini_batch_find(&name))
+                        .await?
+                    {
+                        Some(b) => {
+                            tracing::info!(batch = %b.id, job = %job.name, "Found the batch a stopped run created for this job; not creating another.");
+                            b
+                        }
+                        None => {
+                            let bytes = std::fs::read(&path)
+                                .map_err(|e| RunError::io(path.display().to_string(), e))?;
+                            let model = job.model.clone().unwrap_or_default();
+                            with_retries("create batch", cancel, || {
+                                svc.gemini_batch_create(&model, &name, &bytes)
+                            })
+                            .await?
+                        }
+                    }
                 }
             };
             job.batch_id = Some(batch.id.clone());
@@ -581,7 +627,7 @@ pub async fn settle(
                 still.push(job);
                 continue;
             }
-            let mut results = vec![];
+            let mut results = b.inline_output.clone().unwrap_or_default();
             for fid in [&b.output_file_id, &b.error_file_id].into_iter().flatten() {
                 let bytes =
                     with_retries("download results", cancel, || svc.batch_content(fid)).await?;
@@ -629,6 +675,8 @@ pub struct BatchInfo {
     pub failed: u64,
     /// A failed batch's validation errors, joined.
     pub errors: Option<String>,
+    /// Results that came in the batch itself (Gemini's inline responses), as output lines.
+    pub inline_output: Option<Vec<u8>>,
 }
 
 impl BatchInfo {
@@ -656,6 +704,7 @@ impl BatchInfo {
             completed: v["request_counts"]["completed"].as_u64().unwrap_or(0),
             failed: v["request_counts"]["failed"].as_u64().unwrap_or(0),
             errors,
+            inline_output: None,
         }
     }
 }
@@ -687,6 +736,13 @@ pub fn export(
             let of_stage =
                 stage.is_none_or(|s| stages.get(&id.custom_id).map(String::as_str) == Some(s));
             if of_stage && seen.insert(id.custom_id) {
+                // A Gemini line goes out as Gemini's file line, {key, request}.
+                let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+                let line = if v.get("request").is_some() {
+                    serde_json::json!({"key": v["key"], "request": v["request"]}).to_string()
+                } else {
+                    line
+                };
                 to.write_all(format!("{line}\n").as_bytes())
                     .map_err(|e| io_err(&path, e))?;
                 n += 1;
@@ -705,7 +761,22 @@ pub fn import(
     cache: &ResponseCache,
     results: &Path,
 ) -> Result<(usize, usize, usize), StageError> {
-    let bytes = std::fs::read(results).map_err(|e| io_err(results, e))?;
+    let raw = std::fs::read(results).map_err(|e| io_err(results, e))?;
+    // Gemini's result lines ({key, response | error}) become OpenAI's shape, which the rest
+    // reads; their bodies are parsed as Gemini's.
+    let mut api = Api::OpenAi;
+    let mut bytes = Vec::with_capacity(raw.len());
+    for line in raw.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        match serde_json::from_slice::<Value>(line) {
+            Ok(v) if v.get("key").is_some() && v.get("custom_id").is_none() => {
+                api = Api::Gemini;
+                let key = v["key"].as_str().unwrap_or_default().to_string();
+                bytes.extend(llm::gemini_result(&v, &key).to_string().into_bytes());
+            }
+            _ => bytes.extend_from_slice(line),
+        }
+        bytes.push(b'\n');
+    }
     let ids: HashSet<String> = bytes
         .split(|b| *b == b'\n')
         .filter_map(|l| serde_json::from_slice::<IdOnly>(l).ok())
@@ -732,7 +803,7 @@ pub fn import(
                 serde_json::from_slice::<IdOnly>(l).is_ok_and(|i| here_set.contains(&i.custom_id))
             })
             .collect();
-        let (a, e) = q.file_results(Api::OpenAi, cache, &lines.join(&b'\n'), &here, "missing")?;
+        let (a, e) = q.file_results(api, cache, &lines.join(&b'\n'), &here, "missing")?;
         answered += a;
         errors += e;
         // Rewrite pending without the answered ones.

@@ -2,7 +2,7 @@
 //! the result files. Only the protocol: the queue, the retries and the polling are the runtime's
 //! (`runtime::batch`).
 
-use super::LlmService;
+use super::{Api, LlmService};
 use crate::error::{ErrorKind, StageError};
 use crate::runtime::batch::BatchInfo;
 use serde_json::{Value, json};
@@ -10,6 +10,14 @@ use serde_json::{Value, json};
 impl LlmService {
     /// The batch input line of one request (`body` as `chat` would POST it to `path`).
     pub(super) fn batch_line(&self, custom_id: &str, path: &str, body: &Value) -> Value {
+        if self.api == Api::Gemini {
+            // Gemini's file line is {key, request}; the model (a batch is for one) rides along.
+            let model = path
+                .strip_prefix("models/")
+                .and_then(|p| p.split(':').next())
+                .unwrap_or_default();
+            return json!({"custom_id": custom_id, "key": custom_id, "model": model, "request": body});
+        }
         // The url is the endpoint's path under the server root, as in a live call.
         let root = reqwest::Url::parse(&self.base_url)
             .map(|u| u.path().to_string())
@@ -32,9 +40,10 @@ impl LlmService {
         what: &str,
         r: reqwest::RequestBuilder,
     ) -> Result<Vec<u8>, StageError> {
-        let r = match &self.key {
-            Some(k) => r.bearer_auth(k),
-            None => r,
+        let r = match (&self.key, self.api) {
+            (Some(k), Api::OpenAi) => r.bearer_auth(k),
+            (Some(k), Api::Gemini) => r.header("x-goog-api-key", k),
+            (None, _) => r,
         };
         let resp = match r.timeout(self.timeout).send().await {
             Ok(resp) => resp,
@@ -132,9 +141,74 @@ impl LlmService {
     }
 
     pub async fn batch_get(&self, id: &str) -> Result<BatchInfo, StageError> {
+        if self.api == Api::Gemini {
+            // `id` is the operation's name, `batches/…`.
+            let url = format!("{}{id}", self.base_url);
+            let bytes = self.batch_call("batch status", self.http.get(url)).await?;
+            return Ok(gemini_batch(&self.json_of("batch status", &bytes)?));
+        }
         let url = format!("{}batches/{id}", self.base_url);
         let bytes = self.batch_call("batch status", self.http.get(url)).await?;
         Ok(BatchInfo::from_json(&self.json_of("batch status", &bytes)?))
+    }
+
+    /// The display name of a job's Gemini batch: unique per service and job.
+    pub fn batch_display_name(&self, job: &str) -> String {
+        format!("vidcurate-{}-{job}", self.name)
+    }
+
+    /// Creates a Gemini batch of `model` from a job file's lines, as inline requests.
+    pub async fn gemini_batch_create(
+        &self,
+        model: &str,
+        name: &str,
+        jsonl: &[u8],
+    ) -> Result<BatchInfo, StageError> {
+        let mut requests = vec![];
+        for line in jsonl.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let v: Value = serde_json::from_slice(line).map_err(|e| {
+                StageError::internal("batch_queue", format!("a job line of {name}: {e}"))
+            })?;
+            requests.push(json!({"request": v["request"], "metadata": {"key": v["key"]}}));
+        }
+        let body = json!({"batch": {"display_name": name,
+            "input_config": {"requests": {"requests": requests}}}});
+        let url = format!("{}models/{model}:batchGenerateContent", self.base_url);
+        let r = self
+            .http
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        let bytes = self.batch_call("batch create", r).await?;
+        Ok(gemini_batch(&self.json_of("batch create", &bytes)?))
+    }
+
+    /// The Gemini batch named `display_name`, if a stopped run created it.
+    pub async fn gemini_batch_find(
+        &self,
+        display_name: &str,
+    ) -> Result<Option<BatchInfo>, StageError> {
+        let mut token: Option<String> = None;
+        for _ in 0..20 {
+            let mut url = format!("{}batches?pageSize=100", self.base_url);
+            if let Some(t) = &token {
+                url += &format!("&pageToken={t}");
+            }
+            let bytes = self.batch_call("batch list", self.http.get(url)).await?;
+            let v = self.json_of("batch list", &bytes)?;
+            let ops = v["operations"].as_array().cloned().unwrap_or_default();
+            if let Some(op) = ops
+                .iter()
+                .find(|o| o["metadata"]["displayName"] == display_name)
+            {
+                return Ok(Some(gemini_batch(op)));
+            }
+            match v["nextPageToken"].as_str() {
+                Some(t) if !t.is_empty() && !ops.is_empty() => token = Some(t.to_string()),
+                _ => break,
+            }
+        }
+        Ok(None)
     }
 
     /// The batch made of `file_id`, if one exists (a run killed between creating a batch and
@@ -162,7 +236,99 @@ impl LlmService {
 
     /// A result file's bytes.
     pub async fn batch_content(&self, file_id: &str) -> Result<Vec<u8>, StageError> {
+        if self.api == Api::Gemini {
+            // Files download from the API root's `download/` path: .../download/v1beta/files/x.
+            let root = self.base_url.trim_end_matches('/');
+            let (host, version) = root.rsplit_once('/').unwrap_or((root, "v1beta"));
+            let url = format!("{host}/download/{version}/{file_id}:download?alt=media");
+            let bytes = self
+                .batch_call("result download", self.http.get(url))
+                .await?;
+            let mut out = vec![];
+            for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                if let Ok(v) = serde_json::from_slice::<Value>(line) {
+                    out.extend(
+                        gemini_result(&v, v["key"].as_str().unwrap_or_default())
+                            .to_string()
+                            .into_bytes(),
+                    );
+                    out.push(b'\n');
+                }
+            }
+            return Ok(out);
+        }
         let url = format!("{}files/{file_id}/content", self.base_url);
         self.batch_call("result download", self.http.get(url)).await
     }
+}
+
+/// A Gemini batch operation as a `BatchInfo`: its state in OpenAI's words, and its inline
+/// results as output lines.
+fn gemini_batch(op: &Value) -> BatchInfo {
+    let meta = &op["metadata"];
+    let state = meta["state"].as_str().unwrap_or("");
+    let short = state
+        .strip_prefix("BATCH_STATE_")
+        .or_else(|| state.strip_prefix("JOB_STATE_"))
+        .unwrap_or(state);
+    let status = match short {
+        "PENDING" | "QUEUED" | "UNSPECIFIED" => "validating",
+        "RUNNING" => "in_progress",
+        "SUCCEEDED" => "completed",
+        "FAILED" => "failed",
+        "CANCELLED" | "CANCELLING" => "cancelled",
+        "EXPIRED" => "expired",
+        // An operation that is done says so even without a state we know.
+        _ if op["done"] == true => "completed",
+        _ => "in_progress",
+    };
+    let output = if op["response"].is_object() {
+        &op["response"]
+    } else {
+        &meta["output"]
+    };
+    let inline = output["inlinedResponses"]["inlinedResponses"]
+        .as_array()
+        .map(|items| {
+            let mut out = vec![];
+            for it in items {
+                let key = it["metadata"]["key"].as_str().unwrap_or_default();
+                out.extend(gemini_result(it, key).to_string().into_bytes());
+                out.push(b'\n');
+            }
+            out
+        });
+    let stat = |k: &str| {
+        meta["batchStats"][k]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .or_else(|| meta["batchStats"][k].as_u64())
+            .unwrap_or(0)
+    };
+    BatchInfo {
+        id: op["name"].as_str().unwrap_or_default().to_string(),
+        status: status.to_string(),
+        input_file_id: None,
+        output_file_id: output["responsesFile"].as_str().map(String::from),
+        error_file_id: None,
+        total: stat("requestCount"),
+        completed: stat("successfulRequestCount"),
+        failed: stat("failedRequestCount"),
+        errors: op["error"]["message"].as_str().map(String::from),
+        inline_output: inline,
+    }
+}
+
+/// One Gemini result (inline or a file line) as an output line of OpenAI's shape.
+pub fn gemini_result(item: &Value, key: &str) -> Value {
+    if item["response"].is_object() {
+        return json!({"custom_id": key, "response": {"status_code": 200, "body": item["response"]}});
+    }
+    let e = &item["error"];
+    let code = e["status"]
+        .as_str()
+        .map(String::from)
+        .or_else(|| e["code"].as_i64().map(|c| format!("code_{c}")))
+        .unwrap_or_else(|| "error".into());
+    json!({"custom_id": key, "error": {"code": code, "message": e["message"]}})
 }
