@@ -260,6 +260,10 @@ fn posts(s: &FakeServer, path: &str) -> usize {
 const TITLES: [&str; 4] = ["riot", "lecture", "cut", "expire"];
 
 fn batch_pipeline(dir: &Path, url: &str, service: &str) -> std::path::PathBuf {
+    batch_pipeline_with(dir, url, service, "")
+}
+
+fn batch_pipeline_with(dir: &Path, url: &str, service: &str, stage: &str) -> std::path::PathBuf {
     url_manifest(dir, &TITLES);
     relevance_pipeline_with(
         dir,
@@ -268,7 +272,7 @@ fn batch_pipeline(dir: &Path, url: &str, service: &str) -> std::path::PathBuf {
             "timeout_secs = 5\nusd_per_mtok_input = 2.5\nusd_per_mtok_output = 10.0\nbatch_poll_secs = 0.05\n{service}"
         ),
         "",
-        "retries = 1\nselect = { min_score = 1 }",
+        &format!("retries = 1\nselect = {{ min_score = 1 }}\n{stage}"),
     )
 }
 
@@ -349,6 +353,19 @@ fn batch_round_trip_repairs_in_the_next_batch_and_retries_errors_live() {
         st.contains("service openai: 0 requests waiting, 2 batches")
             && st.contains("imported: 3 answers, 1 errors"),
         "{st}"
+    );
+
+    // A stage can batch through a service that is live for the others.
+    let dir3 = tempfile::tempdir().unwrap();
+    let p = batch_pipeline_with(dir3.path(), &server.url(), "", "mode = \"batch\"");
+    let before = posts(&server, "/v1/batches");
+    let o = run_with_key(&p, &dir3.path().join("run"));
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert_eq!(posts(&server, "/v1/batches"), before + 2);
+    assert!(
+        dir3.path()
+            .join("run/batches/openai@batch/jobs.json")
+            .exists()
     );
 
     // With batch_errors = "reject", the expired request rejects its video instead.

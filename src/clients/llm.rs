@@ -85,6 +85,9 @@ pub struct ChatAnswer {
 
 pub struct LlmService {
     pub name: String,
+    /// The folder of its batch queue under `batches/`: the name, or `name@mode` for a stage
+    /// that overrides the service's mode (the cache is shared: answers are the same).
+    pub queue_name: String,
     pub api: Api,
     base_url: String,
     key: Option<String>,
@@ -169,6 +172,7 @@ impl LlmService {
         }
         Ok(Self {
             name: name.to_string(),
+            queue_name: name.to_string(),
             api,
             base_url,
             key,

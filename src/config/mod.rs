@@ -248,6 +248,10 @@ pub struct StageCommon {
     /// Thresholds applied to results: never part of the fingerprint.
     #[serde(default)]
     pub select: toml::Table,
+    /// Model stages: `live`, `batch` or `offline` for this stage's calls, whatever its
+    /// services' own `mode` (not part of the fingerprint: the answers are the same).
+    #[serde(default)]
+    pub mode: Option<ServiceMode>,
 }
 
 fn default_retries() -> u32 {

@@ -260,7 +260,7 @@ async fn run_pass(plan: Plan, opts: &RunOptions) -> Result<(RunReport, PassBatch
     let mut settled = super::batch::Settled::default();
     for svc in &batch_services {
         let q = svc.batch_queue().expect("batch services have queues");
-        q.attach(&super::batch::queue_dir(&run_dir, &svc.name))
+        q.attach(&super::batch::queue_dir(&run_dir, &svc.queue_name))
             .map_err(|e| RunError::Internal(e.detail))?;
         if svc.mode == crate::config::ServiceMode::Batch {
             let c = cache.get().map_err(|e| RunError::Internal(e.detail))?;

@@ -246,7 +246,7 @@ pub fn build(
         let mut at = crate::config::key_at(compute_at, "members");
         at.push(Seg::Index(i));
         at.push(Seg::Key("service".into()));
-        services.push(bcx.llm_service(&m.service, &at)?);
+        services.push(bcx.llm_service(&m.service, &at, common)?);
     }
     Ok(Built {
         task: Box::new(ProcessorTask(Arc::new(CommitteeStage {

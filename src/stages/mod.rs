@@ -39,17 +39,24 @@ pub struct BuildCx<'a> {
 }
 
 impl BuildCx<'_> {
-    /// The shared client of `[services.<name>]`; `at` is where the stage names it.
+    /// The shared client of `[services.<name>]`; `at` is where the stage names it. A stage's
+    /// own `mode` gets a client of its own in that mode (its batches apart from the others').
     pub fn llm_service(
         &self,
         name: &str,
         at: &[Seg],
+        stage: &StageCommon,
     ) -> Result<std::sync::Arc<crate::clients::llm::LlmService>, ConfigError> {
         let mut built = self.llm.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = built.get(name) {
+        let base = self.services.get(name).map(|c| c.mode);
+        let (key, mode) = match stage.mode {
+            Some(m) if Some(m) != base => (format!("{name}@{m:?}").to_lowercase(), Some(m)),
+            _ => (name.to_string(), None),
+        };
+        if let Some(s) = built.get(&key) {
             return Ok(s.clone());
         }
-        let cfg = self.services.get(name).ok_or_else(|| {
+        let mut cfg = self.services.get(name).cloned().ok_or_else(|| {
             self.src.error_at(
                 at,
                 format!(
@@ -58,10 +65,14 @@ impl BuildCx<'_> {
                 ),
             )
         })?;
-        let svc = crate::clients::llm::LlmService::new(name, cfg)
+        if let Some(m) = mode {
+            cfg.mode = m;
+        }
+        let mut svc = crate::clients::llm::LlmService::new(name, &cfg)
             .map_err(|e| self.src.error_at(at, e))?;
+        svc.queue_name = key.clone();
         let svc = std::sync::Arc::new(svc);
-        built.insert(name.to_string(), svc.clone());
+        built.insert(key, svc.clone());
         Ok(svc)
     }
 }

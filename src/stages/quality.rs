@@ -206,7 +206,11 @@ pub fn build(
     // The rubric prompt's full text is hashed: a new text redoes the stage.
     compute["prompt_blake3"] = super::judge::text_hash(QUALITY_PROMPT).into();
     let select: QualitySelect = crate::stages::select_settings(common, select_at, bcx)?;
-    let svc = bcx.llm_service(&cfg.service, &crate::config::key_at(compute_at, "service"))?;
+    let svc = bcx.llm_service(
+        &cfg.service,
+        &crate::config::key_at(compute_at, "service"),
+        common,
+    )?;
     Ok(Built {
         task: Box::new(ProcessorTask(Arc::new(QualityStage { cfg, select, svc }))),
         compute,

@@ -173,7 +173,11 @@ pub fn build(
                 .src
                 .error_at(compute_at, "missing `model` for the service"));
         }
-        Judge::Model(bcx.llm_service(&cfg.service, &crate::config::key_at(compute_at, "service"))?)
+        Judge::Model(bcx.llm_service(
+            &cfg.service,
+            &crate::config::key_at(compute_at, "service"),
+            common,
+        )?)
     };
     // What decides the score: the event text, the judge and its parameters (not the paths).
     // The prompt's full text is hashed, so an edited prompt (in the pipeline or in a new version

@@ -154,7 +154,7 @@ impl LlmService {
 
     /// The display name of a job's Gemini batch: unique per service and job.
     pub fn batch_display_name(&self, job: &str) -> String {
-        format!("vidcurate-{}-{job}", self.name)
+        format!("vidcurate-{}-{job}", self.queue_name)
     }
 
     /// Creates a Gemini batch of `model` from a job file's lines, as inline requests.
