@@ -329,6 +329,7 @@ fn batch_round_trip_repairs_in_the_next_batch_and_retries_errors_live() {
     // `cache stats`: four batch answers at half price, one live.
     let o = run(&["cache", "stats", out.to_str().unwrap()], dir.path());
     let text = String::from_utf8_lossy(&o.stdout).to_string();
+    eprintln!("{text}");
     let row = text
         .lines()
         .find(|l| l.starts_with("openai"))
