@@ -461,39 +461,44 @@ impl LlmService {
     /// One POST of `body` to `url`: the status, the Retry-After seconds and the body, or None
     /// when no answer came (timeout, connection error, body cut off).
     async fn post(&self, url: &str, body: String) -> Option<(u16, Option<f64>, Vec<u8>)> {
-        let mut r = self
+        let r = self
             .http
             .post(url)
-            .timeout(self.timeout)
             .header("content-type", "application/json")
             .body(body);
-        if let Some(k) = &self.key {
-            r = match self.api {
-                Api::OpenAi => r.bearer_auth(k),
-                Api::Gemini => r.header("x-goog-api-key", k),
-            };
-        }
-        match r.send().await {
-            Ok(resp) => {
-                let status = resp.status().as_u16();
-                let retry_after = resp
-                    .headers()
-                    .get(reqwest::header::RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<f64>().ok());
-                match resp.bytes().await {
-                    Ok(bytes) => Some((status, retry_after, bytes.to_vec())),
-                    Err(e) => {
-                        tracing::debug!(error = %e.without_url(), "body read failed");
-                        None
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::debug!(error = %e.without_url(), "request failed");
-                None
-            }
-        }
+        self.send(r)
+            .await
+            .map_err(|e| tracing::debug!(error = %e, "request failed"))
+            .ok()
+    }
+
+    /// Sends `r` with the key and the timeout: the status, the Retry-After seconds and the
+    /// body, or why no answer came (without the URL, which may hold a Gemini key).
+    async fn send(
+        &self,
+        r: reqwest::RequestBuilder,
+    ) -> Result<(u16, Option<f64>, Vec<u8>), String> {
+        let r = match (&self.key, self.api) {
+            (Some(k), Api::OpenAi) => r.bearer_auth(k),
+            (Some(k), Api::Gemini) => r.header("x-goog-api-key", k),
+            (None, _) => r,
+        };
+        let resp = r
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(|e| e.without_url().to_string())?;
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| e.without_url().to_string())?;
+        Ok((status, retry_after, bytes.to_vec()))
     }
 
     /// A non-200 answer: why to retry it and the wait its body asks for, or the error that ends

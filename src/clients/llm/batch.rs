@@ -40,35 +40,12 @@ impl LlmService {
         what: &str,
         r: reqwest::RequestBuilder,
     ) -> Result<Vec<u8>, StageError> {
-        let r = match (&self.key, self.api) {
-            (Some(k), Api::OpenAi) => r.bearer_auth(k),
-            (Some(k), Api::Gemini) => r.header("x-goog-api-key", k),
-            (None, _) => r,
-        };
-        let resp = match r.timeout(self.timeout).send().await {
-            Ok(resp) => resp,
-            Err(e) => {
-                return Err(StageError::external(
-                    "service_unavailable",
-                    self.scrub(&format!("{} {what}: {}", self.name, e.without_url())),
-                ));
-            }
-        };
-        let status = resp.status().as_u16();
-        let retry_after = resp
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<f64>().ok());
-        let bytes = match resp.bytes().await {
-            Ok(b) => b.to_vec(),
-            Err(e) => {
-                return Err(StageError::external(
-                    "service_unavailable",
-                    self.scrub(&format!("{} {what}: {}", self.name, e.without_url())),
-                ));
-            }
-        };
+        let (status, retry_after, bytes) = self.send(r).await.map_err(|e| {
+            StageError::external(
+                "service_unavailable",
+                self.scrub(&format!("{} {what}: {e}", self.name)),
+            )
+        })?;
         if status == 200 {
             return Ok(bytes);
         }
@@ -188,48 +165,70 @@ impl LlmService {
         &self,
         display_name: &str,
     ) -> Result<Option<BatchInfo>, StageError> {
-        let mut token: Option<String> = None;
-        for _ in 0..20 {
-            let mut url = format!("{}batches?pageSize=100", self.base_url);
-            if let Some(t) = &token {
-                url += &format!("&pageToken={t}");
-            }
-            let bytes = self.batch_call("batch list", self.http.get(url)).await?;
-            let v = self.json_of("batch list", &bytes)?;
-            let ops = v["operations"].as_array().cloned().unwrap_or_default();
-            if let Some(op) = ops
-                .iter()
-                .find(|o| o["metadata"]["displayName"] == display_name)
-            {
-                return Ok(Some(gemini_batch(op)));
-            }
-            match v["nextPageToken"].as_str() {
-                Some(t) if !t.is_empty() && !ops.is_empty() => token = Some(t.to_string()),
-                _ => break,
-            }
-        }
-        Ok(None)
+        let base = format!("{}batches?pageSize=100", self.base_url);
+        let found = self
+            .find_listed(
+                |t| t.map_or(base.clone(), |t| format!("{base}&pageToken={t}")),
+                "operations",
+                |v, _| {
+                    v["nextPageToken"]
+                        .as_str()
+                        .filter(|t| !t.is_empty())
+                        .map(String::from)
+                },
+                |o| o["metadata"]["displayName"] == display_name,
+            )
+            .await?;
+        Ok(found.as_ref().map(gemini_batch))
     }
 
     /// The batch made of `file_id`, if one exists (a run killed between creating a batch and
-    /// recording its id): the provider's list, newest first, page by page.
+    /// recording its id).
     pub async fn batch_find(&self, file_id: &str) -> Result<Option<BatchInfo>, StageError> {
-        let mut after: Option<String> = None;
+        let base = format!("{}batches?limit=100", self.base_url);
+        let found = self
+            .find_listed(
+                |a| a.map_or(base.clone(), |a| format!("{base}&after={a}")),
+                "data",
+                |v, items| {
+                    (v["has_more"] == true)
+                        .then(|| {
+                            items
+                                .last()
+                                .and_then(|b| b["id"].as_str())
+                                .map(String::from)
+                        })
+                        .flatten()
+                },
+                |b| b["input_file_id"] == file_id,
+            )
+            .await?;
+        Ok(found.as_ref().map(BatchInfo::from_json))
+    }
+
+    /// The first item of a paged list (`items` of each page) that `hit` picks; `next` reads the
+    /// next page's token from a page. At most 20 pages (2000 batches) are read.
+    async fn find_listed(
+        &self,
+        url: impl Fn(Option<&str>) -> String,
+        items: &str,
+        next: impl Fn(&Value, &[Value]) -> Option<String>,
+        hit: impl Fn(&Value) -> bool,
+    ) -> Result<Option<Value>, StageError> {
+        let mut token: Option<String> = None;
         for _ in 0..20 {
-            let mut url = format!("{}batches?limit=100", self.base_url);
-            if let Some(a) = &after {
-                url += &format!("&after={a}");
-            }
-            let bytes = self.batch_call("batch list", self.http.get(url)).await?;
+            let bytes = self
+                .batch_call("batch list", self.http.get(url(token.as_deref())))
+                .await?;
             let v = self.json_of("batch list", &bytes)?;
-            let data = v["data"].as_array().cloned().unwrap_or_default();
-            if let Some(b) = data.iter().find(|b| b["input_file_id"] == file_id) {
-                return Ok(Some(BatchInfo::from_json(b)));
+            let page = v[items].as_array().cloned().unwrap_or_default();
+            if let Some(found) = page.iter().find(|x| hit(x)) {
+                return Ok(Some(found.clone()));
             }
-            if v["has_more"] != true || data.is_empty() {
-                break;
+            match next(&v, &page) {
+                Some(t) if !page.is_empty() => token = Some(t),
+                _ => break,
             }
-            after = data.last().and_then(|b| b["id"].as_str()).map(String::from);
         }
         Ok(None)
     }
