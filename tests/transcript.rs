@@ -464,3 +464,83 @@ fn captions_beside_the_media_are_used_before_the_service() {
     );
     assert_eq!(rows[0]["language"], "en");
 }
+
+/// A YouTube video's own captions: the download stage (`captions = true`) asks yt-dlp for them
+/// and keeps them beside the stored media; the transcript stage uses them and calls nothing.
+/// yt-dlp is a stand-in script here (no network): it records its arguments and writes what the
+/// real one writes for `--output media.%(ext)s`: `media.mp4` and `media.<lang>.json3`.
+#[cfg(unix)]
+#[test]
+fn youtube_captions_go_from_the_download_to_the_transcript() {
+    need_ffmpeg!();
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    plain_clip(&d.join("clip.mp4"), 2.0, "160x120");
+    write(
+        &d.join("caps.json3"),
+        r#"{"wireMagic":"pb3","events":[{"tStartMs":100,"dDurationMs":900,"segs":[{"utf8":"never gonna"},{"utf8":" give you up","tOffsetMs":500}]}]}"#,
+    );
+    let script = d.join("fake-yt-dlp");
+    write(
+        &script,
+        &format!(
+            "#!/bin/sh\necho \"$@\" > {args}\ncp {clip} media.mp4\ncp {caps} media.en.json3\ncp {caps} media.en-orig.json3\necho media.mp4\n",
+            args = d.join("args.txt").display(),
+            clip = d.join("clip.mp4").display(),
+            caps = d.join("caps.json3").display(),
+        ),
+    );
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write(&d.join("m.csv"), "id,path\nrick,https://www.youtube.com/watch?v=dQw4w9WgXcQ\n");
+    let asr = asr_fake(vec![]);
+    let p = d.join("p.toml");
+    write(
+        &p,
+        &format!(
+            r#"name = "yt"
+[services.asr]
+base_url = "{}v1/"
+api_key_env = "VIDCURATE_TEST_ASR_KEY"
+
+[source]
+type = "local"
+manifest = "m.csv"
+urls = true
+
+[[stages]]
+id = "download"
+type = "download"
+compute = {{ youtube = true, yt_dlp = "{}", captions = true }}
+
+[[stages]]
+id = "transcript"
+type = "transcript"
+compute = {{ service = "asr", language = "en" }}
+"#,
+            asr.server.url(),
+            script.display()
+        ),
+    );
+    let out = d.join("run");
+    let o = run_keyed(&p, &out, KEY);
+    assert!(o.status.success(), "{}", err(&o));
+    let args = std::fs::read_to_string(d.join("args.txt")).unwrap();
+    assert!(
+        args.contains("--write-subs --write-auto-subs --sub-format json3 --sub-langs en.*,-live_chat"),
+        "{args}"
+    );
+    // Both tracks kept beside the object; the plain `en` one used.
+    let media = &table_rows_file_all(&out.join("download"))[0]["path"];
+    let stem = media.strip_suffix(".mp4").unwrap();
+    for lang in ["en", "en-orig"] {
+        assert!(out.join(format!("{stem}.{lang}.json3")).exists(), "{lang}");
+    }
+    assert_eq!(asr.server.requests().len(), 0);
+    let rows = table_rows_file_all(&out.join("transcript"));
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(rows[0]["text"], "never gonna give you up");
+    assert_eq!(rows[0]["source"], "captions:youtube");
+    assert_eq!(rows[0]["language"], "en");
+    assert_eq!((rows[0]["start_secs"].as_str(), rows[0]["end_secs"].as_str()), ("0.1", "1.0"));
+}
