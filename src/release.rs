@@ -527,10 +527,28 @@ fn build_rows(
         // found no speech in.
         let t = |id: &String| inputs.transcripts.get(id);
         let columns: [(&str, Vec<Option<String>>); 4] = [
-            ("transcript", ids.iter().map(|id| t(id).map(|x| x.text.clone())).collect()),
-            ("transcript_source", ids.iter().map(|id| t(id).map(|x| x.source.clone())).collect()),
-            ("transcript_language", ids.iter().map(|id| t(id).and_then(|x| x.language.clone())).collect()),
-            ("transcript_reason", ids.iter().map(|id| t(id).and_then(|x| x.reason.clone())).collect()),
+            (
+                "transcript",
+                ids.iter().map(|id| t(id).map(|x| x.text.clone())).collect(),
+            ),
+            (
+                "transcript_source",
+                ids.iter()
+                    .map(|id| t(id).map(|x| x.source.clone()))
+                    .collect(),
+            ),
+            (
+                "transcript_language",
+                ids.iter()
+                    .map(|id| t(id).and_then(|x| x.language.clone()))
+                    .collect(),
+            ),
+            (
+                "transcript_reason",
+                ids.iter()
+                    .map(|id| t(id).and_then(|x| x.reason.clone()))
+                    .collect(),
+            ),
         ];
         for (name, values) in columns {
             fields.push(Field::new(name, DataType::Utf8, true));

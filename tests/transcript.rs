@@ -323,7 +323,10 @@ fn speech_is_cut_at_pauses_timed_in_the_video_and_never_paid_for_twice() {
     // not sent (it would cost money and Whisper invents words for silence).
     let total = cuts.pop().unwrap();
     let last_word = said.last().unwrap().2;
-    assert!(total > last_word && total < CLIP_SECS, "uploads cover {total} s");
+    assert!(
+        total > last_word && total < CLIP_SECS,
+        "uploads cover {total} s"
+    );
     // No cut inside a word: each falls in a pause between two phrases.
     for c in &cuts {
         assert!(
@@ -340,7 +343,11 @@ fn speech_is_cut_at_pauses_timed_in_the_video_and_never_paid_for_twice() {
     };
     for (text, s, e) in &said {
         assert!(rms(*s, *e) > 500.0, "{text}: {}", rms(*s, *e));
-        assert!(rms(e + 0.5, e + 1.0) < 50.0, "after {text}: {}", rms(e + 0.5, e + 1.0));
+        assert!(
+            rms(e + 0.5, e + 1.0) < 50.0,
+            "after {text}: {}",
+            rms(e + 0.5, e + 1.0)
+        );
     }
 
     // Video ids are hashes: which is which, by the source table's paths.
@@ -351,35 +358,41 @@ fn speech_is_cut_at_pauses_timed_in_the_video_and_never_paid_for_twice() {
     let is = |r: &BTreeMap<String, String>, name: &str| names[&r["video_id"]].ends_with(name);
     // The segments are timed in the video: the phrases at their known times.
     let rows = table_rows_file_all(&out.join("transcript"));
-    let speech: Vec<_> = rows
-        .iter()
-        .filter(|r| is(r, "speech.mp4"))
-        .collect();
+    let speech: Vec<_> = rows.iter().filter(|r| is(r, "speech.mp4")).collect();
     assert_eq!(speech.len(), SAID.len(), "{rows:#?}");
     for (i, (r, (text, s, e))) in speech.iter().zip(&said).enumerate() {
         assert_eq!(r["segment_index"], i.to_string());
         assert_eq!(&r["text"], text);
-        assert!((num(r, "start_secs") - s).abs() < 0.06, "{text}: {r:?} vs {s}");
-        assert!((num(r, "end_secs") - e).abs() < 0.06, "{text}: {r:?} vs {e}");
+        assert!(
+            (num(r, "start_secs") - s).abs() < 0.06,
+            "{text}: {r:?} vs {s}"
+        );
+        assert!(
+            (num(r, "end_secs") - e).abs() < 0.06,
+            "{text}: {r:?} vs {e}"
+        );
         assert_eq!(r["source"], "asr:whisper-1");
         assert_eq!(r["language"], "english");
         assert_eq!(r["reason"], "null");
         let k: usize = r["chunk_index"].parse().unwrap();
         let chunk_start = if k == 0 { 0.0 } else { cuts[k - 1] };
-        assert!((num(r, "chunk_start_secs") - chunk_start).abs() < 0.002, "{r:?}");
+        assert!(
+            (num(r, "chunk_start_secs") - chunk_start).abs() < 0.002,
+            "{r:?}"
+        );
     }
     // The clip without an audio stream: an empty transcript and why, not a reject.
-    let silent: Vec<_> = rows
-        .iter()
-        .filter(|r| is(r, "silent.mp4"))
-        .collect();
+    let silent: Vec<_> = rows.iter().filter(|r| is(r, "silent.mp4")).collect();
     assert_eq!(silent.len(), 1, "{rows:#?}");
     assert_eq!(silent[0]["segment_index"], "null");
     assert_eq!(silent[0]["text"], "");
     assert_eq!(silent[0]["reason"], "no_audio_stream");
     assert!(table_rows(&out.join("rejects"), &[]).is_empty());
     assert_eq!(counts(&out, "transcript")["forwarded"], 2);
-    assert_eq!(counts(&out, "transcript")["tally"]["silent_uploads_skipped"], 1);
+    assert_eq!(
+        counts(&out, "transcript")["tally"]["silent_uploads_skipped"],
+        1
+    );
 
     // A rerun pays nothing; nor does rebuilding the table: every answer is in the cache.
     let calls = asr.server.requests().len();
@@ -392,14 +405,22 @@ fn speech_is_cut_at_pauses_timed_in_the_video_and_never_paid_for_twice() {
     assert!(o.status.success(), "{}", err(&o));
     assert_eq!(asr.server.requests().len(), calls);
     assert_eq!(table_rows(&out.join("transcript"), &[]), before);
-    assert_eq!(counts(&out, "transcript")["tally"]["uploads_cached"], uploads.len());
+    assert_eq!(
+        counts(&out, "transcript")["tally"]["uploads_cached"],
+        uploads.len()
+    );
 
     // The release carries one transcript per video, with its source.
     let o = run(&["split", out.to_str().unwrap()], dir.path());
     assert!(o.status.success(), "{}", err(&o));
     let rel = dir.path().join("release");
     let o = run(
-        &["release", out.to_str().unwrap(), "--out", rel.to_str().unwrap()],
+        &[
+            "release",
+            out.to_str().unwrap(),
+            "--out",
+            rel.to_str().unwrap(),
+        ],
         dir.path(),
     );
     assert!(o.status.success(), "{}", err(&o));
@@ -460,7 +481,10 @@ fn captions_beside_the_media_are_used_before_the_service() {
     let row = |t: &str, s: &str, e: &str| (t.into(), s.into(), e.into(), "captions:json3".into());
     assert_eq!(
         got,
-        vec![row("good morning", "0.2", "1.7"), row("everyone", "1.7", "2.9")]
+        vec![
+            row("good morning", "0.2", "1.7"),
+            row("everyone", "1.7", "2.9")
+        ]
     );
     assert_eq!(rows[0]["language"], "en");
 }
@@ -492,7 +516,10 @@ fn youtube_captions_go_from_the_download_to_the_transcript() {
         ),
     );
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    write(&d.join("m.csv"), "id,path\nrick,https://www.youtube.com/watch?v=dQw4w9WgXcQ\n");
+    write(
+        &d.join("m.csv"),
+        "id,path\nrick,https://www.youtube.com/watch?v=dQw4w9WgXcQ\n",
+    );
     let asr = asr_fake(vec![]);
     let p = d.join("p.toml");
     write(
@@ -527,7 +554,9 @@ compute = {{ service = "asr", language = "en" }}
     assert!(o.status.success(), "{}", err(&o));
     let args = std::fs::read_to_string(d.join("args.txt")).unwrap();
     assert!(
-        args.contains("--write-subs --write-auto-subs --sub-format json3 --sub-langs en.*,-live_chat"),
+        args.contains(
+            "--write-subs --write-auto-subs --sub-format json3 --sub-langs en.*,-live_chat"
+        ),
         "{args}"
     );
     // Both tracks kept beside the object; the plain `en` one used.
@@ -542,5 +571,8 @@ compute = {{ service = "asr", language = "en" }}
     assert_eq!(rows[0]["text"], "never gonna give you up");
     assert_eq!(rows[0]["source"], "captions:youtube");
     assert_eq!(rows[0]["language"], "en");
-    assert_eq!((rows[0]["start_secs"].as_str(), rows[0]["end_secs"].as_str()), ("0.1", "1.0"));
+    assert_eq!(
+        (rows[0]["start_secs"].as_str(), rows[0]["end_secs"].as_str()),
+        ("0.1", "1.0")
+    );
 }

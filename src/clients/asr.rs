@@ -92,7 +92,11 @@ impl AsrService {
         let max_wait = match cfg.max_wait_secs {
             None => Duration::from_secs(60),
             Some(s) if s.is_finite() && (0.0..=86_400.0).contains(&s) => Duration::from_secs_f64(s),
-            Some(s) => return Err(format!("max_wait_secs must be between 0 and 86400, got {s}")),
+            Some(s) => {
+                return Err(format!(
+                    "max_wait_secs must be between 0 and 86400, got {s}"
+                ));
+            }
         };
         Ok(Self {
             name: name.to_string(),
@@ -246,7 +250,11 @@ impl AsrService {
     /// A non-200 answer: why to retry (and the wait its body asks for), or the error that ends
     /// the call: a refused key or spent quota stops the run; a request the server will never take
     /// (400, 413) rejects the video.
-    fn retry_or_fail(&self, status: u16, bytes: &[u8]) -> Result<(String, Option<f64>), StageError> {
+    fn retry_or_fail(
+        &self,
+        status: u16,
+        bytes: &[u8],
+    ) -> Result<(String, Option<f64>), StageError> {
         let v: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
         let e = &v["error"];
         let code = e["code"].as_str().or(e["type"].as_str()).unwrap_or("");
@@ -258,8 +266,16 @@ impl AsrService {
                 format!("{w}: {message}")
             }
         };
-        if code == "insufficient_quota" || status == 401 || status == 403 || code == "invalid_api_key" {
-            let what = if code.is_empty() { "unauthorized" } else { code };
+        if code == "insufficient_quota"
+            || status == 401
+            || status == 403
+            || code == "invalid_api_key"
+        {
+            let what = if code.is_empty() {
+                "unauthorized"
+            } else {
+                code
+            };
             let msg = self.scrub(&format!(
                 "service `{}` refused the request ({status}, {}){}",
                 self.name,
@@ -273,12 +289,27 @@ impl AsrService {
             return Err(StageError::new(ErrorKind::Config, "service_refused", msg));
         }
         if status == 429 || status == 408 || status >= 500 {
-            return Ok((why(if code.is_empty() { "rate limited or server error" } else { code }), retry_hint(message)));
+            return Ok((
+                why(if code.is_empty() {
+                    "rate limited or server error"
+                } else {
+                    code
+                }),
+                retry_hint(message),
+            ));
         }
-        let hint = if status == 413 { " (lower the stage's max_upload_bytes)" } else { "" };
+        let hint = if status == 413 {
+            " (lower the stage's max_upload_bytes)"
+        } else {
+            ""
+        };
         Err(StageError::data(
             "request_refused",
-            self.scrub(&format!("{}: {status}: {}{hint}", self.name, why(if code.is_empty() { "bad request" } else { code }))),
+            self.scrub(&format!(
+                "{}: {status}: {}{hint}",
+                self.name,
+                why(if code.is_empty() { "bad request" } else { code })
+            )),
         ))
     }
 }
@@ -291,20 +322,24 @@ fn retry_hint(message: &str) -> Option<f64> {
         .take_while(|c| c.is_ascii_digit() || *c == '.')
         .collect();
     let v: f64 = num.parse().ok()?;
-    Some(if rest[num.len()..].starts_with("ms") { v / 1000.0 } else { v })
+    Some(if rest[num.len()..].starts_with("ms") {
+        v / 1000.0
+    } else {
+        v
+    })
 }
 
 /// The multipart/form-data body of one request and its content type. The boundary comes from
 /// the audio's hash, so a request is the same bytes every time it is made.
 fn multipart(req: &TranscribeRequest) -> (String, Vec<u8>) {
-    let boundary = format!(
-        "vidcurate-{}",
-        &blake3::hash(&req.wav).to_hex()[..32]
-    );
+    let boundary = format!("vidcurate-{}", &blake3::hash(&req.wav).to_hex()[..32]);
     let mut b = Vec::with_capacity(req.wav.len() + 1024);
     let mut field = |name: &str, value: &str| {
         b.extend_from_slice(
-            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n").as_bytes(),
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+            )
+            .as_bytes(),
         );
     };
     field("model", &req.model);
@@ -326,7 +361,10 @@ fn multipart(req: &TranscribeRequest) -> (String, Vec<u8>) {
 /// when it reports one, so its text is not lost.
 pub fn parse_verbose_json(body: &[u8]) -> Result<Transcription, String> {
     let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
-    let text = v["text"].as_str().ok_or("no `text` in the answer")?.to_string();
+    let text = v["text"]
+        .as_str()
+        .ok_or("no `text` in the answer")?
+        .to_string();
     let duration = v["duration"].as_f64();
     let mut segments = vec![];
     match v["segments"].as_array() {
@@ -375,16 +413,33 @@ mod tests {
         let text = String::from_utf8_lossy(&body);
         assert!(text.starts_with(&format!("--{boundary}\r\n")));
         assert!(text.ends_with(&format!("--{boundary}--\r\n")));
-        for f in ["name=\"model\"\r\n\r\nwhisper-1\r\n", "name=\"response_format\"\r\n\r\nverbose_json\r\n", "name=\"timestamp_granularities[]\"\r\n\r\nsegment\r\n", "name=\"language\"\r\n\r\nen\r\n", "filename=\"audio.wav\"\r\nContent-Type: audio/wav\r\n\r\nRIFF"] {
+        for f in [
+            "name=\"model\"\r\n\r\nwhisper-1\r\n",
+            "name=\"response_format\"\r\n\r\nverbose_json\r\n",
+            "name=\"timestamp_granularities[]\"\r\n\r\nsegment\r\n",
+            "name=\"language\"\r\n\r\nen\r\n",
+            "filename=\"audio.wav\"\r\nContent-Type: audio/wav\r\n\r\nRIFF",
+        ] {
             assert!(text.contains(f), "{f:?} missing in {text}");
         }
-        assert_eq!(multipart(&req), (ct, body), "a request is the same bytes every time");
+        assert_eq!(
+            multipart(&req),
+            (ct, body),
+            "a request is the same bytes every time"
+        );
     }
 
     #[test]
     fn plain_json_answers_keep_their_text() {
         let t = parse_verbose_json(br#"{"text":" hello there","duration":2.5}"#).unwrap();
-        assert_eq!(t.segments, vec![Segment { start: 0.0, end: 2.5, text: "hello there".into() }]);
+        assert_eq!(
+            t.segments,
+            vec![Segment {
+                start: 0.0,
+                end: 2.5,
+                text: "hello there".into()
+            }]
+        );
         assert!(parse_verbose_json(br#"{"segments":[]}"#).is_err());
         assert_eq!(retry_hint("Please try again in 20ms."), Some(0.02));
     }

@@ -23,7 +23,10 @@ pub const QUIET_WINDOW: usize = (RATE / 20) as usize;
 const SEARCH_FROM: f64 = 0.5;
 
 fn decode_err(path: &Path, e: ff::Error) -> StageError {
-    StageError::data("unreadable_audio", format!("{}: audio: {e}", path.display()))
+    StageError::data(
+        "unreadable_audio",
+        format!("{}: audio: {e}", path.display()),
+    )
 }
 
 /// The best audio stream of `path` as 16 kHz mono PCM; `None` when the file has no audio stream.
@@ -65,7 +68,10 @@ pub fn decode_mono_16k(path: &Path) -> Result<Option<Vec<i16>>, StageError> {
 #[derive(Default)]
 struct Resampled {
     pcm: Vec<i16>,
-    swr: Option<(ff::software::resampling::Context, (ff::format::Sample, u32, i32))>,
+    swr: Option<(
+        ff::software::resampling::Context,
+        (ff::format::Sample, u32, i32),
+    )>,
 }
 
 fn mono_frame(samples: usize) -> ff::frame::Audio {
@@ -88,7 +94,11 @@ impl Resampled {
         if frame.channel_layout().is_empty() {
             frame.set_channel_layout(ff::ChannelLayout::default(frame.channels().max(1) as i32));
         }
-        let key = (frame.format(), frame.rate(), frame.channel_layout().channels());
+        let key = (
+            frame.format(),
+            frame.rate(),
+            frame.channel_layout().channels(),
+        );
         if self.swr.as_ref().is_none_or(|(_, k)| *k != key) {
             self.flush()?;
             let swr = ff::software::resampling::Context::get(
@@ -129,7 +139,11 @@ impl Resampled {
 fn append(pcm: &mut Vec<i16>, frame: &ff::frame::Audio) {
     let n = frame.samples();
     let bytes = &frame.data(0)[..2 * n];
-    pcm.extend(bytes.chunks_exact(2).map(|b| i16::from_ne_bytes([b[0], b[1]])));
+    pcm.extend(
+        bytes
+            .chunks_exact(2)
+            .map(|b| i16::from_ne_bytes([b[0], b[1]])),
+    );
 }
 
 /// `samples` (16 kHz mono) as a WAV file: RIFF header, 16-bit little-endian PCM.
@@ -176,7 +190,9 @@ pub fn quietest_point(pcm: &[i16], from: usize, to: usize) -> usize {
     if to <= from + QUIET_WINDOW {
         return to;
     }
-    let starts: Vec<usize> = (from..=to - QUIET_WINDOW).step_by(QUIET_WINDOW / 2).collect();
+    let starts: Vec<usize> = (from..=to - QUIET_WINDOW)
+        .step_by(QUIET_WINDOW / 2)
+        .collect();
     let levels: Vec<f64> = starts
         .iter()
         .map(|&s| rms(&pcm[s..s + QUIET_WINDOW]))

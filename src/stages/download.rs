@@ -60,7 +60,10 @@ pub struct DownloadConfig {
     #[serde(default, skip_serializing_if = "is_false")]
     pub captions: bool,
     /// Caption languages for yt-dlp's `--sub-langs` (regular expressions; `-` excludes).
-    #[serde(default = "default_sub_langs", skip_serializing_if = "is_default_sub_langs")]
+    #[serde(
+        default = "default_sub_langs",
+        skip_serializing_if = "is_default_sub_langs"
+    )]
     pub sub_langs: Vec<String>,
 }
 
@@ -70,7 +73,7 @@ fn is_false(b: &bool) -> bool {
 fn default_sub_langs() -> Vec<String> {
     vec!["en.*".into(), "-live_chat".into()]
 }
-fn is_default_sub_langs(v: &Vec<String>) -> bool {
+fn is_default_sub_langs(v: &[String]) -> bool {
     *v == default_sub_langs()
 }
 
@@ -221,7 +224,8 @@ fn store_object(
 /// Moves yt-dlp's caption files (`media.<lang>.json3` in `work`) beside the stored media object
 /// `media_rel` as `<object stem>.<lang>.json3`; returns their run-relative paths.
 fn keep_captions(run_dir: &Path, work: &Path, media_rel: &str) -> Result<Vec<String>, StageError> {
-    let io = |e: std::io::Error| StageError::internal("media_store", format!("{}: {e}", work.display()));
+    let io =
+        |e: std::io::Error| StageError::internal("media_store", format!("{}: {e}", work.display()));
     let stem = media_rel.rsplit_once('.').map_or(media_rel, |(s, _)| s);
     let mut kept = vec![];
     let Ok(rd) = std::fs::read_dir(work) else {
@@ -232,7 +236,11 @@ fn keep_captions(run_dir: &Path, work: &Path, media_rel: &str) -> Result<Vec<Str
         let Some(lang) = name
             .strip_prefix("media.")
             .and_then(|n| n.strip_suffix(".json3"))
-            .filter(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+            .filter(|l| {
+                !l.is_empty()
+                    && l.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            })
         else {
             continue;
         };

@@ -160,7 +160,9 @@ pub fn build(
         }
     }
     if cfg.model.trim().is_empty() {
-        return Err(bcx.src.error_at(&key("model"), "must name the model, e.g. \"whisper-1\""));
+        return Err(bcx
+            .src
+            .error_at(&key("model"), "must name the model, e.g. \"whisper-1\""));
     }
     let svc_cfg = bcx.services.get(&cfg.service).ok_or_else(|| {
         bcx.src.error_at(
@@ -250,7 +252,10 @@ async fn caption_file(
         return Ok(None);
     };
     let lang_of = |name: &str| -> Option<String> {
-        let lang = name.strip_prefix(stem)?.strip_prefix('.')?.strip_suffix(".json3")?;
+        let lang = name
+            .strip_prefix(stem)?
+            .strip_prefix('.')?
+            .strip_suffix(".json3")?;
         (!lang.is_empty() && !lang.contains('/')).then(|| lang.to_string())
     };
     // (language, where to read it)
@@ -266,9 +271,14 @@ async fn caption_file(
             }
         }
     } else {
-        let dir = dir.map(|d| d.to_string_lossy().replace('\\', "/")).unwrap_or_default();
+        let dir = dir
+            .map(|d| d.to_string_lossy().replace('\\', "/"))
+            .unwrap_or_default();
         let listed = cx.store.list(&dir).await.map_err(|e| {
-            StageError::external("captions_list", format!("{}/{dir}: {e}", cx.store.location()))
+            StageError::external(
+                "captions_list",
+                format!("{}/{dir}: {e}", cx.store.location()),
+            )
         })?;
         for p in listed {
             let name = p.rsplit('/').next().unwrap_or(&p).to_string();
@@ -292,7 +302,10 @@ async fn caption_file(
             .map_err(|e| StageError::data("unreadable_captions", format!("{at}: {e}")))?
     } else {
         cx.store.get(&at).await.map_err(|e| {
-            StageError::external("captions_fetch", format!("{}/{at}: {e}", cx.store.location()))
+            StageError::external(
+                "captions_fetch",
+                format!("{}/{at}: {e}", cx.store.location()),
+            )
         })?
     };
     Ok(Some((lang, body, at)))
@@ -319,7 +332,11 @@ impl TranscriptStage {
             .url
             .as_deref()
             .is_some_and(crate::stages::download::is_youtube);
-        let source = if youtube { "captions:youtube" } else { "captions:json3" };
+        let source = if youtube {
+            "captions:youtube"
+        } else {
+            "captions:json3"
+        };
         Ok(segs
             .into_iter()
             .enumerate()
