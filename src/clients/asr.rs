@@ -45,8 +45,17 @@ pub struct Transcription {
     pub language: Option<String>,
     pub duration: Option<f64>,
     pub segments: Vec<Segment>,
+    /// Whether the service timed the segments (false for a plain `json` answer: one segment,
+    /// start and end 0).
+    pub timed: bool,
     /// Answered from the response cache (no call made).
     pub cached: bool,
+}
+
+/// The gpt-4o transcription models refuse `verbose_json` (they answer `json` or `text` only), so
+/// they are asked for `json`; every other model for `verbose_json` with segment timestamps.
+pub fn timed_format(model: &str) -> bool {
+    !model.starts_with("gpt-4o")
 }
 
 pub struct AsrService {
@@ -130,8 +139,7 @@ impl AsrService {
                 "model": req.model,
                 "audio_blake3": blake3::hash(&req.wav).to_hex().to_string(),
                 "language": req.language,
-                "response_format": "verbose_json",
-                "timestamp_granularities": ["segment"],
+                "timed": timed_format(&req.model),
             })
             .to_string(),
         }
@@ -144,11 +152,11 @@ impl AsrService {
         cache: &Arc<ResponseCache>,
     ) -> Result<Transcription, StageError> {
         let key = self.cache_key(req);
-        if let Some(hit) = cache.lookup(&key).await? {
-            if let Ok(mut t) = parse_verbose_json(&hit.body) {
-                t.cached = true;
-                return Ok(t);
-            }
+        if let Some(hit) = cache.lookup(&key).await?
+            && let Ok(mut t) = parse_verbose_json(&hit.body)
+        {
+            t.cached = true;
+            return Ok(t);
         }
         self.check_callable()?;
         if let Some(l) = &self.requests {
@@ -343,8 +351,12 @@ fn multipart(req: &TranscribeRequest) -> (String, Vec<u8>) {
         );
     };
     field("model", &req.model);
-    field("response_format", "verbose_json");
-    field("timestamp_granularities[]", "segment");
+    if timed_format(&req.model) {
+        field("response_format", "verbose_json");
+        field("timestamp_granularities[]", "segment");
+    } else {
+        field("response_format", "json");
+    }
     if let Some(l) = &req.language {
         field("language", l);
     }
@@ -357,8 +369,8 @@ fn multipart(req: &TranscribeRequest) -> (String, Vec<u8>) {
 }
 
 /// Reads a `verbose_json` body: `text`, `language`, `duration`, `segments[{start, end, text}]`.
-/// A server that answers plain `json` (no segments) gives one segment over the whole duration
-/// when it reports one, so its text is not lost.
+/// A plain `json` answer (the gpt-4o transcription models have no other) has no segments: its
+/// text is kept with `timed` false, and the caller times it as the whole upload.
 pub fn parse_verbose_json(body: &[u8]) -> Result<Transcription, String> {
     let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
     let text = v["text"]
@@ -367,6 +379,7 @@ pub fn parse_verbose_json(body: &[u8]) -> Result<Transcription, String> {
         .to_string();
     let duration = v["duration"].as_f64();
     let mut segments = vec![];
+    let timed = v["segments"].is_array();
     match v["segments"].as_array() {
         Some(list) => {
             for (i, s) in list.iter().enumerate() {
@@ -382,7 +395,7 @@ pub fn parse_verbose_json(body: &[u8]) -> Result<Transcription, String> {
         }
         None if !text.trim().is_empty() => segments.push(Segment {
             start: 0.0,
-            end: duration.unwrap_or(0.0),
+            end: 0.0,
             text: text.trim().to_string(),
         }),
         None => {}
@@ -393,6 +406,7 @@ pub fn parse_verbose_json(body: &[u8]) -> Result<Transcription, String> {
         language: v["language"].as_str().map(String::from),
         duration,
         segments,
+        timed,
         cached: false,
     })
 }
@@ -432,11 +446,12 @@ mod tests {
     #[test]
     fn plain_json_answers_keep_their_text() {
         let t = parse_verbose_json(br#"{"text":" hello there","duration":2.5}"#).unwrap();
+        assert!(!t.timed);
         assert_eq!(
             t.segments,
             vec![Segment {
                 start: 0.0,
-                end: 2.5,
+                end: 0.0,
                 text: "hello there".into()
             }]
         );

@@ -151,13 +151,13 @@ pub fn build(
             ),
         ));
     }
-    if let Some(l) = &cfg.language {
-        if !(2..=3).contains(&l.len()) || !l.chars().all(|c| c.is_ascii_lowercase()) {
-            return Err(bcx.src.error_at(
-                &key("language"),
-                format!("an ISO-639-1 code such as \"en\", got {l:?}"),
-            ));
-        }
+    if let Some(l) = &cfg.language
+        && (!(2..=3).contains(&l.len()) || !l.chars().all(|c| c.is_ascii_lowercase()))
+    {
+        return Err(bcx.src.error_at(
+            &key("language"),
+            format!("an ISO-639-1 code such as \"en\", got {l:?}"),
+        ));
     }
     if cfg.model.trim().is_empty() {
         return Err(bcx
@@ -317,42 +317,40 @@ fn is_silent(pcm: &[i16]) -> bool {
     pcm.iter().all(|s| s.unsigned_abs() < 16)
 }
 
-impl TranscriptStage {
-    fn from_captions(
-        &self,
-        rec: &VideoRecord,
-        lang: String,
-        body: &[u8],
-        name: &str,
-    ) -> Result<Vec<TranscriptSegment>, StageError> {
-        let segs = parse_json3(body)
-            .map_err(|e| StageError::data("unreadable_captions", format!("{name}: {e}")))?;
-        let youtube = rec
-            .source
-            .url
-            .as_deref()
-            .is_some_and(crate::stages::download::is_youtube);
-        let source = if youtube {
-            "captions:youtube"
-        } else {
-            "captions:json3"
-        };
-        Ok(segs
-            .into_iter()
-            .enumerate()
-            .map(|(i, (start, end, text))| TranscriptSegment {
-                segment_index: Some(i as u32),
-                start_secs: Some(ms3(start)),
-                end_secs: Some(ms3(end)),
-                text,
-                language: Some(lang.clone()),
-                source: source.into(),
-                chunk_index: None,
-                chunk_start_secs: None,
-                reason: None,
-            })
-            .collect())
-    }
+/// A caption file's segments as rows; the source names YouTube when the video came from there.
+fn caption_rows(
+    rec: &VideoRecord,
+    lang: String,
+    body: &[u8],
+    name: &str,
+) -> Result<Vec<TranscriptSegment>, StageError> {
+    let segs = parse_json3(body)
+        .map_err(|e| StageError::data("unreadable_captions", format!("{name}: {e}")))?;
+    let youtube = rec
+        .source
+        .url
+        .as_deref()
+        .is_some_and(crate::stages::download::is_youtube);
+    let source = if youtube {
+        "captions:youtube"
+    } else {
+        "captions:json3"
+    };
+    Ok(segs
+        .into_iter()
+        .enumerate()
+        .map(|(i, (start, end, text))| TranscriptSegment {
+            segment_index: Some(i as u32),
+            start_secs: Some(ms3(start)),
+            end_secs: Some(ms3(end)),
+            text,
+            language: Some(lang.clone()),
+            source: source.into(),
+            chunk_index: None,
+            chunk_start_secs: None,
+            reason: None,
+        })
+        .collect())
 }
 
 #[async_trait]
@@ -371,16 +369,15 @@ impl Processor for TranscriptStage {
         rec: &VideoRecord,
         cx: &StageContext,
     ) -> Result<Vec<TranscriptSegment>, StageError> {
-        if self.cfg.captions {
-            if let Some((lang, body, name)) =
+        if self.cfg.captions
+            && let Some((lang, body, name)) =
                 caption_file(rec, cx, self.cfg.language.as_deref()).await?
-            {
-                let rows = self.from_captions(rec, lang, &body, &name)?;
-                // An empty track (music only) says nothing about speech: ask the service.
-                if !rows.is_empty() {
-                    cx.tally.add("from_captions", 1);
-                    return Ok(rows);
-                }
+        {
+            let rows = caption_rows(rec, lang, &body, &name)?;
+            // An empty track (music only) says nothing about speech: ask the service.
+            if !rows.is_empty() {
+                cx.tally.add("from_captions", 1);
+                return Ok(rows);
             }
         }
         let path = cx.media_file(rec).await?;
@@ -420,7 +417,11 @@ impl Processor for TranscriptStage {
                 cx.tally.add("uploads_cached", 1);
             }
             let (offset, len) = (a as f64 / rate, (b - a) as f64 / rate);
-            for s in t.segments {
+            for mut s in t.segments {
+                if !t.timed {
+                    // An untimed answer (gpt-4o models) is known only to lie in its upload.
+                    (s.start, s.end) = (0.0, len);
+                }
                 rows.push(TranscriptSegment {
                     segment_index: Some(rows.len() as u32),
                     // A segment cannot run past the audio it was heard in.
