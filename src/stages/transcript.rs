@@ -387,7 +387,7 @@ impl Processor for TranscriptStage {
             .run(move || {
                 Ok(audio::decode_mono_16k(&path)?.map(|pcm| {
                     let chunks = audio::plan_chunks(&pcm, max);
-                    (pcm, chunks)
+                    (Arc::new(pcm), chunks)
                 }))
             })
             .await?;
@@ -402,14 +402,23 @@ impl Processor for TranscriptStage {
         let rate = audio::RATE as f64;
         let mut rows = vec![];
         for (k, &(a, b)) in chunks.iter().enumerate() {
-            if is_silent(&pcm[a..b]) {
+            // A full upload is 24 MiB to scan and write: on the CPU pool, not a runtime worker.
+            let samples = pcm.clone();
+            let wav = cx
+                .cpu
+                .run(move || {
+                    let part = &samples[a..b];
+                    Ok((!is_silent(part)).then(|| Arc::new(audio::wav(part))))
+                })
+                .await?;
+            let Some(wav) = wav else {
                 cx.tally.add("silent_uploads_skipped", 1);
                 continue;
-            }
+            };
             let req = TranscribeRequest {
                 model: self.cfg.model.clone(),
                 language: self.cfg.language.clone(),
-                wav: Arc::new(audio::wav(&pcm[a..b])),
+                wav,
             };
             let t = self.svc.transcribe(&req, &cache).await?;
             cx.tally.add("uploads", 1);
