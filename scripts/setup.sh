@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what vidcurate needs to build, run the demo and run the tests, idempotently:
 # FFmpeg's -dev libraries (ffmpeg-next links them), libjpeg-turbo (fast JPEG), clang (bindgen), the ffmpeg CLI and a font
-# (demo/test media generation with drawtext), yt-dlp and moto's S3 server (tests), the dataset readers (release tests), pyarrow (tests prove pyarrow reads our Parquet), Pillow
+# (demo/test media generation with drawtext), espeak-ng (the transcript tests' speech at known times),
+# yt-dlp and moto's S3 server (tests), the dataset readers (release tests), pyarrow (tests prove pyarrow reads our Parquet), Pillow
 # (the corpus generator measures drawn text with the same font), and
 # the OCR models with ONNX Runtime (scripts/fetch_models.sh).
 # Safe to run again: every step checks before it installs.
@@ -10,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 APT_PKGS=(libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev
   libavfilter-dev libavdevice-dev clang libclang-dev pkg-config ffmpeg fonts-dejavu-core
-  libturbojpeg0-dev)
+  libturbojpeg0-dev espeak-ng)
 
 missing=()
 for p in "${APT_PKGS[@]}"; do

@@ -29,6 +29,7 @@ pub enum Slot {
     Quality,
     Committee,
     Dedup,
+    Transcript,
 }
 
 impl Slot {
@@ -46,6 +47,7 @@ impl Slot {
             Slot::Quality => "quality",
             Slot::Committee => "committee",
             Slot::Dedup => "dedup",
+            Slot::Transcript => "transcript",
         }
     }
 }
@@ -215,6 +217,9 @@ pub struct VideoRecord {
     pub shots: Option<u32>,
     /// Relevance score 1–10 (the `relevance` stage).
     pub relevance: Option<u8>,
+    /// What is said in the video, its segments joined (the `transcript` stage; empty when the
+    /// video has no audio or no speech), for stages that judge frames and speech together.
+    pub transcript: Option<String>,
 }
 
 impl VideoRecord {
@@ -230,6 +235,7 @@ impl VideoRecord {
             ocr: None,
             shots: None,
             relevance: None,
+            transcript: None,
         }
     }
 

@@ -187,6 +187,29 @@ struct Inputs {
     ocr: HashMap<String, Vec<(u32, String)>>,
     frames_stage: Option<String>,
     ocr_stage: Option<String>,
+    /// video → its transcript, from the `transcript` stage.
+    transcripts: HashMap<String, Transcribed>,
+    transcript_stage: Option<String>,
+}
+
+/// A video's transcript as a release carries it.
+struct Transcribed {
+    text: String,
+    source: String,
+    language: Option<String>,
+    reason: Option<String>,
+}
+
+impl Transcribed {
+    fn of(rows: &[crate::stages::transcript::TranscriptSegment]) -> Self {
+        let first = rows.first();
+        Self {
+            text: crate::stages::transcript::joined(rows),
+            source: first.map(|r| r.source.clone()).unwrap_or_default(),
+            language: rows.iter().find_map(|r| r.language.clone()),
+            reason: first.and_then(|r| r.reason.clone()),
+        }
+    }
 }
 
 async fn read_inputs(store: &Arc<dyn Store>, m: &Manifest) -> Result<Inputs, RunError> {
@@ -194,6 +217,7 @@ async fn read_inputs(store: &Arc<dyn Store>, m: &Manifest) -> Result<Inputs, Run
     let mut source = None;
     let (mut frames, mut ocr) = (HashMap::new(), HashMap::new());
     let (mut frames_stage, mut ocr_stage) = (None, None);
+    let (mut transcripts, mut transcript_stage) = (HashMap::new(), None);
     let mut extras: Vec<String> = vec![];
     for st in &m.stages {
         let role = if st.id == SOURCE_STAGE_ID {
@@ -265,6 +289,18 @@ async fn read_inputs(store: &Arc<dyn Store>, m: &Manifest) -> Result<Inputs, Run
                 ocr = per_video(&batch, "frame_index", "text")?;
                 ocr_stage = Some(st.id.clone());
             }
+            Some(Release::Transcript) => {
+                let rows: HashMap<String, Vec<crate::stages::transcript::TranscriptSegment>> =
+                    view.rows()?;
+                transcripts = rows
+                    .into_iter()
+                    .map(|(id, mut r)| {
+                        r.sort_by_key(|s| s.segment_index);
+                        (id, Transcribed::of(&r))
+                    })
+                    .collect();
+                transcript_stage = Some(st.id.clone());
+            }
         }
     }
     let source = source
@@ -279,6 +315,8 @@ async fn read_inputs(store: &Arc<dyn Store>, m: &Manifest) -> Result<Inputs, Run
         ocr,
         frames_stage,
         ocr_stage,
+        transcripts,
+        transcript_stage,
     })
 }
 
@@ -483,6 +521,39 @@ fn build_rows(
         }
         fields.push(Field::new("ocr_text", DataType::Utf8, true));
         cols.push(Arc::new(b.finish()));
+    }
+    if inputs.transcript_stage.is_some() {
+        // Null for a video the stage never finished; empty text (with a reason) for one it
+        // found no speech in.
+        let t = |id: &String| inputs.transcripts.get(id);
+        let columns: [(&str, Vec<Option<String>>); 4] = [
+            (
+                "transcript",
+                ids.iter().map(|id| t(id).map(|x| x.text.clone())).collect(),
+            ),
+            (
+                "transcript_source",
+                ids.iter()
+                    .map(|id| t(id).map(|x| x.source.clone()))
+                    .collect(),
+            ),
+            (
+                "transcript_language",
+                ids.iter()
+                    .map(|id| t(id).and_then(|x| x.language.clone()))
+                    .collect(),
+            ),
+            (
+                "transcript_reason",
+                ids.iter()
+                    .map(|id| t(id).and_then(|x| x.reason.clone()))
+                    .collect(),
+            ),
+        ];
+        for (name, values) in columns {
+            fields.push(Field::new(name, DataType::Utf8, true));
+            cols.push(Arc::new(StringArray::from(values)));
+        }
     }
     let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
         .map_err(|e| RunError::Internal(e.to_string()))?;
@@ -813,6 +884,11 @@ fn card(
     if let Some(o) = &inputs.ocr_stage {
         c += &format!(
             "- `ocr_text`: the on-screen text stage `{o}` read, each distinct line once, in frame order.\n"
+        );
+    }
+    if let Some(t) = &inputs.transcript_stage {
+        c += &format!(
+            "- `transcript`: what is said in the video (stage `{t}`), its segments joined in time order; `transcript_source` says where the text came from (`asr:<model>`, `captions:youtube`, `captions:json3`), `transcript_language` the language the service or caption track named, `transcript_reason` why a video has no text (`no_audio_stream`, `empty_audio`, `no_speech`). The timed segments are in the run's `{t}` table.\n"
         );
     }
     c += &format!(

@@ -22,4 +22,5 @@ mod resume;
 mod shots;
 mod soak;
 mod split;
+mod transcript;
 mod youtube;

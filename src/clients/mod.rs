@@ -1,4 +1,6 @@
 //! Clients of external programs and services; each one owns its connection details and limits.
+pub mod asr;
+pub mod audio;
 pub mod ffmpeg;
 pub mod llm;
 pub mod minilm;

@@ -6,7 +6,9 @@
 //! `--max-filesize` and a time limit; reqwest for direct links, resuming a partial file with a
 //! Range request. Writes: `media/objects/<2 hex>/<blake3>.<ext>` (the same bytes are stored once
 //! whatever their URL) and the `download` table: url, method, path, size, BLAKE3, content type.
-//! Local files are used where they are (nothing copied). Caches: the table itself (a finished
+//! With `captions = true`, yt-dlp also writes the captions as json3, kept beside the object as
+//! `<blake3>.<lang>.json3` for the `transcript` stage. Local files are used where they are
+//! (nothing copied). Caches: the table itself (a finished
 //! video is never fetched again) and partial files under `media/partial/` (a crash resumes).
 //! Every failure (HTTP status, size cap, yt-dlp error, timeout) is a reject row. On an
 //! object-store run the file is written in the local work folder, then uploaded to the store
@@ -51,6 +53,28 @@ pub struct DownloadConfig {
     /// Time limit of one download (yt-dlp is killed when it passes).
     #[serde(default = "default_timeout")]
     pub timeout_secs: u64,
+    /// With yt-dlp, also fetch the video's captions (uploaded and automatic) as json3 and keep
+    /// them beside the media (`<media>.<lang>.json3`), where the `transcript` stage uses them
+    /// before paying for speech recognition. Left out of the settings when off, so turning it
+    /// on redoes the downloads and an old run without it keeps its fingerprint.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub captions: bool,
+    /// Caption languages for yt-dlp's `--sub-langs` (regular expressions; `-` excludes).
+    #[serde(
+        default = "default_sub_langs",
+        skip_serializing_if = "is_default_sub_langs"
+    )]
+    pub sub_langs: Vec<String>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+fn default_sub_langs() -> Vec<String> {
+    vec!["en.*".into(), "-live_chat".into()]
+}
+fn is_default_sub_langs(v: &[String]) -> bool {
+    *v == default_sub_langs()
 }
 
 fn default_ytdlp() -> PathBuf {
@@ -128,7 +152,7 @@ pub fn build(
     })
 }
 
-fn is_youtube(url: &str) -> bool {
+pub(crate) fn is_youtube(url: &str) -> bool {
     host_in(url, &["youtube.com", "youtu.be"])
 }
 
@@ -195,6 +219,37 @@ fn store_object(
         std::fs::rename(file, &dest).map_err(io)?;
     }
     Ok((rel, size, hash))
+}
+
+/// Moves yt-dlp's caption files (`media.<lang>.json3` in `work`) beside the stored media object
+/// `media_rel` as `<object stem>.<lang>.json3`; returns their run-relative paths.
+fn keep_captions(run_dir: &Path, work: &Path, media_rel: &str) -> Result<Vec<String>, StageError> {
+    let io =
+        |e: std::io::Error| StageError::internal("media_store", format!("{}: {e}", work.display()));
+    let stem = media_rel.rsplit_once('.').map_or(media_rel, |(s, _)| s);
+    let mut kept = vec![];
+    let Ok(rd) = std::fs::read_dir(work) else {
+        return Ok(kept);
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(lang) = name
+            .strip_prefix("media.")
+            .and_then(|n| n.strip_suffix(".json3"))
+            .filter(|l| {
+                !l.is_empty()
+                    && l.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            })
+        else {
+            continue;
+        };
+        let rel = format!("{stem}.{lang}.json3");
+        std::fs::rename(e.path(), run_dir.join(&rel)).map_err(io)?;
+        kept.push(rel);
+    }
+    kept.sort();
+    Ok(kept)
 }
 
 impl DownloadStage {
@@ -312,6 +367,14 @@ impl DownloadStage {
             .await
             .map_err(|e| StageError::internal("media_store", e.to_string()))?;
         let mut cmd = tokio::process::Command::new(&self.ytdlp);
+        if self.cfg.captions {
+            // A caption track that fails to download must not fail the video (yt-dlp makes it
+            // an error unless errors are ignored; a failed video still exits non-zero and
+            // prints no file): the transcript stage falls back to speech recognition.
+            cmd.args(["--write-subs", "--write-auto-subs", "--sub-format", "json3"])
+                .args(["--sub-langs", &self.cfg.sub_langs.join(",")])
+                .arg("--ignore-errors");
+        }
         cmd.current_dir(&work)
             .args([
                 "--ignore-config",
@@ -387,14 +450,20 @@ impl DownloadStage {
         let file = work.join(printed.expect("checked"));
         let ext = extension(&file.display().to_string(), None);
         let run_dir = cx.run_dir.clone();
-        let (path, size, hash) = cx
+        let (path, size, hash, captions) = cx
             .cpu
             .run(move || {
-                let r = store_object(&run_dir, &file, &ext);
+                let r = store_object(&run_dir, &file, &ext).and_then(|(path, size, hash)| {
+                    let caps = keep_captions(&run_dir, file.parent().expect("in work dir"), &path)?;
+                    Ok((path, size, hash, caps))
+                });
                 let _ = std::fs::remove_dir_all(file.parent().expect("in work dir"));
                 r
             })
             .await?;
+        for c in &captions {
+            cx.keep_media(c).await?;
+        }
         if size > self.cfg.max_bytes {
             return Err(StageError::data(
                 "too_large",

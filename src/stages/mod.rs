@@ -17,6 +17,7 @@ pub mod probe;
 pub mod quality;
 pub mod relevance;
 pub mod shots;
+pub mod transcript;
 pub mod youtube;
 
 use crate::config::{ConfigError, Seg, ServiceConfig, SourceText, StageCommon};
@@ -114,6 +115,9 @@ pub enum Release {
     Frames,
     /// Text regions (`TextRegion` rows): each distinct line once, in frame order.
     Text,
+    /// Transcript segments (`TranscriptSegment` rows): per video, the segments' text joined in
+    /// time order, with its source, language and the reason when there is no text.
+    Transcript,
     /// Nothing (the stage's rows serve other commands).
     Skip,
 }
@@ -246,6 +250,7 @@ pub const STAGE_KINDS: &[StageKind] = &[
     overlays::KIND,
     shots::KIND,
     dedup::KIND,
+    transcript::KIND,
 ];
 
 /// The kind a pipeline names, if there is one.

@@ -1,0 +1,461 @@
+//! Speech recognition services that speak OpenAI's `POST /v1/audio/transcriptions` (OpenAI's
+//! `whisper-1` / `gpt-4o-transcribe`, vLLM, whisper.cpp's server, faster-whisper servers), asked
+//! for `verbose_json` so each answer carries timed segments.
+//!
+//! A call goes: response cache (hit → no call) → request budget → one multipart POST with a
+//! timeout → cache. As with the chat services (`clients::llm`), the runner owns retries: a 429,
+//! 5xx, timeout or unreadable body is an external error carrying the wait the server asked for;
+//! a refused key or `insufficient_quota` is a configuration error that stops the run, and is
+//! remembered so later calls fail at once. Keys come from the environment and are scrubbed from
+//! every message. The multipart body is written here (a file part and four text fields), which
+//! is all this API takes.
+
+use crate::config::{ServiceApi, ServiceConfig};
+use crate::error::{ErrorKind, StageError};
+use crate::runtime::cache::{CacheKey, CachedResponse, ResponseCache};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use serde_json::{Value, json};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One upload: a WAV file and what is asked of it.
+#[derive(Debug, Clone)]
+pub struct TranscribeRequest {
+    pub model: String,
+    /// ISO-639-1 code of the spoken language, when known (skips the model's own detection).
+    pub language: Option<String>,
+    pub wav: Arc<Vec<u8>>,
+}
+
+/// A timed piece of the answer, in seconds from the start of the uploaded file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Segment {
+    pub start: f64,
+    pub end: f64,
+    pub text: String,
+}
+
+/// A `verbose_json` answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transcription {
+    pub text: String,
+    /// As the service names it ("english" from OpenAI, "en" from some servers).
+    pub language: Option<String>,
+    pub duration: Option<f64>,
+    pub segments: Vec<Segment>,
+    /// Whether the service timed the segments (false for a plain `json` answer: one segment,
+    /// start and end 0).
+    pub timed: bool,
+    /// Answered from the response cache (no call made).
+    pub cached: bool,
+}
+
+/// The gpt-4o transcription models refuse `verbose_json` (they answer `json` or `text` only), so
+/// they are asked for `json`; every other model for `verbose_json` with segment timestamps.
+pub fn timed_format(model: &str) -> bool {
+    !model.starts_with("gpt-4o")
+}
+
+pub struct AsrService {
+    pub name: String,
+    base_url: String,
+    key: Option<String>,
+    key_env: Option<String>,
+    timeout: Duration,
+    max_wait: Duration,
+    http: reqwest::Client,
+    requests: Option<DefaultDirectRateLimiter>,
+    /// Requests sent over the network by this process.
+    pub calls: AtomicU64,
+    fatal: Mutex<Option<String>>,
+}
+
+impl AsrService {
+    pub fn new(name: &str, cfg: &ServiceConfig) -> Result<Self, String> {
+        if cfg.api == Some(ServiceApi::Gemini) {
+            return Err("a transcription service speaks OpenAI's audio/transcriptions API: `api = \"gemini\"` does not apply".into());
+        }
+        if cfg.max_retries.is_some() {
+            return Err("max_retries applies to the youtube source only: a transcription stage's attempts per video are the stage's `retries` (default 2)".into());
+        }
+        if cfg.tokens_per_minute.is_some() {
+            return Err("tokens_per_minute does not apply to a transcription service (it is billed by audio time); use requests_per_minute".into());
+        }
+        // Read now, required only when a call is made, so `validate` works without keys.
+        let key = cfg
+            .api_key_env
+            .as_ref()
+            .and_then(|env| std::env::var(env).ok())
+            .filter(|k| !k.trim().is_empty());
+        crate::tls::ensure_provider();
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(15))
+            .build()
+            .map_err(|e| e.to_string())?;
+        let mut base_url = cfg.base_url.clone();
+        if !base_url.ends_with('/') {
+            base_url.push('/');
+        }
+        let max_wait = match cfg.max_wait_secs {
+            None => Duration::from_secs(60),
+            Some(s) if s.is_finite() && (0.0..=86_400.0).contains(&s) => Duration::from_secs_f64(s),
+            Some(s) => {
+                return Err(format!(
+                    "max_wait_secs must be between 0 and 86400, got {s}"
+                ));
+            }
+        };
+        Ok(Self {
+            name: name.to_string(),
+            base_url,
+            key,
+            key_env: cfg.api_key_env.clone(),
+            // Long audio takes long: a 24 MiB chunk is ~13 minutes of speech.
+            timeout: Duration::from_secs(cfg.timeout_secs.unwrap_or(600)),
+            max_wait,
+            http,
+            requests: cfg
+                .requests_per_minute
+                .and_then(NonZeroU32::new)
+                .map(|n| RateLimiter::direct(Quota::per_minute(n).allow_burst(NonZeroU32::MIN))),
+            calls: AtomicU64::new(0),
+            fatal: Mutex::new(None),
+        })
+    }
+
+    fn scrub(&self, text: &str) -> String {
+        crate::secrets::scrub(text, &[self.key.as_deref().unwrap_or_default()])
+    }
+
+    /// The audio enters the key as its BLAKE3 hash: the same chunk of the same video (or the
+    /// same bytes in another video) is never paid for twice.
+    fn cache_key(&self, req: &TranscribeRequest) -> CacheKey {
+        CacheKey {
+            service: self.name.clone(),
+            method: format!("audio/transcriptions:{}", req.model),
+            request: json!({
+                "model": req.model,
+                "audio_blake3": blake3::hash(&req.wav).to_hex().to_string(),
+                "language": req.language,
+                "timed": timed_format(&req.model),
+            })
+            .to_string(),
+        }
+    }
+
+    /// Transcribes `req` (or answers it from `cache`).
+    pub async fn transcribe(
+        &self,
+        req: &TranscribeRequest,
+        cache: &Arc<ResponseCache>,
+    ) -> Result<Transcription, StageError> {
+        let key = self.cache_key(req);
+        if let Some(hit) = cache.lookup(&key).await?
+            && let Ok(mut t) = parse_verbose_json(&hit.body)
+        {
+            t.cached = true;
+            return Ok(t);
+        }
+        self.check_callable()?;
+        if let Some(l) = &self.requests {
+            l.until_ready().await;
+        }
+        let (content_type, body) = multipart(req);
+        let url = format!("{}audio/transcriptions", self.base_url);
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let reply = self.post(&url, content_type, body).await;
+        let latency = started.elapsed().as_millis() as i64;
+        let (why, hint) = match reply {
+            None => ("no answer (timeout or connection error)".to_string(), None),
+            Some((200, _, bytes)) => match parse_verbose_json(&bytes) {
+                Ok(t) => {
+                    cache
+                        .store(
+                            &key,
+                            CachedResponse {
+                                status: 200,
+                                parsed: Some(t.text.clone()),
+                                latency_ms: latency,
+                                body: bytes,
+                                ..Default::default()
+                            },
+                        )
+                        .await?;
+                    return Ok(t);
+                }
+                Err(e) => (format!("unreadable answer: {e}"), None),
+            },
+            Some((status, retry_after, bytes)) => {
+                let (why, hint) = self.retry_or_fail(status, &bytes)?;
+                (why, retry_after.or(hint))
+            }
+        };
+        let asked = hint
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| Duration::from_secs_f64(s.min(self.max_wait.as_secs_f64())));
+        Err(StageError::external(
+            "service_unavailable",
+            self.scrub(&format!("{}: {why}", self.name)),
+        )
+        .with_retry_after(asked))
+    }
+
+    fn check_callable(&self) -> Result<(), StageError> {
+        if let Some(msg) = self.fatal.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Err(StageError::new(ErrorKind::Config, "service_refused", msg));
+        }
+        if let (None, Some(env)) = (&self.key, &self.key_env) {
+            return Err(StageError::new(
+                ErrorKind::Config,
+                "missing_key",
+                format!("set ${env} to the API key of service `{}`", self.name),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn post(
+        &self,
+        url: &str,
+        content_type: String,
+        body: Vec<u8>,
+    ) -> Option<(u16, Option<f64>, Vec<u8>)> {
+        let mut r = self
+            .http
+            .post(url)
+            .timeout(self.timeout)
+            .header("content-type", content_type)
+            .body(body);
+        if let Some(k) = &self.key {
+            r = r.bearer_auth(k);
+        }
+        match r.send().await {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let retry_after = resp
+                    .headers()
+                    .get(reqwest::header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<f64>().ok());
+                match resp.bytes().await {
+                    Ok(b) => Some((status, retry_after, b.to_vec())),
+                    Err(e) => {
+                        tracing::debug!(error = %e.without_url(), "body read failed");
+                        None
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e.without_url(), "request failed");
+                None
+            }
+        }
+    }
+
+    /// A non-200 answer: why to retry (and the wait its body asks for), or the error that ends
+    /// the call: a refused key or spent quota stops the run; a request the server will never take
+    /// (400, 413) rejects the video.
+    fn retry_or_fail(
+        &self,
+        status: u16,
+        bytes: &[u8],
+    ) -> Result<(String, Option<f64>), StageError> {
+        let v: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
+        let e = &v["error"];
+        let code = e["code"].as_str().or(e["type"].as_str()).unwrap_or("");
+        let message = e["message"].as_str().unwrap_or("");
+        let why = |w: &str| {
+            if message.is_empty() {
+                w.to_string()
+            } else {
+                format!("{w}: {message}")
+            }
+        };
+        if code == "insufficient_quota"
+            || status == 401
+            || status == 403
+            || code == "invalid_api_key"
+        {
+            let what = if code.is_empty() {
+                "unauthorized"
+            } else {
+                code
+            };
+            let msg = self.scrub(&format!(
+                "service `{}` refused the request ({status}, {}){}",
+                self.name,
+                why(what),
+                self.key_env
+                    .as_ref()
+                    .map(|e| format!("; check the key in ${e} and its plan"))
+                    .unwrap_or_default()
+            ));
+            *self.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(msg.clone());
+            return Err(StageError::new(ErrorKind::Config, "service_refused", msg));
+        }
+        if status == 429 || status == 408 || status >= 500 {
+            return Ok((
+                why(if code.is_empty() {
+                    "rate limited or server error"
+                } else {
+                    code
+                }),
+                retry_hint(message),
+            ));
+        }
+        let hint = if status == 413 {
+            " (lower the stage's max_upload_bytes)"
+        } else {
+            ""
+        };
+        Err(StageError::data(
+            "request_refused",
+            self.scrub(&format!(
+                "{}: {status}: {}{hint}",
+                self.name,
+                why(if code.is_empty() { "bad request" } else { code })
+            )),
+        ))
+    }
+}
+
+/// "try again in 6ms" / "in 1.5s" in an OpenAI error message, in seconds.
+fn retry_hint(message: &str) -> Option<f64> {
+    let rest = &message[message.find("try again in ")? + 13..];
+    let num: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let v: f64 = num.parse().ok()?;
+    Some(if rest[num.len()..].starts_with("ms") {
+        v / 1000.0
+    } else {
+        v
+    })
+}
+
+/// The multipart/form-data body of one request and its content type. The boundary comes from
+/// the audio's hash, so a request is the same bytes every time it is made.
+fn multipart(req: &TranscribeRequest) -> (String, Vec<u8>) {
+    let boundary = format!("vidcurate-{}", &blake3::hash(&req.wav).to_hex()[..32]);
+    let mut b = Vec::with_capacity(req.wav.len() + 1024);
+    let mut field = |name: &str, value: &str| {
+        b.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+            )
+            .as_bytes(),
+        );
+    };
+    field("model", &req.model);
+    if timed_format(&req.model) {
+        field("response_format", "verbose_json");
+        field("timestamp_granularities[]", "segment");
+    } else {
+        field("response_format", "json");
+    }
+    if let Some(l) = &req.language {
+        field("language", l);
+    }
+    b.extend_from_slice(
+        format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"audio.wav\"\r\nContent-Type: audio/wav\r\n\r\n").as_bytes(),
+    );
+    b.extend_from_slice(&req.wav);
+    b.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), b)
+}
+
+/// Reads a `verbose_json` body: `text`, `language`, `duration`, `segments[{start, end, text}]`.
+/// A plain `json` answer (the gpt-4o transcription models have no other) has no segments: its
+/// text is kept with `timed` false, and the caller times it as the whole upload.
+pub fn parse_verbose_json(body: &[u8]) -> Result<Transcription, String> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    let text = v["text"]
+        .as_str()
+        .ok_or("no `text` in the answer")?
+        .to_string();
+    let duration = v["duration"].as_f64();
+    let mut segments = vec![];
+    let timed = v["segments"].is_array();
+    match v["segments"].as_array() {
+        Some(list) => {
+            for (i, s) in list.iter().enumerate() {
+                let (Some(start), Some(end)) = (s["start"].as_f64(), s["end"].as_f64()) else {
+                    return Err(format!("segment {i} has no start or end"));
+                };
+                segments.push(Segment {
+                    start,
+                    end,
+                    text: s["text"].as_str().unwrap_or("").trim().to_string(),
+                });
+            }
+        }
+        None if !text.trim().is_empty() => segments.push(Segment {
+            start: 0.0,
+            end: 0.0,
+            text: text.trim().to_string(),
+        }),
+        None => {}
+    }
+    segments.retain(|s| !s.text.is_empty());
+    Ok(Transcription {
+        text,
+        language: v["language"].as_str().map(String::from),
+        duration,
+        segments,
+        timed,
+        cached: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multipart_has_the_file_and_fields() {
+        let req = TranscribeRequest {
+            model: "whisper-1".into(),
+            language: Some("en".into()),
+            wav: Arc::new(crate::clients::audio::wav(&[1, 2, 3])),
+        };
+        let (ct, body) = multipart(&req);
+        let boundary = ct.strip_prefix("multipart/form-data; boundary=").unwrap();
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.starts_with(&format!("--{boundary}\r\n")));
+        assert!(text.ends_with(&format!("--{boundary}--\r\n")));
+        for f in [
+            "name=\"model\"\r\n\r\nwhisper-1\r\n",
+            "name=\"response_format\"\r\n\r\nverbose_json\r\n",
+            "name=\"timestamp_granularities[]\"\r\n\r\nsegment\r\n",
+            "name=\"language\"\r\n\r\nen\r\n",
+            "filename=\"audio.wav\"\r\nContent-Type: audio/wav\r\n\r\nRIFF",
+        ] {
+            assert!(text.contains(f), "{f:?} missing in {text}");
+        }
+        assert_eq!(
+            multipart(&req),
+            (ct, body),
+            "a request is the same bytes every time"
+        );
+    }
+
+    #[test]
+    fn plain_json_answers_keep_their_text() {
+        let t = parse_verbose_json(br#"{"text":" hello there","duration":2.5}"#).unwrap();
+        assert!(!t.timed);
+        assert_eq!(
+            t.segments,
+            vec![Segment {
+                start: 0.0,
+                end: 0.0,
+                text: "hello there".into()
+            }]
+        );
+        assert!(parse_verbose_json(br#"{"segments":[]}"#).is_err());
+        assert_eq!(retry_hint("Please try again in 20ms."), Some(0.02));
+    }
+}
