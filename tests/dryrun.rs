@@ -3,7 +3,7 @@
 //! stage writes, and the YouTube searches a collection makes; and a second dry run that counts
 //! the finished work as free.
 
-use crate::fake_http::{FakeServer, Request, Response};
+use crate::fake_http::{FakeServer, Request};
 use crate::judge::{
     OPENAI_KEY, err, openai_says, prompt_of, relevance_pipeline_with, run_with_key, url_manifest,
 };

@@ -10,14 +10,15 @@
 //! every message. The multipart body is written here (a file part and four text fields), which
 //! is all this API takes.
 
+use super::endpoint::{Auth, Endpoint};
 use crate::config::{ServiceApi, ServiceConfig};
 use crate::error::{ErrorKind, StageError};
 use crate::runtime::cache::{CacheKey, CachedResponse, ResponseCache};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde_json::{Value, json};
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// One upload: a WAV file and what is asked of it.
@@ -60,16 +61,12 @@ pub fn timed_format(model: &str) -> bool {
 
 pub struct AsrService {
     pub name: String,
-    base_url: String,
-    key: Option<String>,
-    key_env: Option<String>,
-    timeout: Duration,
-    max_wait: Duration,
-    http: reqwest::Client,
+    /// URL, key, timeouts, the one send and the reading of refusals (shared with the chat
+    /// services).
+    ep: Endpoint,
     requests: Option<DefaultDirectRateLimiter>,
     /// Requests sent over the network by this process.
     pub calls: AtomicU64,
-    fatal: Mutex<Option<String>>,
 }
 
 impl AsrService {
@@ -83,50 +80,20 @@ impl AsrService {
         if cfg.tokens_per_minute.is_some() {
             return Err("tokens_per_minute does not apply to a transcription service (it is billed by audio time); use requests_per_minute".into());
         }
-        // Read now, required only when a call is made, so `validate` works without keys.
-        let key = cfg
-            .api_key_env
-            .as_ref()
-            .and_then(|env| std::env::var(env).ok())
-            .filter(|k| !k.trim().is_empty());
-        crate::tls::ensure_provider();
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(15))
-            .build()
-            .map_err(|e| e.to_string())?;
-        let mut base_url = cfg.base_url.clone();
-        if !base_url.ends_with('/') {
-            base_url.push('/');
-        }
-        let max_wait = match cfg.max_wait_secs {
-            None => Duration::from_secs(60),
-            Some(s) if s.is_finite() && (0.0..=86_400.0).contains(&s) => Duration::from_secs_f64(s),
-            Some(s) => {
-                return Err(format!(
-                    "max_wait_secs must be between 0 and 86400, got {s}"
-                ));
-            }
-        };
         Ok(Self {
             name: name.to_string(),
-            base_url,
-            key,
-            key_env: cfg.api_key_env.clone(),
             // Long audio takes long: a 24 MiB chunk is ~13 minutes of speech.
-            timeout: Duration::from_secs(cfg.timeout_secs.unwrap_or(600)),
-            max_wait,
-            http,
+            ep: Endpoint::new(name, cfg, Auth::Bearer, Duration::from_secs(600))?,
             requests: cfg
                 .requests_per_minute
                 .and_then(NonZeroU32::new)
                 .map(|n| RateLimiter::direct(Quota::per_minute(n).allow_burst(NonZeroU32::MIN))),
             calls: AtomicU64::new(0),
-            fatal: Mutex::new(None),
         })
     }
 
     fn scrub(&self, text: &str) -> String {
-        crate::secrets::scrub(text, &[self.key.as_deref().unwrap_or_default()])
+        self.ep.scrub(text)
     }
 
     /// The audio enters the key as its BLAKE3 hash: the same chunk of the same video (or the
@@ -158,12 +125,12 @@ impl AsrService {
             t.cached = true;
             return Ok(t);
         }
-        self.check_callable()?;
+        self.ep.check_callable()?;
         if let Some(l) = &self.requests {
             l.until_ready().await;
         }
         let (content_type, body) = multipart(req);
-        let url = format!("{}audio/transcriptions", self.base_url);
+        let url = format!("{}audio/transcriptions", self.ep.base_url);
         self.calls.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let reply = self.post(&url, content_type, body).await;
@@ -193,9 +160,7 @@ impl AsrService {
                 (why, retry_after.or(hint))
             }
         };
-        let asked = hint
-            .filter(|s| s.is_finite() && *s >= 0.0)
-            .map(|s| Duration::from_secs_f64(s.min(self.max_wait.as_secs_f64())));
+        let asked = self.ep.asked_wait(hint);
         Err(StageError::external(
             "service_unavailable",
             self.scrub(&format!("{}: {why}", self.name)),
@@ -203,138 +168,45 @@ impl AsrService {
         .with_retry_after(asked))
     }
 
-    fn check_callable(&self) -> Result<(), StageError> {
-        if let Some(msg) = self.fatal.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-            return Err(StageError::new(ErrorKind::Config, "service_refused", msg));
-        }
-        if let (None, Some(env)) = (&self.key, &self.key_env) {
-            return Err(StageError::new(
-                ErrorKind::Config,
-                "missing_key",
-                format!("set ${env} to the API key of service `{}`", self.name),
-            ));
-        }
-        Ok(())
-    }
-
+    /// One multipart POST: what came back, or None when no answer came.
     async fn post(
         &self,
         url: &str,
         content_type: String,
         body: Vec<u8>,
     ) -> Option<(u16, Option<f64>, Vec<u8>)> {
-        let mut r = self
+        let r = self
+            .ep
             .http
             .post(url)
-            .timeout(self.timeout)
             .header("content-type", content_type)
             .body(body);
-        if let Some(k) = &self.key {
-            r = r.bearer_auth(k);
-        }
-        match r.send().await {
-            Ok(resp) => {
-                let status = resp.status().as_u16();
-                let retry_after = resp
-                    .headers()
-                    .get(reqwest::header::RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<f64>().ok());
-                match resp.bytes().await {
-                    Ok(b) => Some((status, retry_after, b.to_vec())),
-                    Err(e) => {
-                        tracing::debug!(error = %e.without_url(), "body read failed");
-                        None
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::debug!(error = %e.without_url(), "request failed");
-                None
-            }
-        }
+        self.ep
+            .send(r)
+            .await
+            .map_err(|e| tracing::debug!(error = %e, "request failed"))
+            .ok()
     }
 
-    /// A non-200 answer: why to retry (and the wait its body asks for), or the error that ends
-    /// the call: a refused key or spent quota stops the run; a request the server will never take
-    /// (400, 413) rejects the video.
+    /// A non-200 answer, read as the chat services read theirs; a request the server will
+    /// never take names this service, and for a 413 what to change.
     fn retry_or_fail(
         &self,
         status: u16,
         bytes: &[u8],
     ) -> Result<(String, Option<f64>), StageError> {
-        let v: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
-        let e = &v["error"];
-        let code = e["code"].as_str().or(e["type"].as_str()).unwrap_or("");
-        let message = e["message"].as_str().unwrap_or("");
-        let why = |w: &str| {
-            if message.is_empty() {
-                w.to_string()
-            } else {
-                format!("{w}: {message}")
-            }
-        };
-        if code == "insufficient_quota"
-            || status == 401
-            || status == 403
-            || code == "invalid_api_key"
-        {
-            let what = if code.is_empty() {
-                "unauthorized"
-            } else {
-                code
-            };
-            let msg = self.scrub(&format!(
-                "service `{}` refused the request ({status}, {}){}",
-                self.name,
-                why(what),
-                self.key_env
-                    .as_ref()
-                    .map(|e| format!("; check the key in ${e} and its plan"))
-                    .unwrap_or_default()
-            ));
-            *self.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(msg.clone());
-            return Err(StageError::new(ErrorKind::Config, "service_refused", msg));
-        }
-        if status == 429 || status == 408 || status >= 500 {
-            return Ok((
-                why(if code.is_empty() {
-                    "rate limited or server error"
+        self.ep.retry_or_fail(status, bytes).map_err(|mut e| {
+            if e.kind == ErrorKind::Data {
+                let hint = if status == 413 {
+                    " (lower the stage's max_upload_bytes)"
                 } else {
-                    code
-                }),
-                retry_hint(message),
-            ));
-        }
-        let hint = if status == 413 {
-            " (lower the stage's max_upload_bytes)"
-        } else {
-            ""
-        };
-        Err(StageError::data(
-            "request_refused",
-            self.scrub(&format!(
-                "{}: {status}: {}{hint}",
-                self.name,
-                why(if code.is_empty() { "bad request" } else { code })
-            )),
-        ))
+                    ""
+                };
+                e.detail = format!("{}: {}{hint}", self.name, e.detail);
+            }
+            e
+        })
     }
-}
-
-/// "try again in 6ms" / "in 1.5s" in an OpenAI error message, in seconds.
-fn retry_hint(message: &str) -> Option<f64> {
-    let rest = &message[message.find("try again in ")? + 13..];
-    let num: String = rest
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == '.')
-        .collect();
-    let v: f64 = num.parse().ok()?;
-    Some(if rest[num.len()..].starts_with("ms") {
-        v / 1000.0
-    } else {
-        v
-    })
 }
 
 /// The multipart/form-data body of one request and its content type. The boundary comes from
@@ -456,6 +328,5 @@ mod tests {
             }]
         );
         assert!(parse_verbose_json(br#"{"segments":[]}"#).is_err());
-        assert_eq!(retry_hint("Please try again in 20ms."), Some(0.02));
     }
 }

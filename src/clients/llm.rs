@@ -15,6 +15,7 @@
 mod batch;
 pub use batch::gemini_result;
 
+use super::endpoint::{Auth, Endpoint};
 use crate::config::{BatchFallback, RepairRoute, ServiceApi, ServiceConfig, ServiceMode};
 use crate::error::{ErrorKind, StageError};
 use crate::runtime::batch::BatchQueue;
@@ -24,8 +25,8 @@ use base64::Engine;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde_json::{Value, json};
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The protocol, as it enters the response cache's keys ("open_ai", "gemini"): kept apart from
@@ -89,13 +90,8 @@ pub struct LlmService {
     /// that overrides the service's mode (the cache is shared: answers are the same).
     pub queue_name: String,
     pub api: Api,
-    base_url: String,
-    key: Option<String>,
-    key_env: Option<String>,
-    timeout: Duration,
-    /// Cap on any wait a server asks for between attempts (it may ask for anything).
-    max_wait: Duration,
-    http: reqwest::Client,
+    /// URL, key, timeouts, the one send and the reading of refusals.
+    ep: Endpoint,
     requests: Option<DefaultDirectRateLimiter>,
     tokens: Option<DefaultDirectRateLimiter>,
     token_burst: u32,
@@ -109,8 +105,6 @@ pub struct LlmService {
     usage_ratio: AtomicU64,
     /// Requests sent over the network by this process.
     pub calls: AtomicU64,
-    /// A fatal answer (bad key, no quota): later calls fail at once with the same message.
-    fatal: Mutex<Option<String>>,
     pub mode: ServiceMode,
     /// Batch and offline modes: requests the cache cannot answer wait here.
     batch: Option<BatchQueue>,
@@ -155,39 +149,16 @@ impl LlmService {
         if cfg.max_retries.is_some() {
             return Err("max_retries applies to the youtube source only: a model stage's attempts per video are the stage's `retries` (default 2)".into());
         }
-        // Read now but required only when a call is made, so `validate` and `rethreshold` work
-        // without keys.
-        let key = cfg
-            .api_key_env
-            .as_ref()
-            .and_then(|env| std::env::var(env).ok())
-            .filter(|k| !k.trim().is_empty());
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(15))
-            .build()
-            .map_err(|e| e.to_string())?;
-        let mut base_url = cfg.base_url.clone();
-        if !base_url.ends_with('/') {
-            base_url.push('/');
-        }
+        let auth = match api {
+            Api::OpenAi => Auth::Bearer,
+            Api::Gemini => Auth::GoogApiKey,
+        };
+        let ep = Endpoint::new(name, cfg, auth, Duration::from_secs(120))?;
         Ok(Self {
             name: name.to_string(),
             queue_name: name.to_string(),
             api,
-            base_url,
-            key,
-            key_env: cfg.api_key_env.clone(),
-            timeout: Duration::from_secs(cfg.timeout_secs.unwrap_or(120)),
-            max_wait: match cfg.max_wait_secs {
-                None => Duration::from_secs(60),
-                Some(s) if s.is_finite() && s >= 0.0 && s <= 86_400.0 => Duration::from_secs_f64(s),
-                Some(s) => {
-                    return Err(format!(
-                        "max_wait_secs must be between 0 and 86400, got {s}"
-                    ));
-                }
-            },
-            http,
+            ep,
             requests: cfg
                 .requests_per_minute
                 .and_then(|r| smooth_quota(r, 1))
@@ -203,7 +174,6 @@ impl LlmService {
             token_balance: AtomicI64::new(0),
             usage_ratio: AtomicU64::new(1f64.to_bits()),
             calls: AtomicU64::new(0),
-            fatal: Mutex::new(None),
             mode: cfg.mode,
             batch: (cfg.mode != ServiceMode::Live).then(BatchQueue::default),
             batch_errors: cfg.batch_errors,
@@ -247,7 +217,7 @@ impl LlmService {
     }
 
     fn scrub(&self, text: &str) -> String {
-        crate::secrets::scrub(text, &[self.key.as_deref().unwrap_or_default()])
+        self.ep.scrub(text)
     }
 
     /// The request body and the URL path for this API.
@@ -337,7 +307,7 @@ impl LlmService {
             };
             if !go_live {
                 if self.mode == ServiceMode::Batch {
-                    self.check_callable()?;
+                    self.ep.check_callable()?;
                 }
                 q.defer(&cx.stage_id, &key, &self.batch_line(&id, &path, &body))?;
                 return Err(StageError::new(
@@ -347,8 +317,8 @@ impl LlmService {
                 ));
             }
         }
-        self.check_callable()?;
-        let url = format!("{}{}", self.base_url, path);
+        self.ep.check_callable()?;
+        let url = format!("{}{}", self.ep.base_url, path);
         let charged = self.wait_for_budget(req).await;
         self.calls.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
@@ -378,34 +348,18 @@ impl LlmService {
                 Err(e) => (format!("unreadable answer: {e}"), None),
             },
             Some((status, retry_after, bytes)) => {
-                let (why, hint) = self.retry_or_fail(status, &bytes)?;
+                let (why, hint) = self.ep.retry_or_fail(status, &bytes)?;
                 (why, retry_after.or(hint))
             }
         };
         // One attempt per call: the runner owns retries (per video, the stage's `retries`),
         // waiting at least what the server asked for.
-        let asked = wait_hint.and_then(|secs| server_wait(secs, self.max_wait));
+        let asked = self.ep.asked_wait(wait_hint);
         Err(StageError::external(
             "service_unavailable",
             self.scrub(&format!("{}: {retry_reason}", self.name)),
         )
         .with_retry_after(asked))
-    }
-
-    /// Refuses a call the service is known to refuse (an earlier fatal answer) or cannot
-    /// authorise (no key), before any waiting.
-    fn check_callable(&self) -> Result<(), StageError> {
-        if let Some(msg) = self.fatal.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-            return Err(StageError::new(ErrorKind::Config, "service_refused", msg));
-        }
-        if let (None, Some(env)) = (&self.key, &self.key_env) {
-            return Err(StageError::new(
-                ErrorKind::Config,
-                "missing_key",
-                format!("set ${env} to the API key of service `{}`", self.name),
-            ));
-        }
-        Ok(())
     }
 
     /// Waits until the service's request and token budgets allow `req`; returns the estimate
@@ -462,177 +416,17 @@ impl LlmService {
     /// when no answer came (timeout, connection error, body cut off).
     async fn post(&self, url: &str, body: String) -> Option<(u16, Option<f64>, Vec<u8>)> {
         let r = self
+            .ep
             .http
             .post(url)
             .header("content-type", "application/json")
             .body(body);
-        self.send(r)
+        self.ep
+            .send(r)
             .await
             .map_err(|e| tracing::debug!(error = %e, "request failed"))
             .ok()
     }
-
-    /// Sends `r` with the key and the timeout: the status, the Retry-After seconds and the
-    /// body, or why no answer came (without the URL, which may hold a Gemini key).
-    async fn send(
-        &self,
-        r: reqwest::RequestBuilder,
-    ) -> Result<(u16, Option<f64>, Vec<u8>), String> {
-        let r = match (&self.key, self.api) {
-            (Some(k), Api::OpenAi) => r.bearer_auth(k),
-            (Some(k), Api::Gemini) => r.header("x-goog-api-key", k),
-            (None, _) => r,
-        };
-        let resp = r
-            .timeout(self.timeout)
-            .send()
-            .await
-            .map_err(|e| e.without_url().to_string())?;
-        let status = resp.status().as_u16();
-        let retry_after = resp
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<f64>().ok());
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| e.without_url().to_string())?;
-        Ok((status, retry_after, bytes.to_vec()))
-    }
-
-    /// A non-200 answer: why to retry it and the wait its body asks for, or the error that ends
-    /// the call (a fatal refusal, remembered for later calls, or a request no retry can fix).
-    fn retry_or_fail(
-        &self,
-        status: u16,
-        bytes: &[u8],
-    ) -> Result<(String, Option<f64>), StageError> {
-        let err: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
-        match classify(status, &err) {
-            Class::Fatal(why) => {
-                let msg = self.scrub(&format!(
-                    "service `{}` refused the request ({status}, {why}){}",
-                    self.name,
-                    self.key_env
-                        .as_ref()
-                        .map(|e| format!("; check the key in ${e} and its plan"))
-                        .unwrap_or_default()
-                ));
-                *self.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(msg.clone());
-                Err(StageError::new(ErrorKind::Config, "service_refused", msg))
-            }
-            Class::Retry(why, hint) => Ok((why, hint)),
-            Class::Reject(why) => Err(StageError::data(
-                "request_refused",
-                self.scrub(&format!("{status}: {why}")),
-            )),
-        }
-    }
-}
-
-enum Class {
-    /// With the wait the server asked for, in seconds (unchecked).
-    Retry(String, Option<f64>),
-    Fatal(String),
-    Reject(String),
-}
-
-/// A wait a server asked for, in seconds, made safe to sleep on: a negative or non-number value
-/// is ignored (our own backoff applies), anything longer than `cap` (an infinity, 1e30) is cut to
-/// `cap`. Both are logged; neither can panic.
-fn server_wait(secs: f64, cap: Duration) -> Option<Duration> {
-    if secs.is_nan() || secs < 0.0 {
-        tracing::warn!(
-            asked = secs,
-            "Ignoring a server's retry wait that is not a duration."
-        );
-        return None;
-    }
-    if secs > cap.as_secs_f64() {
-        tracing::warn!(
-            asked = secs,
-            cap_secs = cap.as_secs_f64(),
-            "A server asked for a longer retry wait than max_wait_secs; waiting max_wait_secs."
-        );
-        return Some(cap);
-    }
-    Some(Duration::from_secs_f64(secs))
-}
-
-/// "try again in 6ms" / "in 1.5s" in an OpenAI message; Gemini's RetryInfo "retryDelay": "6s"
-/// (seconds, not yet checked: see `server_wait`).
-fn retry_hint(err: &Value) -> Option<f64> {
-    let msg = err["error"]["message"].as_str().unwrap_or("");
-    if let Some(i) = msg.find("try again in ") {
-        let rest = &msg[i + 13..];
-        let num: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_digit() || *c == '.')
-            .collect();
-        let unit = &rest[num.len()..];
-        if let Ok(v) = num.parse::<f64>() {
-            return Some(if unit.starts_with("ms") {
-                v / 1000.0
-            } else {
-                v
-            });
-        }
-    }
-    err["error"]["details"].as_array().and_then(|d| {
-        d.iter().find_map(|x| {
-            x["retryDelay"]
-                .as_str()
-                .and_then(|s| s.trim_end_matches('s').parse::<f64>().ok())
-        })
-    })
-}
-
-fn classify(status: u16, err: &Value) -> Class {
-    let e = &err["error"];
-    let code = e["code"].as_str().or(e["type"].as_str()).unwrap_or("");
-    let reasons: Vec<&str> = e["details"]
-        .as_array()
-        .map(|d| d.iter().filter_map(|x| x["reason"].as_str()).collect())
-        .unwrap_or_default();
-    let message = e["message"].as_str().unwrap_or("").to_string();
-    let why = |w: &str| {
-        if message.is_empty() {
-            w.to_string()
-        } else {
-            format!("{w}: {message}")
-        }
-    };
-    if code == "insufficient_quota" || e["type"] == "insufficient_quota" {
-        return Class::Fatal(why("insufficient_quota"));
-    }
-    if reasons.contains(&"API_KEY_INVALID")
-        || code == "invalid_api_key"
-        || status == 401
-        || (status == 403 && !reasons.contains(&"RATE_LIMIT_EXCEEDED"))
-    {
-        let r = reasons.first().copied().unwrap_or(if code.is_empty() {
-            "unauthorized"
-        } else {
-            code
-        });
-        return Class::Fatal(why(r));
-    }
-    if status == 429 || status >= 500 || status == 408 {
-        return Class::Retry(
-            why(if code.is_empty() {
-                "rate limited or server error"
-            } else {
-                code
-            }),
-            retry_hint(err),
-        );
-    }
-    Class::Reject(why(if code.is_empty() {
-        e["status"].as_str().unwrap_or("bad request")
-    } else {
-        code
-    }))
 }
 
 /// Reads a 200 body of either API.
@@ -701,34 +495,5 @@ pub fn parse_answer(api: Api, body: &[u8]) -> Result<ChatAnswer, String> {
                 cached: false,
             })
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retry_hints_from_both_apis() {
-        let o: Value = serde_json::from_str(
-            r#"{"error":{"message":"Limit 10000 / min. Please try again in 6ms. Visit"}}"#,
-        )
-        .unwrap();
-        assert_eq!(retry_hint(&o), Some(0.006));
-        let g: Value = serde_json::from_str(r#"{"error":{"details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"1.5s"}]}}"#).unwrap();
-        assert_eq!(retry_hint(&g), Some(1.5));
-    }
-
-    #[test]
-    fn server_waits_never_panic_and_never_pass_the_cap() {
-        let cap = Duration::from_secs(5);
-        for bad in [-1.0, f64::NAN, f64::NEG_INFINITY] {
-            assert_eq!(server_wait(bad, cap), None, "{bad}");
-        }
-        for huge in [f64::INFINITY, 1e30, 56.0, f64::MAX] {
-            assert_eq!(server_wait(huge, cap), Some(cap), "{huge}");
-        }
-        assert_eq!(server_wait(1.5, cap), Some(Duration::from_millis(1500)));
-        assert_eq!(server_wait(0.0, cap), Some(Duration::ZERO));
     }
 }

@@ -19,7 +19,7 @@ impl LlmService {
             return json!({"custom_id": custom_id, "key": custom_id, "model": model, "request": body});
         }
         // The url is the endpoint's path under the server root, as in a live call.
-        let root = reqwest::Url::parse(&self.base_url)
+        let root = reqwest::Url::parse(&self.ep.base_url)
             .map(|u| u.path().to_string())
             .unwrap_or_else(|_| "/v1/".into());
         json!({"custom_id": custom_id, "method": "POST", "url": format!("{root}{path}"), "body": body})
@@ -27,7 +27,7 @@ impl LlmService {
 
     /// The chat endpoint's path, as batches name it (`/v1/chat/completions`).
     fn batch_endpoint(&self) -> String {
-        let root = reqwest::Url::parse(&self.base_url)
+        let root = reqwest::Url::parse(&self.ep.base_url)
             .map(|u| u.path().to_string())
             .unwrap_or_else(|_| "/v1/".into());
         format!("{root}chat/completions")
@@ -40,7 +40,7 @@ impl LlmService {
         what: &str,
         r: reqwest::RequestBuilder,
     ) -> Result<Vec<u8>, StageError> {
-        let (status, retry_after, bytes) = self.send(r).await.map_err(|e| {
+        let (status, retry_after, bytes) = self.ep.send(r).await.map_err(|e| {
             StageError::external(
                 "service_unavailable",
                 self.scrub(&format!("{} {what}: {e}", self.name)),
@@ -49,7 +49,7 @@ impl LlmService {
         if status == 200 {
             return Ok(bytes);
         }
-        match self.retry_or_fail(status, &bytes) {
+        match self.ep.retry_or_fail(status, &bytes) {
             Ok((why, hint)) => Err(StageError::external(
                 "service_unavailable",
                 self.scrub(&format!("{} {what}: {why}", self.name)),
@@ -57,7 +57,7 @@ impl LlmService {
             .with_retry_after(
                 retry_after
                     .or(hint)
-                    .and_then(|s| super::server_wait(s, self.max_wait)),
+                    .and_then(|s| self.ep.asked_wait(Some(s))),
             )),
             Err(e) if e.kind == ErrorKind::Config => Err(e),
             Err(e) => Err(StageError::new(
@@ -86,9 +86,9 @@ impl LlmService {
         let form = reqwest::multipart::Form::new()
             .text("purpose", "batch")
             .part("file", part);
-        let url = format!("{}files", self.base_url);
+        let url = format!("{}files", self.ep.base_url);
         let bytes = self
-            .batch_call("file upload", self.http.post(url).multipart(form))
+            .batch_call("file upload", self.ep.http.post(url).multipart(form))
             .await?;
         let v = self.json_of("file upload", &bytes)?;
         v["id"].as_str().map(String::from).ok_or_else(|| {
@@ -107,8 +107,9 @@ impl LlmService {
             "completion_window": self.completion_window,
             "metadata": {"vidcurate_job": job, "service": self.name},
         });
-        let url = format!("{}batches", self.base_url);
+        let url = format!("{}batches", self.ep.base_url);
         let r = self
+            .ep
             .http
             .post(url)
             .header("content-type", "application/json")
@@ -120,12 +121,16 @@ impl LlmService {
     pub async fn batch_get(&self, id: &str) -> Result<BatchInfo, StageError> {
         if self.api == Api::Gemini {
             // `id` is the operation's name, `batches/…`.
-            let url = format!("{}{id}", self.base_url);
-            let bytes = self.batch_call("batch status", self.http.get(url)).await?;
+            let url = format!("{}{id}", self.ep.base_url);
+            let bytes = self
+                .batch_call("batch status", self.ep.http.get(url))
+                .await?;
             return Ok(gemini_batch(&self.json_of("batch status", &bytes)?));
         }
-        let url = format!("{}batches/{id}", self.base_url);
-        let bytes = self.batch_call("batch status", self.http.get(url)).await?;
+        let url = format!("{}batches/{id}", self.ep.base_url);
+        let bytes = self
+            .batch_call("batch status", self.ep.http.get(url))
+            .await?;
         Ok(BatchInfo::from_json(&self.json_of("batch status", &bytes)?))
     }
 
@@ -150,8 +155,9 @@ impl LlmService {
         }
         let body = json!({"batch": {"display_name": name,
             "input_config": {"requests": {"requests": requests}}}});
-        let url = format!("{}models/{model}:batchGenerateContent", self.base_url);
+        let url = format!("{}models/{model}:batchGenerateContent", self.ep.base_url);
         let r = self
+            .ep
             .http
             .post(url)
             .header("content-type", "application/json")
@@ -165,7 +171,7 @@ impl LlmService {
         &self,
         display_name: &str,
     ) -> Result<Option<BatchInfo>, StageError> {
-        let base = format!("{}batches?pageSize=100", self.base_url);
+        let base = format!("{}batches?pageSize=100", self.ep.base_url);
         let found = self
             .find_listed(
                 |t| t.map_or(base.clone(), |t| format!("{base}&pageToken={t}")),
@@ -185,7 +191,7 @@ impl LlmService {
     /// The batch made of `file_id`, if one exists (a run killed between creating a batch and
     /// recording its id).
     pub async fn batch_find(&self, file_id: &str) -> Result<Option<BatchInfo>, StageError> {
-        let base = format!("{}batches?limit=100", self.base_url);
+        let base = format!("{}batches?limit=100", self.ep.base_url);
         let found = self
             .find_listed(
                 |a| a.map_or(base.clone(), |a| format!("{base}&after={a}")),
@@ -218,7 +224,7 @@ impl LlmService {
         let mut token: Option<String> = None;
         for _ in 0..20 {
             let bytes = self
-                .batch_call("batch list", self.http.get(url(token.as_deref())))
+                .batch_call("batch list", self.ep.http.get(url(token.as_deref())))
                 .await?;
             let v = self.json_of("batch list", &bytes)?;
             let page = v[items].as_array().cloned().unwrap_or_default();
@@ -237,11 +243,11 @@ impl LlmService {
     pub async fn batch_content(&self, file_id: &str) -> Result<Vec<u8>, StageError> {
         if self.api == Api::Gemini {
             // Files download from the API root's `download/` path: .../download/v1beta/files/x.
-            let root = self.base_url.trim_end_matches('/');
+            let root = self.ep.base_url.trim_end_matches('/');
             let (host, version) = root.rsplit_once('/').unwrap_or((root, "v1beta"));
             let url = format!("{host}/download/{version}/{file_id}:download?alt=media");
             let bytes = self
-                .batch_call("result download", self.http.get(url))
+                .batch_call("result download", self.ep.http.get(url))
                 .await?;
             let mut out = vec![];
             for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
@@ -256,8 +262,9 @@ impl LlmService {
             }
             return Ok(out);
         }
-        let url = format!("{}files/{file_id}/content", self.base_url);
-        self.batch_call("result download", self.http.get(url)).await
+        let url = format!("{}files/{file_id}/content", self.ep.base_url);
+        self.batch_call("result download", self.ep.http.get(url))
+            .await
     }
 }
 

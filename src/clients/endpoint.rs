@@ -1,0 +1,301 @@
+//! What every paid API client shares (the chat services of `clients::llm`, the transcription
+//! services of `clients::asr`): the base URL, the key from the environment (sent as a bearer
+//! token or Gemini's `x-goog-api-key`, scrubbed from every message), the timeouts, one send,
+//! how a non-200 answer is read (retry with the wait the server asked for, reject, or stop the
+//! run), and the latch that fails every later call at once after a refused key.
+//!
+//! One attempt per call everywhere: the runner owns retries.
+
+use crate::config::ServiceConfig;
+use crate::error::{ErrorKind, StageError};
+use serde_json::Value;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// How the key is sent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Auth {
+    Bearer,
+    GoogApiKey,
+}
+
+pub struct Endpoint {
+    pub name: String,
+    /// Ends with `/`.
+    pub base_url: String,
+    pub(crate) key: Option<String>,
+    pub(crate) key_env: Option<String>,
+    pub timeout: Duration,
+    /// Cap on any wait a server asks for between attempts (it may ask for anything).
+    pub max_wait: Duration,
+    pub http: reqwest::Client,
+    auth: Auth,
+    /// A fatal answer (bad key, no quota): later calls fail at once with the same message.
+    fatal: Mutex<Option<String>>,
+}
+
+impl Endpoint {
+    /// `default_timeout` applies when the service sets no `timeout_secs`.
+    pub fn new(
+        name: &str,
+        cfg: &ServiceConfig,
+        auth: Auth,
+        default_timeout: Duration,
+    ) -> Result<Self, String> {
+        // Read now but required only when a call is made, so `validate` and `rethreshold` work
+        // without keys.
+        let key = cfg
+            .api_key_env
+            .as_ref()
+            .and_then(|env| std::env::var(env).ok())
+            .filter(|k| !k.trim().is_empty());
+        crate::tls::ensure_provider();
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(15))
+            .build()
+            .map_err(|e| e.to_string())?;
+        let mut base_url = cfg.base_url.clone();
+        if !base_url.ends_with('/') {
+            base_url.push('/');
+        }
+        let max_wait = match cfg.max_wait_secs {
+            None => Duration::from_secs(60),
+            Some(s) if s.is_finite() && (0.0..=86_400.0).contains(&s) => Duration::from_secs_f64(s),
+            Some(s) => {
+                return Err(format!(
+                    "max_wait_secs must be between 0 and 86400, got {s}"
+                ));
+            }
+        };
+        Ok(Self {
+            name: name.to_string(),
+            base_url,
+            key,
+            key_env: cfg.api_key_env.clone(),
+            timeout: cfg
+                .timeout_secs
+                .map_or(default_timeout, Duration::from_secs),
+            max_wait,
+            http,
+            auth,
+            fatal: Mutex::new(None),
+        })
+    }
+
+    pub fn scrub(&self, text: &str) -> String {
+        crate::secrets::scrub(text, &[self.key.as_deref().unwrap_or_default()])
+    }
+
+    /// Refuses a call the service is known to refuse (an earlier fatal answer) or cannot
+    /// authorise (no key), before any waiting.
+    pub fn check_callable(&self) -> Result<(), StageError> {
+        if let Some(msg) = self.fatal.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Err(StageError::new(ErrorKind::Config, "service_refused", msg));
+        }
+        if let (None, Some(env)) = (&self.key, &self.key_env) {
+            return Err(StageError::new(
+                ErrorKind::Config,
+                "missing_key",
+                format!("set ${env} to the API key of service `{}`", self.name),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Sends `r` with the key and the timeout: the status, the Retry-After seconds and the
+    /// body, or why no answer came (without the URL, which may hold a key).
+    pub async fn send(
+        &self,
+        r: reqwest::RequestBuilder,
+    ) -> Result<(u16, Option<f64>, Vec<u8>), String> {
+        let r = match (&self.key, self.auth) {
+            (Some(k), Auth::Bearer) => r.bearer_auth(k),
+            (Some(k), Auth::GoogApiKey) => r.header("x-goog-api-key", k),
+            (None, _) => r,
+        };
+        let resp = r
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(|e| e.without_url().to_string())?;
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| e.without_url().to_string())?;
+        Ok((status, retry_after, bytes.to_vec()))
+    }
+
+    /// A non-200 answer: why to retry it and the wait its body asks for, or the error that ends
+    /// the call (a fatal refusal, remembered for later calls, or a request no retry can fix).
+    pub fn retry_or_fail(
+        &self,
+        status: u16,
+        bytes: &[u8],
+    ) -> Result<(String, Option<f64>), StageError> {
+        let err: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
+        match classify(status, &err) {
+            Class::Fatal(why) => {
+                let msg = self.scrub(&format!(
+                    "service `{}` refused the request ({status}, {why}){}",
+                    self.name,
+                    self.key_env
+                        .as_ref()
+                        .map(|e| format!("; check the key in ${e} and its plan"))
+                        .unwrap_or_default()
+                ));
+                *self.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(msg.clone());
+                Err(StageError::new(ErrorKind::Config, "service_refused", msg))
+            }
+            Class::Retry(why, hint) => Ok((why, hint)),
+            Class::Reject(why) => Err(StageError::data(
+                "request_refused",
+                self.scrub(&format!("{status}: {why}")),
+            )),
+        }
+    }
+
+    /// The wait before the next attempt, from the server's Retry-After or body hint: checked
+    /// and capped at `max_wait` (see `server_wait`).
+    pub fn asked_wait(&self, secs: Option<f64>) -> Option<Duration> {
+        secs.and_then(|s| server_wait(s, self.max_wait))
+    }
+}
+
+enum Class {
+    /// With the wait the server asked for, in seconds (unchecked).
+    Retry(String, Option<f64>),
+    Fatal(String),
+    Reject(String),
+}
+
+/// A wait a server asked for, in seconds, made safe to sleep on: a negative or non-number value
+/// is ignored (our own backoff applies), anything longer than `cap` (an infinity, 1e30) is cut to
+/// `cap`. Both are logged; neither can panic.
+fn server_wait(secs: f64, cap: Duration) -> Option<Duration> {
+    if secs.is_nan() || secs < 0.0 {
+        tracing::warn!(
+            asked = secs,
+            "Ignoring a server's retry wait that is not a duration."
+        );
+        return None;
+    }
+    if secs > cap.as_secs_f64() {
+        tracing::warn!(
+            asked = secs,
+            cap_secs = cap.as_secs_f64(),
+            "A server asked for a longer retry wait than max_wait_secs; waiting max_wait_secs."
+        );
+        return Some(cap);
+    }
+    Some(Duration::from_secs_f64(secs))
+}
+
+/// "try again in 6ms" / "in 1.5s" in an OpenAI message; Gemini's RetryInfo "retryDelay": "6s"
+/// (seconds, not yet checked: see `server_wait`).
+fn retry_hint(err: &Value) -> Option<f64> {
+    let msg = err["error"]["message"].as_str().unwrap_or("");
+    if let Some(i) = msg.find("try again in ") {
+        let rest = &msg[i + 13..];
+        let num: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        let unit = &rest[num.len()..];
+        if let Ok(v) = num.parse::<f64>() {
+            return Some(if unit.starts_with("ms") {
+                v / 1000.0
+            } else {
+                v
+            });
+        }
+    }
+    err["error"]["details"].as_array().and_then(|d| {
+        d.iter().find_map(|x| {
+            x["retryDelay"]
+                .as_str()
+                .and_then(|s| s.trim_end_matches('s').parse::<f64>().ok())
+        })
+    })
+}
+
+fn classify(status: u16, err: &Value) -> Class {
+    let e = &err["error"];
+    let code = e["code"].as_str().or(e["type"].as_str()).unwrap_or("");
+    let reasons: Vec<&str> = e["details"]
+        .as_array()
+        .map(|d| d.iter().filter_map(|x| x["reason"].as_str()).collect())
+        .unwrap_or_default();
+    let message = e["message"].as_str().unwrap_or("").to_string();
+    let why = |w: &str| {
+        if message.is_empty() {
+            w.to_string()
+        } else {
+            format!("{w}: {message}")
+        }
+    };
+    if code == "insufficient_quota" || e["type"] == "insufficient_quota" {
+        return Class::Fatal(why("insufficient_quota"));
+    }
+    if reasons.contains(&"API_KEY_INVALID")
+        || code == "invalid_api_key"
+        || status == 401
+        || (status == 403 && !reasons.contains(&"RATE_LIMIT_EXCEEDED"))
+    {
+        let r = reasons.first().copied().unwrap_or(if code.is_empty() {
+            "unauthorized"
+        } else {
+            code
+        });
+        return Class::Fatal(why(r));
+    }
+    if status == 429 || status >= 500 || status == 408 {
+        return Class::Retry(
+            why(if code.is_empty() {
+                "rate limited or server error"
+            } else {
+                code
+            }),
+            retry_hint(err),
+        );
+    }
+    Class::Reject(why(if code.is_empty() {
+        e["status"].as_str().unwrap_or("bad request")
+    } else {
+        code
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_hints_from_both_apis() {
+        let o: Value = serde_json::from_str(
+            r#"{"error":{"message":"Limit 10000 / min. Please try again in 6ms. Visit"}}"#,
+        )
+        .unwrap();
+        assert_eq!(retry_hint(&o), Some(0.006));
+        let g: Value = serde_json::from_str(r#"{"error":{"details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"1.5s"}]}}"#).unwrap();
+        assert_eq!(retry_hint(&g), Some(1.5));
+    }
+
+    #[test]
+    fn server_waits_never_panic_and_never_pass_the_cap() {
+        let cap = Duration::from_secs(5);
+        for bad in [-1.0, f64::NAN, f64::NEG_INFINITY] {
+            assert_eq!(server_wait(bad, cap), None, "{bad}");
+        }
+        for huge in [f64::INFINITY, 1e30, 56.0, f64::MAX] {
+            assert_eq!(server_wait(huge, cap), Some(cap), "{huge}");
+        }
+        assert_eq!(server_wait(1.5, cap), Some(Duration::from_millis(1500)));
+        assert_eq!(server_wait(0.0, cap), Some(Duration::ZERO));
+    }
+}
