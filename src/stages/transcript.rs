@@ -364,6 +364,18 @@ impl Processor for TranscriptStage {
         Slot::Transcript
     }
 
+    /// One upload a video (24 MiB of 16 kHz mono is about 13 minutes; captions make it none).
+    fn estimate(&self) -> crate::runtime::stage::StageEstimate {
+        crate::runtime::stage::StageEstimate {
+            calls: vec![crate::runtime::stage::CallEstimate {
+                service: self.svc.name.clone(),
+                model: self.cfg.model.clone(),
+                ..Default::default()
+            }],
+            frames: None,
+        }
+    }
+
     async fn process(
         &self,
         rec: &VideoRecord,
