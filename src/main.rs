@@ -309,8 +309,10 @@ enum BatchCmd {
     /// `vllm run-batch -i FILE -o RESULTS -m MODEL`.
     ///
     /// The requests are those of services with `mode = "offline"` (or "batch") that the last
-    /// run deferred; `custom_id` is each request's cache key.
+    /// run deferred; `custom_id` is each request's cache key. A Gemini service's lines are
+    /// Gemini's `{key, request}` instead.
     Export {
+        /// A run directory (for a run on an object store: its --work-dir).
         run_dir: PathBuf,
         /// Only this stage's requests (its id in the pipeline file).
         stage: String,
@@ -321,7 +323,9 @@ enum BatchCmd {
     /// Read batch results (OpenAI's output format, which `vllm run-batch` writes) into the
     /// run's response cache; rerun the pipeline to use them.
     Import {
+        /// A run directory (for a run on an object store: its --work-dir).
         run_dir: PathBuf,
+        /// The stage whose requests the file answers (lines of other stages are ignored).
         stage: String,
         /// The results file (JSONL).
         file: PathBuf,
