@@ -92,10 +92,6 @@ impl AsrService {
         })
     }
 
-    fn scrub(&self, text: &str) -> String {
-        self.ep.scrub(text)
-    }
-
     /// The audio enters the key as its BLAKE3 hash: the same chunk of the same video (or the
     /// same bytes in another video) is never paid for twice.
     fn cache_key(&self, req: &TranscribeRequest) -> CacheKey {
@@ -135,10 +131,10 @@ impl AsrService {
         let started = Instant::now();
         let reply = self.post(&url, content_type, body).await;
         let latency = started.elapsed().as_millis() as i64;
-        let (why, hint) = match reply {
-            None => ("no answer (timeout or connection error)".to_string(), None),
-            Some((200, _, bytes)) => match parse_verbose_json(&bytes) {
+        let unreadable = match &reply {
+            Some((200, _, bytes)) => match parse_verbose_json(bytes) {
                 Ok(t) => {
+                    let bytes = reply.map(|r| r.2).unwrap_or_default();
                     cache
                         .store(
                             &key,
@@ -153,19 +149,26 @@ impl AsrService {
                         .await?;
                     return Ok(t);
                 }
-                Err(e) => (format!("unreadable answer: {e}"), None),
+                Err(e) => Some(e),
             },
-            Some((status, retry_after, bytes)) => {
-                let (why, hint) = self.retry_or_fail(status, &bytes)?;
-                (why, retry_after.or(hint))
-            }
+            _ => None,
         };
-        let asked = self.ep.asked_wait(hint);
-        Err(StageError::external(
-            "service_unavailable",
-            self.scrub(&format!("{}: {why}", self.name)),
-        )
-        .with_retry_after(asked))
+        let status = reply.as_ref().map_or(0, |r| r.0);
+        let mut e = self.ep.failed(reply, unreadable);
+        if e.kind == ErrorKind::Data {
+            // A request the server will never take: for a 413, what to change.
+            e.detail = format!(
+                "{}: {}{}",
+                self.name,
+                e.detail,
+                if status == 413 {
+                    " (lower the stage's max_upload_bytes)"
+                } else {
+                    ""
+                }
+            );
+        }
+        Err(e)
     }
 
     /// One multipart POST: what came back, or None when no answer came.
@@ -186,26 +189,6 @@ impl AsrService {
             .await
             .map_err(|e| tracing::debug!(error = %e, "request failed"))
             .ok()
-    }
-
-    /// A non-200 answer, read as the chat services read theirs; a request the server will
-    /// never take names this service, and for a 413 what to change.
-    fn retry_or_fail(
-        &self,
-        status: u16,
-        bytes: &[u8],
-    ) -> Result<(String, Option<f64>), StageError> {
-        self.ep.retry_or_fail(status, bytes).map_err(|mut e| {
-            if e.kind == ErrorKind::Data {
-                let hint = if status == 413 {
-                    " (lower the stage's max_upload_bytes)"
-                } else {
-                    ""
-                };
-                e.detail = format!("{}: {}{hint}", self.name, e.detail);
-            }
-            e
-        })
     }
 }
 

@@ -165,6 +165,31 @@ impl Endpoint {
     pub fn asked_wait(&self, secs: Option<f64>) -> Option<Duration> {
         secs.and_then(|s| server_wait(s, self.max_wait))
     }
+
+    /// The error of a call that did not give an answer: `None` (no answer came), a 200 whose
+    /// body was unreadable (`unreadable`), or another status. Retryable ones carry the wait the
+    /// server asked for; a refusal is the error `retry_or_fail` makes of it.
+    pub fn failed(
+        &self,
+        reply: Option<(u16, Option<f64>, Vec<u8>)>,
+        unreadable: Option<String>,
+    ) -> StageError {
+        let (why, hint) = match (reply, unreadable) {
+            (_, Some(e)) => (format!("unreadable answer: {e}"), None),
+            (None, None) => ("no answer (timeout or connection error)".to_string(), None),
+            (Some((status, retry_after, bytes)), None) => {
+                match self.retry_or_fail(status, &bytes) {
+                    Ok((why, hint)) => (why, retry_after.or(hint)),
+                    Err(e) => return e,
+                }
+            }
+        };
+        StageError::external(
+            "service_unavailable",
+            self.scrub(&format!("{}: {why}", self.name)),
+        )
+        .with_retry_after(self.asked_wait(hint))
+    }
 }
 
 enum Class {

@@ -324,11 +324,13 @@ impl LlmService {
         let started = Instant::now();
         let reply = self.post(&url, body.to_string()).await;
         let latency = started.elapsed().as_millis() as i64;
-        let (retry_reason, wait_hint) = match reply {
-            None => ("no answer (timeout or connection error)".to_string(), None),
-            Some((200, _, bytes)) => match parse_answer(self.api, &bytes) {
+        // One attempt per call: the runner owns retries (per video, the stage's `retries`),
+        // waiting at least what the server asked for.
+        let unreadable = match &reply {
+            Some((200, _, bytes)) => match parse_answer(self.api, bytes) {
                 Ok(a) => {
                     self.settle_tokens(charged, &a);
+                    let bytes = reply.map(|r| r.2).unwrap_or_default();
                     cache
                         .store(
                             &key,
@@ -345,21 +347,11 @@ impl LlmService {
                         .await?;
                     return Ok(a);
                 }
-                Err(e) => (format!("unreadable answer: {e}"), None),
+                Err(e) => Some(e),
             },
-            Some((status, retry_after, bytes)) => {
-                let (why, hint) = self.ep.retry_or_fail(status, &bytes)?;
-                (why, retry_after.or(hint))
-            }
+            _ => None,
         };
-        // One attempt per call: the runner owns retries (per video, the stage's `retries`),
-        // waiting at least what the server asked for.
-        let asked = self.ep.asked_wait(wait_hint);
-        Err(StageError::external(
-            "service_unavailable",
-            self.scrub(&format!("{}: {retry_reason}", self.name)),
-        )
-        .with_retry_after(asked))
+        Err(self.ep.failed(reply, unreadable))
     }
 
     /// Waits until the service's request and token budgets allow `req`; returns the estimate

@@ -77,6 +77,18 @@ impl LlmService {
         })
     }
 
+    /// POSTs `body` as JSON; the answer, read as JSON.
+    async fn post_json(&self, what: &str, url: String, body: &Value) -> Result<Value, StageError> {
+        let r = self
+            .ep
+            .http
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        let bytes = self.batch_call(what, r).await?;
+        self.json_of(what, &bytes)
+    }
+
     /// Uploads a job's input file; its file id.
     pub async fn batch_upload(&self, name: &str, jsonl: Vec<u8>) -> Result<String, StageError> {
         let part = reqwest::multipart::Part::bytes(jsonl)
@@ -107,15 +119,14 @@ impl LlmService {
             "completion_window": self.completion_window,
             "metadata": {"vidcurate_job": job, "service": self.name},
         });
-        let url = format!("{}batches", self.ep.base_url);
-        let r = self
-            .ep
-            .http
-            .post(url)
-            .header("content-type", "application/json")
-            .body(body.to_string());
-        let bytes = self.batch_call("batch create", r).await?;
-        Ok(BatchInfo::from_json(&self.json_of("batch create", &bytes)?))
+        let v = self
+            .post_json(
+                "batch create",
+                format!("{}batches", self.ep.base_url),
+                &body,
+            )
+            .await?;
+        Ok(BatchInfo::from_json(&v))
     }
 
     pub async fn batch_get(&self, id: &str) -> Result<BatchInfo, StageError> {
@@ -156,14 +167,9 @@ impl LlmService {
         let body = json!({"batch": {"display_name": name,
             "input_config": {"requests": {"requests": requests}}}});
         let url = format!("{}models/{model}:batchGenerateContent", self.ep.base_url);
-        let r = self
-            .ep
-            .http
-            .post(url)
-            .header("content-type", "application/json")
-            .body(body.to_string());
-        let bytes = self.batch_call("batch create", r).await?;
-        Ok(gemini_batch(&self.json_of("batch create", &bytes)?))
+        Ok(gemini_batch(
+            &self.post_json("batch create", url, &body).await?,
+        ))
     }
 
     /// The Gemini batch named `display_name`, if a stopped run created it.
