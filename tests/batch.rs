@@ -65,7 +65,7 @@ fn output_line(n: usize, custom_id: &str, content: Option<&str>) -> String {
 /// The answer for one request: (output line, or error line).
 fn answer(title: &str, n: usize, custom_id: &str, repair: bool) -> Result<String, String> {
     match title {
-        "riot" => Ok(output_line(0, custom_id, Some("9"))),
+        t if t.starts_with("riot") => Ok(output_line(0, custom_id, Some("9"))),
         "lecture" => Ok(output_line(0, custom_id, Some(" 2\n"))),
         // The recorded `length` line: not a score, so the stage asks again (a repair).
         "cut" if !repair => Ok(output_line(1, custom_id, None)),
@@ -747,4 +747,44 @@ fn gemini_batch_mode_round_trip_and_a_lost_batch_name_is_found_again() {
     let o = run_with_key(&p, &out);
     assert_eq!(o.status.code(), Some(3), "{}", err(&o));
     assert_eq!(server.requests().len(), n);
+}
+
+#[test]
+fn hundreds_of_videos_through_small_channels_go_out_in_several_batches() {
+    // 300 videos, 2-slot channels, 4 in flight, at most 120 requests a batch: the first pass
+    // must set every video aside without backing up, and three batches answer them all.
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::new(Duration::from_millis(200));
+    let server = fake.server();
+    let titles: Vec<String> = (0..300).map(|i| format!("riot{i}")).collect();
+    let t: Vec<&str> = titles.iter().map(String::as_str).collect();
+    url_manifest(dir.path(), &t);
+    let p = relevance_pipeline_with(
+        dir.path(),
+        &server.url(),
+        "mode = \"batch\"\nbatch_poll_secs = 0.05\nbatch_max_requests = 120",
+        "[runtime]\nchannel_capacity = 2",
+        "max_in_flight = 4\nselect = { min_score = 1 }",
+    );
+    let out = dir.path().join("run");
+    let o = run_with_key(&p, &out);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert_eq!(posts(&server, "/v1/batches"), 3);
+    assert_eq!(server.count("/v1/chat/completions"), 0);
+    let s = scores(&out);
+    assert_eq!(s.len(), 300);
+    assert!(
+        s.values()
+            .all(|(score, attempts)| score == "9" && attempts == "1")
+    );
+    let jobs: Value =
+        serde_json::from_slice(&std::fs::read(out.join("batches/openai/jobs.json")).unwrap())
+            .unwrap();
+    let sizes: Vec<u64> = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["requests"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, vec![120, 120, 60]);
 }
