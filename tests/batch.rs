@@ -552,16 +552,24 @@ fn offline_mode_exports_requests_and_imports_results() {
     assert_eq!(server.requests().len(), 0);
 }
 
-/// A fake Gemini Batch Mode: `models/M:batchGenerateContent` with inline requests, operations
-/// that go BATCH_STATE_PENDING → RUNNING → SUCCEEDED (or stay running while held), inline
-/// responses made of the recorded generateContent bodies (text swapped; the recorded SAFETY
-/// finish for one), an error item for another, and `generateContent` live for the retry.
+/// A fake Gemini Batch Mode: `models/M:batchGenerateContent` with inline requests or an
+/// uploaded file (the Files API's resumable start + upload/finalize), operations that go
+/// BATCH_STATE_PENDING → RUNNING → SUCCEEDED (or stay running while held), results inline or as
+/// a `responsesFile` to download, made of the recorded generateContent bodies (text swapped;
+/// the recorded SAFETY finish for one), an error item for another, and `generateContent` live
+/// for the retry.
 fn gemini_batch_fake(hold: Arc<AtomicBool>) -> (FakeServer, Arc<Mutex<Vec<Value>>>) {
     use crate::judge::{GEMINI_KEY, gemini_says};
     let created: Arc<Mutex<Vec<(Instant, Value)>>> = Arc::default();
     let bodies: Arc<Mutex<Vec<Value>>> = Arc::default();
-    let (c2, b2) = (created.clone(), bodies.clone());
-    let op = move |i: usize, at: Instant, body: &Value, hold: bool| -> Value {
+    let files: Arc<Mutex<HashMap<String, Vec<u8>>>> = Arc::default();
+    let (c2, b2, f2) = (created.clone(), bodies.clone(), files.clone());
+    let op = move |i: usize,
+                   at: Instant,
+                   body: &Value,
+                   hold: bool,
+                   files: &mut HashMap<String, Vec<u8>>|
+          -> Value {
         let t = at.elapsed();
         let state = if t < Duration::from_millis(100) {
             "BATCH_STATE_PENDING"
@@ -571,33 +579,69 @@ fn gemini_batch_fake(hold: Arc<AtomicBool>) -> (FakeServer, Arc<Mutex<Vec<Value>
             "BATCH_STATE_SUCCEEDED"
         };
         let batch = &body["batch"];
-        let reqs = batch["input_config"]["requests"]["requests"]
-            .as_array()
-            .unwrap();
+        let input = &batch["input_config"];
+        // (key, request) pairs, inline or from the uploaded file.
+        let reqs: Vec<(Value, Value)> = match input["file_name"].as_str() {
+            Some(f) => String::from_utf8(files[f].clone())
+                .unwrap()
+                .lines()
+                .map(|l| {
+                    let v: Value = serde_json::from_str(l).unwrap();
+                    assert_eq!(
+                        v.as_object().unwrap().len(),
+                        2,
+                        "file lines are {{key, request}}: {v}"
+                    );
+                    (v["key"].clone(), v["request"].clone())
+                })
+                .collect(),
+            None => input["requests"]["requests"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| (r["metadata"]["key"].clone(), r["request"].clone()))
+                .collect(),
+        };
         let mut o = json!({"name": format!("batches/b{i}"), "metadata": {
             "@type": "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch",
             "model": "models/gemini-2.5-flash-lite", "displayName": batch["display_name"], "state": state,
             "batchStats": {"requestCount": reqs.len().to_string()}}});
         if state == "BATCH_STATE_SUCCEEDED" {
+            let text = |s: &str| -> Value { serde_json::from_slice(&gemini_says(s).body).unwrap() };
             let items: Vec<Value> = reqs
                 .iter()
-                .map(|r| {
-                    let prompt = r["request"]["contents"][0]["parts"][0]["text"].as_str().unwrap();
+                .map(|(key, req)| {
+                    let prompt = req["contents"][0]["parts"][0]["text"].as_str().unwrap();
                     let title = prompt.lines().find_map(|l| l.strip_prefix("Title: ")).unwrap_or("");
-                    let key = r["metadata"]["key"].clone();
-                    let text = |s: &str| -> Value { serde_json::from_slice(&gemini_says(s).body).unwrap() };
                     match title {
-                        "riot" => json!({"response": text("9"), "metadata": {"key": key}}),
-                        "lecture" => json!({"response": text("2"), "metadata": {"key": key}}),
-                        "unsafe" => json!({"response": serde_json::from_slice::<Value>(&llm_fixture("gemini/generate_content_finish_safety.json")).unwrap(), "metadata": {"key": key}}),
-                        "expire" => json!({"error": {"code": 4, "message": "Deadline expired before operation could complete.", "status": "DEADLINE_EXCEEDED"}, "metadata": {"key": key}}),
+                        "riot" => json!({"response": text("9"), "key": key}),
+                        "lecture" => json!({"response": text("2"), "key": key}),
+                        "unsafe" => json!({"response": serde_json::from_slice::<Value>(&llm_fixture("gemini/generate_content_finish_safety.json")).unwrap(), "key": key}),
+                        "expire" => json!({"error": {"code": 4, "message": "Deadline expired before operation could complete.", "status": "DEADLINE_EXCEEDED"}, "key": key}),
                         other => panic!("unexpected title {other:?}"),
                     }
                 })
                 .collect();
             o["done"] = json!(true);
-            o["response"] = json!({"@type": "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatchOutput",
-                "inlinedResponses": {"inlinedResponses": items}});
+            o["response"] = if input["file_name"].is_string() {
+                let name = format!("files/out-{i}");
+                let lines: String = items.iter().map(|it| format!("{it}\n")).collect();
+                files.insert(name.clone(), lines.into_bytes());
+                json!({"@type": "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatchOutput",
+                    "responsesFile": name})
+            } else {
+                // Inline items carry the key in their metadata.
+                let inline: Vec<Value> = items
+                    .into_iter()
+                    .map(|mut it| {
+                        let key = it.as_object_mut().unwrap().remove("key").unwrap();
+                        it["metadata"] = json!({"key": key});
+                        it
+                    })
+                    .collect();
+                json!({"@type": "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatchOutput",
+                    "inlinedResponses": {"inlinedResponses": inline}})
+            };
         }
         o
     };
@@ -606,27 +650,61 @@ fn gemini_batch_fake(hold: Arc<AtomicBool>) -> (FakeServer, Arc<Mutex<Vec<Value>
             return Response::json(400, llm_fixture("gemini/error_400_api_key_invalid.json"));
         }
         let mut c = c2.lock().unwrap();
+        let mut files = f2.lock().unwrap();
         let held = hold.load(Ordering::SeqCst);
         match (r.method.as_str(), r.path.as_str()) {
+            ("POST", "/upload/v1beta/files") => {
+                assert_eq!(
+                    r.headers.get("x-goog-upload-protocol").map(String::as_str),
+                    Some("resumable")
+                );
+                assert_eq!(
+                    r.headers.get("x-goog-upload-command").map(String::as_str),
+                    Some("start")
+                );
+                let host = r.headers["host"].clone();
+                let n = files.len();
+                Response::json(200, "{}").header(
+                    "X-Goog-Upload-URL",
+                    &format!("http://{host}/upload-session/{n}"),
+                )
+            }
+            ("POST", p) if p.starts_with("/upload-session/") => {
+                assert_eq!(
+                    r.headers.get("x-goog-upload-command").map(String::as_str),
+                    Some("upload, finalize")
+                );
+                let name = format!("files/in-{}", &p["/upload-session/".len()..]);
+                files.insert(name.clone(), r.body.clone());
+                Response::json(200, json!({"file": {"name": name, "mimeType": "application/jsonl", "state": "ACTIVE"}}).to_string())
+            }
+            ("GET", p) if p.starts_with("/download/v1beta/files/") => {
+                assert_eq!(r.query.get("alt").map(String::as_str), Some("media"));
+                let name = p["/download/v1beta/".len()..]
+                    .trim_end_matches(":download")
+                    .to_string();
+                Response::bytes(200, "application/octet-stream", files[&name].clone())
+            }
             ("POST", "/v1beta/models/gemini-2.5-flash-lite:batchGenerateContent") => {
                 let v: Value = serde_json::from_slice(&r.body).unwrap();
                 b2.lock().unwrap().push(v.clone());
                 c.push((Instant::now(), v));
                 let (at, body) = c.last().unwrap().clone();
-                Response::json(200, op(c.len() - 1, at, &body, held).to_string())
+                Response::json(
+                    200,
+                    op(c.len() - 1, at, &body, held, &mut files).to_string(),
+                )
             }
             ("GET", "/v1beta/batches") => {
-                let ops: Vec<Value> = c
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (at, b))| op(i, *at, b, held))
+                let ops: Vec<Value> = (0..c.len())
+                    .map(|i| op(i, c[i].0, &c[i].1.clone(), held, &mut files))
                     .collect();
                 Response::json(200, json!({"operations": ops}).to_string())
             }
             ("GET", p) if p.starts_with("/v1beta/batches/b") => {
                 let i: usize = p["/v1beta/batches/b".len()..].parse().unwrap();
                 let (at, b) = c[i].clone();
-                Response::json(200, op(i, at, &b, held).to_string())
+                Response::json(200, op(i, at, &b, held, &mut files).to_string())
             }
             ("POST", "/v1beta/models/gemini-2.5-flash-lite:generateContent") => {
                 let v: Value = serde_json::from_slice(&r.body).unwrap();
@@ -644,6 +722,10 @@ fn gemini_batch_fake(hold: Arc<AtomicBool>) -> (FakeServer, Arc<Mutex<Vec<Value>
 }
 
 fn gemini_batch_pipeline(dir: &Path, url: &str) -> std::path::PathBuf {
+    gemini_batch_pipeline_with(dir, url, "")
+}
+
+fn gemini_batch_pipeline_with(dir: &Path, url: &str, service: &str) -> std::path::PathBuf {
     url_manifest(dir, &["riot", "lecture", "unsafe", "expire"]);
     let p = dir.join("p.toml");
     write(
@@ -656,6 +738,7 @@ api = "gemini"
 api_key_env = "VIDCURATE_TEST_GEMINI_KEY"
 mode = "batch"
 batch_poll_secs = 0.05
+{service}
 
 [source]
 type = "local"
@@ -787,4 +870,37 @@ fn hundreds_of_videos_through_small_channels_go_out_in_several_batches() {
         .map(|j| j["requests"].as_u64().unwrap())
         .collect();
     assert_eq!(sizes, vec![120, 120, 60]);
+}
+
+#[test]
+fn a_gemini_batch_over_the_inline_limit_goes_as_an_uploaded_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, bodies) = gemini_batch_fake(Arc::new(AtomicBool::new(false)));
+    // Every job is over a limit of 0 MiB: uploaded as a JSONL file, results downloaded.
+    let p = gemini_batch_pipeline_with(dir.path(), &server.url(), "batch_inline_mib = 0");
+    let out = dir.path().join("run");
+    let o = run_with_key(&p, &out);
+    assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+    assert_eq!(posts(&server, "/upload/v1beta/files"), 1);
+    let body = bodies.lock().unwrap()[0].clone();
+    assert!(
+        body["batch"]["input_config"]["file_name"]
+            .as_str()
+            .is_some_and(|f| f.starts_with("files/in-")),
+        "{body}"
+    );
+    assert_eq!(server.count("/download/v1beta/files/out-0"), 1);
+    let s = scores(&out);
+    assert_eq!(
+        (
+            s["riot"].0.as_str(),
+            s["lecture"].0.as_str(),
+            s["expire"].0.as_str()
+        ),
+        ("9", "2", "6")
+    );
+    let jobs: Value =
+        serde_json::from_slice(&std::fs::read(out.join("batches/gemini/jobs.json")).unwrap())
+            .unwrap();
+    assert_eq!(jobs[0]["file_id"], "files/in-0", "{jobs}");
 }

@@ -108,6 +108,15 @@ impl Endpoint {
         &self,
         r: reqwest::RequestBuilder,
     ) -> Result<(u16, Option<f64>, Vec<u8>), String> {
+        let (status, retry_after, _, bytes) = self.send_full(r).await?;
+        Ok((status, retry_after, bytes))
+    }
+
+    /// `send`, with the answer's headers (a resumable upload's URL comes in one).
+    pub async fn send_full(
+        &self,
+        r: reqwest::RequestBuilder,
+    ) -> Result<(u16, Option<f64>, reqwest::header::HeaderMap, Vec<u8>), String> {
         let r = match (&self.key, self.auth) {
             (Some(k), Auth::Bearer) => r.bearer_auth(k),
             (Some(k), Auth::GoogApiKey) => r.header("x-goog-api-key", k),
@@ -124,11 +133,12 @@ impl Endpoint {
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<f64>().ok());
+        let headers = resp.headers().clone();
         let bytes = resp
             .bytes()
             .await
             .map_err(|e| e.without_url().to_string())?;
-        Ok((status, retry_after, bytes.to_vec()))
+        Ok((status, retry_after, headers, bytes.to_vec()))
     }
 
     /// A non-200 answer: why to retry it and the wait its body asks for, or the error that ends

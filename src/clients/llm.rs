@@ -112,6 +112,8 @@ pub struct LlmService {
     batch_repairs: RepairRoute,
     pub batch_max_requests: usize,
     pub batch_max_bytes: u64,
+    /// Gemini: a job up to this size goes inline, a larger one as an uploaded JSONL file.
+    pub batch_inline_bytes: u64,
     batch_poll: Duration,
     completion_window: String,
 }
@@ -183,14 +185,17 @@ impl LlmService {
                 Some(n) if (1..=50_000).contains(&n) => n,
                 Some(n) => return Err(format!("batch_max_requests must be 1..=50000, got {n}")),
             },
-            batch_max_bytes: match cfg.batch_max_mib {
-                // Gemini batches go inline, which its API takes up to 20 MB.
-                None if api == Api::Gemini => 19 << 20,
-                Some(m) if api == Api::Gemini && m > 19.0 => {
+            batch_inline_bytes: match cfg.batch_inline_mib {
+                // Gemini takes inline requests up to 20 MB.
+                None => 19 << 20,
+                Some(m) if m.is_finite() && (0.0..=19.0).contains(&m) => (m * 1048576.0) as u64,
+                Some(m) => {
                     return Err(format!(
-                        "batch_max_mib: a Gemini batch is sent inline, at most 20 MB; use 19 or less, got {m}"
+                        "batch_inline_mib must be between 0 and 19 (Gemini takes 20 MB inline), got {m}"
                     ));
                 }
+            },
+            batch_max_bytes: match cfg.batch_max_mib {
                 None => 190 << 20,
                 Some(m) if m.is_finite() && m > 0.0 && m <= 200.0 => (m * 1048576.0) as u64,
                 Some(m) => {

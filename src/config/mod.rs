@@ -101,6 +101,10 @@ pub struct ServiceConfig {
     /// Batch mode: the largest input file in MiB [default 190; OpenAI allows 200 MB].
     #[serde(default)]
     pub batch_max_mib: Option<f64>,
+    /// Batch mode, Gemini: a batch up to this many MiB goes inline, a larger one as an uploaded
+    /// JSONL file [default 19; Gemini takes 20 MB inline].
+    #[serde(default)]
+    pub batch_inline_mib: Option<f64>,
     /// Batch mode: the completion window asked for [default "24h"].
     #[serde(default)]
     pub completion_window: Option<String>,

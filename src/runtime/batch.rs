@@ -583,8 +583,8 @@ pub async fn settle(
                     }
                 }
                 Api::Gemini => {
-                    // Inline requests, named after the job: a lost batch name is found again
-                    // by its display name.
+                    // Named after the job: a lost batch name is found again by its display
+                    // name.
                     let name = svc.batch_display_name(&job.name);
                     match with_retries("list batches", cancel, || svc.gemini_batch_find(&name))
                         .await?
@@ -597,8 +597,20 @@ pub async fn settle(
                             let bytes = std::fs::read(&path)
                                 .map_err(|e| RunError::io(path.display().to_string(), e))?;
                             let model = job.model.clone().unwrap_or_default();
+                            // Above the inline limit, a JSONL file of {key, request} lines,
+                            // uploaded first (and recorded, so a resume does not upload it
+                            // again).
+                            if job.bytes > svc.batch_inline_bytes && job.file_id.is_none() {
+                                let id = with_retries("upload", cancel, || {
+                                    svc.gemini_upload(&name, &bytes)
+                                })
+                                .await?;
+                                job.file_id = Some(id);
+                                queue.save_job(&job).map_err(internal)?;
+                            }
+                            let file = job.file_id.clone();
                             with_retries("create batch", cancel, || {
-                                svc.gemini_batch_create(&model, &name, &bytes)
+                                svc.gemini_batch_create(&model, &name, &bytes, file.as_deref())
                             })
                             .await?
                         }

@@ -40,14 +40,23 @@ impl LlmService {
         what: &str,
         r: reqwest::RequestBuilder,
     ) -> Result<Vec<u8>, StageError> {
-        let (status, retry_after, bytes) = self.ep.send(r).await.map_err(|e| {
+        Ok(self.batch_call_headers(what, r).await?.0)
+    }
+
+    /// `batch_call`, with the answer's headers.
+    async fn batch_call_headers(
+        &self,
+        what: &str,
+        r: reqwest::RequestBuilder,
+    ) -> Result<(Vec<u8>, reqwest::header::HeaderMap), StageError> {
+        let (status, retry_after, headers, bytes) = self.ep.send_full(r).await.map_err(|e| {
             StageError::external(
                 "service_unavailable",
                 self.scrub(&format!("{} {what}: {e}", self.name)),
             )
         })?;
         if status == 200 {
-            return Ok(bytes);
+            return Ok((bytes, headers));
         }
         match self.ep.retry_or_fail(status, &bytes) {
             Ok((why, hint)) => Err(StageError::external(
@@ -150,26 +159,89 @@ impl LlmService {
         format!("vidcurate-{}-{job}", self.queue_name)
     }
 
-    /// Creates a Gemini batch of `model` from a job file's lines, as inline requests.
+    /// Creates a Gemini batch of `model`: from an uploaded file of the job's lines when there
+    /// is one, else with the job file's lines as inline requests.
     pub async fn gemini_batch_create(
         &self,
         model: &str,
         name: &str,
         jsonl: &[u8],
+        file: Option<&str>,
     ) -> Result<BatchInfo, StageError> {
-        let mut requests = vec![];
-        for line in jsonl.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            let v: Value = serde_json::from_slice(line).map_err(|e| {
-                StageError::internal("batch_queue", format!("a job line of {name}: {e}"))
-            })?;
-            requests.push(json!({"request": v["request"], "metadata": {"key": v["key"]}}));
-        }
-        let body = json!({"batch": {"display_name": name,
-            "input_config": {"requests": {"requests": requests}}}});
+        let input = match file {
+            Some(f) => json!({"file_name": f}),
+            None => {
+                let mut requests = vec![];
+                for v in gemini_lines(name, jsonl)? {
+                    requests.push(json!({"request": v["request"], "metadata": {"key": v["key"]}}));
+                }
+                json!({"requests": {"requests": requests}})
+            }
+        };
+        let body = json!({"batch": {"display_name": name, "input_config": input}});
         let url = format!("{}models/{model}:batchGenerateContent", self.ep.base_url);
         Ok(gemini_batch(
             &self.post_json("batch create", url, &body).await?,
         ))
+    }
+
+    /// Uploads a job's lines as Gemini's batch file ({key, request} per line) with the Files
+    /// API's resumable protocol (start, then upload and finalize in one go); its name
+    /// (`files/…`).
+    pub async fn gemini_upload(&self, name: &str, jsonl: &[u8]) -> Result<String, StageError> {
+        let mut body = vec![];
+        for v in gemini_lines(name, jsonl)? {
+            body.extend(
+                json!({"key": v["key"], "request": v["request"]})
+                    .to_string()
+                    .into_bytes(),
+            );
+            body.push(b'\n');
+        }
+        let root = self.ep.base_url.trim_end_matches('/');
+        let (host, version) = root.rsplit_once('/').unwrap_or((root, "v1beta"));
+        let start = self
+            .ep
+            .http
+            .post(format!("{host}/upload/{version}/files"))
+            .header("X-Goog-Upload-Protocol", "resumable")
+            .header("X-Goog-Upload-Command", "start")
+            .header(
+                "X-Goog-Upload-Header-Content-Length",
+                body.len().to_string(),
+            )
+            .header("X-Goog-Upload-Header-Content-Type", "application/jsonl")
+            .header("content-type", "application/json")
+            .body(json!({"file": {"display_name": name}}).to_string());
+        let (_, headers) = self.batch_call_headers("file upload", start).await?;
+        let url = headers
+            .get("x-goog-upload-url")
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+            .ok_or_else(|| {
+                StageError::external(
+                    "service_unavailable",
+                    format!(
+                        "{} file upload: no X-Goog-Upload-URL in the answer",
+                        self.name
+                    ),
+                )
+            })?;
+        let upload = self
+            .ep
+            .http
+            .post(url)
+            .header("X-Goog-Upload-Offset", "0")
+            .header("X-Goog-Upload-Command", "upload, finalize")
+            .body(body);
+        let (bytes, _) = self.batch_call_headers("file upload", upload).await?;
+        let v = self.json_of("file upload", &bytes)?;
+        v["file"]["name"].as_str().map(String::from).ok_or_else(|| {
+            StageError::external(
+                "service_unavailable",
+                format!("{} file upload: no file name in the answer", self.name),
+            )
+        })
     }
 
     /// The Gemini batch named `display_name`, if a stopped run created it.
@@ -272,6 +344,19 @@ impl LlmService {
         self.batch_call("result download", self.ep.http.get(url))
             .await
     }
+}
+
+/// A job file's lines, parsed.
+fn gemini_lines(name: &str, jsonl: &[u8]) -> Result<Vec<Value>, StageError> {
+    jsonl
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|line| {
+            serde_json::from_slice(line).map_err(|e| {
+                StageError::internal("batch_queue", format!("a job line of {name}: {e}"))
+            })
+        })
+        .collect()
 }
 
 /// A Gemini batch operation as a `BatchInfo`: its state in OpenAI's words, and its inline
