@@ -281,6 +281,7 @@ impl BatchQueue {
         // The open job of each model: its index in `made` and its file.
         let mut open: HashMap<Option<String>, (usize, std::fs::File, PathBuf)> = HashMap::new();
         let mut seen = HashSet::new();
+        let mut job_of: HashMap<String, usize> = HashMap::new();
         for line in BufReader::new(f).lines() {
             let line = line.map_err(|e| io_err(&pending_path, e))?;
             let Ok(head) = serde_json::from_str::<Head>(&line) else {
@@ -309,6 +310,7 @@ impl BatchQueue {
                 open.insert(head.model.clone(), (made.len() - 1, file, path));
             }
             let (i, file, path) = open.get_mut(&head.model).expect("a job file is open");
+            job_of.insert(head.custom_id.clone(), *i);
             file.write_all(format!("{line}\n").as_bytes())
                 .map_err(|e| io_err(path, e))?;
             made[*i].requests += 1;
@@ -316,6 +318,34 @@ impl BatchQueue {
         }
         for (_, (_, file, path)) in open {
             file.sync_all().map_err(|e| io_err(&path, e))?;
+        }
+        // Each job's cache keys beside it, so filing its results reads only its own.
+        let mut key_files: Vec<Option<std::fs::File>> = (0..made.len()).map(|_| None).collect();
+        let requests = q.dir.join("requests.jsonl");
+        if let Ok(f) = std::fs::File::open(&requests) {
+            for line in BufReader::new(f).lines() {
+                let line = line.map_err(|e| io_err(&requests, e))?;
+                let Some(&i) = serde_json::from_str::<IdOnly>(&line)
+                    .ok()
+                    .and_then(|id| job_of.get(&id.custom_id))
+                else {
+                    continue;
+                };
+                let path = job_keys_path(&q.dir, &made[i].name);
+                if key_files[i].is_none() {
+                    key_files[i] =
+                        Some(std::fs::File::create(&path).map_err(|e| io_err(&path, e))?);
+                }
+                let f = key_files[i].as_mut().expect("opened");
+                f.write_all(format!("{line}\n").as_bytes())
+                    .map_err(|e| io_err(&path, e))?;
+            }
+        }
+        for (f, job) in key_files.into_iter().zip(&made) {
+            if let Some(f) = f {
+                f.sync_all()
+                    .map_err(|e| io_err(&job_keys_path(&q.dir, &job.name), e))?;
+            }
         }
         let n = made.len();
         jobs.extend(made);
@@ -333,6 +363,7 @@ impl BatchQueue {
     fn file_results(
         &self,
         api: Api,
+        keys: &HashMap<String, CacheKey>,
         cache: &ResponseCache,
         output: &[u8],
         expected: &[String],
@@ -342,7 +373,6 @@ impl BatchQueue {
         let Some(q) = g.as_mut() else {
             return Ok((0, 0));
         };
-        let keys = load_keys(&q.dir, expected)?;
         let (mut answered, mut errors) = (0, 0);
         let mut seen = HashSet::new();
         let fail = |q: &mut Queue, id: &str, code: &str, message: &str| -> Result<(), StageError> {
@@ -444,6 +474,7 @@ impl BatchQueue {
         }
         save_jobs(&q.dir, &jobs)?;
         let _ = std::fs::remove_file(q.dir.join("jobs").join(format!("{}.jsonl", job.name)));
+        let _ = std::fs::remove_file(job_keys_path(&q.dir, &job.name));
         Ok(())
     }
 
@@ -458,10 +489,15 @@ impl BatchQueue {
     }
 }
 
-/// The cache keys of `ids`, from `requests.jsonl`.
-fn load_keys(dir: &Path, ids: &[String]) -> Result<HashMap<String, CacheKey>, StageError> {
+fn job_keys_path(dir: &Path, job: &str) -> PathBuf {
+    dir.join("jobs").join(format!("{job}.keys.jsonl"))
+}
+
+/// The cache keys of `ids` (all when empty) from a keys file: a job's own, or the queue's
+/// `requests.jsonl` (every request it ever deferred).
+fn load_keys(path: &Path, ids: &[String]) -> Result<HashMap<String, CacheKey>, StageError> {
     let want: HashSet<&str> = ids.iter().map(String::as_str).collect();
-    Ok(read_lines::<RequestKey>(&dir.join("requests.jsonl"))?
+    Ok(read_lines::<RequestKey>(path)?
         .into_iter()
         .filter(|k| want.is_empty() || want.contains(k.custom_id.as_str()))
         .map(|k| {
@@ -651,8 +687,16 @@ pub async fn settle(
                 "failed" => b.errors.clone().unwrap_or_else(|| "batch_failed".into()),
                 s => format!("batch_{s}"),
             };
+            // A job made before key files existed falls back to the queue's whole list.
+            let own = job_keys_path(&dir, &job.name);
+            let keys = if own.exists() {
+                load_keys(&own, &ids)
+            } else {
+                load_keys(&dir.join("requests.jsonl"), &ids)
+            }
+            .map_err(internal)?;
             let (answered, errors) = queue
-                .file_results(svc.api, cache, &results, &ids, &missing)
+                .file_results(svc.api, &keys, cache, &results, &ids, &missing)
                 .map_err(internal)?;
             job.answered = answered;
             job.errors = errors;
@@ -815,7 +859,8 @@ pub fn import(
                 serde_json::from_slice::<IdOnly>(l).is_ok_and(|i| here_set.contains(&i.custom_id))
             })
             .collect();
-        let (a, e) = q.file_results(api, cache, &lines.join(&b'\n'), &here, "missing")?;
+        let keys = load_keys(&dir.join("requests.jsonl"), &here)?;
+        let (a, e) = q.file_results(api, &keys, cache, &lines.join(&b'\n'), &here, "missing")?;
         answered += a;
         errors += e;
         // Rewrite pending without the answered ones.
@@ -892,6 +937,11 @@ mod tests {
             vec![3, 3, 1]
         );
         assert_eq!(q2.pending(), 0);
+        // Each job has its own keys beside it.
+        for j in &jobs {
+            let keys = load_keys(&job_keys_path(dir.path(), &j.name), &[]).unwrap();
+            assert_eq!(keys.len(), j.requests, "{}", j.name);
+        }
         // In a job now: deferring again adds nothing.
         q2.defer(
             "rel",
