@@ -250,6 +250,36 @@ impl Fake {
     }
 }
 
+/// Kills `child` (SIGKILL) once `created()` says its batch exists, then drops the first job's
+/// batch id from `jobs` as if the kill had come before it was recorded; the jobs as left.
+fn kill_and_forget_the_batch_id(
+    child: &mut std::process::Child,
+    created: impl Fn() -> bool,
+    jobs: &Path,
+) -> Value {
+    let t0 = Instant::now();
+    // Until the run has recorded the id too, so the test is the one that loses it.
+    let recorded = || {
+        std::fs::read(jobs)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .is_some_and(|v| v[0]["batch_id"].is_string())
+    };
+    while !(created() && recorded()) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no batch was created and recorded"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut v: Value = serde_json::from_slice(&std::fs::read(jobs).unwrap()).unwrap();
+    v[0]["batch_id"] = Value::Null;
+    std::fs::write(jobs, v.to_string()).unwrap();
+    v
+}
+
 fn posts(s: &FakeServer, path: &str) -> usize {
     s.requests()
         .iter()
@@ -452,18 +482,11 @@ fn a_run_killed_while_its_batch_runs_resumes_polling_and_submits_nothing_twice()
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    while creates(&server) == before {
-        assert!(t0.elapsed() < Duration::from_secs(60));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let path = out2.join("batches/openai/jobs.json");
-    let mut jobs: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    jobs[0]["batch_id"] = Value::Null;
-    std::fs::write(&path, jobs.to_string()).unwrap();
+    kill_and_forget_the_batch_id(
+        &mut child,
+        || creates(&server) > before,
+        &out2.join("batches/openai/jobs.json"),
+    );
     fake.hold.store(false, Ordering::SeqCst);
     let o = run_with_key(&p2, &out2);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
@@ -774,20 +797,13 @@ fn gemini_batch_mode_round_trip_and_a_lost_batch_name_is_found_again() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    while creates(&server) == 0 {
-        assert!(t0.elapsed() < Duration::from_secs(60));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    child.kill().unwrap();
-    child.wait().unwrap();
     // As if killed before the batch's name was recorded: the rerun must find it by display name.
-    let path = out.join("batches/gemini/jobs.json");
-    let mut jobs: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let jobs = kill_and_forget_the_batch_id(
+        &mut child,
+        || creates(&server) > 0,
+        &out.join("batches/gemini/jobs.json"),
+    );
     assert_eq!(jobs[0]["model"], "gemini-2.5-flash-lite", "{jobs}");
-    jobs[0]["batch_id"] = Value::Null;
-    std::fs::write(&path, jobs.to_string()).unwrap();
     hold.store(false, Ordering::SeqCst);
     let o = run_with_key(&p, &out);
     assert_eq!(o.status.code(), Some(3), "{}", err(&o));
