@@ -109,5 +109,5 @@ select = {{ min_score = 1 }}
         "busiest minute: {best} of {LIMIT} tokens ({:.1} %)",
         share * 100.0
     );
-    assert!(share >= 0.95 && share <= 1.0, "{share}");
+    assert!((0.95..=1.0).contains(&share), "{share}");
 }
