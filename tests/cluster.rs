@@ -5,6 +5,7 @@
 
 use crate::need_ffmpeg;
 use crate::util::*;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -495,4 +496,133 @@ fn media_live_in_the_store_and_work_dirs_are_left_clean() {
         2,
         "the second worker downloaded again"
     );
+}
+
+/// Every file under `dir`, relative, with its bytes (a release folder, to compare two).
+fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn split_and_release_read_a_run_on_s3_as_they_read_a_local_copy() {
+    need_ffmpeg!();
+    let dir = tempfile::tempdir().unwrap();
+    let p = corpus(dir.path());
+    let url = bucket("release-run");
+    finish(
+        worker(&p, &url, 0, 1, &dir.path().join("work"))
+            .spawn()
+            .unwrap(),
+    );
+    let cli = |args: &[&str]| {
+        let mut c = Command::new(bin());
+        c.args(args).current_dir(dir.path()).env("RUST_LOG", "warn");
+        s3_env(&mut c);
+        let o = c.output().unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        o
+    };
+    cli(&[
+        "split",
+        &url,
+        "--stratify",
+        "label",
+        "--ratios",
+        "50/50",
+        "--names",
+        "train,test",
+    ]);
+    let from_s3 = dir.path().join("release-s3");
+    cli(&[
+        "release",
+        &url,
+        "--out",
+        from_s3.to_str().unwrap(),
+        "--frames",
+        "paths",
+    ]);
+    // The same commands on a local copy of the run (made before the split, so it splits anew).
+    let local = dir.path().join("copy");
+    download(&url, &local);
+    std::fs::remove_dir_all(local.join("splits")).unwrap();
+    cli(&[
+        "split",
+        local.to_str().unwrap(),
+        "--stratify",
+        "label",
+        "--ratios",
+        "50/50",
+        "--names",
+        "train,test",
+    ]);
+    let from_local = dir.path().join("release-local");
+    cli(&[
+        "release",
+        local.to_str().unwrap(),
+        "--out",
+        from_local.to_str().unwrap(),
+        "--frames",
+        "paths",
+    ]);
+    let (a, b) = (tree(&from_s3), tree(&from_local));
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    let frames = a.keys().filter(|k| k.ends_with(".jpg")).count();
+    assert_eq!(
+        frames,
+        CLIPS * 3,
+        "3 frames of each clip: {:?}",
+        a.keys().collect::<Vec<_>>()
+    );
+    for (k, v) in &a {
+        // The card names where the run was read from; everything else is byte for byte.
+        if k != "README.md" {
+            assert!(
+                v == &b[k],
+                "{k} differs between the S3 and the local release"
+            );
+        }
+    }
+    // Annotation tasks of the split's videos, from either.
+    let tasks = |run: &str, out: &Path| {
+        cli(&[
+            "annotate",
+            "export",
+            run,
+            "--out",
+            out.to_str().unwrap(),
+            "--media-url",
+            "http://127.0.0.1:9/media",
+            "--split",
+            "default",
+        ]);
+        std::fs::read_to_string(out.join("tasks.json")).unwrap()
+    };
+    let (t1, t2) = (
+        tasks(&url, &dir.path().join("ann-s3")),
+        tasks(local.to_str().unwrap(), &dir.path().join("ann-local")),
+    );
+    let n = serde_json::from_str::<serde_json::Value>(&t1)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .len();
+    assert!(n > 0);
+    assert_eq!(t1, t2);
 }
