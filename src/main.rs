@@ -972,21 +972,48 @@ fn batch_cmd(cmd: BatchCmd) -> anyhow::Result<ExitCode> {
             stage,
             file,
         } => {
+            if !run_dir.join("batches").is_dir() {
+                anyhow::bail!(
+                    "{}: no batch queues (batches/): run the pipeline with a service or stage in mode = \"offline\" first, then export its requests",
+                    run_dir.display()
+                );
+            }
             let cache = vidcurate::runtime::cache::ResponseCache::open(
                 &vidcurate::runtime::cache::ResponseCache::path_in(&run_dir),
             )
             .map_err(|e| anyhow::anyhow!(e.detail))?;
-            let (answered, errors, other) = batch::import(&run_dir, &stage, &cache, &file)
+            let r = batch::import(&run_dir, &stage, &cache, &file)
                 .map_err(|e| anyhow::anyhow!(e.detail))?;
             println!(
-                "{}: {answered} answers into the response cache, {errors} errors{}",
+                "{}: {} answers into the response cache, {} errors{}",
                 file.display(),
-                if other > 0 {
-                    format!(", {other} lines that are not requests of stage {stage} (ignored)")
+                r.answered,
+                r.errors,
+                if r.not_this_stage > 0 {
+                    format!(
+                        ", {} lines that are not requests of stage {stage} (ignored)",
+                        r.not_this_stage
+                    )
                 } else {
                     String::new()
                 }
             );
+            if !r.unreadable.is_empty() {
+                let shown: Vec<String> = r
+                    .unreadable
+                    .iter()
+                    .take(10)
+                    .map(|n| n.to_string())
+                    .collect();
+                eprintln!(
+                    "{}: {} lines are not batch result lines (no custom_id or key) and were ignored: line {}{}",
+                    file.display(),
+                    r.unreadable.len(),
+                    shown.join(", "),
+                    if r.unreadable.len() > 10 { ", …" } else { "" }
+                );
+                return Ok(ExitCode::from(3));
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

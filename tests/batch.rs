@@ -539,6 +539,8 @@ fn offline_mode_exports_requests_and_imports_results() {
         );
     }
     results += &output_line(0, "someone-elses-request", Some("3"));
+    // A line cut off in a copy: reported by number, the rest still filed.
+    results += "\n{\"custom_id\": \"trunc\n";
     let res = dir.path().join("results.jsonl");
     std::fs::write(&res, results).unwrap();
     let o = run(
@@ -551,12 +553,34 @@ fn offline_mode_exports_requests_and_imports_results() {
         ],
         dir.path(),
     );
-    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", err(&o));
     let said = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(
         said.contains("3 answers into the response cache, 1 errors, 1 lines that are not requests"),
         "{said}"
     );
+    assert!(
+        err(&o).contains(
+            "1 lines are not batch result lines (no custom_id or key) and were ignored: line 6"
+        ),
+        "{}",
+        err(&o)
+    );
+    // Into a folder that has no batch queues: refused, nothing created.
+    let elsewhere = dir.path().join("not-a-run");
+    let o = run(
+        &[
+            "batch",
+            "import",
+            elsewhere.to_str().unwrap(),
+            "relevance",
+            res.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("no batch queues"), "{}", err(&o));
+    assert!(!elsewhere.exists());
     // The rerun uses the answers; the repair of `cut` and the expired one wait again.
     let o = run_with_key(&p, &out);
     assert_eq!(o.status.code(), Some(4), "{}", err(&o));

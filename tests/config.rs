@@ -81,6 +81,29 @@ fn an_unknown_service_api_names_the_line_and_the_choices() {
 }
 
 #[test]
+fn batch_settings_are_checked_where_the_service_sets_them() {
+    let stage = "[[stages]]\nid = \"relevance\"\ntype = \"relevance\"\ncompute = { service = \"llm\", model = \"m\", event = \"e\" }\n";
+    let (code, err) = validate(&format!(
+        "{HEAD}\n[services.llm]\nbase_url = \"http://127.0.0.1:9/v1/\"\nmode = \"bach\"\n{stage}"
+    ));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("bad.toml:8:8:")
+            && err.contains("unknown variant `bach`, expected one of `live`, `batch`, `offline`"),
+        "{err}"
+    );
+    let (code, err) = validate(&format!(
+        "{HEAD}\n[services.llm]\nbase_url = \"http://127.0.0.1:9/v1/\"\nmode = \"batch\"\nbatch_max_requests = 0\n{stage}"
+    ));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("bad.toml:6:11:")
+            && err.contains("key `services.llm`: batch_max_requests must be 1..=50000, got 0"),
+        "{err}"
+    );
+}
+
+#[test]
 fn top_level_mistakes_name_the_line() {
     let (code, err) = validate(&format!("{HEAD}\n[output]\nflush_sec = 3\n"));
     assert_eq!(code, 2);

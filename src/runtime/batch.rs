@@ -809,27 +809,34 @@ pub fn export(
 }
 
 /// `vidcurate batch import`: files a batch output file (OpenAI's format, also `vllm run-batch`'s)
-/// into the cache and takes the answered requests of `stage` out of the pending queues. Returns
-/// (answered, errors, lines that are not this stage's requests).
+/// into the cache and takes the answered requests of `stage` out of the pending queues.
 pub fn import(
     local_dir: &Path,
     stage: &str,
     cache: &ResponseCache,
     results: &Path,
-) -> Result<(usize, usize, usize), StageError> {
+) -> Result<Imported, StageError> {
     let raw = std::fs::read(results).map_err(|e| io_err(results, e))?;
     // Gemini's result lines ({key, response | error}) become OpenAI's shape, which the rest
     // reads; their bodies are parsed as Gemini's.
     let mut api = Api::OpenAi;
     let mut bytes = Vec::with_capacity(raw.len());
-    for line in raw.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+    let mut unreadable = vec![];
+    for (n, line) in raw.split(|b| *b == b'\n').enumerate() {
+        if line.iter().all(|b| b.is_ascii_whitespace()) {
+            continue;
+        }
         match serde_json::from_slice::<Value>(line) {
             Ok(v) if v.get("key").is_some() && v.get("custom_id").is_none() => {
                 api = Api::Gemini;
                 let key = v["key"].as_str().unwrap_or_default().to_string();
                 bytes.extend(llm::gemini_result(&v, &key).to_string().into_bytes());
             }
-            _ => bytes.extend_from_slice(line),
+            Ok(v) if v.get("custom_id").is_some() => bytes.extend_from_slice(line),
+            _ => {
+                unreadable.push(n + 1);
+                continue;
+            }
         }
         bytes.push(b'\n');
     }
@@ -875,7 +882,24 @@ pub fn import(
             .collect();
         write_replace(&path, keep.concat().as_bytes())?;
     }
-    Ok((answered, errors, ids.len() - ours.min(ids.len())))
+    Ok(Imported {
+        answered,
+        errors,
+        not_this_stage: ids.len() - ours.min(ids.len()),
+        unreadable,
+    })
+}
+
+/// What `import` did with a results file.
+#[derive(Debug, Default)]
+pub struct Imported {
+    pub answered: usize,
+    /// Requests the file answered with an error (asked again per `batch_errors`).
+    pub errors: usize,
+    /// Lines whose request is not one this stage deferred (ignored).
+    pub not_this_stage: usize,
+    /// Line numbers (1-based) that are not a result line at all (ignored).
+    pub unreadable: Vec<usize>,
 }
 
 fn queue_dirs(local_dir: &Path) -> Result<Vec<PathBuf>, StageError> {

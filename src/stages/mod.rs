@@ -69,8 +69,10 @@ impl BuildCx<'_> {
         if let Some(m) = mode {
             cfg.mode = m;
         }
+        // A bad setting is the service table's, not the stage's that names it.
+        let svc_at = [Seg::Key("services".into()), Seg::Key(name.to_string())];
         let mut svc = crate::clients::llm::LlmService::new(name, &cfg)
-            .map_err(|e| self.src.error_at(at, e))?;
+            .map_err(|e| self.src.error_at(&svc_at, e))?;
         svc.queue_name = key.clone();
         let svc = std::sync::Arc::new(svc);
         built.insert(key, svc.clone());
