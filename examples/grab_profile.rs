@@ -7,13 +7,13 @@ fn main() {
     let path = std::path::PathBuf::from(&args[1]);
     let n: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(16);
     let t = Instant::now();
-    let probe = vidcurate::clients::ffmpeg::probe(&path).unwrap();
+    let probe = vidcurate::engines::ffmpeg::probe(&path).unwrap();
     println!("probe {:?}", t.elapsed());
     let d = probe.video_duration_secs;
     let targets: Vec<f64> = (0..n).map(|i| d * (i as f64 + 0.5) / n as f64).collect();
     let t = Instant::now();
     let (grabs, decoded) =
-        vidcurate::clients::ffmpeg::grab_at_counted(&path, &targets, None).unwrap();
+        vidcurate::engines::ffmpeg::grab_at_counted(&path, &targets, None).unwrap();
     println!("grab {:?} ({decoded} frames decoded)", t.elapsed());
     let t = Instant::now();
     for g in &grabs {
@@ -25,7 +25,7 @@ fn main() {
     println!("image crate jpeg x{} {:?}", grabs.len(), t.elapsed());
     let t = Instant::now();
     for g in &grabs {
-        let _ = vidcurate::clients::ffmpeg::jpeg(&g.image, 90).unwrap();
+        let _ = vidcurate::engines::ffmpeg::jpeg(&g.image, 90).unwrap();
     }
     println!("libjpeg-turbo (ours) x{} {:?}", grabs.len(), t.elapsed());
 }

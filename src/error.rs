@@ -82,6 +82,50 @@ pub enum RunError {
     /// Stopped cleanly before the end (a spent quota, an unreachable API): rerun to continue.
     #[error("{0}")]
     Stopped(String),
+    /// Something outside the run directory failed (a file named on the command line, the
+    /// runtime's start): `what` names it, the source says why.
+    #[error("{what}")]
+    At {
+        what: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl RunError {
+    /// `source`, with what failed named first (`path: No such file or directory`).
+    pub fn at(
+        what: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        RunError::At {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+}
+
+impl From<StageError> for RunError {
+    /// A stage-level failure outside a run (a command reading a run's queue or cache): its
+    /// detail is the message.
+    fn from(e: StageError) -> Self {
+        RunError::Internal(e.detail)
+    }
+}
+
+/// How a command that did not fail ended: the part of the exit-code table that is not an
+/// error (`main.rs` maps these and `RunError`'s classes to exit codes in one place).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Done, nothing rejected.
+    Done,
+    /// Done, but some inputs were rejected or skipped (rejected videos, unreadable lines).
+    Rejected,
+    /// Some inputs were invalid (`validate` of a bad pipeline file): reported, not raised.
+    Invalid,
+    /// Some ranks of a run are not complete (`status`).
+    Unfinished,
+    /// Interrupted (Ctrl-C): rerun to resume.
+    Interrupted,
 }
 
 impl RunError {

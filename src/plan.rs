@@ -75,7 +75,7 @@ pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
         .unwrap_or_else(|p| p.into_inner())
         .values()
         .filter(|s| s.batch_queue().is_some())
-        .cloned()
+        .map(|s| s.clone() as std::sync::Arc<dyn crate::runtime::batch::BatchService>)
         .collect();
     Ok(Plan {
         name: raw.name,

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-use vidcurate::runtime::objects::ObjectStoreRun;
-use vidcurate::runtime::store::Store;
+use vidcurate::store::Store;
+use vidcurate::store::objects::ObjectStoreRun;
 
 const TABLES: &[&str] = &["source", "probe", "frames", "rejects"];
 const VOLATILE: &[&str] = &["rejected_at"];

@@ -99,7 +99,7 @@ fn sampling_decodes_a_fraction_of_the_video() {
     let slides = fixture_video("slides_1080p_122s.mp4");
     let targets: Vec<f64> = (0..16).map(|i| 122.6 * (i as f64 + 0.5) / 16.0).collect();
     let (grabs, decoded) =
-        vidcurate::clients::ffmpeg::grab_at_counted(&slides, &targets, Some(320)).unwrap();
+        vidcurate::engines::ffmpeg::grab_at_counted(&slides, &targets, Some(320)).unwrap();
     assert_eq!(grabs.len(), 16);
     // 3678 frames in all; keyframes every ~160 frames, so 16 seeks decode well under half.
     assert!(

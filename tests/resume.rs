@@ -278,20 +278,28 @@ fn a_second_run_on_the_same_directory_is_refused() {
     while !out.join("manifest.json").exists() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
+    assert!(
+        out.join("manifest.json").exists(),
+        "the first run never wrote its manifest"
+    );
+    // Frozen while it holds the lock (taken before the manifest is written): the second run
+    // meets a live first run every time, however fast the first would have finished.
+    let stop = Command::new("kill")
+        .args(["-STOP", &first.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stop.success());
     let second = run_into(&p, &out, d.path());
-    let finished_first = first.try_wait().unwrap().is_some();
     let _ = first.kill();
     let _ = first.wait();
-    if !finished_first {
-        assert_eq!(
-            second.status.code(),
-            Some(2),
-            "{}",
-            String::from_utf8_lossy(&second.stderr)
-        );
-        assert!(
-            String::from_utf8_lossy(&second.stderr)
-                .contains("another vidcurate run is using this run directory")
-        );
-    }
+    assert_eq!(
+        second.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&second.stderr)
+            .contains("another vidcurate run is using this run directory")
+    );
 }

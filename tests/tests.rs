@@ -14,6 +14,7 @@ mod config;
 mod dryrun;
 mod frames;
 mod judge;
+mod layers;
 mod ocr;
 mod ocr_reuse;
 mod ocr_truth;

@@ -13,7 +13,7 @@
 use super::endpoint::{Auth, Endpoint};
 use crate::config::{ServiceApi, ServiceConfig};
 use crate::error::{ErrorKind, StageError};
-use crate::runtime::cache::{CacheKey, CachedResponse, ResponseCache};
+use crate::store::cache::{CacheKey, CachedResponse, ResponseCache};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde_json::{Value, json};
 use std::num::NonZeroU32;
@@ -275,7 +275,7 @@ mod tests {
         let req = TranscribeRequest {
             model: "whisper-1".into(),
             language: Some("en".into()),
-            wav: Arc::new(crate::clients::audio::wav(&[1, 2, 3])),
+            wav: Arc::new(crate::engines::audio::wav(&[1, 2, 3])),
         };
         let (ct, body) = multipart(&req);
         let boundary = ct.strip_prefix("multipart/form-data; boundary=").unwrap();

@@ -13,14 +13,16 @@
 //! every message.
 
 mod batch;
+mod settle;
+
 pub use batch::gemini_result;
+pub use settle::import;
 
 use super::endpoint::{Auth, Endpoint};
 use crate::config::{BatchFallback, RepairRoute, ServiceApi, ServiceConfig, ServiceMode};
 use crate::error::{ErrorKind, StageError};
-use crate::runtime::batch::BatchQueue;
-use crate::runtime::cache::{CacheKey, CachedResponse};
-use crate::runtime::stage::StageContext;
+use crate::store::batch::BatchQueue;
+use crate::store::cache::{CacheKey, CachedResponse, ResponseCache};
 use base64::Engine;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde_json::{Value, json};
@@ -204,7 +206,7 @@ impl LlmService {
                     ));
                 }
             },
-            batch_poll: crate::runtime::batch::poll_every(cfg.batch_poll_secs),
+            batch_poll: crate::store::batch::poll_every(cfg.batch_poll_secs),
             completion_window: cfg
                 .completion_window
                 .clone()
@@ -281,14 +283,14 @@ impl LlmService {
         }
     }
 
-    /// Sends `req` (or answers it from the run's cache; in batch mode, queues it for the next
-    /// batch and defers the video).
+    /// Sends `req` (or answers it from `cache`; in batch mode, queues it under `stage` for the
+    /// next batch and defers the video).
     pub async fn chat(
         &self,
         req: &ChatRequest,
-        cx: &StageContext,
+        cache: &Arc<ResponseCache>,
+        stage: &str,
     ) -> Result<ChatAnswer, StageError> {
-        let cache = cx.cache.get()?;
         let key = self.cache_key(req);
         if let Some(hit) = cache.lookup(&key).await? {
             if let Ok(mut a) = parse_answer(self.api, &hit.body) {
@@ -314,7 +316,7 @@ impl LlmService {
                 if self.mode == ServiceMode::Batch {
                     self.ep.check_callable()?;
                 }
-                q.defer(&cx.stage_id, &key, &self.batch_line(&id, &path, &body))?;
+                q.defer(stage, &key, &self.batch_line(&id, &path, &body))?;
                 return Err(StageError::new(
                     ErrorKind::Deferred,
                     "batch",

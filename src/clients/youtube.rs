@@ -7,7 +7,7 @@
 //! key travels only as the `key` query parameter; the cache and every message name the key by a
 //! short hash.
 
-use crate::runtime::cache::{CacheKey, CachedResponse, ResponseCache};
+use crate::store::cache::{CacheKey, CachedResponse, ResponseCache};
 use chrono::{DateTime, NaiveDate, Utc};
 use google_youtube3::api::{SearchListResponse, VideoListResponse};
 use google_youtube3::{YouTube, common};

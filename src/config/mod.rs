@@ -5,6 +5,8 @@
 //! tagged enums would buffer the table and lose the line. Instead we track the key path with
 //! `serde_path_to_error` and look the path up in a span-keeping parse of the same text.
 
+pub mod queries;
+
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
@@ -289,6 +291,12 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+impl From<ConfigError> for crate::error::RunError {
+    fn from(e: ConfigError) -> Self {
+        crate::error::RunError::Config(e.to_string())
+    }
+}
 
 /// One step of a key path inside the file.
 #[derive(Debug, Clone, PartialEq)]

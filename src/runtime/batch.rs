@@ -1,521 +1,46 @@
-//! Batch mode of the model services: the requests a pass could not answer from the cache wait
-//! here, go to the provider's batch interface when the pass ends, and come back into the
-//! response cache, so the next pass runs the stages' own validation, repair and select on them
-//! exactly as on live answers.
-//!
-//! Everything is on disk before anything is sent, so a killed run resumes without sending a
-//! request twice. Per service, in `<run dir>/batches/<service>/` (the work folder of a run on
-//! an object store):
-//! - `pending.jsonl`: requests not yet in a batch, as OpenAI batch input lines (`custom_id` is
-//!   the request's cache key hash);
-//! - `requests.jsonl`: every deferred request's cache key and stage, to file answers under;
-//! - `jobs/<n>.jsonl` + `jobs.json`: the batches, each recorded with its input file id before
-//!   it is created and with its batch id as soon as it exists; a job whose batch id was lost to a
-//!   kill is found again by its input file id in the provider's batch list, not created again;
-//! - `failed.jsonl`: requests a batch answered with an error (live retry or reject, per
-//!   `batch_errors`).
+//! Batch mode of the model services, as the runner sees it: between two passes it asks each
+//! service in batch or offline mode to attach its queue, cut what a pass deferred into jobs and
+//! drive them to their end. The queue files are the store's (`store::batch`), the providers'
+//! protocols the clients' (`clients::llm`); the runtime only knows this interface and owns the
+//! retries of its calls.
 
-use crate::clients::llm::{self, Api, LlmService};
 use crate::error::{ErrorKind, RunError, StageError};
-use crate::runtime::cache::{CacheKey, CachedResponse, ResponseCache};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::Duration;
+use crate::store::cache::ResponseCache;
+use std::path::Path;
 use tokio_util::sync::CancellationToken;
 
-/// One batch of requests and how far it got.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct Job {
-    /// `jobs/<name>.jsonl` holds its requests until they are imported.
-    pub name: String,
-    /// The model of every request in it, when the API batches per model (Gemini).
-    #[serde(default)]
-    pub model: Option<String>,
-    pub requests: usize,
-    pub bytes: u64,
-    #[serde(default)]
-    pub file_id: Option<String>,
-    #[serde(default)]
-    pub batch_id: Option<String>,
-    /// The provider's last word: validating, in_progress, finalizing, completed, failed,
-    /// expired, cancelling, cancelled.
-    #[serde(default)]
-    pub status: String,
-    #[serde(default)]
-    pub imported: bool,
-    /// Answers stored in the cache / requests answered with an error.
-    #[serde(default)]
-    pub answered: usize,
-    #[serde(default)]
-    pub errors: usize,
-}
-
-/// What `requests.jsonl` keeps of a deferred request.
-#[derive(Serialize, Deserialize)]
-struct RequestKey {
-    custom_id: String,
-    stage: String,
-    service: String,
-    method: String,
-    request: String,
-}
-
-/// The id of a request line (ours and OpenAI's `custom_id`; Gemini's `key`).
-#[derive(Deserialize)]
-struct IdOnly {
-    #[serde(alias = "key")]
-    custom_id: String,
-}
-
-/// A pending line's id and model (Gemini lines name theirs: a Gemini batch is for one model).
-#[derive(Deserialize)]
-struct Head {
-    custom_id: String,
-    #[serde(default)]
-    model: Option<String>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct Failure {
-    custom_id: String,
-    code: String,
-    message: String,
-}
-
-/// Terminal batch statuses (OpenAI's; the others are polled on).
-pub fn is_terminal(status: &str) -> bool {
-    matches!(status, "completed" | "failed" | "expired" | "cancelled")
-}
-
-struct Queue {
-    dir: PathBuf,
-    pending: HashSet<String>,
-    /// Ids in jobs not imported yet.
-    in_flight: HashSet<String>,
-    known: HashSet<String>,
-    failed: HashMap<String, String>,
-}
-
-/// The queue of one model service (see the module docs); attached to its folder by the runner
-/// before each pass.
-#[derive(Default)]
-pub struct BatchQueue {
-    q: Mutex<Option<Queue>>,
-}
-
-fn io_err(path: &Path, e: std::io::Error) -> StageError {
-    StageError::internal("batch_queue", format!("{}: {e}", path.display()))
-}
-
-fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, StageError> {
-    let f = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => return Err(io_err(path, e)),
-    };
-    let mut out = vec![];
-    for (n, line) in BufReader::new(f).lines().enumerate() {
-        let line = line.map_err(|e| io_err(path, e))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        // A line cut off by a kill is the last one: its request is deferred again next pass.
-        match serde_json::from_str(&line) {
-            Ok(v) => out.push(v),
-            Err(e) => {
-                tracing::warn!(file = %path.display(), line = n + 1, error = %e, "Skipping an unreadable line.")
-            }
-        }
-    }
-    Ok(out)
-}
-
-fn append_line(path: &Path, line: &str) -> Result<(), StageError> {
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| io_err(path, e))?;
-    f.write_all(format!("{line}\n").as_bytes())
-        .map_err(|e| io_err(path, e))
-}
-
-fn write_replace(path: &Path, bytes: &[u8]) -> Result<(), StageError> {
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
-    f.write_all(bytes).map_err(|e| io_err(&tmp, e))?;
-    f.sync_all().map_err(|e| io_err(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))
-}
-
-/// The queue folder of `service` in a run's local folder.
-pub fn queue_dir(local_dir: &Path, service: &str) -> PathBuf {
-    local_dir.join("batches").join(service)
-}
-
-pub fn load_jobs(dir: &Path) -> Result<Vec<Job>, StageError> {
-    let path = dir.join("jobs.json");
-    match std::fs::read(&path) {
-        Ok(b) => serde_json::from_slice(&b)
-            .map_err(|e| StageError::internal("batch_queue", format!("{}: {e}", path.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(vec![]),
-        Err(e) => Err(io_err(&path, e)),
-    }
-}
-
-fn save_jobs(dir: &Path, jobs: &[Job]) -> Result<(), StageError> {
-    let bytes = serde_json::to_vec_pretty(jobs).expect("jobs serialise");
-    write_replace(&dir.join("jobs.json"), &bytes)
-}
-
-/// The ids of a job's request file.
-fn job_ids(dir: &Path, job: &Job) -> Result<Vec<String>, StageError> {
-    Ok(
-        read_lines::<IdOnly>(&dir.join("jobs").join(format!("{}.jsonl", job.name)))?
-            .into_iter()
-            .map(|l| l.custom_id)
-            .collect(),
-    )
-}
-
-impl BatchQueue {
-    /// Loads the queue's state from `dir` (created when missing).
-    pub fn attach(&self, dir: &Path) -> Result<(), StageError> {
-        std::fs::create_dir_all(dir.join("jobs")).map_err(|e| io_err(dir, e))?;
-        let mut in_flight = HashSet::new();
-        for job in load_jobs(dir)?.iter().filter(|j| !j.imported) {
-            in_flight.extend(job_ids(dir, job)?);
-        }
-        // A request both pending and in a job was chunked by a run killed before it cleared
-        // `pending.jsonl`: the job has it.
-        let pending = read_lines::<IdOnly>(&dir.join("pending.jsonl"))?
-            .into_iter()
-            .map(|l| l.custom_id)
-            .filter(|id| !in_flight.contains(id))
-            .collect();
-        let known = read_lines::<IdOnly>(&dir.join("requests.jsonl"))?
-            .into_iter()
-            .map(|l| l.custom_id)
-            .collect();
-        let failed = read_lines::<Failure>(&dir.join("failed.jsonl"))?
-            .into_iter()
-            .map(|f| (f.custom_id, format!("{}: {}", f.code, f.message)))
-            .collect();
-        *self.lock() = Some(Queue {
-            dir: dir.to_path_buf(),
-            pending,
-            in_flight,
-            known,
-            failed,
-        });
-        Ok(())
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Queue>> {
-        self.q.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub fn dir(&self) -> Option<PathBuf> {
-        self.lock().as_ref().map(|q| q.dir.clone())
-    }
-
-    /// The error a batch answered request `id` with, if it did.
-    pub fn failure(&self, id: &str) -> Option<String> {
-        self.lock().as_ref().and_then(|q| q.failed.get(id).cloned())
-    }
-
-    /// Queues a request (once: the same request from another video, or again after a resume,
-    /// is already there or already in a batch).
-    pub fn defer(&self, stage: &str, key: &CacheKey, line: &Value) -> Result<(), StageError> {
-        let mut g = self.lock();
-        let Some(q) = g.as_mut() else {
-            return Err(StageError::internal(
-                "batch_queue",
-                "batch queue used before the runner attached it",
-            ));
-        };
-        let id = key.hash();
-        if q.pending.contains(&id) || q.in_flight.contains(&id) {
-            return Ok(());
-        }
-        if q.known.insert(id.clone()) {
-            let k = RequestKey {
-                custom_id: id.clone(),
-                stage: stage.to_string(),
-                service: key.service.clone(),
-                method: key.method.clone(),
-                request: key.request.clone(),
-            };
-            append_line(
-                &q.dir.join("requests.jsonl"),
-                &serde_json::to_string(&k).expect("key serialises"),
-            )?;
-        }
-        append_line(&q.dir.join("pending.jsonl"), &line.to_string())?;
-        q.pending.insert(id);
-        Ok(())
-    }
-
-    pub fn pending(&self) -> usize {
-        self.lock().as_ref().map_or(0, |q| q.pending.len())
-    }
-
-    /// Moves the pending requests into new jobs of at most `max_requests` lines and
-    /// `max_bytes` bytes, one model per job where the line names it (a Gemini batch is for one
-    /// model); returns how many jobs.
-    pub fn chunk(&self, max_requests: usize, max_bytes: u64) -> Result<usize, StageError> {
-        let mut g = self.lock();
-        let Some(q) = g.as_mut() else { return Ok(0) };
-        if q.pending.is_empty() {
-            return Ok(0);
-        }
-        let mut jobs = load_jobs(&q.dir)?;
-        let pending_path = q.dir.join("pending.jsonl");
-        let f = std::fs::File::open(&pending_path).map_err(|e| io_err(&pending_path, e))?;
-        let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S").to_string();
-        let mut made: Vec<Job> = vec![];
-        // The open job of each model: its index in `made` and its file.
-        let mut open: HashMap<Option<String>, (usize, std::fs::File, PathBuf)> = HashMap::new();
-        let mut seen = HashSet::new();
-        let mut job_of: HashMap<String, usize> = HashMap::new();
-        for line in BufReader::new(f).lines() {
-            let line = line.map_err(|e| io_err(&pending_path, e))?;
-            let Ok(head) = serde_json::from_str::<Head>(&line) else {
-                continue;
-            };
-            if !q.pending.contains(&head.custom_id) || !seen.insert(head.custom_id.clone()) {
-                continue;
-            }
-            let size = line.len() as u64 + 1;
-            let full = open.get(&head.model).is_none_or(|(i, _, _)| {
-                let j = &made[*i];
-                j.requests >= max_requests || (j.requests > 0 && j.bytes + size > max_bytes)
-            });
-            if full {
-                let name = format!("{stamp}-{:04}", jobs.len() + made.len());
-                let path = q.dir.join("jobs").join(format!("{name}.jsonl"));
-                let file = std::fs::File::create(&path).map_err(|e| io_err(&path, e))?;
-                if let Some((_, old, old_path)) = open.remove(&head.model) {
-                    old.sync_all().map_err(|e| io_err(&old_path, e))?;
-                }
-                made.push(Job {
-                    name,
-                    model: head.model.clone(),
-                    ..Default::default()
-                });
-                open.insert(head.model.clone(), (made.len() - 1, file, path));
-            }
-            let (i, file, path) = open.get_mut(&head.model).expect("a job file is open");
-            job_of.insert(head.custom_id.clone(), *i);
-            file.write_all(format!("{line}\n").as_bytes())
-                .map_err(|e| io_err(path, e))?;
-            made[*i].requests += 1;
-            made[*i].bytes += size;
-        }
-        for (_, (_, file, path)) in open {
-            file.sync_all().map_err(|e| io_err(&path, e))?;
-        }
-        // Each job's cache keys beside it, so filing its results reads only its own.
-        let mut key_files: Vec<Option<std::fs::File>> = (0..made.len()).map(|_| None).collect();
-        let requests = q.dir.join("requests.jsonl");
-        if let Ok(f) = std::fs::File::open(&requests) {
-            for line in BufReader::new(f).lines() {
-                let line = line.map_err(|e| io_err(&requests, e))?;
-                let Some(&i) = serde_json::from_str::<IdOnly>(&line)
-                    .ok()
-                    .and_then(|id| job_of.get(&id.custom_id))
-                else {
-                    continue;
-                };
-                let path = job_keys_path(&q.dir, &made[i].name);
-                if key_files[i].is_none() {
-                    key_files[i] =
-                        Some(std::fs::File::create(&path).map_err(|e| io_err(&path, e))?);
-                }
-                let f = key_files[i].as_mut().expect("opened");
-                f.write_all(format!("{line}\n").as_bytes())
-                    .map_err(|e| io_err(&path, e))?;
-            }
-        }
-        for (f, job) in key_files.into_iter().zip(&made) {
-            if let Some(f) = f {
-                f.sync_all()
-                    .map_err(|e| io_err(&job_keys_path(&q.dir, &job.name), e))?;
-            }
-        }
-        let n = made.len();
-        jobs.extend(made);
-        // Recorded before `pending.jsonl` is cleared: a kill in between leaves the requests in
-        // both, and `attach` drops them from pending.
-        save_jobs(&q.dir, &jobs)?;
-        write_replace(&pending_path, b"")?;
-        q.in_flight.extend(q.pending.drain());
-        Ok(n)
-    }
-
-    /// Files a batch's output and error lines: answers into the cache (as batch answers),
-    /// errors into `failed.jsonl`; returns (answered, errors). `expected` are the job's ids:
-    /// those with no line at all failed with `missing`.
-    fn file_results(
+/// A model service whose requests can wait for a batch.
+#[async_trait::async_trait]
+pub trait BatchService: Send + Sync {
+    fn name(&self) -> &str;
+    /// Loads the service's queue from the run's local folder (before each pass).
+    fn attach(&self, run_dir: &Path) -> Result<(), RunError>;
+    /// Batch mode sends its batches itself; offline mode leaves them to `vidcurate batch`.
+    fn sends_batches(&self) -> bool;
+    /// Requests deferred and not yet in a job.
+    fn pending(&self) -> usize;
+    /// Cuts the pending requests into jobs within the service's limits; returns how many.
+    fn chunk(&self) -> Result<usize, RunError>;
+    /// Drives every job not imported yet to its end (submit, poll, file the answers into
+    /// `cache`); returns early (Ok) when `cancel` fires, with the jobs recorded.
+    async fn settle(
         &self,
-        api: Api,
-        keys: &HashMap<String, CacheKey>,
         cache: &ResponseCache,
-        output: &[u8],
-        expected: &[String],
-        missing: &str,
-    ) -> Result<(usize, usize), StageError> {
-        let mut g = self.lock();
-        let Some(q) = g.as_mut() else {
-            return Ok((0, 0));
-        };
-        let (mut answered, mut errors) = (0, 0);
-        let mut seen = HashSet::new();
-        let fail = |q: &mut Queue, id: &str, code: &str, message: &str| -> Result<(), StageError> {
-            let f = Failure {
-                custom_id: id.to_string(),
-                code: code.to_string(),
-                message: message.to_string(),
-            };
-            append_line(
-                &q.dir.join("failed.jsonl"),
-                &serde_json::to_string(&f).expect("failure serialises"),
-            )?;
-            q.failed
-                .insert(id.to_string(), format!("{code}: {message}"));
-            Ok(())
-        };
-        for line in output.split(|b| *b == b'\n') {
-            if line.iter().all(|b| b.is_ascii_whitespace()) {
-                continue;
-            }
-            let Ok(v) = serde_json::from_slice::<Value>(line) else {
-                tracing::warn!("Skipping an unreadable line of a batch's results.");
-                continue;
-            };
-            let Some(id) = v["custom_id"].as_str() else {
-                continue;
-            };
-            let Some(key) = keys.get(id) else {
-                tracing::warn!(
-                    custom_id = id,
-                    "A batch answered a request this run did not send; ignored."
-                );
-                continue;
-            };
-            seen.insert(id.to_string());
-            let status = v["response"]["status_code"].as_u64().unwrap_or(0);
-            let body = &v["response"]["body"];
-            if status == 200 {
-                let bytes = serde_json::to_vec(body).expect("body serialises");
-                match llm::parse_answer(api, &bytes) {
-                    Ok(a) => {
-                        cache.put(
-                            key,
-                            &CachedResponse {
-                                status: 200,
-                                parsed: a.text.clone(),
-                                input_tokens: Some(a.input_tokens),
-                                output_tokens: Some(a.output_tokens),
-                                latency_ms: 0,
-                                body: bytes,
-                                batch: true,
-                            },
-                        )?;
-                        q.failed.remove(id);
-                        answered += 1;
-                    }
-                    Err(e) => {
-                        fail(q, id, "unreadable_answer", &e)?;
-                        errors += 1;
-                    }
-                }
-                continue;
-            }
-            let err = if v["error"].is_object() {
-                &v["error"]
-            } else {
-                &body["error"]
-            };
-            let code = err["code"]
-                .as_str()
-                .map(String::from)
-                .unwrap_or_else(|| format!("status_{status}"));
-            fail(q, id, &code, err["message"].as_str().unwrap_or(""))?;
-            errors += 1;
-        }
-        for id in expected.iter().filter(|id| !seen.contains(*id)) {
-            fail(
-                q,
-                id,
-                missing,
-                "the batch returned no line for this request",
-            )?;
-            errors += 1;
-        }
-        for id in expected {
-            q.in_flight.remove(id);
-        }
-        Ok((answered, errors))
-    }
-
-    /// Marks `job` imported and deletes its request file (the answers are in the cache).
-    fn finish_job(&self, job: &Job) -> Result<(), StageError> {
-        let g = self.lock();
-        let Some(q) = g.as_ref() else { return Ok(()) };
-        let mut jobs = load_jobs(&q.dir)?;
-        if let Some(j) = jobs.iter_mut().find(|j| j.name == job.name) {
-            *j = job.clone();
-            j.imported = true;
-        }
-        save_jobs(&q.dir, &jobs)?;
-        let _ = std::fs::remove_file(q.dir.join("jobs").join(format!("{}.jsonl", job.name)));
-        let _ = std::fs::remove_file(job_keys_path(&q.dir, &job.name));
-        Ok(())
-    }
-
-    fn save_job(&self, job: &Job) -> Result<(), StageError> {
-        let g = self.lock();
-        let Some(q) = g.as_ref() else { return Ok(()) };
-        let mut jobs = load_jobs(&q.dir)?;
-        if let Some(j) = jobs.iter_mut().find(|j| j.name == job.name) {
-            *j = job.clone();
-        }
-        save_jobs(&q.dir, &jobs)
-    }
+        cancel: &CancellationToken,
+    ) -> Result<Settled, RunError>;
 }
 
-fn job_keys_path(dir: &Path, job: &str) -> PathBuf {
-    dir.join("jobs").join(format!("{job}.keys.jsonl"))
-}
-
-/// The cache keys of `ids` (all when empty) from a keys file: a job's own, or the queue's
-/// `requests.jsonl` (every request it ever deferred).
-fn load_keys(path: &Path, ids: &[String]) -> Result<HashMap<String, CacheKey>, StageError> {
-    let want: HashSet<&str> = ids.iter().map(String::as_str).collect();
-    Ok(read_lines::<RequestKey>(path)?
-        .into_iter()
-        .filter(|k| want.is_empty() || want.contains(k.custom_id.as_str()))
-        .map(|k| {
-            (
-                k.custom_id,
-                CacheKey {
-                    service: k.service,
-                    method: k.method,
-                    request: k.request,
-                },
-            )
-        })
-        .collect())
+/// What settling did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Settled {
+    pub jobs: usize,
+    pub answered: usize,
+    pub errors: usize,
 }
 
 /// A protocol call of the batch interface with the runtime's retries: a 429, a 5xx or no answer
 /// is tried again with backoff (8 attempts); a refused key stops the run.
-async fn with_retries<T, F, Fut>(
+pub async fn with_retries<T, F, Fut>(
     what: &str,
     cancel: &CancellationToken,
     mut f: F,
@@ -553,448 +78,87 @@ where
     }
 }
 
-/// What settling did.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Settled {
-    pub jobs: usize,
-    pub answered: usize,
-    pub errors: usize,
-}
-
-/// Drives every job of `svc` that is not imported yet to its end: uploads its file, creates its
-/// batch (or finds the one a killed run created), polls until the batch is over, and files the
-/// results. Returns early (Ok) when `cancel` fires; the jobs stay recorded.
-pub async fn settle(
-    svc: &LlmService,
-    cache: &ResponseCache,
-    cancel: &CancellationToken,
-) -> Result<Settled, RunError> {
-    let Some(queue) = svc.batch_queue() else {
-        return Ok(Settled::default());
-    };
-    let Some(dir) = queue.dir() else {
-        return Ok(Settled::default());
-    };
-    let internal = |e: StageError| RunError::Internal(e.detail);
-    let mut done = Settled::default();
-    let jobs: Vec<Job> = load_jobs(&dir)
-        .map_err(internal)?
-        .into_iter()
-        .filter(|j| !j.imported)
-        .collect();
-    // Submit every job first, then poll them together: they run at the provider side by side.
-    let mut live = vec![];
-    for mut job in jobs {
-        if cancel.is_cancelled() {
-            return Ok(done);
-        }
-        let path = dir.join("jobs").join(format!("{}.jsonl", job.name));
-        if job.batch_id.is_none() {
-            let batch = match svc.api {
-                Api::OpenAi => {
-                    if job.file_id.is_none() {
-                        let bytes = std::fs::read(&path)
-                            .map_err(|e| RunError::io(path.display().to_string(), e))?;
-                        let id = with_retries("upload", cancel, || {
-                            svc.batch_upload(&job.name, bytes.clone())
-                        })
-                        .await?;
-                        // Recorded before the batch is created: a lost batch id is found again
-                        // by this file id.
-                        job.file_id = Some(id);
-                        queue.save_job(&job).map_err(internal)?;
-                    }
-                    let file_id = job.file_id.clone().expect("uploaded");
-                    match with_retries("list batches", cancel, || svc.batch_find(&file_id)).await? {
-                        Some(b) => {
-                            tracing::info!(batch = %b.id, job = %job.name, "Found the batch a stopped run created for this job; not creating another.");
-                            b
-                        }
-                        None => {
-                            with_retries("create batch", cancel, || {
-                                svc.batch_create(&file_id, &job.name)
-                            })
-                            .await?
-                        }
-                    }
-                }
-                Api::Gemini => {
-                    // Named after the job: a lost batch name is found again by its display
-                    // name.
-                    let name = svc.batch_display_name(&job.name);
-                    match with_retries("list batches", cancel, || svc.gemini_batch_find(&name))
-                        .await?
-                    {
-                        Some(b) => {
-                            tracing::info!(batch = %b.id, job = %job.name, "Found the batch a stopped run created for this job; not creating another.");
-                            b
-                        }
-                        None => {
-                            let bytes = std::fs::read(&path)
-                                .map_err(|e| RunError::io(path.display().to_string(), e))?;
-                            let model = job.model.clone().unwrap_or_default();
-                            // Above the inline limit, a JSONL file of {key, request} lines,
-                            // uploaded first (and recorded, so a resume does not upload it
-                            // again).
-                            if job.bytes > svc.batch_inline_bytes && job.file_id.is_none() {
-                                let id = with_retries("upload", cancel, || {
-                                    svc.gemini_upload(&name, &bytes)
-                                })
-                                .await?;
-                                job.file_id = Some(id);
-                                queue.save_job(&job).map_err(internal)?;
-                            }
-                            let file = job.file_id.clone();
-                            with_retries("create batch", cancel, || {
-                                svc.gemini_batch_create(&model, &name, &bytes, file.as_deref())
-                            })
-                            .await?
-                        }
-                    }
-                }
-            };
-            job.batch_id = Some(batch.id.clone());
-            job.status = batch.status.clone();
-            queue.save_job(&job).map_err(internal)?;
-            tracing::info!(service = %svc.name, batch = %batch.id, requests = job.requests, "Submitted a batch.");
-        }
-        live.push(job);
-    }
-    let poll = svc.batch_poll_every();
-    while !live.is_empty() {
-        let mut still = vec![];
-        for mut job in live {
-            let id = job.batch_id.clone().expect("created");
-            let b = with_retries("poll batch", cancel, || svc.batch_get(&id)).await?;
-            if b.status != job.status {
-                tracing::info!(service = %svc.name, batch = %id, status = %b.status, completed = b.completed, failed = b.failed, total = b.total, "Batch status.");
-                job.status = b.status.clone();
-                queue.save_job(&job).map_err(internal)?;
-            }
-            if !is_terminal(&b.status) {
-                still.push(job);
-                continue;
-            }
-            let mut results = b.inline_output.clone().unwrap_or_default();
-            for fid in [&b.output_file_id, &b.error_file_id].into_iter().flatten() {
-                let bytes =
-                    with_retries("download results", cancel, || svc.batch_content(fid)).await?;
-                results.extend_from_slice(&bytes);
-                results.push(b'\n');
-            }
-            let ids = job_ids(&dir, &job).map_err(internal)?;
-            let missing = match b.status.as_str() {
-                "failed" => b.errors.clone().unwrap_or_else(|| "batch_failed".into()),
-                s => format!("batch_{s}"),
-            };
-            // A job made before key files existed falls back to the queue's whole list.
-            let own = job_keys_path(&dir, &job.name);
-            let keys = if own.exists() {
-                load_keys(&own, &ids)
-            } else {
-                load_keys(&dir.join("requests.jsonl"), &ids)
-            }
-            .map_err(internal)?;
-            let (answered, errors) = queue
-                .file_results(svc.api, &keys, cache, &results, &ids, &missing)
-                .map_err(internal)?;
-            job.answered = answered;
-            job.errors = errors;
-            queue.finish_job(&job).map_err(internal)?;
-            tracing::info!(service = %svc.name, batch = %id, status = %b.status, answered, errors, "Batch imported into the response cache.");
-            done.jobs += 1;
-            done.answered += answered;
-            done.errors += errors;
-        }
-        live = still;
-        if live.is_empty() || cancel.is_cancelled() {
-            break;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(poll) => {}
-            _ = cancel.cancelled() => return Ok(done),
-        }
-    }
-    Ok(done)
-}
-
-/// A batch as the provider reports it.
-#[derive(Debug, Clone, Default)]
-pub struct BatchInfo {
-    pub id: String,
-    pub status: String,
-    pub input_file_id: Option<String>,
-    pub output_file_id: Option<String>,
-    pub error_file_id: Option<String>,
-    pub total: u64,
-    pub completed: u64,
-    pub failed: u64,
-    /// A failed batch's validation errors, joined.
-    pub errors: Option<String>,
-    /// Results that came in the batch itself (Gemini's inline responses), as output lines.
-    pub inline_output: Option<Vec<u8>>,
-}
-
-impl BatchInfo {
-    pub fn from_json(v: &Value) -> Self {
-        let s = |k: &str| v[k].as_str().map(String::from);
-        let errors = v["errors"]["data"].as_array().map(|d| {
-            d.iter()
-                .map(|e| {
-                    format!(
-                        "{}: {}",
-                        e["code"].as_str().unwrap_or("error"),
-                        e["message"].as_str().unwrap_or("")
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("; ")
-        });
-        BatchInfo {
-            id: s("id").unwrap_or_default(),
-            status: s("status").unwrap_or_default(),
-            input_file_id: s("input_file_id"),
-            output_file_id: s("output_file_id"),
-            error_file_id: s("error_file_id"),
-            total: v["request_counts"]["total"].as_u64().unwrap_or(0),
-            completed: v["request_counts"]["completed"].as_u64().unwrap_or(0),
-            failed: v["request_counts"]["failed"].as_u64().unwrap_or(0),
-            errors,
-            inline_output: None,
-        }
-    }
-}
-
-/// `vidcurate batch export`: the pending requests of `stage` (or of every stage when None) in
-/// the queues under `local_dir`, as batch input lines; returns how many were written.
-pub fn export(
-    local_dir: &Path,
-    stage: Option<&str>,
-    to: &mut dyn Write,
-) -> Result<usize, StageError> {
-    let mut n = 0;
-    for dir in queue_dirs(local_dir)? {
-        let stages: HashMap<String, String> =
-            read_lines::<RequestKey>(&dir.join("requests.jsonl"))?
-                .into_iter()
-                .map(|k| (k.custom_id, k.stage))
-                .collect();
-        let path = dir.join("pending.jsonl");
-        let Ok(f) = std::fs::File::open(&path) else {
-            continue;
-        };
-        let mut seen = HashSet::new();
-        for line in BufReader::new(f).lines() {
-            let line = line.map_err(|e| io_err(&path, e))?;
-            let Ok(id) = serde_json::from_str::<IdOnly>(&line) else {
-                continue;
-            };
-            let of_stage =
-                stage.is_none_or(|s| stages.get(&id.custom_id).map(String::as_str) == Some(s));
-            if of_stage && seen.insert(id.custom_id) {
-                // A Gemini line goes out as Gemini's file line, {key, request}.
-                let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-                let line = if v.get("request").is_some() {
-                    serde_json::json!({"key": v["key"], "request": v["request"]}).to_string()
-                } else {
-                    line
-                };
-                to.write_all(format!("{line}\n").as_bytes())
-                    .map_err(|e| io_err(&path, e))?;
-                n += 1;
-            }
-        }
-    }
-    Ok(n)
-}
-
-/// `vidcurate batch import`: files a batch output file (OpenAI's format, also `vllm run-batch`'s)
-/// into the cache and takes the answered requests of `stage` out of the pending queues.
-pub fn import(
-    local_dir: &Path,
-    stage: &str,
-    cache: &ResponseCache,
-    results: &Path,
-) -> Result<Imported, StageError> {
-    let raw = std::fs::read(results).map_err(|e| io_err(results, e))?;
-    // Gemini's result lines ({key, response | error}) become OpenAI's shape, which the rest
-    // reads; their bodies are parsed as Gemini's.
-    let mut api = Api::OpenAi;
-    let mut bytes = Vec::with_capacity(raw.len());
-    let mut unreadable = vec![];
-    for (n, line) in raw.split(|b| *b == b'\n').enumerate() {
-        if line.iter().all(|b| b.is_ascii_whitespace()) {
-            continue;
-        }
-        match serde_json::from_slice::<Value>(line) {
-            Ok(v) if v.get("key").is_some() && v.get("custom_id").is_none() => {
-                api = Api::Gemini;
-                let key = v["key"].as_str().unwrap_or_default().to_string();
-                bytes.extend(llm::gemini_result(&v, &key).to_string().into_bytes());
-            }
-            Ok(v) if v.get("custom_id").is_some() => bytes.extend_from_slice(line),
-            _ => {
-                unreadable.push(n + 1);
-                continue;
-            }
-        }
-        bytes.push(b'\n');
-    }
-    let ids: HashSet<String> = bytes
-        .split(|b| *b == b'\n')
-        .filter_map(|l| serde_json::from_slice::<IdOnly>(l).ok())
-        .map(|l| l.custom_id)
-        .collect();
-    let (mut answered, mut errors, mut ours) = (0, 0, 0);
-    for dir in queue_dirs(local_dir)? {
-        let q = BatchQueue::default();
-        q.attach(&dir)?;
-        let here: Vec<String> = read_lines::<RequestKey>(&dir.join("requests.jsonl"))?
-            .into_iter()
-            .filter(|k| k.stage == stage && ids.contains(&k.custom_id))
-            .map(|k| k.custom_id)
-            .collect();
-        if here.is_empty() {
-            continue;
-        }
-        ours += here.len();
-        let here_set: HashSet<&String> = here.iter().collect();
-        // Only the ids this file answers: the rest stay pending.
-        let lines: Vec<&[u8]> = bytes
-            .split(|b| *b == b'\n')
-            .filter(|l| {
-                serde_json::from_slice::<IdOnly>(l).is_ok_and(|i| here_set.contains(&i.custom_id))
-            })
-            .collect();
-        let keys = load_keys(&dir.join("requests.jsonl"), &here)?;
-        let (a, e) = q.file_results(api, &keys, cache, &lines.join(&b'\n'), &here, "missing")?;
-        answered += a;
-        errors += e;
-        // Rewrite pending without the answered ones.
-        let path = dir.join("pending.jsonl");
-        let keep: Vec<String> = std::fs::read_to_string(&path)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| {
-                serde_json::from_str::<IdOnly>(l).is_ok_and(|i| !here_set.contains(&i.custom_id))
-            })
-            .map(|l| format!("{l}\n"))
-            .collect();
-        write_replace(&path, keep.concat().as_bytes())?;
-    }
-    Ok(Imported {
-        answered,
-        errors,
-        not_this_stage: ids.len() - ours.min(ids.len()),
-        unreadable,
-    })
-}
-
-/// What `import` did with a results file.
-#[derive(Debug, Default)]
-pub struct Imported {
-    pub answered: usize,
-    /// Requests the file answered with an error (asked again per `batch_errors`).
-    pub errors: usize,
-    /// Lines whose request is not one this stage deferred (ignored).
-    pub not_this_stage: usize,
-    /// Line numbers (1-based) that are not a result line at all (ignored).
-    pub unreadable: Vec<usize>,
-}
-
-fn queue_dirs(local_dir: &Path) -> Result<Vec<PathBuf>, StageError> {
-    let root = local_dir.join("batches");
-    let mut out = vec![];
-    match std::fs::read_dir(&root) {
-        Ok(rd) => {
-            for e in rd.flatten() {
-                if e.path().is_dir() {
-                    out.push(e.path());
-                }
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err(&root, e)),
-    }
-    out.sort();
-    Ok(out)
-}
-
-/// How long between two polls, from the service's `batch_poll_secs`.
-pub fn poll_every(secs: Option<f64>) -> Duration {
-    Duration::from_secs_f64(secs.filter(|s| s.is_finite() && *s > 0.0).unwrap_or(30.0))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
 
-    fn key(n: u32) -> CacheKey {
-        CacheKey {
-            service: "openai".into(),
-            method: "open_ai:m".into(),
-            request: format!("r{n}"),
+    fn busy() -> StageError {
+        StageError::external("status_503", "the batch interface answered 503")
+    }
+
+    // Virtual time: the backoff between attempts is waited for in full, and instantly.
+    #[tokio::test(start_paused = true)]
+    async fn retries_external_failures_with_the_runtime_backoff() {
+        let calls = AtomicU32::new(0);
+        let started = tokio::time::Instant::now();
+        let r = with_retries("poll batch", &CancellationToken::new(), || async {
+            match calls.fetch_add(1, Ordering::SeqCst) {
+                0..=2 => Err(busy()),
+                _ => Ok(7),
+            }
+        })
+        .await;
+        assert_eq!(r.unwrap(), 7);
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
+        let want: Duration = (0..3).map(|a| super::super::backoff(a, "poll batch")).sum();
+        assert_eq!(started.elapsed(), want);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_the_service_asked_for_replaces_the_backoff() {
+        let calls = AtomicU32::new(0);
+        let started = tokio::time::Instant::now();
+        let r = with_retries("upload", &CancellationToken::new(), || async {
+            if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                Err(busy().with_retry_after(Some(Duration::from_secs(42))))
+            } else {
+                Ok(())
+            }
+        })
+        .await;
+        assert!(r.is_ok());
+        assert_eq!(started.elapsed(), Duration::from_secs(42));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_nine_attempts_the_run_stops_with_its_batches_recorded() {
+        let calls = AtomicU32::new(0);
+        let r: Result<(), RunError> =
+            with_retries("create batch", &CancellationToken::new(), || {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async { Err(busy()) }
+            })
+            .await;
+        assert_eq!(calls.load(Ordering::SeqCst), 9);
+        match r {
+            Err(RunError::Stopped(m)) => assert!(m.contains("rerun to resume polling"), "{m}"),
+            other => panic!("expected a clean stop, got {other:?}"),
         }
     }
 
-    #[test]
-    fn chunks_by_count_and_bytes_and_survives_a_reattach() {
-        let dir = tempfile::tempdir().unwrap();
-        let q = BatchQueue::default();
-        q.attach(dir.path()).unwrap();
-        for n in 0..7 {
-            let k = key(n);
-            let line = serde_json::json!({"custom_id": k.hash(), "body": {"pad": "x".repeat(100)}});
-            q.defer("rel", &k, &line).unwrap();
-            // Deferred twice (another video, a resume): queued once.
-            q.defer("rel", &k, &line).unwrap();
-        }
-        assert_eq!(q.pending(), 7);
-        // A reattach (the next process) sees the same queue.
-        let q2 = BatchQueue::default();
-        q2.attach(dir.path()).unwrap();
-        assert_eq!(q2.pending(), 7);
-        assert_eq!(q2.chunk(3, 1 << 20).unwrap(), 3);
-        let jobs = load_jobs(dir.path()).unwrap();
-        assert_eq!(
-            jobs.iter().map(|j| j.requests).collect::<Vec<_>>(),
-            vec![3, 3, 1]
-        );
-        assert_eq!(q2.pending(), 0);
-        // Each job has its own keys beside it.
-        for j in &jobs {
-            let keys = load_keys(&job_keys_path(dir.path(), &j.name), &[]).unwrap();
-            assert_eq!(keys.len(), j.requests, "{}", j.name);
-        }
-        // In a job now: deferring again adds nothing.
-        q2.defer(
-            "rel",
-            &key(0),
-            &serde_json::json!({"custom_id": key(0).hash()}),
-        )
-        .unwrap();
-        assert_eq!(q2.pending(), 0);
-        let q3 = BatchQueue::default();
-        q3.attach(dir.path()).unwrap();
-        assert_eq!(q3.pending(), 0);
-        // By bytes: each line is ~150 bytes, so 400 bytes hold two.
-        let d2 = tempfile::tempdir().unwrap();
-        let q4 = BatchQueue::default();
-        q4.attach(d2.path()).unwrap();
-        for n in 0..5 {
-            let k = key(n);
-            q4.defer(
-                "rel",
-                &k,
-                &serde_json::json!({"custom_id": k.hash(), "body": {"pad": "x".repeat(100)}}),
-            )
-            .unwrap();
-        }
-        q4.chunk(100, 400).unwrap();
-        let jobs = load_jobs(d2.path()).unwrap();
-        assert_eq!(
-            jobs.iter().map(|j| j.requests).collect::<Vec<_>>(),
-            vec![2, 2, 1]
-        );
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_key_stops_at_once_and_a_cancel_ends_the_wait() {
+        let calls = AtomicU32::new(0);
+        let r: Result<(), RunError> = with_retries("upload", &CancellationToken::new(), || {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Err(StageError::new(ErrorKind::Config, "key_refused", "401")) }
+        })
+        .await;
+        assert!(matches!(r, Err(RunError::Config(_))));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+        // Cancelled while waiting: the wait ends at once and the next failure is final.
+        let cancel = CancellationToken::new();
+        let (c2, started) = (cancel.clone(), tokio::time::Instant::now());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            c2.cancel();
+        });
+        let r: Result<(), RunError> =
+            with_retries("poll batch", &cancel, || async { Err(busy()) }).await;
+        assert!(matches!(r, Err(RunError::Stopped(_))));
+        assert_eq!(started.elapsed(), Duration::from_millis(10));
     }
 }

@@ -39,5 +39,5 @@ pub struct Plan {
     pub services: BTreeMap<String, ServiceConfig>,
     /// The model services in batch or offline mode: the runner attaches their queues, sends
     /// their batches between passes and files the answers.
-    pub batch_services: Vec<std::sync::Arc<crate::clients::llm::LlmService>>,
+    pub batch_services: Vec<std::sync::Arc<dyn super::batch::BatchService>>,
 }

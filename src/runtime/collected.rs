@@ -8,10 +8,10 @@
 //! end this one. Calls nothing, so the quota is spent once per run, not once per rank.
 
 use super::chain::{SOURCE_FINGERPRINT, SOURCE_STAGE_ID};
-use super::shards::read_new_slots;
 use super::stage::{Source, SourceItem, SourceStream, StageContext};
 use crate::error::RunError;
 use crate::record::{Extras, SourceInfo, VideoRecord};
+use crate::store::shards::read_new_slots;
 use async_trait::async_trait;
 use futures::StreamExt;
 use std::collections::HashSet;
@@ -23,7 +23,7 @@ pub const COLLECTED: &str = "source/_collected.json";
 /// The marker's contents for a collection under `pipeline_fingerprint` (the run's pin).
 pub fn marker(pipeline_fingerprint: &str) -> Vec<u8> {
     serde_json::json!({
-        "collected_at": super::manifest::now(),
+        "collected_at": crate::store::manifest::now(),
         "pipeline_fingerprint": pipeline_fingerprint,
     })
     .to_string()

@@ -6,29 +6,26 @@
 //! stage upstream, so memory stays bounded however large the source.
 
 pub mod batch;
-pub mod cache;
 pub mod chain;
 pub mod collected;
 pub mod cpu;
-pub mod manifest;
-pub mod objects;
 pub mod progress;
 pub mod ranks;
 pub mod runner;
-pub mod shards;
 pub mod stage;
-pub mod store;
 pub mod watch;
+
+pub use crate::store::manifest::StageCounts;
 
 use crate::error::{ErrorKind, RunError, StageError};
 use crate::record::{SourceInfo, VideoRecord};
+use crate::store::shards::{self, ShardWriter};
 use async_trait::async_trait;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use progress::StageProgress;
-use serde::{Deserialize, Serialize};
-use shards::ShardWriter;
+use serde::Serialize;
 use stage::{Processor, StageContext};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -44,32 +41,6 @@ pub struct StageSettings {
     pub retries: u32,
     pub max_rows_per_shard: usize,
     pub flush_every: Duration,
-}
-
-/// What one stage did in one invocation.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct StageCounts {
-    /// Records that reached the stage.
-    pub received: u64,
-    /// Computed in this invocation.
-    pub computed: u64,
-    /// Taken from shards of an earlier invocation.
-    pub reused: u64,
-    /// Rejected in this invocation.
-    pub rejected: u64,
-    /// Rejected by an earlier invocation (not retried).
-    pub rejected_before: u64,
-    /// Scored but below the stage's `select` thresholds (not passed on).
-    #[serde(default)]
-    pub filtered: u64,
-    /// Passed on to the next stage.
-    pub forwarded: u64,
-    /// Set aside for a batch of model requests (done by a later pass of the same run).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub deferred: u64,
-    /// The stage's own counters (`StageContext::tally`).
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub tally: std::collections::BTreeMap<String, u64>,
 }
 
 /// The channel ends and limits a stage task runs with.
@@ -97,10 +68,6 @@ pub trait StageTask: Send + Sync + 'static {
     fn estimate(&self) -> stage::StageEstimate {
         stage::StageEstimate::default()
     }
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 /// Wraps a `Processor` with the runtime's machinery.
@@ -650,5 +617,123 @@ fn keep_for_other_rank(
 fn note_lost(cx: &StageContext, lost: u64) {
     if lost > 0 {
         cx.tally.add("committed_by_another_worker", lost);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Slot;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Fails with an external error `fail` times, then answers one row; or never answers.
+    struct Flaky {
+        calls: AtomicU32,
+        fail: u32,
+        hang: bool,
+    }
+
+    #[async_trait]
+    impl Processor for Flaky {
+        type Row = u32;
+        fn requires(&self) -> &'static [Slot] {
+            &[]
+        }
+        fn provides(&self) -> Slot {
+            Slot::Shots
+        }
+        async fn process(&self, _: &VideoRecord, _: &StageContext) -> Result<Vec<u32>, StageError> {
+            let n = self.calls.fetch_add(1, Ordering::SeqCst);
+            if self.hang {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+            if n < self.fail {
+                return Err(StageError::external("status_503", "busy"));
+            }
+            Ok(vec![n])
+        }
+        fn attach(_: &mut VideoRecord, _: Vec<u32>) {}
+    }
+
+    fn settings(retries: u32, timeout: Option<Duration>) -> StageSettings {
+        StageSettings {
+            max_in_flight: 1,
+            timeout,
+            retries,
+            max_rows_per_shard: 10,
+            flush_every: Duration::from_secs(30),
+        }
+    }
+
+    async fn compute(p: Flaky, s: StageSettings) -> (Result<Vec<u32>, StageError>, u32) {
+        let p = Arc::new(p);
+        let rec = VideoRecord::new("v1".into(), SourceInfo::default(), vec![]);
+        let cx = StageContext::detached(&std::env::temp_dir()).unwrap();
+        match compute_with_retries(p.clone(), rec, cx, s).await {
+            Outcome::Computed(_, r, _) => (r, p.calls.load(Ordering::SeqCst)),
+            _ => panic!("a computed outcome"),
+        }
+    }
+
+    // Virtual time: the waits are the runtime's backoff, exactly, and take no wall time.
+    #[tokio::test(start_paused = true)]
+    async fn external_failures_are_retried_after_the_backoff() {
+        let started = tokio::time::Instant::now();
+        let flaky = Flaky {
+            calls: AtomicU32::new(0),
+            fail: 2,
+            hang: false,
+        };
+        let (r, calls) = compute(flaky, settings(2, None)).await;
+        assert_eq!(r.unwrap(), vec![2]);
+        assert_eq!(calls, 3);
+        assert_eq!(started.elapsed(), backoff(0, "v1") + backoff(1, "v1"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_run_out_and_the_error_is_the_last_one() {
+        let flaky = Flaky {
+            calls: AtomicU32::new(0),
+            fail: 5,
+            hang: false,
+        };
+        let (r, calls) = compute(flaky, settings(1, None)).await;
+        assert_eq!(r.unwrap_err().reason, "status_503");
+        assert_eq!(calls, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_is_an_external_failure_and_is_retried() {
+        let started = tokio::time::Instant::now();
+        let hang = Flaky {
+            calls: AtomicU32::new(0),
+            fail: 0,
+            hang: true,
+        };
+        let (r, calls) = compute(hang, settings(1, Some(Duration::from_secs(5)))).await;
+        let e = r.unwrap_err();
+        assert_eq!(
+            (e.kind, e.reason.as_str()),
+            (ErrorKind::External, "timeout")
+        );
+        assert_eq!(calls, 2);
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(10) + backoff(0, "v1")
+        );
+    }
+
+    #[test]
+    fn backoff_doubles_to_a_cap_with_bounded_jitter() {
+        for a in 0..10 {
+            let base = Duration::from_millis((500u64 << a.min(6)).min(30_000));
+            let b = backoff(a, "v");
+            assert!(b >= base && b < base + base / 2, "attempt {a}: {b:?}");
+        }
+        assert_ne!(
+            backoff(3, "a"),
+            backoff(3, "b"),
+            "jitter depends on the seed"
+        );
     }
 }

@@ -9,8 +9,8 @@
 //! pipeline's fingerprint and the tool version in `run.json`; a worker whose settings differ stops
 //! before doing anything.
 
-use super::store::Store;
 use crate::error::RunError;
+use crate::store::Store;
 use serde::{Deserialize, Serialize};
 
 pub const PIN: &str = "run.json";
@@ -123,9 +123,13 @@ impl Rank {
     /// Where this process records its invocations.
     pub fn manifest_path(&self) -> String {
         if self.world <= 1 {
-            super::manifest::MANIFEST.into()
+            crate::store::manifest::MANIFEST.into()
         } else {
-            format!("ranks/r{:04}/{}", self.rank, super::manifest::MANIFEST)
+            format!(
+                "ranks/r{:04}/{}",
+                self.rank,
+                crate::store::manifest::MANIFEST
+            )
         }
     }
 }
@@ -276,7 +280,7 @@ mod tests {
     #[tokio::test]
     async fn a_worker_with_another_world_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::runtime::store::LocalStore::open(dir.path()).unwrap();
+        let store = crate::store::LocalStore::open(dir.path()).unwrap();
         let pin4 = Pin {
             world: 4,
             pipeline_fingerprint: "abc".into(),

@@ -1,16 +1,16 @@
 //! Runs a `Plan` against a run directory: wires the channels, spawns the tasks, handles Ctrl-C,
 //! and writes the manifest before and after.
 
-use super::manifest::{self, Invocation, InvocationStatus, Manifest, ManifestStage};
 use super::progress::Progress;
 use super::ranks::{self, Pin, Rank};
 use super::stage::{CpuPool, StageContext};
-use super::store::Store;
 use super::watch::{self, StageWatch, StallPolicy};
 use super::{StageCounts, StageIo, StageSettings};
 use crate::error::RunError;
 use crate::record::VideoRecord;
 use crate::runtime::chain::{Plan, SOURCE_FINGERPRINT, SOURCE_STAGE_ID};
+use crate::store::Store;
+use crate::store::manifest::{self, Invocation, InvocationStatus, Manifest, ManifestStage};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -103,12 +103,12 @@ fn open_store(dir: &Path, opts: &RunOptions) -> Result<OpenedRun, RunError> {
     let err = |e| RunError::io(location.clone(), e);
     // Ranks share the folder, so a temp file may be another worker's write in progress.
     let access = if opts.rank.explicit {
-        super::store::Access::Share
+        crate::store::Access::Share
     } else {
-        super::store::Access::Own
+        crate::store::Access::Own
     };
-    if super::objects::is_url(&location) {
-        let store = super::store::open_run(&location, access).map_err(err)?;
+    if crate::store::objects::is_url(&location) {
+        let store = crate::store::open_run(&location, access).map_err(err)?;
         let work = opts.work_dir.clone().unwrap_or_else(|| {
             std::env::temp_dir()
                 .join("vidcurate-work")
@@ -128,7 +128,7 @@ fn open_store(dir: &Path, opts: &RunOptions) -> Result<OpenedRun, RunError> {
     } else {
         Some(lock(dir)?)
     };
-    let store = super::store::open_run(&location, access).map_err(err)?;
+    let store = crate::store::open_run(&location, access).map_err(err)?;
     let work = dir.canonicalize().map_err(err)?;
     Ok(OpenedRun {
         store,
@@ -172,8 +172,14 @@ fn pin_of(plan: &Plan, rank: &Rank) -> Pin {
 /// Runs `plan` to the end: one pass over the videos, and when model services in batch mode
 /// deferred requests, their batches and another pass (which finds the answers in the cache),
 /// until no video waits. An offline-mode service's requests stop the run with what to do.
-pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
-    let (file, text) = (plan.file.clone(), plan.text.clone());
+///
+/// `replan` builds the chain again for the next pass (a chain's tasks are consumed by a pass):
+/// the command hands it over, so the runtime needs no planner.
+pub async fn run(
+    plan: Plan,
+    opts: RunOptions,
+    replan: &(dyn Fn() -> Result<Plan, RunError> + Sync),
+) -> Result<RunReport, RunError> {
     let mut plan = plan;
     let mut passes = 1;
     let mut batches = super::batch::Settled::default();
@@ -210,8 +216,7 @@ pub async fn run(plan: Plan, opts: RunOptions) -> Result<RunReport, RunError> {
             "Batches answered; running the deferred videos again."
         );
         passes += 1;
-        plan = crate::plan::plan_text(&file, text.clone())
-            .map_err(|e| RunError::Config(e.to_string()))?;
+        plan = replan()?;
     }
 }
 
@@ -242,11 +247,11 @@ async fn run_pass(plan: Plan, opts: &RunOptions) -> Result<(RunReport, PassBatch
     // On an object store each worker's cache is in its own work folder: answers are shared
     // through the store (published with every shard commit, imported here).
     let cache = if store.local_path("").is_none() {
-        let c = crate::runtime::cache::CacheHandle::shared(&run_dir, store.clone(), rank.rank);
+        let c = crate::store::cache::CacheHandle::shared(&run_dir, store.clone(), rank.rank);
         c.import_parts().await?;
         c
     } else {
-        crate::runtime::cache::CacheHandle::new(&run_dir)
+        crate::store::cache::CacheHandle::new(&run_dir)
     };
     // Each stage submits CPU work under its own name and chain position (later stages first).
     let ranks: BTreeMap<String, u32> = std::iter::once(SOURCE_STAGE_ID.to_string())
@@ -259,12 +264,10 @@ async fn run_pass(plan: Plan, opts: &RunOptions) -> Result<(RunReport, PassBatch
     let batch_services = plan.batch_services.clone();
     let mut settled = super::batch::Settled::default();
     for svc in &batch_services {
-        let q = svc.batch_queue().expect("batch services have queues");
-        q.attach(&super::batch::queue_dir(&run_dir, &svc.queue_name))
-            .map_err(|e| RunError::Internal(e.detail))?;
-        if svc.mode == crate::config::ServiceMode::Batch {
+        svc.attach(&run_dir)?;
+        if svc.sends_batches() {
             let c = cache.get().map_err(|e| RunError::Internal(e.detail))?;
-            let s = super::batch::settle(svc, &c, &cancel).await?;
+            let s = svc.settle(&c, &cancel).await?;
             settled.jobs += s.jobs;
             settled.answered += s.answered;
             settled.errors += s.errors;
@@ -424,20 +427,17 @@ async fn run_pass(plan: Plan, opts: &RunOptions) -> Result<(RunReport, PassBatch
     // The requests this pass deferred go out now; the next pass reads their answers.
     let mut offline = vec![];
     for svc in batch_services.iter().filter(|_| !interrupted) {
-        let q = svc.batch_queue().expect("batch services have queues");
-        if q.pending() == 0 {
+        if svc.pending() == 0 {
             continue;
         }
-        if svc.mode != crate::config::ServiceMode::Batch {
-            offline.push(svc.name.clone());
+        if !svc.sends_batches() {
+            offline.push(svc.name().to_string());
             continue;
         }
-        let jobs = q
-            .chunk(svc.batch_max_requests, svc.batch_max_bytes)
-            .map_err(|e| RunError::Internal(e.detail))?;
-        tracing::info!(service = %svc.name, jobs, "Sending the deferred requests as batches.");
+        let jobs = svc.chunk()?;
+        tracing::info!(service = %svc.name(), jobs, "Sending the deferred requests as batches.");
         let c = cache.get().map_err(|e| RunError::Internal(e.detail))?;
-        let s = super::batch::settle(svc, &c, &cancel).await?;
+        let s = svc.settle(&c, &cancel).await?;
         settled.jobs += s.jobs;
         settled.answered += s.answered;
         settled.errors += s.errors;

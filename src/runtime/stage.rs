@@ -8,7 +8,7 @@
 
 use crate::error::StageError;
 use crate::record::{Extras, Slot, VideoRecord};
-use crate::runtime::store::Store;
+use crate::store::Store;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde::Serialize;
@@ -28,7 +28,7 @@ pub struct StageContext {
     /// The run directory on disk (for files that tools open by path: media, the response cache).
     pub run_dir: std::path::PathBuf,
     /// The run's response cache (opened on first use).
-    pub cache: crate::runtime::cache::CacheHandle,
+    pub cache: crate::store::cache::CacheHandle,
     pub cpu: CpuPool,
     pub cancel: CancellationToken,
     pub extras: Extras,
@@ -74,14 +74,14 @@ impl StageContext {
     /// on the system temp folder, a cache nobody opens.
     pub fn detached(run_dir: &std::path::Path) -> Result<Self, crate::error::RunError> {
         let tmp = std::env::temp_dir();
-        let store = crate::runtime::store::LocalStore::open_read_only(&tmp)
+        let store = crate::store::LocalStore::open_read_only(&tmp)
             .map_err(|e| crate::error::RunError::io(tmp.display().to_string(), e))?;
         Ok(Self {
             stage_id: crate::runtime::chain::SOURCE_STAGE_ID.into(),
             fingerprint: String::new(),
             store: Arc::new(store),
             run_dir: run_dir.to_path_buf(),
-            cache: crate::runtime::cache::CacheHandle::new(&tmp),
+            cache: crate::store::cache::CacheHandle::new(&tmp),
             cpu: CpuPool::new(1),
             cancel: CancellationToken::new(),
             extras: Arc::new(vec![]),

@@ -124,7 +124,7 @@ impl crate::stages::Thresholds for CommitteeSelect {
 /// `vidcurate rethreshold`: the votes are kept; `disagree_with_label` reads the label column.
 fn reselect(
     select: &toml::Table,
-    view: &crate::runtime::shards::TableView,
+    view: &crate::store::shards::TableView,
 ) -> Result<crate::stages::Reselected, crate::stages::ThresholdError> {
     let s: CommitteeSelect = crate::stages::thresholds(select)?;
     let labels = if s.rule == HardRule::DisagreeWithLabel {
@@ -315,7 +315,7 @@ impl Processor for CommitteeStage {
                 json: false,
                 repair: false,
             };
-            async move { svc.chat(&req, cx).await }
+            async move { svc.chat(&req, &cx.cache.get()?, &cx.stage_id).await }
         });
         let answers = futures::future::join_all(asks).await;
         let mut votes = vec![];

@@ -3,7 +3,7 @@
 //! Reads: the source path and the `probe` slot (duration). Writes: the `frames` slot, one row per
 //! frame (index, target and actual timestamps, path, size), and the JPEGs at
 //! `media/<stage id>/<fingerprint>/<video id>/<index>.jpg`. Calls: libavcodec on the CPU pool
-//! (seek + decode forward, see `clients::ffmpeg`). Caches: nothing beyond its shards and JPEGs.
+//! (seek + decode forward, see `engines::ffmpeg`). Caches: nothing beyond its shards and JPEGs.
 //!
 //! Modes (SPEC §7):
 //! - `uniform`: `count` frames (default 16) at the centres of `count` equal segments,
@@ -12,8 +12,8 @@
 //!   (default 16; MVFNDB "fps = 1 capped at 16"), `max_frames` uniform frames over the whole video.
 //! - `range`: every frame with start_secs ≤ t < end_secs (end default: the end of the video).
 
-use crate::clients::ffmpeg;
 use crate::config::{ConfigError, Seg, StageCommon};
+use crate::engines::ffmpeg;
 use crate::error::StageError;
 use crate::record::{FrameRef, Slot, VideoRecord};
 use crate::runtime::ProcessorTask;

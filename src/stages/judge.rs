@@ -2,9 +2,9 @@
 //! video's title and description, and frames as model inputs.
 
 use crate::clients::llm::ImageInput;
+use crate::config::queries::QueryFile;
 use crate::config::{ConfigError, Seg};
 use crate::error::StageError;
-use crate::queries::QueryFile;
 use crate::record::VideoRecord;
 use crate::runtime::stage::StageContext;
 use crate::stages::BuildCx;
@@ -165,7 +165,7 @@ pub async fn ask_validated<T>(
     let mut problem = String::new();
     for attempt in 1..=2u32 {
         req.repair = attempt > 1;
-        let a = svc.chat(&req, cx).await?;
+        let a = svc.chat(&req, &cx.cache.get()?, &cx.stage_id).await?;
         if let Some(why) = &a.refusal {
             let r = if a.finish == "blocked" {
                 "blocked"

@@ -346,7 +346,7 @@ impl Layout {
     /// name (the judging stages read them there); other extra columns must not shadow a source
     /// column, or the tables would have two columns of one name. Returns the extras left.
     fn take_metadata_columns(&mut self) -> Result<Vec<String>, RunError> {
-        let source_cols: Vec<String> = crate::runtime::shards::fields_of::<SourceInfo>()?
+        let source_cols: Vec<String> = crate::store::shards::fields_of::<SourceInfo>()?
             .iter()
             .map(|f| f.name().clone())
             .collect();

@@ -21,9 +21,9 @@ pub mod transcript;
 pub mod youtube;
 
 use crate::config::{ConfigError, Seg, ServiceConfig, SourceText, StageCommon};
-use crate::runtime::shards::TableView;
 use crate::runtime::stage::Source;
 use crate::runtime::{StageCounts, StageTask};
+use crate::store::shards::TableView;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;

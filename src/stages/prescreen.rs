@@ -15,9 +15,9 @@
 //! is dropped here; every other video goes on to the quality model. The run summary's `filtered`
 //! count of this stage is the number of quality-model calls saved.
 
+use crate::config::queries::QueryFile;
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
-use crate::queries::QueryFile;
 use crate::record::{Slot, TextRegion, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
@@ -602,7 +602,7 @@ mod tests {
     /// column types) does not change.
     #[test]
     fn verdicts_are_stored_as_the_strings_they_were() {
-        use crate::runtime::shards::{decode_parquet, encode_table, fields_of};
+        use crate::store::shards::{decode_parquet, encode_table, fields_of};
         use arrow::array::AsArray;
         use arrow::datatypes::DataType;
 

@@ -5,8 +5,8 @@
 //! CPU pool. Caches: nothing beyond its shards. Rejects: empty, unreadable, truncated-header,
 //! audio-only files and still images.
 
-use crate::clients::ffmpeg;
 use crate::config::{ConfigError, Seg, StageCommon};
+use crate::engines::ffmpeg;
 use crate::error::StageError;
 use crate::record::{Probe, Slot, VideoRecord};
 use crate::runtime::ProcessorTask;

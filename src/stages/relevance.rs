@@ -11,8 +11,8 @@
 
 use super::judge::{Event, EventConfig, RELEVANCE_PROMPT, ask_validated, title_description};
 use crate::clients::llm::{ChatRequest, LlmService};
-use crate::clients::minilm::{MiniLm, cosine};
 use crate::config::{ConfigError, Seg, StageCommon};
+use crate::engines::minilm::{MiniLm, cosine};
 use crate::error::{ErrorKind, StageError};
 use crate::record::{Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
@@ -349,7 +349,7 @@ impl Processor for RelevanceStage {
 
 impl LocalJudge {
     fn load(event: &Event) -> Result<Self, String> {
-        let model = MiniLm::load(&crate::clients::minilm::default_dir())?;
+        let model = MiniLm::load(&crate::engines::minilm::default_dir())?;
         let pos = model.embed(&event.positive)?;
         let neg = model.embed(&event.negative)?;
         Ok(Self { model, pos, neg })

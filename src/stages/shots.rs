@@ -16,8 +16,8 @@
 //! all there — nor do we: those slide changes score 14.7 and 22.1. At 12 we reproduce the recorded
 //! segmentation (longest shot [0, 2096], last [3015, 3677]) within a frame or two.
 
-use crate::clients::ffmpeg;
 use crate::config::{ConfigError, Seg, StageCommon};
+use crate::engines::ffmpeg;
 use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
 use crate::runtime::ProcessorTask;

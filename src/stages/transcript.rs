@@ -11,14 +11,14 @@
 //! still a video. `vidcurate release` joins the segments into per-video `transcript`,
 //! `transcript_source`, `transcript_language` and `transcript_reason` columns.
 //! Calls: libavformat/libavcodec/libswresample on the CPU pool (audio to 16 kHz mono, cut into
-//! uploads under `max_upload_bytes` at the quietest point, see `clients::audio`), then an
+//! uploads under `max_upload_bytes` at the quietest point, see `engines::audio`), then an
 //! OpenAI-compatible `audio/transcriptions` service per upload, unless captions were used.
 //! Caches: each upload's answer in the run's response cache, keyed by the service, the model,
 //! the options and the BLAKE3 of the WAV bytes, so a rerun or a rebuilt table pays nothing.
 
 use crate::clients::asr::{AsrService, TranscribeRequest};
-use crate::clients::audio;
 use crate::config::{ConfigError, Seg, StageCommon};
+use crate::engines::audio;
 use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
 use crate::runtime::ProcessorTask;

@@ -23,9 +23,9 @@
 use crate::clients::youtube::{
     ClientSettings, QuotaConfig, YouTubeClient, YtError, parse_duration,
 };
+use crate::config::queries::{Query, QueryFile};
 use crate::config::{ConfigError, Seg};
 use crate::error::{RunError, StageError};
-use crate::queries::{Query, QueryFile};
 use crate::record::{Extras, Provenance, Slot, SourceInfo, VideoRecord};
 use crate::runtime::stage::{Source, SourceItem, SourceReject, SourceStream, StageContext};
 use crate::stages::BuildCx;
@@ -493,10 +493,10 @@ async fn write_provenance(cx: &StageContext, found: &Found) -> Result<(), RunErr
             })
         })
         .collect();
-    let fields = crate::runtime::shards::fields_of::<HitRow>()?;
+    let fields = crate::store::shards::fields_of::<HitRow>()?;
     let batch = to_record_batch(&fields, &rows)
         .map_err(|e| RunError::Internal(format!("provenance table: {e}")))?;
-    let bytes = crate::runtime::shards::encode_table(&batch)?;
+    let bytes = crate::store::shards::encode_table(&batch)?;
     cx.store
         .put(PROVENANCE_TABLE, bytes)
         .await

@@ -1,11 +1,57 @@
 //! OpenAI's batch interface (also vLLM's server): files with `purpose=batch`, `/batches`, and
-//! the result files. Only the protocol: the queue, the retries and the polling are the runtime's
-//! (`runtime::batch`).
+//! the result files. Only the protocol: the queue files are the store's (`store::batch`), the
+//! retries the runtime's, the submit-and-poll loop `settle.rs`.
 
 use super::{Api, LlmService};
 use crate::error::{ErrorKind, StageError};
-use crate::runtime::batch::BatchInfo;
 use serde_json::{Value, json};
+
+/// A batch as the provider reports it.
+#[derive(Debug, Clone, Default)]
+pub struct BatchInfo {
+    pub id: String,
+    pub status: String,
+    pub input_file_id: Option<String>,
+    pub output_file_id: Option<String>,
+    pub error_file_id: Option<String>,
+    pub total: u64,
+    pub completed: u64,
+    pub failed: u64,
+    /// A failed batch's validation errors, joined.
+    pub errors: Option<String>,
+    /// Results that came in the batch itself (Gemini's inline responses), as output lines.
+    pub inline_output: Option<Vec<u8>>,
+}
+
+impl BatchInfo {
+    pub fn from_json(v: &Value) -> Self {
+        let s = |k: &str| v[k].as_str().map(String::from);
+        let errors = v["errors"]["data"].as_array().map(|d| {
+            d.iter()
+                .map(|e| {
+                    format!(
+                        "{}: {}",
+                        e["code"].as_str().unwrap_or("error"),
+                        e["message"].as_str().unwrap_or("")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        });
+        BatchInfo {
+            id: s("id").unwrap_or_default(),
+            status: s("status").unwrap_or_default(),
+            input_file_id: s("input_file_id"),
+            output_file_id: s("output_file_id"),
+            error_file_id: s("error_file_id"),
+            total: v["request_counts"]["total"].as_u64().unwrap_or(0),
+            completed: v["request_counts"]["completed"].as_u64().unwrap_or(0),
+            failed: v["request_counts"]["failed"].as_u64().unwrap_or(0),
+            errors,
+            inline_output: None,
+        }
+    }
+}
 
 impl LlmService {
     /// The batch input line of one request (`body` as `chat` would POST it to `path`).

@@ -3,10 +3,10 @@
 //! Reads: the `frames` slot (JPEGs in the run directory). Writes: the `ocr` slot, one row per
 //! text region (the `ocr_regions` table when the stage id is `ocr_regions`): text, score, box,
 //! layout (`layout.rs`), per-pixel stroke colour (`colour.rs`), creator-added verdict with its
-//! evidence (`creator.rs`). Calls: PP-OCRv4 det + cls + rec on ONNX Runtime (`crate::ocr`), on the
+//! evidence (`creator.rs`). Calls: PP-OCRv4 det + cls + rec on ONNX Runtime (`crate::engines::ocr`), on the
 //! CPU pool, one frame per core (each OCR worker is single-threaded). With `reuse` on (the
 //! default) a video's frames are cut into one run of consecutive frames per OCR worker, each read
-//! in order so a frame can reuse what the previous ones found (`crate::ocr::reuse`); how often
+//! in order so a frame can reuse what the previous ones found (`crate::engines::ocr::reuse`); how often
 //! that fired goes to the stage's tally and the run summary. Caches: nothing beyond its shards;
 //! the models are loaded once per run.
 
@@ -15,8 +15,8 @@ pub mod creator;
 pub mod layout;
 
 use crate::config::{ConfigError, Seg, StageCommon};
+use crate::engines::ocr::{FrameMemory, LimitType, OcrEngine, OcrParams, Reuse, ReuseCounts};
 use crate::error::{ErrorKind, StageError};
-use crate::ocr::{FrameMemory, LimitType, OcrEngine, OcrParams, Reuse, ReuseCounts};
 use crate::record::{Slot, TextRegion, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
@@ -42,7 +42,7 @@ pub struct OcrConfig {
     pub grid_cols: u32,
     /// `on`: a video's frames are read in order and a frame reuses the previous one's detection
     /// when it is unchanged, and an earlier frame's recognition of a line whose crop is
-    /// unchanged (`crate::ocr::reuse`); `off`: every frame from scratch; `verify`: compute
+    /// unchanged (`crate::engines::ocr::reuse`); `off`: every frame from scratch; `verify`: compute
     /// everything, output that, and count where reuse would have differed.
     pub reuse: Reuse,
     /// Detection input size: `rapidocr` (the default: the short side raised to 736, so a 1080p
@@ -125,7 +125,7 @@ fn summary(stage_id: &str, c: &crate::runtime::StageCounts) -> String {
             n("text_mismatch"),
             n("recognition_mismatch"),
             n("detection_mismatch"),
-            crate::ocr::reuse::QUAD_PX
+            crate::engines::ocr::reuse::QUAD_PX
         );
     }
     line
@@ -178,7 +178,7 @@ impl OcrStage {
                     window_detection: self.cfg.window_detection,
                     use_cls: self.cfg.use_cls,
                     text_score: self.cfg.text_score,
-                    det: crate::ocr::det::DbParams {
+                    det: crate::engines::ocr::det::DbParams {
                         box_thresh: self.cfg.box_thresh,
                         unclip_ratio: self.cfg.unclip_ratio,
                         ..Default::default()

@@ -8,7 +8,7 @@
 //! pass the canonical request text they built without the key.
 
 use crate::error::{RunError, StageError};
-use crate::runtime::store::Store;
+use crate::store::Store;
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -7,10 +7,10 @@
 //! upstream lets through videos a rerun must still score), and `out` go on.
 
 use crate::error::RunError;
-use crate::runtime::manifest;
-use crate::runtime::shards::{TableView, read_table};
-use crate::runtime::store::Store;
 use crate::stages::{Reselected, stage_kind};
+use crate::store::Store;
+use crate::store::manifest;
+use crate::store::shards::{TableView, read_table};
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use serde::Serialize;
@@ -205,7 +205,7 @@ pub(crate) async fn open_run(
     run_dir: &Path,
 ) -> Result<(Arc<dyn Store>, manifest::Manifest), RunError> {
     let location = run_dir.to_string_lossy();
-    let store = crate::runtime::store::open_run(&location, crate::runtime::store::Access::Read)
+    let store = crate::store::open_run(&location, crate::store::Access::Read)
         .map_err(|e| RunError::io(location.to_string(), e))?;
     let m = manifest::load(store.as_ref()).await.ok_or_else(|| {
         RunError::Config(format!(
@@ -353,7 +353,7 @@ async fn write_selection(
         .map_err(|e| RunError::Internal(e.to_string()))?;
     let path = format!("{SELECTIONS}/{name}.parquet");
     store
-        .put(&path, crate::runtime::shards::encode_table(&batch)?)
+        .put(&path, crate::store::shards::encode_table(&batch)?)
         .await
         .map_err(|e| RunError::io(path.clone(), e))?;
     let meta = serde_json::json!({ "funnel": funnel, "created_at": manifest::now() });
@@ -405,4 +405,36 @@ pub fn selected_ids(path: &Path) -> Result<HashSet<String>, String> {
         }
     }
     Ok(out)
+}
+
+/// Re-apply the scoring stages' thresholds to stored scores, with no model call.
+///
+/// Prints the funnel (videos in / done / rejected / pending / out per stage) under the
+/// pipeline's own `select` settings and under the new ones, and writes both selections to
+/// RUN_DIR/selections/ (video_id, kept per stage, selected). `pending` videos passed a lowered
+/// threshold upstream but were never scored downstream: rerun the pipeline with the new
+/// thresholds to score them.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A run directory (with manifest.json).
+    pub run_dir: std::path::PathBuf,
+    /// STAGE.KEY=VALUE, e.g. relevance.min_score=8, quality.min_twos=9,
+    /// committee.rule=entropy, committee.min_entropy=0.9 (repeatable).
+    #[arg(long = "set", value_name = "STAGE.KEY=VALUE")]
+    pub set: Vec<Override>,
+}
+
+pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
+    let r = super::tokio_runtime()?.block_on(rethreshold(&a.run_dir, &a.set))?;
+    println!("funnel with the pipeline's thresholds:");
+    print!("{}", render(&r.before));
+    println!("funnel with the new thresholds:");
+    print!("{}", render(&r.after));
+    println!("selection: {}", r.selection_file.display());
+    if r.after.iter().any(|f| f.pending > 0) {
+        println!(
+            "pending videos were never scored by that stage: run the pipeline with the new select settings to score them"
+        );
+    }
+    Ok(crate::error::Exit::Done)
 }

@@ -7,7 +7,7 @@
 
 use crate::error::RunError;
 use crate::record::{COL_FINGERPRINT, COL_VIDEO_ID, Extras, META_STAGE, META_VIDEOS, VideoRecord};
-use crate::runtime::store::Store;
+use crate::store::Store;
 use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, FieldRef, Schema};
 use parquet::arrow::ArrowWriter;
@@ -184,7 +184,7 @@ pub struct ShardWriter<R> {
     others: HashSet<String>,
     lost: u64,
     /// A cache whose new answers are published before each commit (a run on an object store).
-    cache: Option<crate::runtime::cache::CacheHandle>,
+    cache: Option<crate::store::cache::CacheHandle>,
     _row: PhantomData<R>,
 }
 
@@ -255,7 +255,7 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
 
     /// Publishes `cache`'s new answers before each commit, so a committed row's paid calls are
     /// in the store for every other worker.
-    pub fn publishing(mut self, cache: crate::runtime::cache::CacheHandle) -> Self {
+    pub fn publishing(mut self, cache: crate::store::cache::CacheHandle) -> Self {
         self.cache = Some(cache);
         self
     }
@@ -1214,11 +1214,9 @@ mod tests {
     #[tokio::test]
     async fn a_slot_whose_rejects_shard_is_missing_gets_it_back_from_its_footer() {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::runtime::store::open_run(
-            &dir.path().display().to_string(),
-            crate::runtime::store::Access::Own,
-        )
-        .unwrap();
+        let store =
+            crate::store::open_run(&dir.path().display().to_string(), crate::store::Access::Own)
+                .unwrap();
         let slots = Slots {
             prefix: "part-",
             next: 0,
@@ -1269,19 +1267,14 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn twins_commit_each_video_once_on_a_local_folder() {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::runtime::store::open_run(
-            &dir.path().display().to_string(),
-            crate::runtime::store::Access::Own,
-        );
+        let store =
+            crate::store::open_run(&dir.path().display().to_string(), crate::store::Access::Own);
         twins_commit_each_video_once(store.unwrap()).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn twins_commit_each_video_once_in_memory() {
-        let store = crate::runtime::store::open_run(
-            "memory://bucket/run",
-            crate::runtime::store::Access::Own,
-        );
+        let store = crate::store::open_run("memory://bucket/run", crate::store::Access::Own);
         twins_commit_each_video_once(store.unwrap()).await;
     }
 }

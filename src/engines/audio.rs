@@ -31,7 +31,7 @@ fn decode_err(path: &Path, e: ff::Error) -> StageError {
 
 /// The best audio stream of `path` as 16 kHz mono PCM; `None` when the file has no audio stream.
 pub fn decode_mono_16k(path: &Path) -> Result<Option<Vec<i16>>, StageError> {
-    crate::clients::ffmpeg::init();
+    crate::engines::ffmpeg::init();
     let mut ictx = ff::format::input(path)
         .map_err(|e| StageError::data("unreadable", format!("{}: {e}", path.display())))?;
     let Some(stream) = ictx.streams().best(ff::media::Type::Audio) else {

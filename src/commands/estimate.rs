@@ -10,9 +10,9 @@
 
 use crate::error::RunError;
 use crate::plan::Plan;
-use crate::runtime::cache::ResponseCache;
 use crate::runtime::runner::{self, RunOptions};
 use crate::runtime::stage::{SourceEstimate, StageContext};
+use crate::store::cache::ResponseCache;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 
@@ -137,16 +137,16 @@ async fn prior_work(
     let mut done = HashMap::new();
     let location = run_dir.to_string_lossy().to_string();
     let local_missing =
-        !crate::runtime::objects::is_url(&location) && !run_dir.join("manifest.json").exists();
+        !crate::store::objects::is_url(&location) && !run_dir.join("manifest.json").exists();
     if local_missing {
         return Ok((done, None));
     }
-    let Ok((store, m)) = crate::rethreshold::open_run(run_dir).await else {
+    let Ok((store, m)) = crate::commands::rethreshold::open_run(run_dir).await else {
         return Ok((done, None));
     };
-    let selects = crate::rethreshold::stored_selects(&m.pipeline_toml)?;
-    let data = crate::rethreshold::read_stages(&store, &m.stages, &selects, &[]).await?;
-    let (rows, _) = crate::rethreshold::funnel(&data.sources, &data.stages, false);
+    let selects = crate::commands::rethreshold::stored_selects(&m.pipeline_toml)?;
+    let data = crate::commands::rethreshold::read_stages(&store, &m.stages, &selects, &[]).await?;
+    let (rows, _) = crate::commands::rethreshold::funnel(&data.sources, &data.stages, false);
     for row in &rows {
         let same = m.stages.iter().any(|ms| {
             ms.id == row.stage

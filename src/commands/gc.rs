@@ -9,8 +9,8 @@
 //! (AbortIncompleteMultipartUpload) removes those.
 
 use crate::error::RunError;
-use crate::runtime::shards::SUPERSEDED_DIR;
-use crate::runtime::store::{ObjectInfo, Store};
+use crate::store::shards::SUPERSEDED_DIR;
+use crate::store::{ObjectInfo, Store};
 use std::time::{Duration, SystemTime};
 
 #[derive(Debug, Default)]
@@ -39,7 +39,7 @@ pub async fn gc(
         let mut swept = vec![];
         // Age zero would mean "every temp file": keep a minute's grace for a live writer.
         let age = older_than.max(Duration::from_secs(60));
-        crate::runtime::store::sweep_tmp(&root, age, &mut swept, dry_run).map_err(|e| io("", e))?;
+        crate::store::sweep_tmp(&root, age, &mut swept, dry_run).map_err(|e| io("", e))?;
         for (path, size) in swept {
             let rel = path.strip_prefix(&root).unwrap_or(&path);
             report.removed.push((rel.display().to_string(), size));
@@ -78,6 +78,48 @@ pub fn parse_age(s: &str) -> Result<Duration, String> {
         return Err(format!("{s:?}: not a usable age"));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// Remove leftovers no reader uses: partial downloads, temp files of a crashed writer, and
+/// with --superseded the shards of old settings set aside in RUN/_superseded/. Committed
+/// shards are never touched.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A run directory or object-store URL (s3://bucket/prefix, …).
+    pub run: String,
+    /// Only what is at least this old (30m, 2h, 7d): younger leftovers may belong to a worker
+    /// that is committing right now.
+    #[arg(long, default_value = "1h", value_parser = parse_age)]
+    pub older_than: std::time::Duration,
+    /// Also remove shards of superseded settings (RUN/_superseded/).
+    #[arg(long)]
+    pub superseded: bool,
+    /// Print what would be removed, remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
+    let store = crate::store::open_run(&a.run, crate::store::Access::Read)
+        .map_err(|e| RunError::at(a.run.clone(), e))?;
+    let r = super::tokio_runtime()?.block_on(gc(
+        store.as_ref(),
+        a.older_than,
+        a.superseded,
+        a.dry_run,
+    ))?;
+    let verb = if a.dry_run { "would remove" } else { "removed" };
+    for (path, size) in &r.removed {
+        println!("{verb} {path} ({size} bytes)");
+    }
+    let bytes: u64 = r.removed.iter().map(|(_, s)| s).sum();
+    println!(
+        "{verb} {} objects, {bytes} bytes; kept {} younger than {}s",
+        r.removed.len(),
+        r.young,
+        a.older_than.as_secs()
+    );
+    Ok(crate::error::Exit::Done)
 }
 
 #[cfg(test)]

@@ -10,13 +10,13 @@
 //! `README.md`, a dataset card whose YAML front matter declares the configs, the features and
 //! the split sizes. Calls nothing; caches nothing.
 
+use crate::commands::rethreshold::FunnelRow;
 use crate::error::RunError;
-use crate::rethreshold::FunnelRow;
 use crate::runtime::chain::SOURCE_STAGE_ID;
-use crate::runtime::manifest::Manifest;
-use crate::runtime::shards::{read_table, text_column};
-use crate::runtime::store::Store;
 use crate::stages::{Release, stage_kind};
+use crate::store::Store;
+use crate::store::manifest::Manifest;
+use crate::store::shards::{read_table, text_column};
 use arrow::array::{
     Array, ArrayRef, BinaryBuilder, ListBuilder, RecordBatch, StringArray, StringBuilder,
     StructBuilder, UInt32Array, UInt32Builder,
@@ -240,7 +240,7 @@ async fn read_inputs(store: &Arc<dyn Store>, m: &Manifest) -> Result<Inputs, Run
         match role {
             None => {
                 let info: Vec<String> =
-                    crate::runtime::shards::fields_of::<crate::record::SourceInfo>()?
+                    crate::store::shards::fields_of::<crate::record::SourceInfo>()?
                         .iter()
                         .map(|f| f.name().clone())
                         .collect();
@@ -322,15 +322,16 @@ async fn read_inputs(store: &Arc<dyn Store>, m: &Manifest) -> Result<Inputs, Run
 
 /// The adjudicated human annotations (`vidcurate annotate import`) as `annotation_<field>`.
 async fn annotation_columns(store: &Arc<dyn Store>) -> Result<Option<Joined>, RunError> {
-    let decided: Vec<crate::annotate::Annotation> = crate::annotate::read_annotations(store)
-        .await?
-        .into_iter()
-        .filter(|a| a.annotator == "adjudicated")
-        .collect();
+    let decided: Vec<crate::commands::annotate::Annotation> =
+        crate::commands::annotate::read_annotations(store)
+            .await?
+            .into_iter()
+            .filter(|a| a.annotator == "adjudicated")
+            .collect();
     if decided.is_empty() {
         return Ok(None);
     }
-    let fields = crate::runtime::shards::fields_of::<crate::annotate::Annotation>()?;
+    let fields = crate::store::shards::fields_of::<crate::commands::annotate::Annotation>()?;
     let batch = serde_arrow::to_record_batch(&fields, &decided)
         .map_err(|e| RunError::Internal(format!("annotations: {e}")))?;
     const BOOKKEEPING: &[&str] = &[
@@ -396,7 +397,7 @@ async fn read_split(
     ),
     RunError,
 > {
-    let (placed, report) = crate::split::read_split(store, name).await?;
+    let (placed, report) = crate::commands::split::read_split(store, name).await?;
     let mut by_split: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (id, split) in placed {
         by_split.entry(split).or_default().push(id);
@@ -632,7 +633,7 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
             "--rows-per-file must be at least 1".into(),
         ));
     }
-    let (store, m) = crate::rethreshold::open_run(run_dir).await?;
+    let (store, m) = crate::commands::rethreshold::open_run(run_dir).await?;
     let (order, by_split, split_report) = read_split(&store, &opts.split).await?;
     let inputs = read_inputs(&store, &m).await?;
     let out = &opts.out;
@@ -685,7 +686,9 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
             opts.split
         ))
     })?;
-    let funnel = crate::rethreshold::pipeline_selection(run_dir).await?.2;
+    let funnel = crate::commands::rethreshold::pipeline_selection(run_dir)
+        .await?
+        .2;
     let card = card(
         &m,
         &schema,
@@ -909,6 +912,39 @@ fn list_or(v: &serde_json::Value, none: &str) -> String {
             .join(", "),
         _ => none.to_string(),
     }
+}
+
+/// Write a split run as a dataset folder: Parquet files per split, frames, perturbations
+/// and a dataset card, loadable with `datasets.load_dataset(DIR)`, pyarrow, DuckDB, Polars.
+///
+/// One row per selected video: ids, the source's metadata and manifest columns, every
+/// one-row-per-video stage's columns (`<stage>_<column>`: scores, votes, probe), the frames
+/// (files or image bytes), the OCR text, the split. `perturbations/` gives each video's frame
+/// order for the variants of RiskCue §3.4. README.md is the card: YAML for `datasets`
+/// (configs, features, split sizes), the funnel, the settings, licence notes, provenance.
+#[derive(clap::Args)]
+#[command(
+    after_help = "Examples:\n  vidcurate split data/runs/demo --stratify label\n  vidcurate release data/runs/demo --out data/releases/demo\n  vidcurate release data/runs/demo --out /tmp/demo-hf --frames bytes --split default"
+)]
+pub struct Args {
+    /// A run directory or object-store URL (s3://bucket/prefix, …).
+    pub run_dir: std::path::PathBuf,
+    #[command(flatten)]
+    pub opts: ReleaseOptions,
+}
+
+pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
+    let r = super::tokio_runtime()?.block_on(release(&a.run_dir, &a.opts))?;
+    for (split, n) in &r.splits {
+        println!("{split:<12} {n:>8} videos");
+    }
+    println!(
+        "{} files, {} columns; card: {}",
+        r.files,
+        r.columns.len(),
+        r.out.join("README.md").display()
+    );
+    Ok(crate::error::Exit::Done)
 }
 
 #[cfg(test)]

@@ -232,7 +232,7 @@ pub fn report(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analyze::StatRow;
+    use crate::commands::analyze::StatRow;
 
     #[test]
     fn report_escapes_every_string_from_the_data() {

@@ -8,6 +8,12 @@
 //! exactly one of them): locally a hard link, which fails if the name exists; on S3
 //! `If-None-Match: *`.
 
+pub mod batch;
+pub mod cache;
+pub mod manifest;
+pub mod objects;
+pub mod shards;
+
 use async_trait::async_trait;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -78,8 +84,8 @@ pub const SHARED_TMP_AGE: std::time::Duration = std::time::Duration::from_secs(3
 /// Opens the run directory `location` names: an object-store URL (`s3://bucket/prefix`, …) or a
 /// local folder (`file://` optional).
 pub fn open_run(location: &str, access: Access) -> io::Result<std::sync::Arc<dyn Store>> {
-    if super::objects::is_url(location) {
-        return Ok(std::sync::Arc::new(super::objects::ObjectStoreRun::open(
+    if objects::is_url(location) {
+        return Ok(std::sync::Arc::new(objects::ObjectStoreRun::open(
             location,
         )?));
     }

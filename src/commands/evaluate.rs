@@ -9,7 +9,7 @@
 //! An unknown video id or label in the predictions is an error naming the line.
 
 use crate::error::RunError;
-use crate::runtime::shards::text_column;
+use crate::store::shards::text_column;
 use arrow::array::{Array, RecordBatch};
 use arrow::datatypes::DataType;
 use serde::Serialize;
@@ -429,7 +429,7 @@ pub fn evaluate(
 
 /// The histogram of risk-signal lengths per group (1-second bins), drawn as the analyses are.
 fn lengths_plot(png: &Path, lengths: &BTreeMap<String, SignalLengths>) -> Result<(), RunError> {
-    use crate::analyze::DistRow;
+    use crate::commands::analyze::DistRow;
     let groups: Vec<String> = lengths
         .keys()
         .filter(|g| lengths.len() == 1 || *g != "all")
@@ -457,7 +457,7 @@ fn lengths_plot(png: &Path, lengths: &BTreeMap<String, SignalLengths>) -> Result
         }
     }
     let sizes = groups.iter().map(|g| (g.clone(), lengths[g].n)).collect();
-    crate::analyze::plot::bars(png, "risk-signal length", &rows, &groups, &sizes, None)
+    crate::commands::analyze::plot::bars(png, "risk-signal length", &rows, &groups, &sizes, None)
         .map_err(|e| RunError::Internal(format!("{}: {e}", png.display())))
 }
 
@@ -512,6 +512,40 @@ fn metrics_table(r: &Report) -> String {
         }
     }
     s
+}
+
+/// Score a model's predictions on a release: per group (--by) and overall, positive-class
+/// F1, accuracy, specificity, balanced accuracy, MCC and the always-positive F1; per
+/// perturbation variant when the predictions have a `variant` column, with the F1 drop
+/// from the original order.
+///
+/// PREDICTIONS is CSV, JSONL or Parquet with `video_id`, `prediction` (a label value of the
+/// release) and optionally `variant` (original, shuffled, halves_swapped, reversed,
+/// first_frame, last_frame). An unknown video id or label is an error naming its line.
+#[derive(clap::Args)]
+#[command(
+    after_help = "Examples:\n  vidcurate evaluate data/releases/riskcue preds.csv --by domain\n  vidcurate evaluate data/releases/demo preds.jsonl --positive fake --json"
+)]
+pub struct Args {
+    /// A release folder (vidcurate release --out).
+    pub release: PathBuf,
+    /// The predictions file.
+    pub predictions: PathBuf,
+    #[command(flatten)]
+    pub opts: EvaluateOptions,
+}
+
+pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
+    let r = evaluate(&a.release, &a.predictions, &a.opts)?;
+    if a.opts.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r).expect("a report serialises")
+        );
+    } else {
+        print!("{}", render(&r));
+    }
+    Ok(crate::error::Exit::Done)
 }
 
 #[cfg(test)]

@@ -78,8 +78,8 @@ const SHOTS: &str = crate::stages::shots::KIND.name;
 /// mix in).
 struct RunTables {
     rt: tokio::runtime::Runtime,
-    store: std::sync::Arc<dyn crate::runtime::store::Store>,
-    manifest: crate::runtime::manifest::Manifest,
+    store: std::sync::Arc<dyn crate::store::Store>,
+    manifest: crate::store::manifest::Manifest,
 }
 
 impl RunTables {
@@ -98,17 +98,14 @@ impl RunTables {
     }
 
     fn open(run: &Path) -> Result<Self, String> {
-        let store = crate::runtime::store::open_run(
-            &run.to_string_lossy(),
-            crate::runtime::store::Access::Read,
-        )
-        .map_err(|e| format!("{}: {e}", run.display()))?;
+        let store = crate::store::open_run(&run.to_string_lossy(), crate::store::Access::Read)
+            .map_err(|e| format!("{}: {e}", run.display()))?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| e.to_string())?;
         let manifest = rt
-            .block_on(crate::runtime::manifest::load(store.as_ref()))
+            .block_on(crate::store::manifest::load(store.as_ref()))
             .ok_or_else(|| {
                 format!(
                     "{}/manifest.json: missing or unreadable (not a run directory?)",
@@ -140,7 +137,7 @@ impl RunTables {
             .find(|s| s.id == id)
             .ok_or_else(|| format!("no stage {id} in the manifest"))?;
         self.rt
-            .block_on(crate::runtime::shards::read_table(
+            .block_on(crate::store::shards::read_table(
                 &self.store,
                 &st.id,
                 &st.fingerprint,
@@ -780,7 +777,7 @@ fn write_table<T: Serialize + for<'de> Deserialize<'de>>(
     name: &str,
     rows: &[T],
 ) -> Result<(), String> {
-    let fields = crate::runtime::shards::fields_of::<T>().map_err(|e| e.to_string())?;
+    let fields = crate::store::shards::fields_of::<T>().map_err(|e| e.to_string())?;
     let batch = serde_arrow::to_record_batch(&fields, &rows).map_err(|e| e.to_string())?;
     let path = dir.join(format!("{name}.parquet"));
     let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -794,4 +791,48 @@ fn write_table<T: Serialize + for<'de> Deserialize<'de>>(
         .write(&batch)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(())
+}
+
+/// Reproduce the papers' analyses of on-screen text from a run's Parquet, grouped by a column.
+///
+/// Writes, for each group of COLUMN (e.g. label = fake/real), the hue distribution of
+/// creator-added text pixels (pixel- and region-weighted), saturation, value, position on a
+/// grid, area, aspect ratio, text over 8 time segments and shots per video, each as Parquet and
+/// CSV, and `stats` (KS / chi-square with n, p and effect size) comparing the first two groups.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The run directory.
+    pub run_dir: PathBuf,
+    /// Column to group by (any source column carried through, e.g. `label`).
+    #[arg(long)]
+    pub by: String,
+    /// Output folder [default: RUN_DIR/analysis/<by>].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Only rows passing these conditions, e.g. `domain = demo-news and score >= 0.8` or
+    /// `language in (en, fr)`: `and`-joined `column op value`, op one of = != < <= > >= in.
+    #[arg(long = "where", value_name = "EXPR")]
+    pub filter: Option<String>,
+}
+
+pub fn run(a: Args) -> Result<crate::error::Exit, crate::error::RunError> {
+    use crate::error::RunError;
+    // A filter that does not parse is invalid input, like any other bad argument.
+    let filter = a
+        .filter
+        .as_deref()
+        .map(filter::Filter::parse)
+        .transpose()
+        .map_err(RunError::Config)?;
+    let r = analyze(&a.run_dir, &a.by, a.out.as_deref(), filter.as_ref())
+        .map_err(RunError::Internal)?;
+    println!("groups: {}", r.groups.join(", "));
+    for (name, rows) in &r.tables {
+        println!("{name}: {} rows", rows.len());
+    }
+    for s in &r.stats {
+        println!("{}", s.cells().join("  "));
+    }
+    println!("tables: {}", r.out_dir.display());
+    Ok(crate::error::Exit::Done)
 }

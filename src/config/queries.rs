@@ -9,7 +9,7 @@
 //! placeholders, e.g. `published_after = "{year}-01-01"`. The `[event]` table describes the
 //! domain's risk event for the judging stages.
 
-use crate::config::{ConfigError, Seg, SourceText};
+use super::{ConfigError, Seg, SourceText};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -16,7 +16,7 @@
 
 use crate::error::RunError;
 use crate::runtime::chain::SOURCE_STAGE_ID;
-use crate::runtime::shards::{read_table, table_batches, text_column};
+use crate::store::shards::{read_table, table_batches, text_column};
 use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use serde::Serialize;
@@ -294,7 +294,7 @@ fn source_values(
 /// A split made before: video id → split name, and the split's report (`NAME.json`, Null when
 /// missing). The error says how to make it.
 pub async fn read_split(
-    store: &Arc<dyn crate::runtime::store::Store>,
+    store: &Arc<dyn crate::store::Store>,
     name: &str,
 ) -> Result<(BTreeMap<String, String>, serde_json::Value), RunError> {
     let path = format!("splits/{name}.parquet");
@@ -333,8 +333,8 @@ pub async fn split(run_dir: &Path, opts: &SplitOptions) -> Result<SplitReport, R
             opts.names.join(", ")
         )));
     }
-    let (store, selected, _) = crate::rethreshold::pipeline_selection(run_dir).await?;
-    let m = crate::runtime::manifest::load(store.as_ref())
+    let (store, selected, _) = crate::commands::rethreshold::pipeline_selection(run_dir).await?;
+    let m = crate::store::manifest::load(store.as_ref())
         .await
         .ok_or_else(|| RunError::Config(format!("{}: no manifest.json", run_dir.display())))?;
     let fp = m
@@ -381,8 +381,8 @@ pub async fn split(run_dir: &Path, opts: &SplitOptions) -> Result<SplitReport, R
 
 /// video → its near-duplicate cluster (the smallest id in it), from the run's `dedup` stage.
 async fn near_duplicates(
-    store: &Arc<dyn crate::runtime::store::Store>,
-    m: &crate::runtime::manifest::Manifest,
+    store: &Arc<dyn crate::store::Store>,
+    m: &crate::store::manifest::Manifest,
     selected: &[String],
     max_distance: u32,
 ) -> Result<HashMap<String, String>, RunError> {
@@ -524,7 +524,7 @@ fn report(opts: &SplitOptions, items: &[Item], placed: &[usize], run_dir: &Path)
 }
 
 async fn write(
-    store: &Arc<dyn crate::runtime::store::Store>,
+    store: &Arc<dyn crate::store::Store>,
     opts: &SplitOptions,
     items: &[Item],
     placed: &[usize],
@@ -559,7 +559,7 @@ async fn write(
     .map_err(|e| RunError::Internal(e.to_string()))?;
     let path = format!("splits/{}.parquet", opts.name);
     store
-        .put(&path, crate::runtime::shards::encode_table(&batch)?)
+        .put(&path, crate::store::shards::encode_table(&batch)?)
         .await
         .map_err(|e| RunError::io(path.clone(), e))?;
     let path = format!("splits/{}.json", opts.name);
@@ -568,6 +568,32 @@ async fn write(
         .put(&path, json)
         .await
         .map_err(|e| RunError::io(path.clone(), e))
+}
+
+/// Split the videos the pipeline selected into train/validation/test, at video level.
+///
+/// Deterministic for a seed; stratified so every split has each stratum's share (e.g. of
+/// fake and real); grouped so the videos of one channel (or event, or near-duplicate
+/// cluster) never sit in two splits. Reads the run's tables under the pipeline's own
+/// thresholds (no model call); writes RUN_DIR/splits/NAME.parquet (video_id, split, stratum,
+/// group) and NAME.json (counts per split and stratum, the largest deviation), and prints
+/// the counts.
+#[derive(clap::Args)]
+#[command(
+    after_help = "Examples:\n  vidcurate split data/runs/demo --stratify label --group channel_id\n  vidcurate split data/runs/x --ratios 80/20 --names train,test --stratify domain,label --seed 7"
+)]
+pub struct Args {
+    /// A run directory or object-store URL (s3://bucket/prefix, …).
+    pub run_dir: std::path::PathBuf,
+    #[command(flatten)]
+    pub opts: SplitOptions,
+}
+
+pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
+    let r = super::tokio_runtime()?.block_on(split(&a.run_dir, &a.opts))?;
+    print!("{}", r.render());
+    println!("split: {}", r.file);
+    Ok(crate::error::Exit::Done)
 }
 
 #[cfg(test)]

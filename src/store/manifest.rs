@@ -1,8 +1,7 @@
 //! `manifest.json`: the pipeline as run, the tool version, each stage's fingerprint and compute
 //! settings, and one entry per invocation (times, status, counts per stage).
 
-use crate::runtime::StageCounts;
-use crate::runtime::store::Store;
+use crate::store::Store;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -75,4 +74,34 @@ pub async fn save_at(store: &dyn Store, path: &str, m: &Manifest) -> std::io::Re
 
 pub fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// What one stage did in one invocation.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct StageCounts {
+    /// Records that reached the stage.
+    pub received: u64,
+    /// Computed in this invocation.
+    pub computed: u64,
+    /// Taken from shards of an earlier invocation.
+    pub reused: u64,
+    /// Rejected in this invocation.
+    pub rejected: u64,
+    /// Rejected by an earlier invocation (not retried).
+    pub rejected_before: u64,
+    /// Scored but below the stage's `select` thresholds (not passed on).
+    #[serde(default)]
+    pub filtered: u64,
+    /// Passed on to the next stage.
+    pub forwarded: u64,
+    /// Set aside for a batch of model requests (done by a later pass of the same run).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deferred: u64,
+    /// The stage's own counters (`StageContext::tally`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tally: std::collections::BTreeMap<String, u64>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -8,7 +8,7 @@
 //! connections) are retried by the crate's client with backoff, so that client is the one owner
 //! of attempts for store calls; a refused credential is not retried and stops the run.
 
-use super::store::{ObjectInfo, Store};
+use super::{ObjectInfo, Store};
 use async_trait::async_trait;
 use futures::TryStreamExt;
 use object_store::path::Path as ObjPath;

@@ -12,10 +12,10 @@
 
 use crate::error::RunError;
 use crate::runtime::chain::SOURCE_STAGE_ID;
-use crate::runtime::manifest::Manifest;
-use crate::runtime::shards::{read_table, table_batches, text_column};
-use crate::runtime::store::Store;
 use crate::stages;
+use crate::store::Store;
+use crate::store::manifest::Manifest;
+use crate::store::shards::{read_table, table_batches, text_column};
 use arrow::array::{Array, StringArray};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -194,7 +194,7 @@ async fn passing(
     m: &Manifest,
     expr: &str,
 ) -> Result<std::collections::HashSet<String>, RunError> {
-    let filter = crate::analyze::filter::Filter::parse(expr).map_err(RunError::Config)?;
+    let filter = crate::commands::analyze::filter::Filter::parse(expr).map_err(RunError::Config)?;
     let fp = m
         .stages
         .iter()
@@ -219,10 +219,10 @@ async fn passing(
 
 /// Writes tasks.json, label_config.xml and tasks.csv for the selected videos.
 pub async fn export(run_dir: &Path, opts: &ExportOptions) -> Result<usize, RunError> {
-    let (store, mut videos, _) = crate::rethreshold::pipeline_selection(run_dir).await?;
-    let (_, m) = crate::rethreshold::open_run(run_dir).await?;
+    let (store, mut videos, _) = crate::commands::rethreshold::pipeline_selection(run_dir).await?;
+    let (_, m) = crate::commands::rethreshold::open_run(run_dir).await?;
     if let Some(split) = &opts.split {
-        let keep = crate::split::read_split(&store, split).await?.0;
+        let keep = crate::commands::split::read_split(&store, split).await?.0;
         videos.retain(|v| keep.contains_key(v));
     }
     if let Some(expr) = &opts.filter {
@@ -843,7 +843,7 @@ pub async fn import(
     rule: &Rule,
     csv_annotator: Option<&str>,
 ) -> Result<ImportReport, RunError> {
-    let (store, m) = crate::rethreshold::open_run(run_dir).await?;
+    let (store, m) = crate::commands::rethreshold::open_run(run_dir).await?;
     let probe = column_by_video(
         &store,
         &m,
@@ -912,11 +912,11 @@ pub async fn import(
     report.annotations = rows.len();
     report.adjudicated = decided.len();
     let all: Vec<Annotation> = rows.into_iter().chain(decided).collect();
-    let fields = crate::runtime::shards::fields_of::<Annotation>()?;
+    let fields = crate::store::shards::fields_of::<Annotation>()?;
     let batch = serde_arrow::to_record_batch(&fields, &all)
         .map_err(|e| RunError::Internal(format!("annotations: {e}")))?;
     store
-        .put(ANNOTATIONS, crate::runtime::shards::encode_table(&batch)?)
+        .put(ANNOTATIONS, crate::store::shards::encode_table(&batch)?)
         .await
         .map_err(|e| RunError::io(format!("{}/{ANNOTATIONS}", store.location()), e))?;
     let path = "annotations/report.json";
@@ -981,6 +981,67 @@ pub fn render(r: &ImportReport) -> String {
         );
     }
     s
+}
+
+/// Human annotation round trip (RiskCue's 8 fields) with Label Studio or a spreadsheet:
+/// `annotate export` writes the tasks, `annotate import` reads the annotations back.
+#[derive(clap::Subcommand)]
+pub enum Cmd {
+    /// Write tasks.json (Label Studio import format, with the committee's label as a
+    /// pre-annotation and the OCR text as a hint), label_config.xml (risk signal and accident
+    /// spans on the video timeline, indicators, the first/then/afterwards description, the
+    /// accident description, the yes/no risk label) and tasks.csv for the selected videos.
+    #[command(
+        after_help = "Example:\n  vidcurate annotate export data/runs/riskcue --out annot/ --media-url http://media.lab:8000\n  (create a Label Studio project with annot/label_config.xml, import annot/tasks.json)"
+    )]
+    Export {
+        /// A run directory or object-store URL.
+        run_dir: std::path::PathBuf,
+        #[command(flatten)]
+        opts: ExportOptions,
+    },
+    /// Read a Label Studio JSON export (or the filled-in tasks.csv) into
+    /// RUN_DIR/annotations/annotations.parquet: one row per video and annotator plus the
+    /// adjudicated row. Invalid annotations (end before start, times outside the video, a label
+    /// not yes/no, a yes without a description, unknown tasks) are kept out with the task id and
+    /// field; cancelled ones are counted. Importing the same export again changes nothing; a
+    /// newer annotation of the same annotator replaces the older. Prints the agreement (Cohen's
+    /// or Fleiss' kappa on the label, IoU of the risk-signal spans).
+    Import {
+        /// A run directory or object-store URL.
+        run_dir: std::path::PathBuf,
+        /// The export: Label Studio JSON, or the CSV from `annotate export` filled in.
+        export: std::path::PathBuf,
+        /// How a video with several annotators is decided: single, majority, reviewer:NAME.
+        #[arg(long, default_value = "majority")]
+        rule: Rule,
+        /// Whose annotations a CSV holds.
+        #[arg(long)]
+        annotator: Option<String>,
+    },
+}
+
+pub fn run(cmd: Cmd) -> Result<crate::error::Exit, RunError> {
+    let rt = super::tokio_runtime()?;
+    match cmd {
+        Cmd::Export { run_dir, opts } => {
+            let n = rt.block_on(export(&run_dir, &opts))?;
+            println!(
+                "{n} tasks: {}/tasks.json, label_config.xml, tasks.csv",
+                opts.out.display()
+            );
+        }
+        Cmd::Import {
+            run_dir,
+            export,
+            rule,
+            annotator,
+        } => {
+            let r = rt.block_on(import(&run_dir, &export, &rule, annotator.as_deref()))?;
+            print!("{}", render(&r));
+        }
+    }
+    Ok(crate::error::Exit::Done)
 }
 
 #[cfg(test)]

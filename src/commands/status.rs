@@ -6,10 +6,10 @@
 //! `pending` follows the funnel: a video is pending at a stage when every stage before it passed
 //! it on (under the pipeline's own thresholds) and this stage has not settled it yet.
 
+use crate::commands::rethreshold::{FunnelRow, funnel, open_run, read_stages, stored_selects};
 use crate::error::RunError;
-use crate::rethreshold::{FunnelRow, funnel, open_run, read_stages, stored_selects};
-use crate::runtime::manifest::{self, InvocationStatus};
 use crate::runtime::ranks::{self, Pin, Rank};
+use crate::store::manifest::{self, InvocationStatus};
 use std::path::Path;
 
 /// One rank's view.
@@ -128,4 +128,23 @@ pub fn render(s: &Status) -> String {
         format!("ranks to run again: {}\n", todo.join(","))
     };
     t
+}
+
+/// Per rank and stage: videos done, rejected, pending, and how each rank's last run ended;
+/// the last line lists the ranks to run again (exit 0 when every rank is complete, 5 when
+/// some are not), for scripts that resubmit only those.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A run directory or object-store URL (s3://bucket/prefix, …).
+    pub run: std::path::PathBuf,
+}
+
+pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
+    let s = super::tokio_runtime()?.block_on(status(&a.run))?;
+    print!("{}", render(&s));
+    Ok(if s.ranks.iter().any(|r| r.unfinished()) {
+        crate::error::Exit::Unfinished
+    } else {
+        crate::error::Exit::Done
+    })
 }

@@ -1,0 +1,28 @@
+//! One module per subcommand: its arguments (clap), what it does, and how it prints. Each
+//! `run` returns how it ended (`Exit`) or a typed error; `main.rs` only dispatches and maps
+//! both to exit codes, in one table.
+pub mod analyze;
+pub mod annotate;
+pub mod batch;
+pub mod cache;
+pub mod estimate;
+pub mod evaluate;
+pub mod gc;
+pub mod ocr;
+pub mod queries;
+pub mod release;
+pub mod rethreshold;
+pub mod run;
+pub mod split;
+pub mod status;
+pub mod validate;
+
+use crate::error::RunError;
+
+/// The one tokio runtime a command's async work runs on.
+pub fn tokio_runtime() -> Result<tokio::runtime::Runtime, RunError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RunError::at("starting the runtime", e))
+}

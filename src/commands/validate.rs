@@ -1,0 +1,53 @@
+//! `vidcurate validate`: plan each pipeline file (keys, types, stage order, paths) and say what
+//! it would run, without running it.
+
+use crate::error::{Exit, RunError};
+use std::path::PathBuf;
+
+/// Check a pipeline file without running it: keys, types, stage order, paths.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The pipeline file(s) (TOML).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+}
+
+pub fn run(a: Args) -> Result<Exit, RunError> {
+    let mut bad = 0;
+    for f in &a.files {
+        match crate::plan::load(f) {
+            Ok(p) => {
+                let chain: Vec<String> = p
+                    .stages
+                    .iter()
+                    .map(|s| format!("{} ({})", s.id, s.kind))
+                    .collect();
+                println!(
+                    "{}: ok: source {} -> {}",
+                    f.display(),
+                    p.source_kind,
+                    chain.join(" -> ")
+                );
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                bad += 1;
+            }
+        }
+    }
+    Ok(if bad == 0 { Exit::Done } else { Exit::Invalid })
+}
+
+/// The source and stage types a pipeline file can use.
+pub fn list_stages() -> Result<Exit, RunError> {
+    println!("sources ([source] type = ...):");
+    for (t, d) in crate::stages::SOURCE_TYPES {
+        println!("  {t:<10} {d}");
+    }
+    println!("stages ([[stages]] type = ...):");
+    for k in crate::stages::STAGE_KINDS {
+        let (t, d) = (k.name, k.about);
+        println!("  {t:<10} {d}");
+    }
+    Ok(Exit::Done)
+}
