@@ -112,6 +112,11 @@ impl From<StageError> for RunError {
     }
 }
 
+/// A command-line value that does not parse (clap shows the message under the flag's name).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadArgument(pub String);
+
 /// How a command that did not fail ended: the part of the exit-code table that is not an
 /// error (`main.rs` maps these and `RunError`'s classes to exit codes in one place).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

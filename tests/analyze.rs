@@ -155,7 +155,44 @@ fn analyze_recovers_the_drawn_distributions() {
         ],
         d.path(),
     );
-    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no_such_column"));
+    // A filter the regions table cannot apply is invalid input: exit 2, as in `split` and
+    // `annotate export`; so is a --where that does not parse, and a folder that is no run.
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no_such_column"));
+    let o = run(
+        &[
+            "analyze",
+            out.to_str().unwrap(),
+            "--by",
+            "label",
+            "--where",
+            "label",
+        ],
+        d.path(),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no operator"));
+    let o = run(
+        &["analyze", d.path().to_str().unwrap(), "--by", "label"],
+        d.path(),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a run directory"));
     let stats = rows("stats");
     let hue = stats
         .iter()

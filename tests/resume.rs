@@ -284,8 +284,8 @@ fn a_second_run_on_the_same_directory_is_refused() {
     );
     // Frozen while it holds the lock (taken before the manifest is written): the second run
     // meets a live first run every time, however fast the first would have finished.
-    let stop = Command::new("kill")
-        .args(["-STOP", &first.id().to_string()])
+    let stop = Command::new("sh")
+        .args(["-c", &format!("kill -STOP {}", first.id())])
         .status()
         .unwrap();
     assert!(stop.success());

@@ -25,20 +25,12 @@ pub fn run(cmd: Cmd) -> Result<Exit, RunError> {
 
 /// Prices from the run's pipeline (its [services.*] tables), when it names them.
 fn prices(manifest: Option<&Manifest>) -> BTreeMap<String, crate::config::Prices> {
-    #[derive(serde::Deserialize)]
-    struct Services {
-        #[serde(default)]
-        services: BTreeMap<String, crate::config::ServiceConfig>,
-    }
-    manifest
-        .and_then(|m| toml::from_str::<Services>(&m.pipeline_toml).ok())
-        .map(|s| {
-            s.services
-                .into_iter()
-                .map(|(k, v)| (k, v.prices()))
-                .collect()
-        })
-        .unwrap_or_default()
+    let pipeline = manifest.and_then(|m| toml::from_str::<toml::Table>(&m.pipeline_toml).ok());
+    let services = pipeline
+        .as_ref()
+        .map(crate::store::run::services_of)
+        .unwrap_or_default();
+    services.into_iter().map(|(k, v)| (k, v.prices())).collect()
 }
 
 fn stats(run_dir: &Path) -> Result<Exit, RunError> {

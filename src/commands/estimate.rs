@@ -141,12 +141,12 @@ async fn prior_work(
     if local_missing {
         return Ok((done, None));
     }
-    let Ok((store, m)) = crate::commands::rethreshold::open_run(run_dir).await else {
+    let Ok(view) = crate::store::run::RunView::open(run_dir).await else {
         return Ok((done, None));
     };
-    let selects = crate::commands::rethreshold::stored_selects(&m.pipeline_toml)?;
-    let data = crate::commands::rethreshold::read_stages(&store, &m.stages, &selects, &[]).await?;
-    let (rows, _) = crate::commands::rethreshold::funnel(&data.sources, &data.stages, false);
+    let data = crate::stages::selection::read_stages(&view, &[]).await?;
+    let (rows, _) = data.funnel_of(&data.sources, false);
+    let (_store, m) = (&view.store, &view.manifest);
     for row in &rows {
         let same = m.stages.iter().any(|ms| {
             ms.id == row.stage

@@ -8,6 +8,7 @@
 //! uploads of an object store are not listed by its API: a bucket lifecycle rule
 //! (AbortIncompleteMultipartUpload) removes those.
 
+use crate::error::BadArgument;
 use crate::error::RunError;
 use crate::store::shards::SUPERSEDED_DIR;
 use crate::store::{ObjectInfo, Store};
@@ -60,22 +61,26 @@ pub async fn gc(
 }
 
 /// `30m`, `2h`, `7d`, `90s`, or a number of seconds.
-pub fn parse_age(s: &str) -> Result<Duration, String> {
+pub fn parse_age(s: &str) -> Result<Duration, BadArgument> {
     let s = s.trim();
     let (num, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len()));
     let n: f64 = num
         .trim()
         .parse()
-        .map_err(|_| format!("{s:?}: expected an age such as 30m, 2h or 7d"))?;
+        .map_err(|_| BadArgument(format!("{s:?}: expected an age such as 30m, 2h or 7d")))?;
     let secs = match unit {
         "" | "s" => n,
         "m" => n * 60.0,
         "h" => n * 3600.0,
         "d" => n * 86400.0,
-        other => return Err(format!("{s:?}: unknown unit {other:?} (s, m, h, d)")),
+        other => {
+            return Err(BadArgument(format!(
+                "{s:?}: unknown unit {other:?} (s, m, h, d)"
+            )));
+        }
     };
     if !(secs.is_finite() && secs >= 0.0) {
-        return Err(format!("{s:?}: not a usable age"));
+        return Err(BadArgument(format!("{s:?}: not a usable age")));
     }
     Ok(Duration::from_secs_f64(secs))
 }

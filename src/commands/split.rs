@@ -14,6 +14,7 @@
 //! the squared distance of the per-stratum counts from their targets; with groups of one video
 //! that keeps every split × stratum count within one video of its target.
 
+use crate::error::BadArgument;
 use crate::error::RunError;
 use crate::runtime::chain::SOURCE_STAGE_ID;
 use crate::store::shards::{read_table, table_batches, text_column};
@@ -64,21 +65,25 @@ pub struct SplitOptions {
 pub type Shares = Vec<f64>;
 
 /// `70/10/20` (or `0.7,0.1,0.2`) → shares.
-pub fn parse_ratios(s: &str) -> Result<Shares, String> {
+pub fn parse_ratios(s: &str) -> Result<Shares, BadArgument> {
     let parts: Vec<&str> = s.split(['/', ',', ':']).map(str::trim).collect();
     let mut out = vec![];
     for p in &parts {
-        let v: f64 = p
-            .parse()
-            .map_err(|_| format!("{s:?}: {p:?} is not a number (expected e.g. 70/10/20)"))?;
+        let v: f64 = p.parse().map_err(|_| {
+            BadArgument(format!(
+                "{s:?}: {p:?} is not a number (expected e.g. 70/10/20)"
+            ))
+        })?;
         if !(v >= 0.0 && v.is_finite()) {
-            return Err(format!("{s:?}: {p} is not a share (0 or more)"));
+            return Err(BadArgument(format!(
+                "{s:?}: {p} is not a share (0 or more)"
+            )));
         }
         out.push(v);
     }
     let sum: f64 = out.iter().sum();
     if sum <= 0.0 {
-        return Err(format!("{s:?}: the shares add up to 0"));
+        return Err(BadArgument(format!("{s:?}: the shares add up to 0")));
     }
     Ok(out.into_iter().map(|v| v / sum).collect())
 }
@@ -333,10 +338,9 @@ pub async fn split(run_dir: &Path, opts: &SplitOptions) -> Result<SplitReport, R
             opts.names.join(", ")
         )));
     }
-    let (store, selected, _) = crate::commands::rethreshold::pipeline_selection(run_dir).await?;
-    let m = crate::store::manifest::load(store.as_ref())
-        .await
-        .ok_or_else(|| RunError::Config(format!("{}: no manifest.json", run_dir.display())))?;
+    let run = crate::store::run::RunView::open(run_dir).await?;
+    let (selected, _) = crate::stages::selection::pipeline_selection(&run).await?;
+    let (store, m) = (run.store, run.manifest);
     let fp = m
         .stages
         .iter()
@@ -615,7 +619,7 @@ mod tests {
     fn ratios_parse_and_normalise() {
         assert_eq!(parse_ratios("70/10/20").unwrap(), vec![0.7, 0.1, 0.2]);
         assert_eq!(parse_ratios("0.5,0.5").unwrap(), vec![0.5, 0.5]);
-        assert!(parse_ratios("70/x/20").unwrap_err().contains("\"x\""));
+        assert!(parse_ratios("70/x/20").unwrap_err().0.contains("\"x\""));
         assert!(parse_ratios("0/0").is_err());
     }
 

@@ -6,10 +6,11 @@
 //! `pending` follows the funnel: a video is pending at a stage when every stage before it passed
 //! it on (under the pipeline's own thresholds) and this stage has not settled it yet.
 
-use crate::commands::rethreshold::{FunnelRow, funnel, open_run, read_stages, stored_selects};
 use crate::error::RunError;
 use crate::runtime::ranks::{self, Pin, Rank};
+use crate::stages::selection::{FunnelRow, read_stages};
 use crate::store::manifest::{self, InvocationStatus};
+use crate::store::run::RunView;
 use std::path::Path;
 
 /// One rank's view.
@@ -39,14 +40,14 @@ pub struct Status {
 }
 
 pub async fn status(run: &Path) -> Result<Status, RunError> {
-    let (store, m) = open_run(run).await?;
+    let view = RunView::open(run).await?;
+    let store = &view.store;
     let pin: Option<Pin> = match store.get(ranks::PIN).await {
         Ok(b) => serde_json::from_slice(&b).ok(),
         Err(_) => None,
     };
     let world = pin.as_ref().map_or(1, |p| p.world.max(1));
-    let selects = stored_selects(&m.pipeline_toml)?;
-    let data = read_stages(&store, &m.stages, &selects, &[]).await?;
+    let data = read_stages(&view, &[]).await?;
     let mut out = Status { pin, ranks: vec![] };
     for r in 0..world {
         let rank = Rank {
@@ -60,7 +61,7 @@ pub async fn status(run: &Path) -> Result<Status, RunError> {
             .filter(|v| rank.owns(v))
             .cloned()
             .collect();
-        let (rows, _) = funnel(&mine, &data.stages, false);
+        let (rows, _) = data.funnel_of(&mine, false);
         let last = manifest::load_at(store.as_ref(), &rank.manifest_path())
             .await
             .and_then(|m| m.invocations.last().cloned())

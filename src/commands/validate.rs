@@ -41,7 +41,8 @@ pub fn run(a: Args) -> Result<Exit, RunError> {
 /// The source and stage types a pipeline file can use.
 pub fn list_stages() -> Result<Exit, RunError> {
     println!("sources ([source] type = ...):");
-    for (t, d) in crate::stages::SOURCE_TYPES {
+    for k in crate::stages::SOURCE_KINDS {
+        let (t, d) = (k.name, k.about);
         println!("  {t:<10} {d}");
     }
     println!("stages ([[stages]] type = ...):");

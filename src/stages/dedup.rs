@@ -8,16 +8,15 @@
 //! Calls: nothing. Caches: nothing beyond its shards. Clustering is across videos, so it is not
 //! done here but by `split` (`cluster` below), from the stored rows.
 
-use crate::config::{ConfigError, Seg, StageCommon};
+use crate::config::{ConfigError, Seg};
 use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
+use crate::runtime::StageTask;
 use crate::runtime::stage::{Processor, StageContext};
 use crate::stages::BuildCx;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::sync::Arc;
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -36,26 +35,17 @@ pub struct DedupStage;
 pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     name: "dedup",
     about: "perceptual hashes of the sampled frames, to find re-uploads and crops across videos (split --dedup)",
-    build,
+    build: super::build_plain::<DedupConfig>,
     reselect: None,
     summary: None,
     release: crate::stages::Release::Skip,
 };
 
-pub fn build(
-    common: &StageCommon,
-    at: &[Seg],
-    select_at: &[Seg],
-    bcx: &BuildCx,
-) -> Result<super::Built, ConfigError> {
-    let (_cfg, compute) = super::compute_settings::<DedupConfig>(common, at, bcx)?;
-    super::no_select(common, select_at, bcx)?;
-    Ok(super::Built {
-        task: Box::new(ProcessorTask(Arc::new(DedupStage))),
-        compute,
-        version: 1,
-        default_in_flight: 4,
-    })
+impl super::PlainStage for DedupConfig {
+    const IN_FLIGHT: usize = 4;
+    fn task(self, _at: &[Seg], _bcx: &BuildCx) -> Result<Box<dyn StageTask>, ConfigError> {
+        Ok(super::processor_task(DedupStage))
+    }
 }
 
 fn hasher() -> image_hasher::Hasher {

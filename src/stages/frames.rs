@@ -12,16 +12,15 @@
 //!   (default 16; MVFNDB "fps = 1 capped at 16"), `max_frames` uniform frames over the whole video.
 //! - `range`: every frame with start_secs ≤ t < end_secs (end default: the end of the video).
 
-use crate::config::{ConfigError, Seg, StageCommon};
+use crate::config::{ConfigError, Seg};
 use crate::engines::ffmpeg;
 use crate::error::StageError;
 use crate::record::{FrameRef, Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
+use crate::runtime::StageTask;
 use crate::runtime::stage::{Processor, StageContext};
 use crate::stages::BuildCx;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -131,52 +130,46 @@ pub struct FramesStage {
 pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     name: "frames",
     about: "sampled frames as JPEG: uniform N, fps with a cap, or every frame in a time range",
-    build,
+    build: super::build_plain::<FramesConfig>,
     reselect: None,
     summary: None,
     release: crate::stages::Release::Frames,
 };
 
-pub fn build(
-    common: &StageCommon,
-    at: &[Seg],
-    select_at: &[Seg],
-    bcx: &BuildCx,
-) -> Result<super::Built, ConfigError> {
-    let (cfg, _) = super::compute_settings::<FramesConfig>(common, at, bcx)?;
-    super::no_select(common, select_at, bcx)?;
-    let key = |k: &str| crate::config::key_at(at, k);
-    if cfg.mode == Mode::Uniform && cfg.count == 0 {
-        return Err(bcx.src.error_at(&key("count"), "must be at least 1"));
+impl super::PlainStage for FramesConfig {
+    const IN_FLIGHT: usize = 2;
+    /// Only the settings of the chosen mode: changing another mode's knob redoes nothing.
+    fn fingerprint(&self, _compute: serde_json::Value) -> serde_json::Value {
+        self.fingerprint_json()
     }
-    if cfg.mode == Mode::Fps && !(cfg.fps > 0.0 && cfg.fps.is_finite()) {
-        return Err(bcx.src.error_at(&key("fps"), "must be a positive number"));
+    fn task(self, at: &[Seg], bcx: &BuildCx) -> Result<Box<dyn StageTask>, ConfigError> {
+        let key = |k: &str| crate::config::key_at(at, k);
+        if self.mode == Mode::Uniform && self.count == 0 {
+            return Err(bcx.src.error_at(&key("count"), "must be at least 1"));
+        }
+        if self.mode == Mode::Fps && !(self.fps > 0.0 && self.fps.is_finite()) {
+            return Err(bcx.src.error_at(&key("fps"), "must be a positive number"));
+        }
+        if self.max_frames == Some(0) {
+            return Err(bcx.src.error_at(&key("max_frames"), "must be at least 1"));
+        }
+        if !(1..=100).contains(&self.jpeg_quality) {
+            return Err(bcx
+                .src
+                .error_at(&key("jpeg_quality"), "must be between 1 and 100"));
+        }
+        if self.mode == Mode::Range
+            && (self.start_secs < 0.0 || self.end_secs.is_some_and(|e| e <= self.start_secs))
+        {
+            return Err(bcx
+                .src
+                .error_at(&key("end_secs"), "need 0 <= start_secs < end_secs"));
+        }
+        if self.max_side.is_some_and(|m| m < 16) {
+            return Err(bcx.src.error_at(&key("max_side"), "must be at least 16"));
+        }
+        Ok(super::processor_task(FramesStage { cfg: self }))
     }
-    if cfg.max_frames == Some(0) {
-        return Err(bcx.src.error_at(&key("max_frames"), "must be at least 1"));
-    }
-    if !(1..=100).contains(&cfg.jpeg_quality) {
-        return Err(bcx
-            .src
-            .error_at(&key("jpeg_quality"), "must be between 1 and 100"));
-    }
-    if cfg.mode == Mode::Range
-        && (cfg.start_secs < 0.0 || cfg.end_secs.is_some_and(|e| e <= cfg.start_secs))
-    {
-        return Err(bcx
-            .src
-            .error_at(&key("end_secs"), "need 0 <= start_secs < end_secs"));
-    }
-    if cfg.max_side.is_some_and(|m| m < 16) {
-        return Err(bcx.src.error_at(&key("max_side"), "must be at least 16"));
-    }
-    let compute = cfg.fingerprint_json();
-    Ok(super::Built {
-        task: Box::new(ProcessorTask(Arc::new(FramesStage { cfg }))),
-        compute,
-        version: 1,
-        default_in_flight: 2,
-    })
 }
 
 #[async_trait]

@@ -1,8 +1,10 @@
 //! The stage registry: every `type` a pipeline file may name, and how each is built.
-//! Adding a stage: a new `stages/<name>.rs` with its `build` and a `pub const KIND: StageKind`
-//! (name, about, build; `reselect` if it has thresholds), a `mod` line and one line in
-//! `STAGE_KINDS`; a new `Slot` in `record.rs` if it fills one. Nothing else names stage kinds:
-//! the runner, `rethreshold`, the CLI and `analyze` ask this table.
+//! Adding a stage: a new `stages/<name>.rs` with a `pub const KIND: StageKind` (name, about,
+//! build; `reselect` if it has thresholds), a `mod` line and one line in `STAGE_KINDS`; a new
+//! `Slot` in `record.rs` if it fills one. A kind without thresholds implements `PlainStage` on
+//! its settings and names `build_plain::<ItsConfig>` as its build. Sources are listed once, in
+//! `SOURCE_KINDS`. Nothing else names stage or source kinds: the runner, `rethreshold`, the CLI
+//! and `analyze` ask these tables.
 
 pub mod committee;
 pub mod dedup;
@@ -16,6 +18,7 @@ pub mod prescreen;
 pub mod probe;
 pub mod quality;
 pub mod relevance;
+pub mod selection;
 pub mod shots;
 pub mod transcript;
 pub mod youtube;
@@ -260,15 +263,28 @@ pub fn stage_kind(name: &str) -> Option<&'static StageKind> {
     STAGE_KINDS.iter().find(|k| k.name == name)
 }
 
-pub const SOURCE_TYPES: &[(&str, &str)] = &[
-    (
-        "local",
-        "a folder of video files, or a CSV/JSONL manifest with extra columns carried through",
-    ),
-    (
-        "youtube",
-        "a query file -> YouTube Data API search and videos.list: one row per video with provenance (quota-aware, cached)",
-    ),
+/// How a source kind is built: its `type`, what it collects, its build function.
+pub struct SourceKind {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub build: SourceBuildFn,
+}
+
+pub type SourceBuildFn =
+    fn(&toml::Table, &[Seg], &BuildCx) -> Result<(Box<dyn Source>, serde_json::Value), ConfigError>;
+
+/// Every source kind: the one place that lists them.
+pub const SOURCE_KINDS: &[SourceKind] = &[
+    SourceKind {
+        name: "local",
+        about: "a folder of video files, or a CSV/JSONL manifest with extra columns carried through",
+        build: local::build,
+    },
+    SourceKind {
+        name: "youtube",
+        about: "a query file -> YouTube Data API search and videos.list: one row per video with provenance (quota-aware, cached)",
+        build: youtube::build,
+    },
 ];
 
 /// A built stage and what its fingerprint hashes.
@@ -292,6 +308,47 @@ pub fn compute_settings<T: DeserializeOwned + Serialize>(
     Ok((t, json))
 }
 
+/// The `compute` settings of a stage kind without thresholds, typed: everything its `build`
+/// needs besides what `build_plain` does for every such kind (settings with their defaults
+/// filled in, a `select` table refused, the task wrapped for the runtime).
+pub trait PlainStage: DeserializeOwned + Serialize + Sized {
+    /// Bumped when the stage's algorithm changes its results, so old shards are redone.
+    const VERSION: u32 = 1;
+    /// Videos computed at once unless the pipeline file says otherwise.
+    const IN_FLIGHT: usize;
+    /// What the fingerprint hashes of these settings: all of them, unless a kind says more
+    /// (the models it loads) or less (settings that do not change its results).
+    fn fingerprint(&self, compute: serde_json::Value) -> serde_json::Value {
+        compute
+    }
+    /// Checks beyond the types (ranges, the services named), with errors that name the key
+    /// under `at`, the compute table; then the stage's task.
+    fn task(self, at: &[Seg], bcx: &BuildCx) -> Result<Box<dyn StageTask>, ConfigError>;
+}
+
+/// The `build` of every kind whose settings are a `PlainStage`.
+pub fn build_plain<C: PlainStage>(
+    common: &StageCommon,
+    at: &[Seg],
+    select_at: &[Seg],
+    bcx: &BuildCx,
+) -> Result<Built, ConfigError> {
+    let (cfg, compute) = compute_settings::<C>(common, at, bcx)?;
+    no_select(common, select_at, bcx)?;
+    let compute = cfg.fingerprint(compute);
+    Ok(Built {
+        task: cfg.task(at, bcx)?,
+        compute,
+        version: C::VERSION,
+        default_in_flight: C::IN_FLIGHT,
+    })
+}
+
+/// A processor as the runtime runs it (for `PlainStage::task`).
+pub fn processor_task<P: crate::runtime::stage::Processor>(p: P) -> Box<dyn StageTask> {
+    Box::new(crate::runtime::ProcessorTask(std::sync::Arc::new(p)))
+}
+
 /// Stages without thresholds refuse a `select` table rather than ignore it.
 pub fn no_select(common: &StageCommon, at: &[Seg], bcx: &BuildCx) -> Result<(), ConfigError> {
     if common.select.is_empty() {
@@ -302,10 +359,6 @@ pub fn no_select(common: &StageCommon, at: &[Seg], bcx: &BuildCx) -> Result<(), 
             format!("stage type `{}` has no `select` settings", common.kind),
         ))
     }
-}
-
-fn known(list: &[(&str, &str)]) -> String {
-    list.iter().map(|(t, _)| *t).collect::<Vec<_>>().join(", ")
 }
 
 pub fn build_stage(
@@ -342,17 +395,17 @@ pub fn build_source(
     at: &[Seg],
     bcx: &BuildCx,
 ) -> Result<(Box<dyn Source>, serde_json::Value), ConfigError> {
-    match kind {
-        "local" => local::build(table, at, bcx),
-        "youtube" => youtube::build(table, at, bcx),
-        other => {
+    match SOURCE_KINDS.iter().find(|k| k.name == kind) {
+        Some(k) => (k.build)(table, at, bcx),
+        None => {
             let mut at = at.to_vec();
             at.push(Seg::Key("type".into()));
+            let known: Vec<&str> = SOURCE_KINDS.iter().map(|k| k.name).collect();
             Err(bcx.src.error_at(
                 &at,
                 format!(
-                    "unknown source type {other:?}; known types: {}",
-                    known(SOURCE_TYPES)
+                    "unknown source type {kind:?}; known types: {}",
+                    known.join(", ")
                 ),
             ))
         }

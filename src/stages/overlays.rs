@@ -5,16 +5,15 @@
 //! text coverage, regions, distinct overlays (creator-added text grouped by normalised text and
 //! grid cell), the most common overlay colour. Calls: nothing. Caches: nothing beyond its shards.
 
-use crate::config::{ConfigError, Seg, StageCommon};
+use crate::config::{ConfigError, Seg};
 use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
+use crate::runtime::StageTask;
 use crate::runtime::stage::{Processor, StageContext};
 use crate::stages::BuildCx;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,26 +41,17 @@ pub struct OverlaysStage;
 pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     name: "overlays",
     about: "per-video summary of creator-added text: counts, colours, positions, share over 8 time segments",
-    build,
+    build: super::build_plain::<OverlaysConfig>,
     reselect: None,
     summary: None,
     release: crate::stages::Release::PerVideo,
 };
 
-pub fn build(
-    common: &StageCommon,
-    at: &[Seg],
-    select_at: &[Seg],
-    bcx: &BuildCx,
-) -> Result<super::Built, ConfigError> {
-    let (_cfg, compute) = super::compute_settings::<OverlaysConfig>(common, at, bcx)?;
-    super::no_select(common, select_at, bcx)?;
-    Ok(super::Built {
-        task: Box::new(ProcessorTask(Arc::new(OverlaysStage))),
-        compute,
-        version: 1,
-        default_in_flight: 4,
-    })
+impl super::PlainStage for OverlaysConfig {
+    const IN_FLIGHT: usize = 4;
+    fn task(self, _at: &[Seg], _bcx: &BuildCx) -> Result<Box<dyn StageTask>, ConfigError> {
+        Ok(super::processor_task(OverlaysStage))
+    }
 }
 
 #[async_trait]

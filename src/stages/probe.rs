@@ -5,16 +5,15 @@
 //! CPU pool. Caches: nothing beyond its shards. Rejects: empty, unreadable, truncated-header,
 //! audio-only files and still images.
 
-use crate::config::{ConfigError, Seg, StageCommon};
+use crate::config::{ConfigError, Seg};
 use crate::engines::ffmpeg;
 use crate::error::StageError;
 use crate::record::{Probe, Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
+use crate::runtime::StageTask;
 use crate::runtime::stage::{Processor, StageContext};
 use crate::stages::BuildCx;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 
 /// `probe` has no settings yet; the table exists so files stay uniform.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -27,26 +26,17 @@ pub struct ProbeStage;
 pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     name: "probe",
     about: "duration, display size, fps, codec, frame count, audio (ffmpeg, in process)",
-    build,
+    build: super::build_plain::<ProbeConfig>,
     reselect: None,
     summary: None,
     release: crate::stages::Release::PerVideo,
 };
 
-pub fn build(
-    common: &StageCommon,
-    at: &[Seg],
-    select_at: &[Seg],
-    bcx: &BuildCx,
-) -> Result<super::Built, ConfigError> {
-    let (_cfg, compute) = super::compute_settings::<ProbeConfig>(common, at, bcx)?;
-    super::no_select(common, select_at, bcx)?;
-    Ok(super::Built {
-        task: Box::new(ProcessorTask(Arc::new(ProbeStage))),
-        compute,
-        version: 1,
-        default_in_flight: 4,
-    })
+impl super::PlainStage for ProbeConfig {
+    const IN_FLIGHT: usize = 4;
+    fn task(self, _at: &[Seg], _bcx: &BuildCx) -> Result<Box<dyn StageTask>, ConfigError> {
+        Ok(super::processor_task(ProbeStage))
+    }
 }
 
 #[async_trait]

@@ -16,18 +16,17 @@
 //! all there — nor do we: those slide changes score 14.7 and 22.1. At 12 we reproduce the recorded
 //! segmentation (longest shot [0, 2096], last [3015, 3677]) within a frame or two.
 
-use crate::config::{ConfigError, Seg, StageCommon};
+use crate::config::{ConfigError, Seg};
 use crate::engines::ffmpeg;
 use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
+use crate::runtime::StageTask;
 use crate::runtime::stage::{Processor, StageContext};
 use crate::stages::BuildCx;
 use async_trait::async_trait;
 use image::RgbImage;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
-use std::sync::Arc;
 
 /// `compute` settings of a `shots` stage.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -75,33 +74,24 @@ pub struct ShotsStage {
 pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     name: "shots",
     about: "shot boundaries (content detector, PySceneDetect-style) and shots per video",
-    build,
+    build: super::build_plain::<ShotsConfig>,
     reselect: None,
     summary: None,
     release: crate::stages::Release::Columns(&["shots_in_video"]),
 };
 
-pub fn build(
-    common: &StageCommon,
-    at: &[Seg],
-    select_at: &[Seg],
-    bcx: &BuildCx,
-) -> Result<super::Built, ConfigError> {
-    let (cfg, compute) = super::compute_settings::<ShotsConfig>(common, at, bcx)?;
-    super::no_select(common, select_at, bcx)?;
-    let key = |k: &str| crate::config::key_at(at, k);
-    if cfg.fps.is_some_and(|f| !(f > 0.0 && f <= 120.0)) {
-        return Err(bcx.src.error_at(&key("fps"), "must be in (0, 120]"));
+impl super::PlainStage for ShotsConfig {
+    const IN_FLIGHT: usize = 2;
+    fn task(self, at: &[Seg], bcx: &BuildCx) -> Result<Box<dyn StageTask>, ConfigError> {
+        let key = |k: &str| crate::config::key_at(at, k);
+        if self.fps.is_some_and(|f| !(f > 0.0 && f <= 120.0)) {
+            return Err(bcx.src.error_at(&key("fps"), "must be in (0, 120]"));
+        }
+        if !(8..=512).contains(&self.side) {
+            return Err(bcx.src.error_at(&key("side"), "must be between 8 and 512"));
+        }
+        Ok(super::processor_task(ShotsStage { cfg: self }))
     }
-    if !(8..=512).contains(&cfg.side) {
-        return Err(bcx.src.error_at(&key("side"), "must be between 8 and 512"));
-    }
-    Ok(super::Built {
-        task: Box::new(ProcessorTask(Arc::new(ShotsStage { cfg }))),
-        compute,
-        version: 1,
-        default_in_flight: 2,
-    })
 }
 
 /// OpenCV's 8-bit HSV: H in 0..180, S and V in 0..=255.

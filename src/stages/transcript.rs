@@ -17,11 +17,11 @@
 //! the options and the BLAKE3 of the WAV bytes, so a rerun or a rebuilt table pays nothing.
 
 use crate::clients::asr::{AsrService, TranscribeRequest};
-use crate::config::{ConfigError, Seg, StageCommon};
+use crate::config::{ConfigError, Seg};
 use crate::engines::audio;
 use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
+use crate::runtime::StageTask;
 use crate::runtime::stage::{Processor, StageContext};
 use crate::stages::BuildCx;
 use async_trait::async_trait;
@@ -108,7 +108,7 @@ pub struct TranscriptStage {
 pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     name: "transcript",
     about: "speech as timed segments and per-video text: the source's captions, else an OpenAI-compatible audio/transcriptions service (16 kHz mono WAV uploads cut at pauses, cached)",
-    build,
+    build: super::build_plain::<TranscriptConfig>,
     reselect: None,
     summary: Some(summary),
     release: crate::stages::Release::Transcript,
@@ -129,66 +129,57 @@ fn summary(stage_id: &str, counts: &crate::runtime::StageCounts) -> String {
     )
 }
 
-pub fn build(
-    common: &StageCommon,
-    at: &[Seg],
-    select_at: &[Seg],
-    bcx: &BuildCx,
-) -> Result<super::Built, ConfigError> {
-    let (cfg, compute) = super::compute_settings::<TranscriptConfig>(common, at, bcx)?;
-    super::no_select(common, select_at, bcx)?;
-    let key = |k: &str| crate::config::key_at(at, k);
-    // Two seconds per upload at least: shorter cuts would land inside words whatever the search.
-    if cfg.max_upload_bytes < (audio::WAV_HEADER as u64 + 2 * 2 * audio::RATE as u64)
-        || cfg.max_upload_bytes > 1 << 30
-    {
-        return Err(bcx.src.error_at(
-            &key("max_upload_bytes"),
-            format!(
-                "must be between {} (2 s of 16 kHz audio) and 1 GiB, got {}",
-                audio::WAV_HEADER + 4 * audio::RATE as usize,
-                cfg.max_upload_bytes
-            ),
-        ));
-    }
-    if let Some(l) = &cfg.language
-        && (!(2..=3).contains(&l.len()) || !l.chars().all(|c| c.is_ascii_lowercase()))
-    {
-        return Err(bcx.src.error_at(
-            &key("language"),
-            format!("an ISO-639-1 code such as \"en\", got {l:?}"),
-        ));
-    }
-    if cfg.model.trim().is_empty() {
-        return Err(bcx
-            .src
-            .error_at(&key("model"), "must name the model, e.g. \"whisper-1\""));
-    }
-    let svc_cfg = bcx.services.get(&cfg.service).ok_or_else(|| {
-        bcx.src.error_at(
-            &key("service"),
-            format!(
-                "no [services.{}] in the pipeline file (known: {})",
-                cfg.service,
-                bcx.services.keys().cloned().collect::<Vec<_>>().join(", ")
-            ),
-        )
-    })?;
-    let svc = AsrService::new(&cfg.service, svc_cfg).map_err(|e| {
-        bcx.src.error_at(
-            &[Seg::Key("services".into()), Seg::Key(cfg.service.clone())],
-            e,
-        )
-    })?;
-    Ok(super::Built {
-        task: Box::new(ProcessorTask(Arc::new(TranscriptStage {
-            cfg,
+impl super::PlainStage for TranscriptConfig {
+    const IN_FLIGHT: usize = 2;
+    fn task(self, at: &[Seg], bcx: &BuildCx) -> Result<Box<dyn StageTask>, ConfigError> {
+        let key = |k: &str| crate::config::key_at(at, k);
+        // Two seconds per upload at least: shorter cuts would land inside words whatever the search.
+        if self.max_upload_bytes < (audio::WAV_HEADER as u64 + 2 * 2 * audio::RATE as u64)
+            || self.max_upload_bytes > 1 << 30
+        {
+            return Err(bcx.src.error_at(
+                &key("max_upload_bytes"),
+                format!(
+                    "must be between {} (2 s of 16 kHz audio) and 1 GiB, got {}",
+                    audio::WAV_HEADER + 4 * audio::RATE as usize,
+                    self.max_upload_bytes
+                ),
+            ));
+        }
+        if let Some(l) = &self.language
+            && (!(2..=3).contains(&l.len()) || !l.chars().all(|c| c.is_ascii_lowercase()))
+        {
+            return Err(bcx.src.error_at(
+                &key("language"),
+                format!("an ISO-639-1 code such as \"en\", got {l:?}"),
+            ));
+        }
+        if self.model.trim().is_empty() {
+            return Err(bcx
+                .src
+                .error_at(&key("model"), "must name the model, e.g. \"whisper-1\""));
+        }
+        let svc_cfg = bcx.services.get(&self.service).ok_or_else(|| {
+            bcx.src.error_at(
+                &key("service"),
+                format!(
+                    "no [services.{}] in the pipeline file (known: {})",
+                    self.service,
+                    bcx.services.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            )
+        })?;
+        let svc = AsrService::new(&self.service, svc_cfg).map_err(|e| {
+            bcx.src.error_at(
+                &[Seg::Key("services".into()), Seg::Key(self.service.clone())],
+                e,
+            )
+        })?;
+        Ok(super::processor_task(TranscriptStage {
+            cfg: self,
             svc: Arc::new(svc),
-        }))),
-        compute,
-        version: 1,
-        default_in_flight: 2,
-    })
+        }))
+    }
 }
 
 /// A caption file's segments: json3 `events[{tStartMs, dDurationMs, segs[{utf8}]}]`. Events

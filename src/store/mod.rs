@@ -12,6 +12,7 @@ pub mod batch;
 pub mod cache;
 pub mod manifest;
 pub mod objects;
+pub mod run;
 pub mod shards;
 
 use async_trait::async_trait;
@@ -198,6 +199,12 @@ fn sync_dir(dir: &Path) {
     if let Ok(d) = std::fs::File::open(dir) {
         let _ = d.sync_all();
     }
+}
+
+/// Writes a file outside any run directory (a release, an analysis folder, annotation tasks) the
+/// way the store writes its own objects: beside the target, synced, then renamed over it.
+pub fn write_file(target: &Path, data: &[u8]) -> io::Result<()> {
+    write_atomic(target, data, true).map(|_| ())
 }
 
 /// Writes `data` beside `target`, syncs it, then publishes it under `target`: replacing what is

@@ -5,6 +5,7 @@
 //! `<=`, `>`, `>=`, or `column in (v1, v2, ...)`. Values may be quoted; numeric comparisons
 //! apply when both sides are numbers, string equality otherwise.
 
+use super::AnalyzeError;
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -41,12 +42,14 @@ fn unquote(s: &str) -> String {
 }
 
 impl Filter {
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, AnalyzeError> {
         let mut conds = vec![];
         for part in split_and(text) {
             let part = part.trim();
             if part.is_empty() {
-                return Err(format!("--where {text:?}: empty condition"));
+                return Err(AnalyzeError::Filter(format!(
+                    "--where {text:?}: empty condition"
+                )));
             }
             let lower = part.to_ascii_lowercase();
             if let Some(pos) = lower.find(" in ") {
@@ -55,7 +58,11 @@ impl Filter {
                 let inner = list
                     .strip_prefix('(')
                     .and_then(|r| r.strip_suffix(')'))
-                    .ok_or_else(|| format!("--where {text:?}: `in` needs a list in parentheses"))?;
+                    .ok_or_else(|| {
+                        AnalyzeError::Filter(format!(
+                            "--where {text:?}: `in` needs a list in parentheses"
+                        ))
+                    })?;
                 conds.push(Cond {
                     column,
                     op: Op::In,
@@ -76,15 +83,15 @@ impl Filter {
                 .filter_map(|(s, op)| part.find(s).map(|p| (p, s.len(), op.clone())))
                 .min_by_key(|(p, l, _)| (*p, usize::MAX - l))
                 .ok_or_else(|| {
-                    format!(
+                    AnalyzeError::Filter(format!(
                         "--where {text:?}: no operator in {part:?} (use =, !=, <, <=, >, >= or in)"
-                    )
+                    ))
                 })?;
             let column = part[..pos].trim().to_string();
             if column.is_empty() {
-                return Err(format!(
+                return Err(AnalyzeError::Filter(format!(
                     "--where {text:?}: no column before the operator in {part:?}"
-                ));
+                )));
             }
             conds.push(Cond {
                 column,
@@ -103,14 +110,13 @@ impl Filter {
     }
 
     /// The rows of `b` that pass, or None when `b` lacks a column the filter names.
-    pub fn apply(&self, b: &RecordBatch) -> Result<Option<RecordBatch>, String> {
+    pub fn apply(&self, b: &RecordBatch) -> Result<Option<RecordBatch>, AnalyzeError> {
         let mut keep = vec![true; b.num_rows()];
         for c in &self.conds {
             let Some(col) = b.column_by_name(&c.column) else {
                 return Ok(None);
             };
-            let s = arrow::compute::cast(col, &arrow::datatypes::DataType::Utf8)
-                .map_err(|e| e.to_string())?;
+            let s = arrow::compute::cast(col, &arrow::datatypes::DataType::Utf8)?;
             let s = s.as_string::<i32>();
             for (i, k) in keep.iter_mut().enumerate() {
                 if !*k {
@@ -121,9 +127,7 @@ impl Filter {
             }
         }
         let mask = BooleanArray::from(keep);
-        arrow::compute::filter_record_batch(b, &mask)
-            .map(Some)
-            .map_err(|e| e.to_string())
+        Ok(Some(arrow::compute::filter_record_batch(b, &mask)?))
     }
 }
 

@@ -10,6 +10,7 @@ pub mod filter;
 pub mod plot;
 pub mod stats;
 
+use crate::error::RunError;
 use crate::record::COL_VIDEO_ID;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Float64Type, UInt32Type};
@@ -72,6 +73,54 @@ pub struct Analysis {
 /// The shots-per-video analysis is named after the stage whose table it reads.
 const SHOTS: &str = crate::stages::shots::KIND.name;
 
+/// What can stop an analysis, with the table, column or file it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum AnalyzeError {
+    /// A table lacks a column (or a stage) an analysis needs, or has it in another shape.
+    #[error("{0}")]
+    Column(String),
+    #[error("the run has no `ocr` stage: nothing to analyse")]
+    NoOcrStage,
+    /// `--where` that does not parse, or names columns the regions table does not have.
+    #[error("{0}")]
+    Filter(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    #[error("{0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    /// Drawing a figure (plotters' errors carry no type worth keeping).
+    #[error("{0}")]
+    Plot(String),
+    /// Reading the run: its store, manifest or tables.
+    #[error("{0}")]
+    Run(#[from] RunError),
+}
+
+impl AnalyzeError {
+    fn io(path: &Path, source: std::io::Error) -> Self {
+        AnalyzeError::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}
+
+impl From<AnalyzeError> for RunError {
+    /// A bad `--where` is invalid input (exit 2); the run's own errors keep their class.
+    fn from(e: AnalyzeError) -> Self {
+        match e {
+            AnalyzeError::Run(e) => e,
+            AnalyzeError::Filter(m) => RunError::Config(m),
+            other => RunError::Internal(other.to_string()),
+        }
+    }
+}
+
 /// The run's tables as `analyze` reads them: the typed manifest names each stage's id and
 /// fingerprint, and only shards of that fingerprint are read, through the same reader as resume
 /// and `rethreshold` (shards of a changed setting that a later run has not yet set aside never
@@ -84,38 +133,30 @@ struct RunTables {
 
 impl RunTables {
     /// Copies the files of `dir` into the run directory under `prefix`; the URL they went to.
-    fn publish(&self, dir: &Path, prefix: &str) -> Result<PathBuf, String> {
-        let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    fn publish(&self, dir: &Path, prefix: &str) -> Result<PathBuf, AnalyzeError> {
+        let entries = std::fs::read_dir(dir).map_err(|e| AnalyzeError::io(dir, e))?;
         for entry in entries {
-            let path = entry.map_err(|e| e.to_string())?.path();
+            let path = entry.map_err(|e| AnalyzeError::io(dir, e))?.path();
             let name = path.file_name().unwrap_or_default().to_string_lossy();
             let key = format!("{prefix}/{name}");
             self.rt
                 .block_on(self.store.put_file(&key, &path))
-                .map_err(|e| format!("{}/{key}: {e}", self.store.location()))?;
+                .map_err(|e| AnalyzeError::Io {
+                    path: format!("{}/{key}", self.store.location()),
+                    source: e,
+                })?;
         }
         Ok(PathBuf::from(format!("{}/{prefix}", self.store.location())))
     }
 
-    fn open(run: &Path) -> Result<Self, String> {
-        let store = crate::store::open_run(&run.to_string_lossy(), crate::store::Access::Read)
-            .map_err(|e| format!("{}: {e}", run.display()))?;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
-        let manifest = rt
-            .block_on(crate::store::manifest::load(store.as_ref()))
-            .ok_or_else(|| {
-                format!(
-                    "{}/manifest.json: missing or unreadable (not a run directory?)",
-                    run.display()
-                )
-            })?;
+    /// The run as every command opens it (`RunView`), with the runtime its reads block on.
+    fn open(run: &Path) -> Result<Self, RunError> {
+        let rt = crate::commands::tokio_runtime()?;
+        let view = rt.block_on(crate::store::run::RunView::open(run))?;
         Ok(Self {
             rt,
-            store,
-            manifest,
+            store: view.store,
+            manifest: view.manifest,
         })
     }
 
@@ -129,13 +170,13 @@ impl RunTables {
     }
 
     /// The rows of stage `id` under its current fingerprint.
-    fn batches(&self, id: &str) -> Result<Vec<RecordBatch>, String> {
+    fn batches(&self, id: &str) -> Result<Vec<RecordBatch>, AnalyzeError> {
         let st = self
             .manifest
             .stages
             .iter()
             .find(|s| s.id == id)
-            .ok_or_else(|| format!("no stage {id} in the manifest"))?;
+            .ok_or_else(|| AnalyzeError::Column(format!("no stage {id} in the manifest")))?;
         self.rt
             .block_on(crate::store::shards::read_table(
                 &self.store,
@@ -144,12 +185,12 @@ impl RunTables {
                 true,
             ))
             .map(|v| v.batches)
-            .map_err(|e| e.to_string())
+            .map_err(AnalyzeError::Run)
     }
 }
 
 /// `--where` applied to a batch (None when the table lacks one of its columns).
-type BatchFilter<'a> = &'a dyn Fn(RecordBatch) -> Result<Option<RecordBatch>, String>;
+type BatchFilter<'a> = &'a dyn Fn(RecordBatch) -> Result<Option<RecordBatch>, AnalyzeError>;
 
 /// Key footage over 8 equal segments: per group, the mean over videos of the share of each
 /// segment's sampled frames that show creator-added text (`with_text`: (video, frame) pairs).
@@ -161,7 +202,7 @@ fn segment_rows(
     filtered: BatchFilter,
     with_text: &std::collections::HashSet<(String, u32)>,
     groups: &[String],
-) -> Result<Vec<DistRow>, String> {
+) -> Result<Vec<DistRow>, AnalyzeError> {
     let mut out = vec![];
     let mut duration: HashMap<String, f64> = HashMap::new();
     for b in run_tables.batches(pid)? {
@@ -234,7 +275,7 @@ fn shot_rows(
     sid: &str,
     by: &str,
     filtered: BatchFilter,
-) -> Result<(Vec<DistRow>, Vec<(String, Vec<f64>)>), String> {
+) -> Result<(Vec<DistRow>, Vec<(String, Vec<f64>)>), AnalyzeError> {
     let (mut rows, mut values) = (vec![], vec![]);
     let mut per_video: BTreeMap<String, (String, u32)> = BTreeMap::new();
     for b in run_tables.batches(sid)? {
@@ -278,39 +319,37 @@ fn shot_rows(
     Ok((rows, values))
 }
 
-fn col_str(b: &RecordBatch, name: &str) -> Result<Vec<Option<String>>, String> {
+fn col_str(b: &RecordBatch, name: &str) -> Result<Vec<Option<String>>, AnalyzeError> {
     let c = b
         .column_by_name(name)
-        .ok_or_else(|| format!("no column `{name}`"))?;
-    let c =
-        arrow::compute::cast(c, &arrow::datatypes::DataType::Utf8).map_err(|e| e.to_string())?;
+        .ok_or_else(|| AnalyzeError::Column(format!("no column `{name}`")))?;
+    let c = arrow::compute::cast(c, &arrow::datatypes::DataType::Utf8)?;
     let s = c.as_string::<i32>();
     Ok((0..s.len())
         .map(|i| s.is_valid(i).then(|| s.value(i).to_string()))
         .collect())
 }
 
-fn col_f64(b: &RecordBatch, name: &str) -> Result<Vec<f64>, String> {
+fn col_f64(b: &RecordBatch, name: &str) -> Result<Vec<f64>, AnalyzeError> {
     let c = b
         .column_by_name(name)
-        .ok_or_else(|| format!("no column `{name}`"))?;
-    let c =
-        arrow::compute::cast(c, &arrow::datatypes::DataType::Float64).map_err(|e| e.to_string())?;
+        .ok_or_else(|| AnalyzeError::Column(format!("no column `{name}`")))?;
+    let c = arrow::compute::cast(c, &arrow::datatypes::DataType::Float64)?;
     Ok(c.as_primitive::<Float64Type>().values().to_vec())
 }
 
 /// A UInt32 column, as the stages write indices and counts.
-fn col_u32(b: &RecordBatch, name: &str) -> Result<arrow::array::UInt32Array, String> {
+fn col_u32(b: &RecordBatch, name: &str) -> Result<arrow::array::UInt32Array, AnalyzeError> {
     Ok(b.column_by_name(name)
-        .ok_or_else(|| format!("no {name}"))?
+        .ok_or_else(|| AnalyzeError::Column(format!("no {name}")))?
         .as_primitive::<UInt32Type>()
         .clone())
 }
 
-fn col_hist(b: &RecordBatch, name: &str) -> Result<Vec<Vec<u32>>, String> {
+fn col_hist(b: &RecordBatch, name: &str) -> Result<Vec<Vec<u32>>, AnalyzeError> {
     let c = b
         .column_by_name(name)
-        .ok_or_else(|| format!("no column `{name}`"))?;
+        .ok_or_else(|| AnalyzeError::Column(format!("no column `{name}`")))?;
     // serde_arrow writes Vec<u32> as a large list; accept both offset widths.
     let values = |v: arrow::array::ArrayRef| v.as_primitive::<UInt32Type>().values().to_vec();
     if let Some(l) = c.as_list_opt::<i64>() {
@@ -318,7 +357,9 @@ fn col_hist(b: &RecordBatch, name: &str) -> Result<Vec<Vec<u32>>, String> {
     } else if let Some(l) = c.as_list_opt::<i32>() {
         Ok((0..l.len()).map(|i| values(l.value(i))).collect())
     } else {
-        Err(format!("column `{name}` is not a list"))
+        Err(AnalyzeError::Column(format!(
+            "column `{name}` is not a list"
+        )))
     }
 }
 
@@ -379,13 +420,23 @@ pub fn analyze(
     by: &str,
     out: Option<&Path>,
     filter: Option<&filter::Filter>,
-) -> Result<Analysis, String> {
+) -> Result<Analysis, RunError> {
+    let run_tables = RunTables::open(run)?;
+    analyze_tables(&run_tables, run, by, out, filter).map_err(RunError::from)
+}
+
+fn analyze_tables(
+    run_tables: &RunTables,
+    run: &Path,
+    by: &str,
+    out: Option<&Path>,
+    filter: Option<&filter::Filter>,
+) -> Result<Analysis, AnalyzeError> {
     let filtered = |b: RecordBatch| apply_where(filter, b);
     use crate::stages::{frames, ocr, probe, shots};
-    let run_tables = RunTables::open(run)?;
     let ocr = run_tables
         .stage_id(ocr::KIND.name)
-        .ok_or("the run has no `ocr` stage: nothing to analyse")?;
+        .ok_or(AnalyzeError::NoOcrStage)?;
     let frames_id = run_tables.stage_id(frames::KIND.name);
     let probe_id = run_tables.stage_id(probe::KIND.name);
     let shots_id = run_tables.stage_id(shots::KIND.name);
@@ -393,7 +444,7 @@ pub fn analyze(
     // plots and tables are files), unless --out names a local folder.
     let remote = run_tables.store.local_path("").is_none() && out.is_none();
     let staging = if remote {
-        Some(tempfile::tempdir().map_err(|e| e.to_string())?)
+        Some(tempfile::tempdir().map_err(|e| AnalyzeError::io(&std::env::temp_dir(), e))?)
     } else {
         None
     };
@@ -430,7 +481,7 @@ pub fn analyze(
     }
 
     let stats_rows = compare_first_two(&groups, &tables);
-    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    std::fs::create_dir_all(&out_dir).map_err(|e| AnalyzeError::io(&out_dir, e))?;
     for (name, rows) in &tables.rows {
         write_table(&out_dir, name, rows)?;
     }
@@ -452,7 +503,7 @@ pub fn analyze(
 fn apply_where(
     filter: Option<&filter::Filter>,
     b: RecordBatch,
-) -> Result<Option<RecordBatch>, String> {
+) -> Result<Option<RecordBatch>, AnalyzeError> {
     match filter {
         Some(f) => f.apply(&b),
         None => Ok(Some(b)),
@@ -465,17 +516,17 @@ fn read_regions(
     ocr: &str,
     by: &str,
     filter: Option<&filter::Filter>,
-) -> Result<Vec<Region>, String> {
+) -> Result<Vec<Region>, AnalyzeError> {
     let mut regions = vec![];
     for b in run_tables.batches(ocr)? {
         // Unlike the frames and shots tables, the regions are what every analysis counts: a
         // filter this table cannot apply is an error, not a skipped analysis.
         let b = apply_where(filter, b)?.ok_or_else(|| {
-            format!(
+            AnalyzeError::Filter(format!(
                 "--where {:?}: the {ocr} table has no column {:?}",
                 filter.map(|f| f.text.as_str()).unwrap_or(""),
                 filter.map(|f| f.columns()).unwrap_or_default()
-            )
+            ))
         })?;
         regions.extend(creator_added_regions(&b, ocr, by)?);
     }
@@ -483,12 +534,17 @@ fn read_regions(
 }
 
 /// The creator-added regions of one batch of the `ocr` table (stage `ocr`), grouped by `by`.
-fn creator_added_regions(b: &RecordBatch, ocr: &str, by: &str) -> Result<Vec<Region>, String> {
-    let groups = col_str(b, by).map_err(|e| format!("{ocr}: {e} (group column `--by {by}`)"))?;
+fn creator_added_regions(
+    b: &RecordBatch,
+    ocr: &str,
+    by: &str,
+) -> Result<Vec<Region>, AnalyzeError> {
+    let groups = col_str(b, by)
+        .map_err(|e| AnalyzeError::Column(format!("{ocr}: {e} (group column `--by {by}`)")))?;
     let videos = col_str(b, COL_VIDEO_ID)?;
     let added = b
         .column_by_name("creator_added")
-        .ok_or("no creator_added column")?
+        .ok_or_else(|| AnalyzeError::Column("no creator_added column".into()))?
         .as_boolean()
         .clone();
     let frame = col_u32(b, "frame_index")?;
@@ -706,7 +762,7 @@ fn draw(
     regions: &[Region],
     grid: (u32, u32),
     stats_rows: &[StatRow],
-) -> Result<(), String> {
+) -> Result<(), AnalyzeError> {
     let mut sizes: BTreeMap<String, usize> = BTreeMap::new();
     for r in regions {
         *sizes.entry(r.group.clone()).or_default() += 1;
@@ -776,20 +832,19 @@ fn write_table<T: Serialize + for<'de> Deserialize<'de>>(
     dir: &Path,
     name: &str,
     rows: &[T],
-) -> Result<(), String> {
-    let fields = crate::store::shards::fields_of::<T>().map_err(|e| e.to_string())?;
-    let batch = serde_arrow::to_record_batch(&fields, &rows).map_err(|e| e.to_string())?;
+) -> Result<(), AnalyzeError> {
+    let fields = crate::store::shards::fields_of::<T>()?;
+    let batch = serde_arrow::to_record_batch(&fields, &rows)
+        .map_err(|e| AnalyzeError::Column(e.to_string()))?;
+    // Written as the store writes its objects (beside, synced, renamed): a reader never sees
+    // half a table, and a crash leaves the previous analysis whole.
     let path = dir.join(format!("{name}.parquet"));
-    let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None)
-        .map_err(|e| e.to_string())?;
-    w.write(&batch).map_err(|e| e.to_string())?;
-    w.close().map_err(|e| e.to_string())?;
+    let parquet = crate::store::shards::encode_table(&batch)?;
+    crate::store::write_file(&path, &parquet).map_err(|e| AnalyzeError::io(&path, e))?;
     let path = dir.join(format!("{name}.csv"));
-    let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    arrow::csv::Writer::new(file)
-        .write(&batch)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut csv = vec![];
+    arrow::csv::Writer::new(&mut csv).write(&batch)?;
+    crate::store::write_file(&path, &csv).map_err(|e| AnalyzeError::io(&path, e))?;
     Ok(())
 }
 
@@ -815,17 +870,10 @@ pub struct Args {
     pub filter: Option<String>,
 }
 
-pub fn run(a: Args) -> Result<crate::error::Exit, crate::error::RunError> {
-    use crate::error::RunError;
+pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
     // A filter that does not parse is invalid input, like any other bad argument.
-    let filter = a
-        .filter
-        .as_deref()
-        .map(filter::Filter::parse)
-        .transpose()
-        .map_err(RunError::Config)?;
-    let r = analyze(&a.run_dir, &a.by, a.out.as_deref(), filter.as_ref())
-        .map_err(RunError::Internal)?;
+    let filter = a.filter.as_deref().map(filter::Filter::parse).transpose()?;
+    let r = analyze(&a.run_dir, &a.by, a.out.as_deref(), filter.as_ref())?;
     println!("groups: {}", r.groups.join(", "));
     for (name, rows) in &r.tables {
         println!("{name}: {} rows", rows.len());

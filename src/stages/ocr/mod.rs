@@ -14,11 +14,11 @@ pub mod colour;
 pub mod creator;
 pub mod layout;
 
-use crate::config::{ConfigError, Seg, StageCommon};
+use crate::config::{ConfigError, Seg};
 use crate::engines::ocr::{FrameMemory, LimitType, OcrEngine, OcrParams, Reuse, ReuseCounts};
 use crate::error::{ErrorKind, StageError};
 use crate::record::{Slot, TextRegion, VideoRecord};
-use crate::runtime::ProcessorTask;
+use crate::runtime::StageTask;
 use crate::runtime::stage::{Processor, StageContext};
 use crate::stages::BuildCx;
 use async_trait::async_trait;
@@ -90,7 +90,7 @@ pub struct OcrStage {
 pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     name: "ocr",
     about: "text regions of every sampled frame (PP-OCRv4) with stroke colour (HSV), layout and creator-added vs scene text",
-    build,
+    build: super::build_plain::<OcrConfig>,
     reselect: None,
     summary: Some(summary),
     release: crate::stages::Release::Text,
@@ -131,37 +131,31 @@ fn summary(stage_id: &str, c: &crate::runtime::StageCounts) -> String {
     line
 }
 
-pub fn build(
-    common: &StageCommon,
-    at: &[Seg],
-    select_at: &[Seg],
-    bcx: &BuildCx,
-) -> Result<super::Built, ConfigError> {
-    let (cfg, mut compute) = super::compute_settings::<OcrConfig>(common, at, bcx)?;
-    super::no_select(common, select_at, bcx)?;
-    let key = |k: &str| crate::config::key_at(at, k);
-    if !(1..=20).contains(&cfg.grid_rows) {
-        return Err(bcx
-            .src
-            .error_at(&key("grid_rows"), "must be between 1 and 20"));
+impl super::PlainStage for OcrConfig {
+    const IN_FLIGHT: usize = 1;
+    /// The models are part of what the results depend on.
+    fn fingerprint(&self, mut compute: serde_json::Value) -> serde_json::Value {
+        compute["models"] =
+            serde_json::json!("PP-OCRv4 det/rec + mobile v2 cls (rapidocr-onnxruntime 1.4.4)");
+        compute
     }
-    if !(1..=20).contains(&cfg.grid_cols) {
-        return Err(bcx
-            .src
-            .error_at(&key("grid_cols"), "must be between 1 and 20"));
-    }
-    // The models are part of what the results depend on.
-    compute["models"] =
-        serde_json::json!("PP-OCRv4 det/rec + mobile v2 cls (rapidocr-onnxruntime 1.4.4)");
-    Ok(super::Built {
-        task: Box::new(ProcessorTask(Arc::new(OcrStage {
-            cfg,
+    fn task(self, at: &[Seg], bcx: &BuildCx) -> Result<Box<dyn StageTask>, ConfigError> {
+        let key = |k: &str| crate::config::key_at(at, k);
+        if !(1..=20).contains(&self.grid_rows) {
+            return Err(bcx
+                .src
+                .error_at(&key("grid_rows"), "must be between 1 and 20"));
+        }
+        if !(1..=20).contains(&self.grid_cols) {
+            return Err(bcx
+                .src
+                .error_at(&key("grid_cols"), "must be between 1 and 20"));
+        }
+        Ok(super::processor_task(OcrStage {
+            cfg: self,
             engine: OnceLock::new(),
-        }))),
-        compute,
-        version: 1,
-        default_in_flight: 1,
-    })
+        }))
+    }
 }
 
 impl OcrStage {

@@ -1,0 +1,179 @@
+//! Agreement between annotators (Cohen's and Fleiss' kappa on the label, IoU of the risk-signal
+//! spans) and the adjudication of a video several people annotated. Pure computation.
+
+use super::*;
+use std::collections::BTreeMap;
+
+/// Cohen's kappa of two raters' labels (same items).
+pub fn cohen_kappa(a: &[&str], b: &[&str]) -> Option<f64> {
+    let n = a.len() as f64;
+    if a.is_empty() || a.len() != b.len() {
+        return None;
+    }
+    let po = a.iter().zip(b).filter(|(x, y)| x == y).count() as f64 / n;
+    let mut cats: Vec<&str> = a.iter().chain(b).copied().collect();
+    cats.sort_unstable();
+    cats.dedup();
+    let pe: f64 = cats
+        .iter()
+        .map(|c| {
+            (a.iter().filter(|x| *x == c).count() as f64 / n)
+                * (b.iter().filter(|x| *x == c).count() as f64 / n)
+        })
+        .sum();
+    if (1.0 - pe).abs() < 1e-12 {
+        return Some(if po == 1.0 { 1.0 } else { 0.0 });
+    }
+    Some((po - pe) / (1.0 - pe))
+}
+
+/// Fleiss' kappa: `counts[item][category]`, every item rated by the same number of raters.
+pub fn fleiss_kappa(counts: &[Vec<f64>]) -> Option<f64> {
+    let n_items = counts.len() as f64;
+    let raters: f64 = counts.first()?.iter().sum();
+    if raters < 2.0
+        || counts
+            .iter()
+            .any(|c| (c.iter().sum::<f64>() - raters).abs() > 1e-9)
+    {
+        return None;
+    }
+    let k = counts[0].len();
+    let p_j: Vec<f64> = (0..k)
+        .map(|j| counts.iter().map(|c| c[j]).sum::<f64>() / (n_items * raters))
+        .collect();
+    let p_i: Vec<f64> = counts
+        .iter()
+        .map(|c| (c.iter().map(|x| x * x).sum::<f64>() - raters) / (raters * (raters - 1.0)))
+        .collect();
+    let p_bar = p_i.iter().sum::<f64>() / n_items;
+    let pe: f64 = p_j.iter().map(|p| p * p).sum();
+    if (1.0 - pe).abs() < 1e-12 {
+        return Some(if (p_bar - 1.0).abs() < 1e-12 {
+            1.0
+        } else {
+            0.0
+        });
+    }
+    Some((p_bar - pe) / (1.0 - pe))
+}
+
+pub(super) fn iou(a: (f64, f64), b: (f64, f64)) -> f64 {
+    let inter = (a.1.min(b.1) - a.0.max(b.0)).max(0.0);
+    let union = (a.1 - a.0) + (b.1 - b.0) - inter;
+    if union <= 0.0 { 0.0 } else { inter / union }
+}
+
+/// Agreement over the videos with two or more annotators.
+pub(super) fn agreement(rows: &[Annotation], report: &mut ImportReport) {
+    let mut by_video: BTreeMap<&str, Vec<&Annotation>> = BTreeMap::new();
+    for r in rows {
+        by_video.entry(r.video_id.as_str()).or_default().push(r);
+    }
+    let multi: Vec<&Vec<&Annotation>> = by_video.values().filter(|v| v.len() >= 2).collect();
+    let mut annotators: Vec<&str> = multi
+        .iter()
+        .flat_map(|v| v.iter().map(|a| a.annotator.as_str()))
+        .collect();
+    annotators.sort_unstable();
+    annotators.dedup();
+    if annotators.len() == 2 {
+        let (x, y) = (annotators[0], annotators[1]);
+        let mut a = vec![];
+        let mut b = vec![];
+        for v in &multi {
+            if let (Some(p), Some(q)) = (
+                v.iter().find(|r| r.annotator == x),
+                v.iter().find(|r| r.annotator == y),
+            ) {
+                a.push(p.risk_label.as_str());
+                b.push(q.risk_label.as_str());
+            }
+        }
+        report.kappa = cohen_kappa(&a, &b);
+        report.kappa_kind = Some("cohen".into());
+    } else if annotators.len() > 2 {
+        let most = multi.iter().map(|v| v.len()).max().unwrap_or(0);
+        let counts: Vec<Vec<f64>> = multi
+            .iter()
+            .filter(|v| v.len() == most)
+            .map(|v| {
+                let yes = v.iter().filter(|r| r.risk_label == "yes").count() as f64;
+                vec![yes, v.len() as f64 - yes]
+            })
+            .collect();
+        report.kappa = fleiss_kappa(&counts);
+        report.kappa_kind = Some("fleiss".into());
+    }
+    let mut ious = vec![];
+    for v in &multi {
+        for i in 0..v.len() {
+            for j in i + 1..v.len() {
+                if let (Some(s1), Some(e1), Some(s2), Some(e2)) = (
+                    v[i].risk_signal_start,
+                    v[i].risk_signal_end,
+                    v[j].risk_signal_start,
+                    v[j].risk_signal_end,
+                ) {
+                    ious.push(iou((s1, e1), (s2, e2)));
+                }
+            }
+        }
+    }
+    report.span_pairs = ious.len();
+    report.span_iou = (!ious.is_empty()).then(|| ious.iter().sum::<f64>() / ious.len() as f64);
+}
+
+/// The decided row of each video under `rule`.
+pub(super) fn adjudicate(
+    rows: &[Annotation],
+    rule: &Rule,
+    report: &mut ImportReport,
+) -> Vec<Annotation> {
+    let mut by_video: BTreeMap<&str, Vec<&Annotation>> = BTreeMap::new();
+    for r in rows {
+        by_video.entry(r.video_id.as_str()).or_default().push(r);
+    }
+    let mut out = vec![];
+    for (video, anns) in by_video {
+        let names = || {
+            anns.iter()
+                .map(|a| a.annotator.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let pick: Option<(&Annotation, String)> = match rule {
+            Rule::Single => anns
+                .iter()
+                .max_by(|a, b| a.updated_at.cmp(&b.updated_at))
+                .map(|a| (*a, format!("single: {}", a.annotator))),
+            Rule::Reviewer(r) if anns.iter().any(|a| &a.annotator == r) => anns
+                .iter()
+                .find(|a| &a.annotator == r)
+                .map(|a| (*a, format!("reviewer: {r}"))),
+            _ => {
+                let yes = anns.iter().filter(|a| a.risk_label == "yes").count();
+                let no = anns.len() - yes;
+                if yes == no {
+                    report.ties.push(video.to_string());
+                    None
+                } else {
+                    let label = if yes > no { "yes" } else { "no" };
+                    anns.iter().find(|a| a.risk_label == label).map(|a| {
+                        (
+                            *a,
+                            format!("majority {}-{} of {}", yes.max(no), yes.min(no), names()),
+                        )
+                    })
+                }
+            }
+        };
+        if let Some((a, how)) = pick {
+            let mut d = a.clone();
+            d.annotator = "adjudicated".into();
+            d.decided_by = Some(how);
+            out.push(d);
+        }
+    }
+    out
+}

@@ -1,0 +1,185 @@
+//! `vidcurate annotate export|import`: the human annotation round trip of RiskCue §3.3 (A.3,
+//! A.9; SPEC §6) through Label Studio, or a spreadsheet.
+//!
+//! Export reads: the run's manifest, its tables under the pipeline's own thresholds (the
+//! selected videos), the source, probe (fps, duration), committee (tally), quality and OCR
+//! tables for pre-annotations. Export writes, into `--out`: `tasks.json` (Label Studio's import
+//! format), `label_config.xml` (the 8 fields) and `tasks.csv`.
+//! Import reads: a Label Studio JSON export (or the CSV filled in) and the run's probe table.
+//! Import writes, through the run's store: `annotations/annotations.parquet` (one row per video
+//! and annotator, plus the adjudicated row) and `annotations/report.json` (what was kept out and
+//! why, and the agreement). Calls nothing; caches nothing.
+
+mod agreement;
+mod export;
+mod import;
+#[cfg(test)]
+mod tests;
+
+use crate::error::RunError;
+use agreement::*;
+pub use agreement::{cohen_kappa, fleiss_kappa};
+pub use export::export;
+use export::*;
+pub use import::{ImportReport, Problem, import, read_annotations, render};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// What `annotate export` is asked for.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ExportOptions {
+    /// The folder to write tasks.json, label_config.xml and tasks.csv into.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Where Label Studio loads the videos from: PREFIX/<file name> for a local source's file,
+    /// PREFIX/<path in the run> for downloaded media (serve that folder over HTTP).
+    #[arg(long)]
+    pub media_url: String,
+    /// Only the videos of this split (`vidcurate split --name`), else every selected video.
+    #[arg(long)]
+    pub split: Option<String>,
+    /// Only the videos whose source row passes these conditions (as `analyze --where`:
+    /// `column op value` joined by `and`, op one of = != < <= > >=, or `column in (a, b)`),
+    /// e.g. "domain = flood and label in (yes, unsure)".
+    #[arg(long = "where", value_name = "EXPR")]
+    pub filter: Option<String>,
+}
+
+/// How one video's annotations are decided when several annotators labelled it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Rule {
+    /// The one annotator (with several, the most recent annotation).
+    Single,
+    /// The label most annotators chose; the spans and texts of the first of them. A tie is not
+    /// adjudicated (listed in the report).
+    Majority,
+    /// This annotator's annotation wins; majority where they did not annotate.
+    Reviewer(String),
+}
+
+impl std::str::FromStr for Rule {
+    type Err = crate::error::BadArgument;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "single" => Ok(Rule::Single),
+            "majority" => Ok(Rule::Majority),
+            _ => match s.strip_prefix("reviewer:") {
+                Some(name) if !name.is_empty() => Ok(Rule::Reviewer(name.to_string())),
+                _ => Err(crate::error::BadArgument(format!(
+                    "{s:?}: expected single, majority or reviewer:NAME (e.g. reviewer:lead@lab.org)"
+                ))),
+            },
+        }
+    }
+}
+
+/// One annotation of one video: RiskCue's 8 fields (times in seconds).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Annotation {
+    pub video_id: String,
+    /// Who annotated (Label Studio's user email or id; `adjudicated` for the decided row).
+    pub annotator: String,
+    pub task_id: Option<i64>,
+    pub annotation_id: Option<i64>,
+    pub updated_at: Option<String>,
+    pub risk_signal_start: Option<f64>,
+    pub risk_signal_end: Option<f64>,
+    pub risk_visual_indicators: Option<String>,
+    /// "First, …; Then, …; Afterwards, …" as the annotator wrote the three parts.
+    pub risk_signal_description: Option<String>,
+    pub accident_start: Option<f64>,
+    pub accident_end: Option<f64>,
+    pub accident_description: Option<String>,
+    /// "yes" or "no".
+    pub risk_label: String,
+    /// The adjudicated row: the rule and the annotators it was decided from.
+    pub decided_by: Option<String>,
+}
+
+/// The label config for the 8 fields: spans on the video's timeline, texts, the yes/no label.
+pub const LABEL_CONFIG: &str = r##"<View>
+  <Header value="$title"/>
+  <Video name="video" value="$video" frameRate="$fps" sync="timeline"/>
+  <Header value="Mark the risk signal and the accident on the timeline"/>
+  <TimelineLabels name="spans" toName="video">
+    <Label value="risk_signal" background="#f0a030"/>
+    <Label value="accident" background="#d03030"/>
+  </TimelineLabels>
+  <Header value="On-screen text the pipeline read (a hint)"/>
+  <Text name="ocr" value="$ocr_hint"/>
+  <Header value="Risk visual indicators"/>
+  <TextArea name="risk_visual_indicators" toName="video" rows="2" maxSubmissions="1" editable="true"/>
+  <Header value="Risk signal description: first, then, afterwards"/>
+  <TextArea name="risk_signal_first" toName="video" rows="1" maxSubmissions="1" editable="true" placeholder="First, ..."/>
+  <TextArea name="risk_signal_then" toName="video" rows="1" maxSubmissions="1" editable="true" placeholder="Then, ..."/>
+  <TextArea name="risk_signal_afterwards" toName="video" rows="1" maxSubmissions="1" editable="true" placeholder="Afterwards, ..."/>
+  <Header value="Accident description"/>
+  <TextArea name="accident_description" toName="video" rows="2" maxSubmissions="1" editable="true"/>
+  <Header value="Risk label"/>
+  <Choices name="risk_label" toName="video" choice="single" required="true">
+    <Choice value="yes"/>
+    <Choice value="no"/>
+  </Choices>
+</View>
+"##;
+
+/// Human annotation round trip (RiskCue's 8 fields) with Label Studio or a spreadsheet:
+/// `annotate export` writes the tasks, `annotate import` reads the annotations back.
+#[derive(clap::Subcommand)]
+pub enum Cmd {
+    /// Write tasks.json (Label Studio import format, with the committee's label as a
+    /// pre-annotation and the OCR text as a hint), label_config.xml (risk signal and accident
+    /// spans on the video timeline, indicators, the first/then/afterwards description, the
+    /// accident description, the yes/no risk label) and tasks.csv for the selected videos.
+    #[command(
+        after_help = "Example:\n  vidcurate annotate export data/runs/riskcue --out annot/ --media-url http://media.lab:8000\n  (create a Label Studio project with annot/label_config.xml, import annot/tasks.json)"
+    )]
+    Export {
+        /// A run directory or object-store URL.
+        run_dir: std::path::PathBuf,
+        #[command(flatten)]
+        opts: ExportOptions,
+    },
+    /// Read a Label Studio JSON export (or the filled-in tasks.csv) into
+    /// RUN_DIR/annotations/annotations.parquet: one row per video and annotator plus the
+    /// adjudicated row. Invalid annotations (end before start, times outside the video, a label
+    /// not yes/no, a yes without a description, unknown tasks) are kept out with the task id and
+    /// field; cancelled ones are counted. Importing the same export again changes nothing; a
+    /// newer annotation of the same annotator replaces the older. Prints the agreement (Cohen's
+    /// or Fleiss' kappa on the label, IoU of the risk-signal spans).
+    Import {
+        /// A run directory or object-store URL.
+        run_dir: std::path::PathBuf,
+        /// The export: Label Studio JSON, or the CSV from `annotate export` filled in.
+        export: std::path::PathBuf,
+        /// How a video with several annotators is decided: single, majority, reviewer:NAME.
+        #[arg(long, default_value = "majority")]
+        rule: Rule,
+        /// Whose annotations a CSV holds.
+        #[arg(long)]
+        annotator: Option<String>,
+    },
+}
+
+pub fn run(cmd: Cmd) -> Result<crate::error::Exit, RunError> {
+    let rt = super::tokio_runtime()?;
+    match cmd {
+        Cmd::Export { run_dir, opts } => {
+            let n = rt.block_on(export(&run_dir, &opts))?;
+            println!(
+                "{n} tasks: {}/tasks.json, label_config.xml, tasks.csv",
+                opts.out.display()
+            );
+        }
+        Cmd::Import {
+            run_dir,
+            export,
+            rule,
+            annotator,
+        } => {
+            let r = rt.block_on(import(&run_dir, &export, &rule, annotator.as_deref()))?;
+            print!("{}", render(&r));
+        }
+    }
+    Ok(crate::error::Exit::Done)
+}

@@ -1,0 +1,233 @@
+//! The dataset card (README.md): YAML front matter `datasets` reads (configs, features, split
+//! sizes), then the funnel, the settings, licence notes and provenance for people. Pure text.
+
+use super::*;
+use crate::commands::rethreshold::FunnelRow;
+use crate::runtime::chain::SOURCE_STAGE_ID;
+use crate::store::manifest::Manifest;
+use arrow::datatypes::{DataType, Field, Fields, Schema};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The types `datasets` declares plainly: large strings, lists and binaries become the ordinary
+/// ones (a list's item field is named `item`, as pyarrow and `datasets` name it).
+pub(super) fn plain(dt: &DataType) -> DataType {
+    match dt {
+        DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
+        DataType::LargeBinary | DataType::BinaryView => DataType::Binary,
+        DataType::List(f) | DataType::LargeList(f) => {
+            DataType::List(Arc::new(Field::new("item", plain(f.data_type()), true)))
+        }
+        DataType::Struct(fields) => DataType::Struct(
+            fields
+                .iter()
+                .map(|f| Field::new(f.name(), plain(f.data_type()), true))
+                .collect::<Vec<_>>()
+                .into(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// A column's `datasets` feature as YAML lines at `indent` (after `- name: …`).
+pub(super) fn feature_yaml(dt: &DataType, image_list: bool, indent: usize, out: &mut String) {
+    let pad = " ".repeat(indent);
+    if image_list {
+        out.push_str(&format!("{pad}list: image\n"));
+        return;
+    }
+    match dt {
+        DataType::List(f) => match f.data_type() {
+            DataType::Struct(fields) => {
+                out.push_str(&format!("{pad}list:\n"));
+                fields_yaml(fields, indent, out);
+            }
+            DataType::List(_) => {
+                out.push_str(&format!("{pad}list:\n"));
+                feature_yaml(f.data_type(), false, indent + 2, out);
+            }
+            inner => out.push_str(&format!("{pad}list: {}\n", dtype(inner))),
+        },
+        DataType::Struct(fields) => {
+            out.push_str(&format!("{pad}struct:\n"));
+            fields_yaml(fields, indent, out);
+        }
+        other => out.push_str(&format!("{pad}dtype: {}\n", dtype(other))),
+    }
+}
+
+pub(super) fn fields_yaml(fields: &Fields, indent: usize, out: &mut String) {
+    let pad = " ".repeat(indent);
+    for f in fields {
+        out.push_str(&format!("{pad}- name: {}\n", f.name()));
+        feature_yaml(f.data_type(), false, indent + 2, out);
+    }
+}
+
+pub(super) fn dtype(dt: &DataType) -> &'static str {
+    match dt {
+        DataType::Null => "null",
+        DataType::Boolean => "bool",
+        DataType::Int8 => "int8",
+        DataType::Int16 => "int16",
+        DataType::Int32 => "int32",
+        DataType::Int64 => "int64",
+        DataType::UInt8 => "uint8",
+        DataType::UInt16 => "uint16",
+        DataType::UInt32 => "uint32",
+        DataType::UInt64 => "uint64",
+        DataType::Float16 => "float16",
+        DataType::Float32 => "float32",
+        DataType::Float64 => "float64",
+        DataType::Binary | DataType::LargeBinary => "binary",
+        _ => "string",
+    }
+}
+
+/// The dataset card: YAML front matter for `datasets`, then how the data was made.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn card(
+    m: &Manifest,
+    schema: &Schema,
+    images: &[String],
+    sizes: &[(String, usize, usize)],
+    p_bytes: &HashMap<String, usize>,
+    split_report: &serde_json::Value,
+    funnel: &[FunnelRow],
+    inputs: &Inputs,
+    opts: &ReleaseOptions,
+) -> String {
+    let mut c = front_matter(schema, images, sizes, p_bytes);
+    c += &how_it_was_built(m, sizes, split_report, funnel);
+    c += "\nThe pipeline file as run:\n\n```toml\n";
+    c += m.pipeline_toml.trim_end();
+    c += "\n```\n\n## Columns\n\n";
+    c += "- `video_id`, `split`; the source's columns (title, description, channel, upload time, counts, licence, `url` where the video can be fetched, `provenance`: every search that found it, with its query, parameters, page and rank) and the source manifest's own columns;\n";
+    for t in &inputs.stages {
+        c += &format!(
+            "- from stage `{}`: {}\n",
+            t.stage,
+            t.columns
+                .iter()
+                .map(|(_, n)| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    if let Some(f) = &inputs.frames_stage {
+        c += &match opts.frames {
+            FrameMode::Paths => format!(
+                "- `frames`: the sampled frames of stage `{f}` in time order, as paths of JPEG files under `frames/`;\n"
+            ),
+            FrameMode::Bytes => format!(
+                "- `frames`: the sampled frames of stage `{f}` in time order, as images (JPEG bytes);\n"
+            ),
+            FrameMode::None => String::new(),
+        };
+    }
+    if let Some(o) = &inputs.ocr_stage {
+        c += &format!(
+            "- `ocr_text`: the on-screen text stage `{o}` read, each distinct line once, in frame order.\n"
+        );
+    }
+    if let Some(t) = &inputs.transcript_stage {
+        c += &format!(
+            "- `transcript`: what is said in the video (stage `{t}`), its segments joined in time order; `transcript_source` says where the text came from (`asr:<model>`, `captions:youtube`, `captions:json3`), `transcript_language` the language the service or caption track named, `transcript_reason` why a video has no text (`no_audio_stream`, `empty_audio`, `no_speech`). The timed segments are in the run's `{t}` table.\n"
+        );
+    }
+    c += &format!(
+        "\n## Perturbations\n\nThe `perturbations` config lists, per video, the frame order of each variant for the temporal-reasoning metric (RiskCue §3.4): `original`, `shuffled` (seed {}), `halves_swapped`, `reversed`, `first_frame`, `last_frame`. `frame_order` indexes the video's `frames`.\n",
+        opts.seed
+    );
+    c += "\n## Licence and terms\n\nThe videos belong to their uploaders. This folder holds metadata, derived frames and text for research; the `license` column says what the platform reported for each video (YouTube: `youtube` is the standard licence, `creativeCommon` CC BY). Redistribution of frames must respect each video's licence and the platform's terms of service (YouTube API Services Terms: metadata may need refreshing or deleting when videos are removed). Remove a video on its owner's request.\n";
+    c += "\n## Provenance\n\nEvery row says where its video came from: `url`, `channel_id` and `published_at` identify it on the platform, and `provenance` lists each search (query, parameters, result page and rank) that returned it. The run directory's manifest records the tool version, every stage's settings and fingerprint, and every invocation.\n";
+    c
+}
+
+/// The YAML front matter `datasets` reads: the configs, their features and split sizes.
+fn front_matter(
+    schema: &Schema,
+    images: &[String],
+    sizes: &[(String, usize, usize)],
+    p_bytes: &HashMap<String, usize>,
+) -> String {
+    let mut y =
+        String::from("---\nconfigs:\n- config_name: default\n  default: true\n  data_files:\n");
+    for (s, _, _) in sizes {
+        y += &format!("  - split: {s}\n    path: data/{s}-*.parquet\n");
+    }
+    y += "- config_name: perturbations\n  data_files:\n";
+    for (s, _, _) in sizes {
+        y += &format!("  - split: {s}\n    path: perturbations/{s}-*.parquet\n");
+    }
+    y += "dataset_info:\n- config_name: default\n  features:\n";
+    for f in schema.fields() {
+        y += &format!("  - name: {}\n", f.name());
+        feature_yaml(f.data_type(), images.contains(f.name()), 4, &mut y);
+    }
+    y += "  splits:\n";
+    for (s, n, bytes) in sizes {
+        y += &format!("  - name: {s}\n    num_bytes: {bytes}\n    num_examples: {n}\n");
+    }
+    y += "- config_name: perturbations\n  features:\n  - name: video_id\n    dtype: string\n  - name: variant\n    dtype: string\n  - name: frame_order\n    list: uint32\n  splits:\n";
+    for (s, n, _) in sizes {
+        y += &format!(
+            "  - name: {s}\n    num_bytes: {}\n    num_examples: {}\n",
+            p_bytes.get(s).copied().unwrap_or(0),
+            n * 6
+        );
+    }
+    y += "---\n\n";
+    y
+}
+
+/// The card's title, the splits and the funnel with the stage settings as run.
+fn how_it_was_built(
+    m: &Manifest,
+    sizes: &[(String, usize, usize)],
+    split_report: &serde_json::Value,
+    funnel: &[FunnelRow],
+) -> String {
+    let total: usize = sizes.iter().map(|(_, n, _)| n).sum();
+    let mut c = format!(
+        "# {}\n\nA video dataset of {total} videos built with vidcurate {} from the pipeline `{}` (`{}`).\n\n",
+        m.pipeline_name, m.tool_version, m.pipeline_name, m.pipeline_file
+    );
+    c += "```python\nfrom datasets import load_dataset\nds = load_dataset(\"path/to/this/folder\")              # train / validation / test\nperturbed = load_dataset(\"path/to/this/folder\", \"perturbations\")\n```\n\n";
+    c += "## Splits\n\n| split | videos |\n|---|---:|\n";
+    for (s, n, _) in sizes {
+        c += &format!("| {s} | {n} |\n");
+    }
+    c += &format!(
+        "\nVideo-level, deterministic (`vidcurate split`: ratios {}, stratified by {}, grouped by {}, seed {}).\n",
+        split_report["ratios"],
+        list_or(&split_report["stratify"], "nothing"),
+        split_report["group"]
+            .as_str()
+            .unwrap_or("nothing (each video alone)"),
+        split_report["seed"]
+    );
+    c += "\n## How it was built\n\nEach stage takes the videos the stages before it passed on (counts from the run's tables):\n\n| stage | type | in | done | rejected | not reached | out |\n|---|---|---:|---:|---:|---:|---:|\n";
+    for r in funnel {
+        c += &format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            r.stage, r.kind, r.input, r.done, r.rejected, r.pending, r.out
+        );
+    }
+    c += "\nStage settings as run (models, thresholds):\n\n";
+    for st in m.stages.iter().filter(|s| s.id != SOURCE_STAGE_ID) {
+        c += &format!("- `{}` ({}): `{}`\n", st.id, st.kind, st.compute);
+    }
+    c
+}
+
+pub(super) fn list_or(v: &serde_json::Value, none: &str) -> String {
+    match v.as_array() {
+        Some(a) if !a.is_empty() => a
+            .iter()
+            .filter_map(|x| x.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => none.to_string(),
+    }
+}

@@ -1,0 +1,305 @@
+//! `vidcurate release`: a run and one of its splits as a dataset folder others load with
+//! Hugging Face `datasets.load_dataset(DIR)`, pyarrow, DuckDB or Polars (SPEC §9, §10).
+//!
+//! Reads: the run's manifest, `splits/<name>.parquet` (from `vidcurate split`), the source table
+//! and each stage's table as the stage registry's `release` entry says (one-row-per-video
+//! columns, named `<stage>_<column>`; the frames; the OCR lines), all under the run's current
+//! fingerprints. Writes, into `--out`: `data/<split>-NNNNN-of-NNNNN.parquet` (one row per
+//! video), `frames/<video>/NNNNN.jpg` when frames are kept as files,
+//! `perturbations/<split>-…parquet` (RiskCue §3.4: the frame order of each variant) and
+//! `README.md`, a dataset card whose YAML front matter declares the configs, the features and
+//! the split sizes. Calls nothing; caches nothing.
+
+mod card;
+mod inputs;
+mod rows;
+#[cfg(test)]
+mod tests;
+
+use crate::error::RunError;
+use crate::store::Store;
+use arrow::array::{Array, ListBuilder, RecordBatch, StringBuilder, UInt32Builder};
+use arrow::datatypes::{DataType, Field, Schema};
+use card::*;
+use inputs::*;
+use rows::*;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// How frames go into the release.
+#[derive(Debug, Clone, Copy, PartialEq, clap::ValueEnum)]
+pub enum FrameMode {
+    /// JPEG files under frames/, listed by relative path in a `frames` column.
+    Paths,
+    /// The JPEG bytes in the Parquet rows, as `datasets` Image values (one self-contained folder).
+    Bytes,
+    /// No frames.
+    None,
+}
+
+/// What `release` is asked for (also its command-line flags).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReleaseOptions {
+    /// The folder to write (created; files of an earlier release there are replaced).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Which split of the run (`vidcurate split --name`).
+    #[arg(long, default_value = "default")]
+    pub split: String,
+    /// How frames are kept: files listed by path, image bytes in the rows, or none.
+    #[arg(long, value_enum, default_value = "paths")]
+    pub frames: FrameMode,
+    /// Videos per Parquet file.
+    #[arg(long, default_value_t = 1000)]
+    pub rows_per_file: usize,
+    /// Seed of the shuffled perturbation.
+    #[arg(long, default_value_t = 13)]
+    pub seed: u64,
+}
+
+/// What a release wrote.
+#[derive(Debug)]
+pub struct ReleaseReport {
+    pub out: PathBuf,
+    /// Split name → videos.
+    pub splits: Vec<(String, usize)>,
+    pub columns: Vec<String>,
+    pub files: usize,
+}
+
+/// The frame order of each perturbation variant (RiskCue §3.4), as indices into the frames.
+pub fn perturbations(n: usize, seed: u64, video_id: &str) -> Vec<(&'static str, Vec<u32>)> {
+    let original: Vec<u32> = (0..n as u32).collect();
+    let mut shuffled = original.clone();
+    // Fisher–Yates on splitmix64, seeded by the seed and the video: stable across runs.
+    let h = blake3::hash(format!("{seed}:{video_id}").as_bytes());
+    let mut state = u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap_or_default());
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    for i in (1..n).rev() {
+        let j = (next() % (i as u64 + 1)) as usize;
+        shuffled.swap(i, j);
+    }
+    let half = n / 2;
+    let swapped: Vec<u32> = original[half..]
+        .iter()
+        .chain(&original[..half])
+        .copied()
+        .collect();
+    let reversed: Vec<u32> = original.iter().rev().copied().collect();
+    vec![
+        ("original", original.clone()),
+        ("shuffled", shuffled),
+        ("halves_swapped", swapped),
+        ("reversed", reversed),
+        (
+            "first_frame",
+            original.first().copied().into_iter().collect(),
+        ),
+        ("last_frame", original.last().copied().into_iter().collect()),
+    ]
+}
+
+fn write_parquet(path: &Path, batch: &RecordBatch) -> Result<(), RunError> {
+    let bytes = crate::store::shards::encode_table(batch)?;
+    crate::store::write_file(path, &bytes).map_err(|e| RunError::io(path.display().to_string(), e))
+}
+
+/// Writes the release folder.
+pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseReport, RunError> {
+    if opts.rows_per_file == 0 {
+        return Err(RunError::Config(
+            "--rows-per-file must be at least 1".into(),
+        ));
+    }
+    let run = crate::store::run::RunView::open(run_dir).await?;
+    let (store, m) = (&run.store, &run.manifest);
+    let (order, by_split, split_report) = read_split(&store, &opts.split).await?;
+    let inputs = read_inputs(&store, &m).await?;
+    let out = &opts.out;
+    for sub in ["data", "frames", "perturbations"] {
+        let d = out.join(sub);
+        if d.exists() {
+            std::fs::remove_dir_all(&d).map_err(|e| RunError::io(d.display().to_string(), e))?;
+        }
+    }
+    let mut schema = None;
+    let mut images = vec![];
+    let mut files = 0;
+    let mut sizes = vec![];
+    let mut p_bytes = HashMap::new();
+    for split in &order {
+        let ids = &by_split[split];
+        let mut bytes = 0;
+        let chunks: Vec<&[String]> = ids.chunks(opts.rows_per_file).collect();
+        for (n, chunk) in chunks.iter().enumerate() {
+            let jpegs = if opts.frames == FrameMode::Bytes {
+                fetch_frames(&store, &inputs, chunk).await?
+            } else {
+                HashMap::new()
+            };
+            let read = |rel: &str| {
+                jpegs
+                    .get(rel)
+                    .cloned()
+                    .ok_or_else(|| RunError::Internal(format!("{rel}: not fetched")))
+            };
+            let (batch, imgs) = build_rows(&inputs, split, chunk, opts, &read)?;
+            let name = format!("data/{split}-{n:05}-of-{:05}.parquet", chunks.len());
+            write_parquet(&out.join(&name), &batch)?;
+            // What `datasets` calls num_bytes: the size of the rows in Arrow.
+            bytes += batch.get_array_memory_size();
+            files += 1;
+            images = imgs;
+            schema.get_or_insert(batch.schema());
+        }
+        if opts.frames == FrameMode::Paths {
+            copy_frames(&store, &inputs, ids, out).await?;
+        }
+        let pb = write_perturbations(&inputs, split, ids, opts.seed, out)?;
+        p_bytes.insert(split.clone(), pb);
+        sizes.push((split.clone(), ids.len(), bytes));
+    }
+    let schema = schema.ok_or_else(|| {
+        RunError::Config(format!(
+            "splits/{}.parquet holds no video: nothing to release",
+            opts.split
+        ))
+    })?;
+    let funnel = crate::stages::selection::pipeline_selection(&run).await?.1;
+    let card = card(
+        &m,
+        &schema,
+        &images,
+        &sizes,
+        &p_bytes,
+        &split_report,
+        &funnel,
+        &inputs,
+        opts,
+    );
+    let readme = out.join("README.md");
+    std::fs::write(&readme, card).map_err(|e| RunError::io(readme.display().to_string(), e))?;
+    Ok(ReleaseReport {
+        out: out.clone(),
+        splits: sizes.into_iter().map(|(s, n, _)| (s, n)).collect(),
+        columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
+        files,
+    })
+}
+
+/// The JPEG bytes of the videos' frames, by their path in the run.
+async fn fetch_frames(
+    store: &Arc<dyn Store>,
+    inputs: &Inputs,
+    ids: &[String],
+) -> Result<HashMap<String, Vec<u8>>, RunError> {
+    let mut out = HashMap::new();
+    for id in ids {
+        for (_, path) in inputs.frames.get(id).into_iter().flatten() {
+            let data = store
+                .get(path)
+                .await
+                .map_err(|e| RunError::io(format!("{}/{path}", store.location()), e))?;
+            out.insert(path.clone(), data);
+        }
+    }
+    Ok(out)
+}
+
+async fn copy_frames(
+    store: &Arc<dyn Store>,
+    inputs: &Inputs,
+    ids: &[String],
+    out: &Path,
+) -> Result<(), RunError> {
+    for id in ids {
+        let jpegs = fetch_frames(store, inputs, std::slice::from_ref(id)).await?;
+        for (k, (_, path)) in inputs.frames.get(id).into_iter().flatten().enumerate() {
+            let dest = out.join(format!("frames/{id}/{k:05}.jpg"));
+            let io = |e| RunError::io(dest.display().to_string(), e);
+            std::fs::create_dir_all(dest.parent().unwrap_or(out)).map_err(io)?;
+            std::fs::write(&dest, &jpegs[path]).map_err(io)?;
+        }
+    }
+    Ok(())
+}
+
+fn write_perturbations(
+    inputs: &Inputs,
+    split: &str,
+    ids: &[String],
+    seed: u64,
+    out: &Path,
+) -> Result<usize, RunError> {
+    let (mut vid, mut variant) = (StringBuilder::new(), StringBuilder::new());
+    let mut order = ListBuilder::new(UInt32Builder::new());
+    for id in ids {
+        let n = inputs.frames.get(id).map_or(0, Vec::len);
+        for (name, o) in perturbations(n, seed, id) {
+            vid.append_value(id);
+            variant.append_value(name);
+            order.values().append_slice(&o);
+            order.append(true);
+        }
+    }
+    let order = order.finish();
+    let schema = Schema::new(vec![
+        Field::new("video_id", DataType::Utf8, false),
+        Field::new("variant", DataType::Utf8, false),
+        Field::new("frame_order", order.data_type().clone(), true),
+    ]);
+    let batch = RecordBatch::try_new(
+        Arc::new(schema),
+        vec![
+            Arc::new(vid.finish()),
+            Arc::new(variant.finish()),
+            Arc::new(order),
+        ],
+    )
+    .map_err(|e| RunError::Internal(e.to_string()))?;
+    write_parquet(
+        &out.join(format!("perturbations/{split}-00000-of-00001.parquet")),
+        &batch,
+    )?;
+    Ok(batch.get_array_memory_size())
+}
+
+/// Write a split run as a dataset folder: Parquet files per split, frames, perturbations
+/// and a dataset card, loadable with `datasets.load_dataset(DIR)`, pyarrow, DuckDB, Polars.
+///
+/// One row per selected video: ids, the source's metadata and manifest columns, every
+/// one-row-per-video stage's columns (`<stage>_<column>`: scores, votes, probe), the frames
+/// (files or image bytes), the OCR text, the split. `perturbations/` gives each video's frame
+/// order for the variants of RiskCue §3.4. README.md is the card: YAML for `datasets`
+/// (configs, features, split sizes), the funnel, the settings, licence notes, provenance.
+#[derive(clap::Args)]
+#[command(
+    after_help = "Examples:\n  vidcurate split data/runs/demo --stratify label\n  vidcurate release data/runs/demo --out data/releases/demo\n  vidcurate release data/runs/demo --out /tmp/demo-hf --frames bytes --split default"
+)]
+pub struct Args {
+    /// A run directory or object-store URL (s3://bucket/prefix, …).
+    pub run_dir: std::path::PathBuf,
+    #[command(flatten)]
+    pub opts: ReleaseOptions,
+}
+
+pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
+    let r = super::tokio_runtime()?.block_on(release(&a.run_dir, &a.opts))?;
+    for (split, n) in &r.splits {
+        println!("{split:<12} {n:>8} videos");
+    }
+    println!(
+        "{} files, {} columns; card: {}",
+        r.files,
+        r.columns.len(),
+        r.out.join("README.md").display()
+    );
+    Ok(crate::error::Exit::Done)
+}

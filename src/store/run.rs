@@ -1,0 +1,77 @@
+//! One way to open a run for reading: its store (local folder or object store, read-only), its
+//! manifest, and the pipeline file it was made with. The pipeline text is read as plain TOML and
+//! only the parts a command asks for are typed, so a run made by an older version (with keys this
+//! one no longer knows) can still be read. Every command that reads a finished run (rethreshold, status, estimate, split,
+//! release, annotate, analyze, cache stats) starts here.
+
+use crate::config::ServiceConfig;
+use crate::error::RunError;
+use crate::store::Store;
+use crate::store::manifest::{self, Manifest};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+pub struct RunView {
+    pub store: Arc<dyn Store>,
+    pub manifest: Manifest,
+    /// The pipeline file as the manifest recorded it.
+    pub pipeline: toml::Table,
+}
+
+impl RunView {
+    /// Opens `run_dir` (a folder or an object-store URL) read-only. Not a run directory (no
+    /// readable manifest) is invalid input, named as such.
+    pub async fn open(run_dir: &Path) -> Result<Self, RunError> {
+        let location = run_dir.to_string_lossy();
+        let store = crate::store::open_run(&location, crate::store::Access::Read)
+            .map_err(|e| RunError::io(location.to_string(), e))?;
+        let manifest = manifest::load(store.as_ref()).await.ok_or_else(|| {
+            RunError::Config(format!(
+                "{}: no manifest.json (not a run directory?)",
+                run_dir.display()
+            ))
+        })?;
+        let pipeline = toml::from_str(&manifest.pipeline_toml)
+            .map_err(|e| RunError::Config(format!("manifest.json: pipeline text: {e}")))?;
+        Ok(Self {
+            store,
+            manifest,
+            pipeline,
+        })
+    }
+
+    /// Each stage's `select` table as the pipeline file had it when the run was made, by id.
+    pub fn selects(&self) -> HashMap<String, toml::Table> {
+        let stages = self.pipeline.get("stages").and_then(|s| s.as_array());
+        stages
+            .into_iter()
+            .flatten()
+            .filter_map(|t| {
+                let id = t.get("id")?.as_str()?.to_string();
+                let select = t
+                    .get("select")
+                    .and_then(|s| s.as_table())
+                    .cloned()
+                    .unwrap_or_default();
+                Some((id, select))
+            })
+            .collect()
+    }
+
+    /// The run's `[services.*]` tables (prices, limits), as the pipeline file had them.
+    pub fn services(&self) -> BTreeMap<String, ServiceConfig> {
+        services_of(&self.pipeline)
+    }
+}
+
+/// The `[services.*]` tables of a recorded pipeline; a table this version cannot read is left
+/// out (a run made by another version still shows the rest).
+pub fn services_of(pipeline: &toml::Table) -> BTreeMap<String, ServiceConfig> {
+    let tables = pipeline.get("services").and_then(|s| s.as_table());
+    tables
+        .into_iter()
+        .flatten()
+        .filter_map(|(name, t)| Some((name.clone(), t.clone().try_into().ok()?)))
+        .collect()
+}
