@@ -404,65 +404,22 @@ impl YouTubeClient {
             method: method.name().into(),
             request,
         };
-        let setup = |e: crate::error::StageError| YtError::Setup(e.detail);
-        if let Some(hit) = self.cache.lookup(&key).await.map_err(setup)? {
-            return serde_json::from_slice(&hit.body).map_err(|e| {
-                YtError::Setup(format!(
-                    "cached {} answer does not parse ({e}); delete the run's cache/responses.sqlite to refetch",
-                    method.name()
-                ))
-            });
+        if let Some(hit) = self.cache_hit(method, &key).await? {
+            return Ok(hit);
         }
         let (bucket, cost, budget) = self.settings.quota.charge(method);
         let mut attempt = 0u32;
         loop {
-            let day = pacific_day(Utc::now());
-            if let Err(used) = self
-                .on_ledger(move |l, key_id| l.reserve(key_id, day, bucket, cost, budget))
-                .await?
-            {
-                return Err(YtError::QuotaSpent(format!(
-                    "the {bucket} budget of key {} for {day} (Pacific) is spent: {used} of {budget} used, {} needs {cost}; it resets in {}",
-                    self.key_id,
-                    method.name(),
-                    human(until_reset(Utc::now()))
-                )));
-            }
-            *self
-                .charged
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(bucket)
-                .or_default() += cost;
-            self.calls.fetch_add(1, Ordering::Relaxed);
-            let started = Instant::now();
-            let result = tokio::time::timeout(self.settings.timeout, call()).await;
-            let failure = match result {
-                Ok(Ok((resp, parsed))) => {
-                    let body = common::to_bytes(resp.into_body())
-                        .await
-                        .map(|b| b.to_vec())
-                        .unwrap_or_default();
-                    self.cache
-                        .store(
-                            &key,
-                            CachedResponse {
-                                status: 200,
-                                body,
-                                latency_ms: started.elapsed().as_millis() as i64,
-                                ..Default::default()
-                            },
-                        )
-                        .await
-                        .map_err(setup)?;
-                    return Ok(parsed);
-                }
-                // Google's messages do not echo keys today; scrub anyway before anything is logged.
-                Ok(Err(e)) => classify(method, e).scrub(&self.key),
-                Err(_) => Failure::Retry(format!(
-                    "no answer within {} s",
-                    self.settings.timeout.as_secs_f64()
-                )),
+            let charge = Charge {
+                day: pacific_day(Utc::now()),
+                bucket,
+                cost,
+                budget,
+            };
+            self.reserve(method, &charge).await?;
+            let failure = match self.attempt(method, &key, &call).await? {
+                Ok(parsed) => return Ok(parsed),
+                Err(failure) => failure,
             };
             match failure {
                 Failure::Retry(last) if attempt < self.settings.max_retries => {
@@ -471,39 +428,158 @@ impl YouTubeClient {
                     tokio::time::sleep(wait).await;
                     attempt += 1;
                 }
-                Failure::Retry(last) => {
-                    return Err(YtError::Unavailable {
-                        method: method.name(),
-                        attempts: attempt + 1,
-                        last,
-                    });
-                }
-                Failure::QuotaExceeded(reason) => {
-                    self.on_ledger(move |l, key_id| l.exhaust(key_id, day, bucket, budget))
-                        .await?;
-                    return Err(YtError::QuotaSpent(format!(
-                        "YouTube answered `{reason}` for key {} on {day} (Pacific); the {bucket} bucket is counted as spent until it resets in {}",
-                        self.key_id,
-                        human(until_reset(Utc::now()))
-                    )));
-                }
-                Failure::KeyInvalid(reason) => {
-                    return Err(YtError::KeyInvalid {
-                        env: self.settings.api_key_env.clone(),
-                        reason,
-                    });
-                }
-                Failure::Refused(code, reason, message) => {
-                    return Err(YtError::Refused {
-                        method: method.name(),
-                        code,
-                        reason,
-                        message,
-                    });
-                }
+                failure => return Err(self.give_up(failure, method, attempt, &charge).await),
             }
         }
     }
+
+    /// The cached answer to `key`, parsed.
+    async fn cache_hit<T: serde::de::DeserializeOwned>(
+        &self,
+        method: Method,
+        key: &CacheKey,
+    ) -> Result<Option<T>, YtError> {
+        let setup = |e: crate::error::StageError| YtError::Setup(e.detail);
+        let Some(hit) = self.cache.lookup(key).await.map_err(setup)? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&hit.body).map(Some).map_err(|e| {
+            YtError::Setup(format!(
+                "cached {} answer does not parse ({e}); delete the run's cache/responses.sqlite to refetch",
+                method.name()
+            ))
+        })
+    }
+
+    /// Books one call's units in the ledger before it is sent (and in this client's counters);
+    /// a budget the ledger says is spent stops here.
+    async fn reserve(&self, method: Method, charge: &Charge) -> Result<(), YtError> {
+        let Charge {
+            day,
+            bucket,
+            cost,
+            budget,
+        } = *charge;
+        if let Err(used) = self
+            .on_ledger(move |l, key_id| l.reserve(key_id, day, bucket, cost, budget))
+            .await?
+        {
+            return Err(YtError::QuotaSpent(format!(
+                "the {bucket} budget of key {} for {day} (Pacific) is spent: {used} of {budget} used, {} needs {cost}; it resets in {}",
+                self.key_id,
+                method.name(),
+                human(until_reset(Utc::now()))
+            )));
+        }
+        *self
+            .charged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(bucket)
+            .or_default() += cost;
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// One call within the time limit. `Ok(Ok)`: the answer, stored in the cache;
+    /// `Ok(Err)`: how it failed (secrets scrubbed); `Err`: the cache refused the answer.
+    async fn attempt<T, F, Fut>(
+        &self,
+        method: Method,
+        key: &CacheKey,
+        call: &F,
+    ) -> Result<Result<T, Failure>, YtError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = common::Result<(common::Response, T)>>,
+    {
+        let started = Instant::now();
+        let result = tokio::time::timeout(self.settings.timeout, call()).await;
+        let failure = match result {
+            Ok(Ok((resp, parsed))) => {
+                let body = common::to_bytes(resp.into_body())
+                    .await
+                    .map(|b| b.to_vec())
+                    .unwrap_or_default();
+                self.cache
+                    .store(
+                        key,
+                        CachedResponse {
+                            status: 200,
+                            body,
+                            latency_ms: started.elapsed().as_millis() as i64,
+                            ..Default::default()
+                        },
+                    )
+                    .await
+                    .map_err(|e| YtError::Setup(e.detail))?;
+                return Ok(Ok(parsed));
+            }
+            // Google's messages do not echo keys today; scrub anyway before anything is logged.
+            Ok(Err(e)) => classify(method, e).scrub(&self.key),
+            Err(_) => Failure::Retry(format!(
+                "no answer within {} s",
+                self.settings.timeout.as_secs_f64()
+            )),
+        };
+        Ok(Err(failure))
+    }
+
+    /// The error a failure that is not retried (any more) ends the call with; an answer that
+    /// the quota is exceeded also marks the bucket spent in the ledger.
+    async fn give_up(
+        &self,
+        failure: Failure,
+        method: Method,
+        attempt: u32,
+        charge: &Charge,
+    ) -> YtError {
+        let Charge {
+            day,
+            bucket,
+            budget,
+            ..
+        } = *charge;
+        match failure {
+            Failure::Retry(last) => YtError::Unavailable {
+                method: method.name(),
+                attempts: attempt + 1,
+                last,
+            },
+            Failure::QuotaExceeded(reason) => {
+                if let Err(e) = self
+                    .on_ledger(move |l, key_id| l.exhaust(key_id, day, bucket, budget))
+                    .await
+                {
+                    return e;
+                }
+                YtError::QuotaSpent(format!(
+                    "YouTube answered `{reason}` for key {} on {day} (Pacific); the {bucket} bucket is counted as spent until it resets in {}",
+                    self.key_id,
+                    human(until_reset(Utc::now()))
+                ))
+            }
+            Failure::KeyInvalid(reason) => YtError::KeyInvalid {
+                env: self.settings.api_key_env.clone(),
+                reason,
+            },
+            Failure::Refused(code, reason, message) => YtError::Refused {
+                method: method.name(),
+                code,
+                reason,
+                message,
+            },
+        }
+    }
+}
+
+/// What one call is booked as: the Pacific day, the quota bucket, its cost and the budget.
+#[derive(Clone, Copy)]
+struct Charge {
+    day: NaiveDate,
+    bucket: &'static str,
+    cost: u64,
+    budget: u64,
 }
 
 enum Failure {

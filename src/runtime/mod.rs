@@ -484,21 +484,17 @@ pub async fn run_source(
         stopped,
     } = role;
     let for_all_ranks = collect_for.is_some();
-    let mut table_cx = cx.clone();
-    if for_all_ranks {
-        // The table keeps every rank's videos; only forwarding is by rank.
-        table_cx.rank = ranks::Rank {
-            world: 1,
-            ..cx.rank
-        };
-        table_cx.rank.rank = 0;
-    }
-    let (prior, mut writer) = open_stage_tables::<SourceInfo>(&table_cx, &settings).await?;
+    let table_cx = source_table_context(&cx, for_all_ranks);
+    let (prior, writer) = open_stage_tables::<SourceInfo>(&table_cx, &settings).await?;
     let mut ended = false;
-    let mut counts = StageCounts::default();
     let cancel = cx.cancel.clone();
-    let mut rejects = RejectLog::default();
-    let committed_elsewhere = source.already_committed();
+    let mut table = SourceTable {
+        prior,
+        writer,
+        counts: StageCounts::default(),
+        rejects: RejectLog::default(),
+        committed_elsewhere: source.already_committed(),
+    };
     let mut items = source.run(cx.clone());
     loop {
         let item = tokio::select! {
@@ -521,75 +517,124 @@ pub async fn run_source(
         };
         if !cx.rank.owns(id) {
             if for_all_ranks {
-                keep_for_other_rank(item, &prior, &mut writer);
-                writer.maybe_flush().await?;
+                keep_for_other_rank(item, &table.prior, &mut table.writer);
+                table.writer.maybe_flush().await?;
                 cx.tally.add("collected_for_other_ranks", 1);
             }
             // Otherwise that rank lists, persists and forwards it itself.
             continue;
         }
-        counts.received += 1;
+        table.counts.received += 1;
         watch.received();
         watch.finished(None);
         match item {
             Ok(rec) => {
-                if committed_elsewhere {
-                    counts.reused += 1;
-                } else if prior.is_done(&rec.video_id) {
-                    let before = prior.take(&rec.video_id).await?;
-                    counts.reused += 1;
-                    // Finished work is keyed by video id: a different file under the same id keeps
-                    // the old results. Say so rather than mix them silently.
-                    if before
-                        .first()
-                        .is_some_and(|b| b.size_bytes != rec.source.size_bytes)
-                    {
-                        tracing::warn!(
-                            video_id = %rec.video_id,
-                            path = rec.source.path.as_deref().unwrap_or(""),
-                            "This id was processed from a different file; its results are the old file's. Give the new file a new id, or use a new run directory."
-                        );
-                    }
-                } else {
-                    counts.computed += 1;
-                    writer.add(&rec, vec![rec.source.clone()]);
-                }
-                progress.inc(false);
-                writer.maybe_flush().await?;
-                counts.forwarded += 1;
-                if output.send(rec).await.is_err() {
+                if !table.forward(rec, &output, &progress, &watch).await? {
                     break;
                 }
-                watch.sent();
             }
-            Err(rej) => {
-                progress.inc(true);
-                if prior.is_rejected(&rej.video_id) {
-                    counts.rejected_before += 1;
-                } else {
-                    counts.rejected += 1;
-                    if rejects.note(&rej.error.reason) {
-                        tracing::warn!(video_id = %rej.video_id, reason = %rej.error.reason, detail = %rej.error.detail, "Source rejected an entry.");
-                    }
-                    writer.reject(&rej.video_id, &rej.extra, &rej.error);
-                }
-                writer.maybe_flush().await?;
-            }
+            Err(rej) => table.reject(rej, &progress).await?,
         }
     }
-    writer.flush().await?;
+    table.writer.flush().await?;
     if let (Some(fp), true) = (&collect_for, ended) {
         cx.store
             .put(collected::COLLECTED, collected::marker(fp))
             .await
             .map_err(|e| RunError::io(collected::COLLECTED, e))?;
     }
-    note_lost(&cx, writer.lost());
-    rejects.summary(&cx.stage_id);
+    note_lost(&cx, table.writer.lost());
+    table.rejects.summary(&cx.stage_id);
     progress.finish();
     watch.ended();
+    let mut counts = table.counts;
     counts.tally = cx.tally.snapshot();
     Ok(counts)
+}
+
+/// The context the source table is opened with: with `for_all_ranks` the table keeps every
+/// rank's videos (as a world of one); only forwarding is by rank.
+fn source_table_context(cx: &StageContext, for_all_ranks: bool) -> StageContext {
+    let mut table_cx = cx.clone();
+    if for_all_ranks {
+        table_cx.rank = ranks::Rank {
+            world: 1,
+            ..cx.rank
+        };
+        table_cx.rank.rank = 0;
+    }
+    table_cx
+}
+
+/// The `source` table of this worker while the source runs, and what it counted.
+struct SourceTable {
+    prior: Arc<shards::Prior<SourceInfo>>,
+    writer: ShardWriter<SourceInfo>,
+    counts: StageCounts,
+    rejects: RejectLog,
+    /// The table was written elsewhere (the rank that collected it): nothing is persisted here.
+    committed_elsewhere: bool,
+}
+
+impl SourceTable {
+    /// Persists one of this rank's videos (unless an earlier run did) and sends it on.
+    /// `Ok(false)`: the next stage has stopped listening.
+    async fn forward(
+        &mut self,
+        rec: VideoRecord,
+        output: &mpsc::Sender<VideoRecord>,
+        progress: &StageProgress,
+        watch: &StageWatch,
+    ) -> Result<bool, RunError> {
+        if self.committed_elsewhere {
+            self.counts.reused += 1;
+        } else if self.prior.is_done(&rec.video_id) {
+            let before = self.prior.take(&rec.video_id).await?;
+            self.counts.reused += 1;
+            // Finished work is keyed by video id: a different file under the same id keeps
+            // the old results. Say so rather than mix them silently.
+            if before
+                .first()
+                .is_some_and(|b| b.size_bytes != rec.source.size_bytes)
+            {
+                tracing::warn!(
+                    video_id = %rec.video_id,
+                    path = rec.source.path.as_deref().unwrap_or(""),
+                    "This id was processed from a different file; its results are the old file's. Give the new file a new id, or use a new run directory."
+                );
+            }
+        } else {
+            self.counts.computed += 1;
+            self.writer.add(&rec, vec![rec.source.clone()]);
+        }
+        progress.inc(false);
+        self.writer.maybe_flush().await?;
+        self.counts.forwarded += 1;
+        if output.send(rec).await.is_err() {
+            return Ok(false);
+        }
+        watch.sent();
+        Ok(true)
+    }
+
+    /// Records one of this rank's source rejects (unless an earlier run did).
+    async fn reject(
+        &mut self,
+        rej: stage::SourceReject,
+        progress: &StageProgress,
+    ) -> Result<(), RunError> {
+        progress.inc(true);
+        if self.prior.is_rejected(&rej.video_id) {
+            self.counts.rejected_before += 1;
+        } else {
+            self.counts.rejected += 1;
+            if self.rejects.note(&rej.error.reason) {
+                tracing::warn!(video_id = %rej.video_id, reason = %rej.error.reason, detail = %rej.error.detail, "Source rejected an entry.");
+            }
+            self.writer.reject(&rej.video_id, &rej.extra, &rej.error);
+        }
+        self.writer.maybe_flush().await
+    }
 }
 
 /// Persists another rank's video (or reject) in the shared source table, unless it is there.

@@ -7,7 +7,7 @@ use super::stage::{CpuPool, StageContext};
 use super::watch::{self, StageWatch, StallPolicy};
 use super::{StageCounts, StageIo, StageSettings};
 use crate::error::RunError;
-use crate::record::VideoRecord;
+use crate::record::{Extras, VideoRecord};
 use crate::runtime::chain::{Plan, SOURCE_FINGERPRINT, SOURCE_STAGE_ID};
 use crate::store::Store;
 use crate::store::manifest::{self, Invocation, InvocationStatus, Manifest, ManifestStage};
@@ -228,13 +228,86 @@ struct PassBatches {
 }
 
 async fn run_pass(plan: Plan, opts: &RunOptions) -> Result<(RunReport, PassBatches), RunError> {
-    let opts = opts.clone();
-    let dir = run_dir(&plan, &opts);
-    let opened = open_store(&dir, &opts)?;
+    let env = open_pass(&plan, opts).await?;
+    let batch_services = plan.batch_services.clone();
+    let mut settled = settle_recorded(&env, &batch_services).await?;
+    let mut plan = plan;
+    let opened = open_source(&mut plan, &env).await?;
+    let mut m = start_manifest(env.store.as_ref(), &plan, &opened.extras, &env.rank).await?;
+
+    let mut progress = Progress::new(opts.quiet);
+    let (cap, stall_secs) = (plan.runtime.channel_capacity, plan.runtime.stall_secs);
+    let chain = spawn_chain(
+        &env,
+        plan,
+        opened.collect_for,
+        &opened.extras,
+        &mut progress,
+    );
+    if let Some(t) = opened.total {
+        progress.set_total(t);
+    }
+    let log_stop = CancellationToken::new();
+    progress.spawn_logger(Duration::from_secs(10), log_stop.clone());
+    if stall_secs > 0 {
+        watch::spawn_monitor(
+            chain.watches,
+            cap,
+            env.cpu.clone(),
+            StallPolicy::new(Duration::from_secs(stall_secs)),
+            log_stop.clone(),
+        );
+    }
+
+    let (counts, interrupted) =
+        end_pass(&env, chain.tasks, &chain.source_stop, &log_stop, &mut m).await?;
+    if !interrupted {
+        remove_local_media(&env);
+    }
+    let offline = send_deferred(&env, &batch_services, interrupted, &mut settled).await?;
+    let interrupted = interrupted || env.cancel.is_cancelled();
+    Ok((
+        RunReport {
+            run_dir: env.run_dir.clone(),
+            status: if interrupted {
+                RunStatus::Interrupted
+            } else {
+                RunStatus::Complete
+            },
+            counts,
+            order: chain.order,
+            passes: 1,
+            batches: Default::default(),
+        },
+        PassBatches { settled, offline },
+    ))
+}
+
+/// What one pass shares with every stage: the opened run, this worker's pin, Ctrl-C, the CPU
+/// pool and the response cache.
+struct PassEnv {
+    /// Held for the whole pass (it keeps the run directory's lock).
+    _opened: OpenedRun,
+    store: Arc<dyn Store>,
+    run_dir: PathBuf,
+    rank: Rank,
+    pin: Pin,
+    cancel: CancellationToken,
+    cpu: CpuPool,
+    cache: crate::store::cache::CacheHandle,
+    /// Each stage's chain position: stages submit CPU work under it (later stages first).
+    chain_pos: BTreeMap<String, u32>,
+    local_media: super::stage::LocalMedia,
+}
+
+/// Opens the run directory, checks the store and the pin, and sets up what the stages share.
+async fn open_pass(plan: &Plan, opts: &RunOptions) -> Result<PassEnv, RunError> {
+    let dir = run_dir(plan, opts);
+    let opened = open_store(&dir, opts)?;
     let (store, run_dir) = (opened.store.clone(), opened.work.clone());
     check_store(store.as_ref()).await?;
     let rank = opts.rank;
-    let pin = pin_of(&plan, &rank);
+    let pin = pin_of(plan, &rank);
     ranks::pin(store.as_ref(), &pin, &rank, opts.repin).await?;
     let cancel = CancellationToken::new();
     spawn_ctrl_c(cancel.clone());
@@ -253,61 +326,128 @@ async fn run_pass(plan: Plan, opts: &RunOptions) -> Result<(RunReport, PassBatch
     } else {
         crate::store::cache::CacheHandle::new(&run_dir)
     };
-    // Each stage submits CPU work under its own name and chain position (later stages first).
-    let ranks: BTreeMap<String, u32> = std::iter::once(SOURCE_STAGE_ID.to_string())
+    let chain_pos = std::iter::once(SOURCE_STAGE_ID.to_string())
         .chain(plan.stages.iter().map(|s| s.id.clone()))
         .zip(0u32..)
         .collect();
-    let rank_of = |id: &str| ranks.get(id).copied().unwrap_or(0);
-    // Batches recorded by an earlier invocation (a kill while they ran) are polled to their end
-    // first, so this pass finds their answers and sends none of them again.
-    let batch_services = plan.batch_services.clone();
-    let mut settled = super::batch::Settled::default();
-    for svc in &batch_services {
-        svc.attach(&run_dir)?;
-        if svc.sends_batches() {
-            let c = cache.get().map_err(|e| RunError::Internal(e.detail))?;
-            let s = svc.settle(&c, &cancel).await?;
-            settled.jobs += s.jobs;
-            settled.answered += s.answered;
-            settled.errors += s.errors;
+    Ok(PassEnv {
+        _opened: opened,
+        store,
+        run_dir,
+        rank,
+        pin,
+        cancel,
+        cpu,
+        cache,
+        chain_pos,
+        local_media: Default::default(),
+    })
+}
+
+impl PassEnv {
+    /// The context of one stage (or of the source).
+    fn context(&self, id: &str, fingerprint: &str, extras: Extras) -> StageContext {
+        let pos = self.chain_pos.get(id).copied().unwrap_or(0);
+        StageContext {
+            stage_id: id.to_string(),
+            fingerprint: fingerprint.to_string(),
+            store: self.store.clone(),
+            run_dir: self.run_dir.clone(),
+            cache: self.cache.clone(),
+            cpu: self.cpu.for_stage(id, pos),
+            cancel: self.cancel.clone(),
+            extras,
+            tally: Default::default(),
+            rank: self.rank,
+            local_media: self.local_media.clone(),
         }
     }
-    let local_media = super::stage::LocalMedia::default();
-    let cx_for = |id: &str, fp: &str, extras| StageContext {
-        stage_id: id.to_string(),
-        fingerprint: fp.to_string(),
-        store: store.clone(),
-        run_dir: run_dir.clone(),
-        cache: cache.clone(),
-        cpu: cpu.for_stage(id, rank_of(id)),
-        cancel: cancel.clone(),
-        extras,
-        tally: Default::default(),
-        rank,
-        local_media: local_media.clone(),
-    };
 
-    let mut plan = plan;
+    /// Polls one batch service's batches to their end, adding what they answered to `settled`.
+    async fn settle(
+        &self,
+        svc: &dyn super::batch::BatchService,
+        settled: &mut super::batch::Settled,
+    ) -> Result<(), RunError> {
+        let c = self.cache.get().map_err(|e| RunError::Internal(e.detail))?;
+        let s = svc.settle(&c, &self.cancel).await?;
+        settled.jobs += s.jobs;
+        settled.answered += s.answered;
+        settled.errors += s.errors;
+        Ok(())
+    }
+}
+
+/// Batches recorded by an earlier invocation (a kill while they ran) are polled to their end
+/// first, so this pass finds their answers and sends none of them again.
+async fn settle_recorded(
+    env: &PassEnv,
+    services: &[Arc<dyn super::batch::BatchService>],
+) -> Result<super::batch::Settled, RunError> {
+    let mut settled = super::batch::Settled::default();
+    for svc in services {
+        svc.attach(&env.run_dir)?;
+        if svc.sends_batches() {
+            env.settle(svc.as_ref(), &mut settled).await?;
+        }
+    }
+    Ok(settled)
+}
+
+/// The source of this pass, opened.
+struct OpenedSource {
+    /// Rank 0 of a ranked run whose source collects once: the pipeline fingerprint.
+    collect_for: Option<String>,
+    extras: Extras,
+    total: Option<u64>,
+}
+
+/// Opens the plan's source (on ranks other than 0 of a source that collects once: the table
+/// rank 0 collects instead) and checks its extra columns against the stages'.
+async fn open_source(plan: &mut Plan, env: &PassEnv) -> Result<OpenedSource, RunError> {
+    let rank = env.rank;
     // A source that spends a quota collects once per run: on rank 0, for every rank.
     let collects_once = rank.world > 1 && plan.source.collects_once();
     if collects_once && rank.rank != 0 {
         plan.source = Box::new(super::collected::CollectedSource::instead_of(
             plan.source.as_ref(),
-            &pin.pipeline_fingerprint,
+            &env.pin.pipeline_fingerprint,
         ));
     }
-    let collect_for = (collects_once && rank.rank == 0).then(|| pin.pipeline_fingerprint.clone());
-    let pre_cx = cx_for(SOURCE_STAGE_ID, SOURCE_FINGERPRINT, Arc::new(vec![]));
+    let collect_for =
+        (collects_once && rank.rank == 0).then(|| env.pin.pipeline_fingerprint.clone());
+    let pre_cx = env.context(SOURCE_STAGE_ID, SOURCE_FINGERPRINT, Arc::new(vec![]));
     plan.source.open(&pre_cx).await?;
     let extras = plan.source.extras();
     check_extra_columns(&extras, &plan.stages)?;
     let total = plan.source.total();
+    Ok(OpenedSource {
+        collect_for,
+        extras,
+        total,
+    })
+}
 
-    let mut m = start_manifest(store.as_ref(), &plan, &extras, &rank).await?;
+/// The tasks of one pass and what the runner watches them by.
+struct Chain {
+    tasks: JoinSet<(String, Result<StageCounts, RunError>)>,
+    /// Stage ids in chain order (source first).
+    order: Vec<String>,
+    watches: Vec<Arc<StageWatch>>,
+    /// Where a source that stops half-way leaves its error.
+    source_stop: Arc<std::sync::Mutex<Option<RunError>>>,
+}
+
+/// Spawns the source task, one task per stage (each reading the channel of the one before),
+/// and the drain at the end of the chain.
+fn spawn_chain(
+    env: &PassEnv,
+    plan: Plan,
+    collect_for: Option<String>,
+    extras: &Extras,
+    progress: &mut Progress,
+) -> Chain {
     let source = plan.source;
-
-    let mut progress = Progress::new(opts.quiet);
     let flush_every = Duration::from_secs(plan.output.flush_secs);
     let settings_for = |max_in_flight, timeout, retries| StageSettings {
         max_in_flight,
@@ -326,7 +466,7 @@ async fn run_pass(plan: Plan, opts: &RunOptions) -> Result<(RunReport, PassBatch
     let sw = StageWatch::new(SOURCE_STAGE_ID, started);
     watches.push(sw.clone());
     let sp = progress.stage(SOURCE_STAGE_ID);
-    let scx = cx_for(SOURCE_STAGE_ID, SOURCE_FINGERPRINT, extras.clone());
+    let scx = env.context(SOURCE_STAGE_ID, SOURCE_FINGERPRINT, extras.clone());
     let ss = settings_for(1, None, 0);
     let source_stop = Arc::new(std::sync::Mutex::new(None));
     let stop_slot = source_stop.clone();
@@ -359,7 +499,7 @@ async fn run_pass(plan: Plan, opts: &RunOptions) -> Result<(RunReport, PassBatch
             progress: progress.stage(&st.id),
             watch,
         };
-        let cx = cx_for(&st.id, &st.fingerprint, extras.clone());
+        let cx = env.context(&st.id, &st.fingerprint, extras.clone());
         order.push(st.id.clone());
         let id = st.id.clone();
         let task = st.task;
@@ -371,62 +511,76 @@ async fn run_pass(plan: Plan, opts: &RunOptions) -> Result<(RunReport, PassBatch
         while rx.recv().await.is_some() {}
         (DRAIN.to_string(), Ok(StageCounts::default()))
     });
-    if let Some(t) = total {
-        progress.set_total(t);
+    Chain {
+        tasks,
+        order,
+        watches,
+        source_stop,
     }
-    let log_stop = CancellationToken::new();
-    progress.spawn_logger(Duration::from_secs(10), log_stop.clone());
-    if plan.runtime.stall_secs > 0 {
-        watch::spawn_monitor(
-            watches,
-            cap,
-            cpu.clone(),
-            StallPolicy::new(Duration::from_secs(plan.runtime.stall_secs)),
-            log_stop.clone(),
-        );
-    }
+}
 
-    let (counts, failure) = join_stages(tasks, &cancel).await;
+/// Waits for the stages, publishes this worker's answers, stops the logger and records how the
+/// invocation ended in the manifest. Ok: the counts, and whether Ctrl-C interrupted the pass;
+/// Err: the first failure (a stage's, or the source's).
+async fn end_pass(
+    env: &PassEnv,
+    tasks: JoinSet<(String, Result<StageCounts, RunError>)>,
+    source_stop: &std::sync::Mutex<Option<RunError>>,
+    log_stop: &CancellationToken,
+    m: &mut Manifest,
+) -> Result<(BTreeMap<String, StageCounts>, bool), RunError> {
+    let (counts, failure) = join_stages(tasks, &env.cancel).await;
     let failure = failure.or_else(|| source_stop.lock().unwrap_or_else(|p| p.into_inner()).take());
     // Calls of videos not committed yet (a failure, an interrupt) are paid for too.
-    if let Err(e) = cache.publish().await {
+    if let Err(e) = env.cache.publish().await {
         tracing::warn!(error = %e, "Could not publish this worker's last answers to the run's store; a rerun elsewhere may repeat those calls.");
     }
     log_stop.cancel();
 
-    let interrupted = cancel.is_cancelled() && failure.is_none();
+    let interrupted = env.cancel.is_cancelled() && failure.is_none();
     let status = match (&failure, interrupted) {
         (Some(_), _) => InvocationStatus::Failed,
         (None, true) => InvocationStatus::Interrupted,
         (None, false) => InvocationStatus::Complete,
     };
     finish_manifest(
-        store.as_ref(),
-        &mut m,
+        env.store.as_ref(),
+        m,
         &counts,
         status,
         failure.as_ref(),
-        &rank,
+        &env.rank,
     )
     .await?;
     if let Some(e) = failure {
         return Err(e);
     }
-    if !interrupted {
-        // Every video of this invocation is committed: the store has its media, and a rerun
-        // fetches again what it needs. (After an interrupt the copies save the resume a fetch.)
-        let (files, bytes) = local_media.remove_all();
-        if files > 0 {
-            tracing::info!(
-                files,
-                mib = bytes >> 20,
-                "Removed the local media copies of this run from the work folder."
-            );
-        }
+    Ok((counts, interrupted))
+}
+
+/// Every video of this invocation is committed: the store has its media, and a rerun fetches
+/// again what it needs. (After an interrupt the copies save the resume a fetch.)
+fn remove_local_media(env: &PassEnv) {
+    let (files, bytes) = env.local_media.remove_all();
+    if files > 0 {
+        tracing::info!(
+            files,
+            mib = bytes >> 20,
+            "Removed the local media copies of this run from the work folder."
+        );
     }
-    // The requests this pass deferred go out now; the next pass reads their answers.
+}
+
+/// The requests this pass deferred go out now; the next pass reads their answers. Returns the
+/// offline-mode services with requests waiting (nobody sends theirs).
+async fn send_deferred(
+    env: &PassEnv,
+    services: &[Arc<dyn super::batch::BatchService>],
+    interrupted: bool,
+    settled: &mut super::batch::Settled,
+) -> Result<Vec<String>, RunError> {
     let mut offline = vec![];
-    for svc in batch_services.iter().filter(|_| !interrupted) {
+    for svc in services.iter().filter(|_| !interrupted) {
         if svc.pending() == 0 {
             continue;
         }
@@ -436,28 +590,9 @@ async fn run_pass(plan: Plan, opts: &RunOptions) -> Result<(RunReport, PassBatch
         }
         let jobs = svc.chunk()?;
         tracing::info!(service = %svc.name(), jobs, "Sending the deferred requests as batches.");
-        let c = cache.get().map_err(|e| RunError::Internal(e.detail))?;
-        let s = svc.settle(&c, &cancel).await?;
-        settled.jobs += s.jobs;
-        settled.answered += s.answered;
-        settled.errors += s.errors;
+        env.settle(svc.as_ref(), settled).await?;
     }
-    let interrupted = interrupted || cancel.is_cancelled();
-    Ok((
-        RunReport {
-            run_dir,
-            status: if interrupted {
-                RunStatus::Interrupted
-            } else {
-                RunStatus::Complete
-            },
-            counts,
-            order,
-            passes: 1,
-            batches: Default::default(),
-        },
-        PassBatches { settled, offline },
-    ))
+    Ok(offline)
 }
 
 /// Writes the manifest for this invocation before any work: the pipeline as run, each stage's

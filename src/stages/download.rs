@@ -366,88 +366,8 @@ impl DownloadStage {
         tokio::fs::create_dir_all(&work)
             .await
             .map_err(|e| StageError::internal("media_store", e.to_string()))?;
-        let mut cmd = tokio::process::Command::new(&self.ytdlp);
-        if self.cfg.captions {
-            // A caption track that fails to download must not fail the video (yt-dlp makes it
-            // an error unless errors are ignored; a failed video still exits non-zero and
-            // prints no file): the transcript stage falls back to speech recognition.
-            cmd.args(["--write-subs", "--write-auto-subs", "--sub-format", "json3"])
-                .args(["--sub-langs", &self.cfg.sub_langs.join(",")])
-                .arg("--ignore-errors");
-        }
-        cmd.current_dir(&work)
-            .args([
-                "--ignore-config",
-                "--no-playlist",
-                "--no-progress",
-                "--continue",
-            ])
-            .args(["--format", &self.cfg.format])
-            .args(["--max-filesize", &self.cfg.max_bytes.to_string()])
-            // No retries of its own: the runner retries the video (one owner of attempts);
-            // yt-dlp still retries single fragments of a download that is under way.
-            .args(["--socket-timeout", "30", "--retries", "0"])
-            .args(["--output", "media.%(ext)s"])
-            .args(["--print", "after_move:filepath"])
-            .arg("--")
-            .arg(url)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        let child = cmd.spawn().map_err(|e| {
-            StageError::new(
-                crate::error::ErrorKind::Config,
-                "yt_dlp_missing",
-                format!(
-                    "cannot run {}: {e} (scripts/setup.sh installs it in data/venv-tools; set compute.yt_dlp)",
-                    self.ytdlp.display()
-                ),
-            )
-        })?;
-        let out = tokio::time::timeout(
-            Duration::from_secs(self.cfg.timeout_secs),
-            child.wait_with_output(),
-        )
-        .await
-        .map_err(|_| {
-            StageError::data(
-                "timeout",
-                format!("{url}: yt-dlp took longer than {} s", self.cfg.timeout_secs),
-            )
-        })?
-        .map_err(|e| StageError::external("yt_dlp_failed", e.to_string()))?;
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let printed = stdout
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .map(str::trim);
-        if !out.status.success() || printed.is_none() {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let last = stderr
-                .lines()
-                .rev()
-                .find(|l| l.contains("ERROR") || !l.trim().is_empty())
-                .unwrap_or("no output")
-                .trim()
-                .to_string();
-            let reason = if stderr.contains("File is larger than max-filesize")
-                || stdout.contains("File is larger than max-filesize")
-            {
-                "too_large"
-            } else {
-                "yt_dlp_failed"
-            };
-            return Err(StageError::data(
-                reason,
-                format!(
-                    "{url}: yt-dlp exit {}: {last}",
-                    out.status.code().unwrap_or(-1)
-                ),
-            ));
-        }
-        let file = work.join(printed.expect("checked"));
+        let out = self.run_ytdlp(self.ytdlp_command(url, &work), url).await?;
+        let file = work.join(printed_file(url, &out)?);
         let ext = extension(&file.display().to_string(), None);
         let run_dir = cx.run_dir.clone();
         let (path, size, hash, captions) = cx
@@ -480,6 +400,106 @@ impl DownloadStage {
             content_type: None,
         })
     }
+
+    /// The yt-dlp command line for `url`, writing into `work`.
+    fn ytdlp_command(&self, url: &str, work: &Path) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(&self.ytdlp);
+        if self.cfg.captions {
+            // A caption track that fails to download must not fail the video (yt-dlp makes it
+            // an error unless errors are ignored; a failed video still exits non-zero and
+            // prints no file): the transcript stage falls back to speech recognition.
+            cmd.args(["--write-subs", "--write-auto-subs", "--sub-format", "json3"])
+                .args(["--sub-langs", &self.cfg.sub_langs.join(",")])
+                .arg("--ignore-errors");
+        }
+        cmd.current_dir(work)
+            .args([
+                "--ignore-config",
+                "--no-playlist",
+                "--no-progress",
+                "--continue",
+            ])
+            .args(["--format", &self.cfg.format])
+            .args(["--max-filesize", &self.cfg.max_bytes.to_string()])
+            // No retries of its own: the runner retries the video (one owner of attempts);
+            // yt-dlp still retries single fragments of a download that is under way.
+            .args(["--socket-timeout", "30", "--retries", "0"])
+            .args(["--output", "media.%(ext)s"])
+            .args(["--print", "after_move:filepath"])
+            .arg("--")
+            .arg(url)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        cmd
+    }
+
+    /// Runs yt-dlp within the stage's time limit; its output, whatever its exit status.
+    async fn run_ytdlp(
+        &self,
+        mut cmd: tokio::process::Command,
+        url: &str,
+    ) -> Result<std::process::Output, StageError> {
+        let child = cmd.spawn().map_err(|e| {
+            StageError::new(
+                crate::error::ErrorKind::Config,
+                "yt_dlp_missing",
+                format!(
+                    "cannot run {}: {e} (scripts/setup.sh installs it in data/venv-tools; set compute.yt_dlp)",
+                    self.ytdlp.display()
+                ),
+            )
+        })?;
+        tokio::time::timeout(
+            Duration::from_secs(self.cfg.timeout_secs),
+            child.wait_with_output(),
+        )
+        .await
+        .map_err(|_| {
+            StageError::data(
+                "timeout",
+                format!("{url}: yt-dlp took longer than {} s", self.cfg.timeout_secs),
+            )
+        })?
+        .map_err(|e| StageError::external("yt_dlp_failed", e.to_string()))
+    }
+}
+
+/// The file yt-dlp says it wrote (its last printed line), or why it wrote none: its exit status
+/// and last error line (`too_large` when the size cap stopped it).
+fn printed_file(url: &str, out: &std::process::Output) -> Result<String, StageError> {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let printed = stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(str::trim);
+    if let (true, Some(printed)) = (out.status.success(), printed) {
+        return Ok(printed.to_string());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr
+        .lines()
+        .rev()
+        .find(|l| l.contains("ERROR") || !l.trim().is_empty())
+        .unwrap_or("no output")
+        .trim()
+        .to_string();
+    let reason = if stderr.contains("File is larger than max-filesize")
+        || stdout.contains("File is larger than max-filesize")
+    {
+        "too_large"
+    } else {
+        "yt_dlp_failed"
+    };
+    Err(StageError::data(
+        reason,
+        format!(
+            "{url}: yt-dlp exit {}: {last}",
+            out.status.code().unwrap_or(-1)
+        ),
+    ))
 }
 
 #[async_trait]

@@ -552,108 +552,118 @@ impl Source for LocalSource {
             },
             None => Box::new(this.entries.into_iter()),
         };
-        let hashed = futures::stream::iter(entries).map(move |e| {
-            let cpu = cpu.clone();
-            async move {
-                if e.problem.is_some()
-                    || e.id.is_some() && e.path.as_ref().is_some_and(|p| p.is_file())
-                {
-                    return e;
-                }
-                let mut e = e;
-                let Some(path) = e.path.clone() else { return e };
-                let size_ok = std::fs::metadata(&path).map(|m| m.is_file());
-                match size_ok {
-                    Ok(true) => match cpu
-                        .run(move || {
-                            content_id(&path)
-                                .map_err(|err| StageError::data("unreadable", err.to_string()))
-                        })
-                        .await
-                    {
-                        Ok(id) => e.id = Some(id),
-                        Err(err) => {
-                            e.problem = Some(StageError::data(
-                                "unreadable",
-                                format!("{}: {}", e.origin, err.detail),
-                            ))
-                        }
-                    },
-                    _ => {
-                        e.problem = Some(StageError::data(
-                            "missing_file",
-                            format!(
-                                "{}: {} does not exist or is not a file",
-                                e.origin,
-                                path.display()
-                            ),
-                        ))
-                    }
-                }
-                e
-            }
-        });
+        let hashed = futures::stream::iter(entries).map(move |e| identify(cpu.clone(), e));
         // Id hash → where it was first listed: 12 bytes a video, whatever the manifest holds.
         let mut seen: HashMap<u64, u32> = HashMap::new();
         hashed
             .buffered(cx.cpu.threads().max(2))
-            .map(move |e| {
-                let id = e.id.clone().unwrap_or_else(|| e.origin.clone());
-                if let Some(problem) = e.problem {
-                    return Err(SourceReject {
-                        video_id: id,
-                        extra: e.extra,
-                        error: problem,
-                    });
-                }
-                let key = id_key(&id);
-                if let Some(first) = seen.get(&key) {
-                    let first = if from_manifest {
-                        format!("line {first}")
-                    } else {
-                        format!("file {first} of the folder listing")
-                    };
-                    return Err(SourceReject {
-                        video_id: id.clone(),
-                        extra: e.extra,
-                        error: StageError::data(
-                            "duplicate_id",
-                            format!("{}: same id as {first}", e.origin),
-                        ),
-                    });
-                }
-                seen.insert(key, e.line);
-                if let Some(url) = e.url {
-                    let info = SourceInfo {
-                        url: Some(url),
-                        title: e.title,
-                        description: e.description,
-                        ..Default::default()
-                    };
-                    return Ok(VideoRecord::new(id, info, e.extra));
-                }
-                let path = e.path.expect("no problem implies a path or a URL");
-                let abs = path.canonicalize().unwrap_or(path);
-                let size = std::fs::metadata(&abs).map(|m| m.len()).unwrap_or(0);
-                let path = abs.display().to_string();
-                let mut rec = VideoRecord::new(
-                    id,
-                    SourceInfo {
-                        path: Some(path.clone()),
-                        size_bytes: Some(size),
-                        title: e.title,
-                        description: e.description,
-                        ..Default::default()
-                    },
-                    e.extra,
-                );
-                rec.media = Some(MediaFile {
-                    path,
-                    size_bytes: size,
-                });
-                Ok(rec)
-            })
+            .map(move |e| source_item(e, &mut seen, from_manifest))
             .map(Ok)
             .boxed()
     }
+}
+
+/// Gives an entry listed without an id its content id (hashed on the CPU pool), or the problem
+/// its file has (missing, unreadable). Entries with a problem, or with an id and an existing
+/// file, are left as they are.
+async fn identify(cpu: crate::runtime::stage::CpuPool, e: Entry) -> Entry {
+    if e.problem.is_some() || e.id.is_some() && e.path.as_ref().is_some_and(|p| p.is_file()) {
+        return e;
+    }
+    let mut e = e;
+    let Some(path) = e.path.clone() else { return e };
+    let size_ok = std::fs::metadata(&path).map(|m| m.is_file());
+    match size_ok {
+        Ok(true) => match cpu
+            .run(move || {
+                content_id(&path).map_err(|err| StageError::data("unreadable", err.to_string()))
+            })
+            .await
+        {
+            Ok(id) => e.id = Some(id),
+            Err(err) => {
+                e.problem = Some(StageError::data(
+                    "unreadable",
+                    format!("{}: {}", e.origin, err.detail),
+                ))
+            }
+        },
+        _ => {
+            e.problem = Some(StageError::data(
+                "missing_file",
+                format!(
+                    "{}: {} does not exist or is not a file",
+                    e.origin,
+                    path.display()
+                ),
+            ))
+        }
+    }
+    e
+}
+
+/// An identified entry as the source's item: a reject for a problem or an id listed before
+/// (`seen`: id key → where it was first listed), else its record.
+fn source_item(
+    e: Entry,
+    seen: &mut HashMap<u64, u32>,
+    from_manifest: bool,
+) -> Result<VideoRecord, SourceReject> {
+    let id = e.id.clone().unwrap_or_else(|| e.origin.clone());
+    if let Some(problem) = e.problem {
+        return Err(SourceReject {
+            video_id: id,
+            extra: e.extra,
+            error: problem,
+        });
+    }
+    let key = id_key(&id);
+    if let Some(first) = seen.get(&key) {
+        let first = if from_manifest {
+            format!("line {first}")
+        } else {
+            format!("file {first} of the folder listing")
+        };
+        return Err(SourceReject {
+            video_id: id.clone(),
+            extra: e.extra,
+            error: StageError::data("duplicate_id", format!("{}: same id as {first}", e.origin)),
+        });
+    }
+    seen.insert(key, e.line);
+    Ok(record_of(id, e))
+}
+
+/// The record of an entry without a problem: a URL as listed, or a local file by its absolute
+/// path (which is also its media).
+fn record_of(id: String, e: Entry) -> VideoRecord {
+    if let Some(url) = e.url {
+        let info = SourceInfo {
+            url: Some(url),
+            title: e.title,
+            description: e.description,
+            ..Default::default()
+        };
+        return VideoRecord::new(id, info, e.extra);
+    }
+    let path = e.path.expect("no problem implies a path or a URL");
+    let abs = path.canonicalize().unwrap_or(path);
+    let size = std::fs::metadata(&abs).map(|m| m.len()).unwrap_or(0);
+    let path = abs.display().to_string();
+    let mut rec = VideoRecord::new(
+        id,
+        SourceInfo {
+            path: Some(path.clone()),
+            size_bytes: Some(size),
+            title: e.title,
+            description: e.description,
+            ..Default::default()
+        },
+        e.extra,
+    );
+    rec.media = Some(MediaFile {
+        path,
+        size_bytes: size,
+    });
+    rec
 }

@@ -234,6 +234,59 @@ struct Found {
     passed_on: usize,
 }
 
+/// One query being searched: where it is in the query file, its parameters, the windows left,
+/// and what it found so far (for its log line).
+struct QueryRun<'a> {
+    qi: usize,
+    n: usize,
+    q: &'a Query,
+    base: BTreeMap<String, String>,
+    /// Pages per window.
+    pages: u32,
+    windows: VecDeque<Window>,
+    results: usize,
+    pages_read: u32,
+}
+
+/// A window's search parameters, and the query's parameters as the provenance shows them (the
+/// window's bounds in, our own paging settings out).
+fn window_params(
+    base: &BTreeMap<String, String>,
+    q: &Query,
+    w: Window,
+) -> (BTreeMap<String, String>, String) {
+    let mut params = base.clone();
+    let mut shown = q.params.clone();
+    shown.remove("window_days");
+    shown.remove("max_pages");
+    if let Some((a, b)) = w {
+        params.insert("publishedAfter".into(), fmt_time(a));
+        params.insert("publishedBefore".into(), fmt_time(b));
+        shown.insert("published_after".into(), fmt_time(a));
+        shown.insert("published_before".into(), fmt_time(b));
+    }
+    (params, serde_json::to_string(&shown).unwrap_or_default())
+}
+
+impl Found {
+    /// One search hit: its provenance, and the video in finding order (waiting for its
+    /// videos.list batch) when it is new.
+    fn note(&mut self, id: String, q: &Query, shown: &str, page: u32, rank: u32) {
+        let prov = self.provenance.entry(id.clone()).or_default();
+        if prov.is_empty() {
+            self.order.push(id.clone());
+            self.pending.push(id.clone());
+        }
+        prov.push(Provenance {
+            query: q.text.clone(),
+            group: q.group.clone(),
+            params: shown.to_string(),
+            page,
+            rank,
+        });
+    }
+}
+
 /// The end of the source stream; `false` once nobody listens (the run is stopping).
 type Out = tokio::sync::mpsc::Sender<Result<SourceItem, RunError>>;
 
@@ -268,99 +321,112 @@ impl YouTubeSource {
     ) -> Result<bool, RunError> {
         let n = self.queries.len();
         for (qi, q) in self.queries.iter().enumerate() {
-            let base = Self::base_params(q);
             let pages = q
                 .params
                 .get("max_pages")
                 .and_then(|p| p.parse().ok())
                 .unwrap_or(self.cfg.max_pages)
                 .max(1);
-            let mut windows: VecDeque<Window> = initial_windows(q).into();
-            let (mut q_results, mut q_pages) = (0usize, 0u32);
-            while let Some(w) = windows.pop_front() {
-                let mut params = base.clone();
-                let mut shown = q.params.clone();
-                shown.remove("window_days");
-                shown.remove("max_pages");
-                if let Some((a, b)) = w {
-                    params.insert("publishedAfter".into(), fmt_time(a));
-                    params.insert("publishedBefore".into(), fmt_time(b));
-                    shown.insert("published_after".into(), fmt_time(a));
-                    shown.insert("published_before".into(), fmt_time(b));
-                }
-                let shown = serde_json::to_string(&shown).unwrap_or_default();
-                let (mut token, mut rank) = (None::<String>, 0u32);
-                for page in 1..=pages {
-                    if cx.cancel.is_cancelled() {
-                        return Err(interrupted());
-                    }
-                    let mut p = params.clone();
-                    if let Some(t) = &token {
-                        p.insert("pageToken".into(), t.clone());
-                    }
-                    let resp = client
-                        .search(&p)
-                        .await
-                        .map_err(|e| stop(e, qi, n, &q.text))?;
-                    q_pages += 1;
-                    for item in resp.items.unwrap_or_default() {
-                        let Some(id) = item.id.and_then(|i| i.video_id) else {
-                            continue;
-                        };
-                        rank += 1;
-                        q_results += 1;
-                        let prov = found.provenance.entry(id.clone()).or_default();
-                        if prov.is_empty() {
-                            found.order.push(id.clone());
-                            found.pending.push(id.clone());
-                        }
-                        prov.push(Provenance {
-                            query: q.text.clone(),
-                            group: q.group.clone(),
-                            params: shown.clone(),
-                            page,
-                            rank,
-                        });
-                    }
-                    // A full batch goes now (its ids are the ones the old collect-first order
-                    // batched together too, so the cache keys do not change).
-                    while found.pending.len() >= 50 {
-                        if !self.pass_on(client, cx, out, found, 50).await? {
-                            return Ok(false);
-                        }
-                    }
-                    let estimate = resp
-                        .page_info
-                        .and_then(|p| p.total_results)
-                        .unwrap_or(0)
-                        .max(0) as u32;
-                    if page == 1 {
-                        if let Some((a, b)) = w {
-                            let hours = (b - a).num_hours();
-                            if estimate > self.cfg.split_above
-                                && hours >= 2 * self.cfg.min_window_hours as i64
-                            {
-                                let mid = a + (b - a) / 2;
-                                tracing::info!(query = %q.text, from = %fmt_time(a), to = %fmt_time(b), estimate, "Window over the result cap: splitting it.");
-                                windows.push_front(Some((mid, b)));
-                                windows.push_front(Some((a, mid)));
-                                break;
-                            }
-                        }
-                    }
-                    match resp.next_page_token {
-                        Some(t) if !t.is_empty() => token = Some(t),
-                        _ => break,
-                    }
+            let mut qr = QueryRun {
+                qi,
+                n,
+                q,
+                base: Self::base_params(q),
+                pages,
+                windows: initial_windows(q).into(),
+                results: 0,
+                pages_read: 0,
+            };
+            while let Some(w) = qr.windows.pop_front() {
+                if !self
+                    .search_window(client, cx, out, found, &mut qr, w)
+                    .await?
+                {
+                    return Ok(false);
                 }
             }
-            tracing::info!(query = %q.text, results = q_results, pages = q_pages, videos = found.order.len(), passed_on = found.passed_on, "Query {}/{n} done.", qi + 1);
+            tracing::info!(query = %q.text, results = qr.results, pages = qr.pages_read, videos = found.order.len(), passed_on = found.passed_on, "Query {}/{n} done.", qi + 1);
         }
         let rest = found.pending.len();
         if rest > 0 && !self.pass_on(client, cx, out, found, rest).await? {
             return Ok(false);
         }
         Ok(true)
+    }
+
+    /// Pages through one window of a query, passing on each full batch of new ids; a first page
+    /// over the result cap splits the window instead. `Ok(false)`: the receiver went away.
+    async fn search_window(
+        &self,
+        client: &YouTubeClient,
+        cx: &StageContext,
+        out: &Out,
+        found: &mut Found,
+        qr: &mut QueryRun<'_>,
+        w: Window,
+    ) -> Result<bool, RunError> {
+        let (params, shown) = window_params(&qr.base, qr.q, w);
+        let (mut token, mut rank) = (None::<String>, 0u32);
+        for page in 1..=qr.pages {
+            if cx.cancel.is_cancelled() {
+                return Err(interrupted());
+            }
+            let mut p = params.clone();
+            if let Some(t) = &token {
+                p.insert("pageToken".into(), t.clone());
+            }
+            let resp = client
+                .search(&p)
+                .await
+                .map_err(|e| stop(e, qr.qi, qr.n, &qr.q.text))?;
+            qr.pages_read += 1;
+            for item in resp.items.unwrap_or_default() {
+                let Some(id) = item.id.and_then(|i| i.video_id) else {
+                    continue;
+                };
+                rank += 1;
+                qr.results += 1;
+                found.note(id, qr.q, &shown, page, rank);
+            }
+            // A full batch goes now (its ids are the ones the old collect-first order
+            // batched together too, so the cache keys do not change).
+            while found.pending.len() >= 50 {
+                if !self.pass_on(client, cx, out, found, 50).await? {
+                    return Ok(false);
+                }
+            }
+            let estimate = resp
+                .page_info
+                .and_then(|p| p.total_results)
+                .unwrap_or(0)
+                .max(0) as u32;
+            if page == 1 && self.split_window(qr, w, estimate) {
+                break;
+            }
+            match resp.next_page_token {
+                Some(t) if !t.is_empty() => token = Some(t),
+                _ => break,
+            }
+        }
+        Ok(true)
+    }
+
+    /// A window whose first page estimates more than `split_above` results is cut in two
+    /// halves, searched next, unless that makes them shorter than `min_window_hours`. Whether
+    /// it was cut.
+    fn split_window(&self, qr: &mut QueryRun<'_>, w: Window, estimate: u32) -> bool {
+        let Some((a, b)) = w else {
+            return false;
+        };
+        let hours = (b - a).num_hours();
+        if estimate > self.cfg.split_above && hours >= 2 * self.cfg.min_window_hours as i64 {
+            let mid = a + (b - a) / 2;
+            tracing::info!(query = %qr.q.text, from = %fmt_time(a), to = %fmt_time(b), estimate, "Window over the result cap: splitting it.");
+            qr.windows.push_front(Some((mid, b)));
+            qr.windows.push_front(Some((a, mid)));
+            return true;
+        }
+        false
     }
 
     /// videos.list for the first `take` pending ids; their records (or `unavailable` rejects)

@@ -1,0 +1,57 @@
+//! Parquet shards: a stage's rows and rejects, written in atomic parts, read back on resume.
+//!
+//! Every shard carries in its footer the ids of the videos it completes, the stage id and the
+//! fingerprint. A video is done for a stage exactly when a shard naming it exists, whether it had
+//! rows (a video with no text regions has none), or a reject. Rows of one video never straddle two
+//! shards, so a crash loses whole videos, never part of one, and never duplicates one.
+//!
+//! `write` commits a stage's shards (`ShardWriter`), `read` reads tables back (`read_table`,
+//! `TableView`, `decode_parquet`), `prior` is what a resume finds done (`load_prior`, `Prior`).
+//! This file holds the footer keys and folder names they share, and re-exports their public items.
+
+mod prior;
+mod read;
+mod write;
+
+#[cfg(test)]
+mod tests;
+
+pub use prior::{Prior, load_prior};
+pub use read::{
+    DecodeError, ShardContents, TableView, decode_parquet, read_new_slots, read_table,
+    table_batches, text_column,
+};
+pub use write::{ShardWriter, Slots, encode_table};
+
+use crate::error::RunError;
+use arrow::datatypes::FieldRef;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_arrow::schema::{SchemaLike, TracingOptions};
+
+pub const META_FINGERPRINT: &str = "vidcurate.fingerprint";
+/// Videos a shard's commit rejects (JSON list of ids).
+pub const META_REJECTED: &str = "vidcurate.rejected";
+/// The rejects shard a commit adopts (its other reject attempts are garbage).
+pub const META_REJECTS_FILE: &str = "vidcurate.rejects_file";
+/// The slot's reject rows themselves (JSON): the slot is the commit, so whoever finds its
+/// rejects shard missing (a crash right after the commit) writes it again from these.
+pub const META_REJECT_ROWS: &str = "vidcurate.reject_rows";
+pub const REJECTS_DIR: &str = "rejects";
+pub const SUPERSEDED_DIR: &str = "_superseded";
+
+/// One row of the rejects table.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct RejectRow {
+    pub stage: String,
+    pub reason: String,
+    pub detail: String,
+    pub error_kind: String,
+    pub rejected_at: String,
+}
+
+/// The columns of `T`, as serde_arrow traces them.
+pub fn fields_of<T: Serialize + DeserializeOwned>() -> Result<Vec<FieldRef>, RunError> {
+    Vec::<FieldRef>::from_type::<T>(TracingOptions::default().allow_null_fields(true))
+        .map_err(|e| RunError::Internal(format!("row schema: {e}")))
+}

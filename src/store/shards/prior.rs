@@ -1,0 +1,298 @@
+//! What a resume finds done: `load_prior` lists a stage's committed videos and rejects for this
+//! worker (by their footers only), and `Prior` hands back a finished video's stored rows when it
+//! comes again, keeping the last few shards it read decoded.
+//!
+//! Reads: the stage's shards and `rejects/`. Writes: moves shards of other settings aside under
+//! `_superseded/<fingerprint>/`, and restores a committed slot's missing rejects shard
+//! (`write::restore_rejects`). Called by the runtime when a stage task starts.
+
+use super::read::{
+    committed_rejects, decode_parquet, get_unless_moved, read_shard, stage_files, string_column,
+};
+use super::write::{part_number, restore_rejects};
+use super::{SUPERSEDED_DIR, fields_of};
+use crate::error::RunError;
+use crate::record::COL_VIDEO_ID;
+use crate::store::Store;
+use arrow::array::RecordBatch;
+use arrow::datatypes::FieldRef;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::collections::{HashMap, HashSet};
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// What earlier runs already did for a stage with the current fingerprint, for this worker's
+/// videos. Memory stays flat in the size of the run: only the done and rejected lists are held
+/// (as 64-bit hashes of the ids), and a reused video's rows are read from its shard when the
+/// video arrives; the last few shards read are kept decoded, since videos arrive roughly in the
+/// order their shards were written.
+pub struct Prior<R> {
+    store: Arc<dyn Store>,
+    /// Committed shards with this worker's finished videos.
+    shards: Vec<String>,
+    /// Finished video → index of its shard in `shards`.
+    done: HashMap<u64, u32>,
+    rejected: HashSet<u64>,
+    /// One past the highest slot of this worker's prefix that was read.
+    pub next_slot: u32,
+    keep: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+    /// Rows of recently read shards not taken yet, oldest first.
+    open: std::sync::Mutex<std::collections::VecDeque<OpenShard>>,
+    _row: PhantomData<R>,
+}
+
+/// A shard read for its rows: its batches as Arrow (columnar, far smaller than decoded rows),
+/// projected onto the row type, and where each video's rows are. Rows are decoded per video.
+struct OpenShard {
+    idx: u32,
+    /// Memory of the decoded batches (what the open-shard budget counts).
+    bytes: usize,
+    batches: Vec<RecordBatch>,
+    /// (video key, batch, first row, rows) of each video's rows, sorted by key; `rows` is set to
+    /// 0 once taken. 24 bytes a video: a map of id strings was ~150, and with every shard of a
+    /// 100k-video run open that was the resume's growth.
+    rows: Vec<RowRange>,
+}
+
+#[derive(Clone, Copy)]
+struct RowRange {
+    key: u64,
+    batch: u32,
+    start: u32,
+    len: u32,
+}
+
+impl OpenShard {
+    fn read(
+        idx: u32,
+        batches: &[RecordBatch],
+        fields: &[FieldRef],
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<Self, RunError> {
+        let mut out = Self {
+            idx,
+            bytes: 0,
+            batches: vec![],
+            rows: vec![],
+        };
+        for (b, batch) in batches.iter().enumerate() {
+            let ids = string_column(batch, COL_VIDEO_ID)?;
+            let cols = fields
+                .iter()
+                .map(|f| batch.schema().index_of(f.name()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| RunError::Internal(e.to_string()))?;
+            let projected = batch
+                .project(&cols)
+                .map_err(|e| RunError::Internal(e.to_string()))?;
+            out.bytes += projected.get_array_memory_size();
+            out.batches.push(projected);
+            let n = batch.num_rows();
+            let mut i = 0;
+            while i < n {
+                // A video's rows are written together: one range per video and batch.
+                let id = ids.value(i);
+                let start = i;
+                while i < n && ids.value(i) == id {
+                    i += 1;
+                }
+                if keep(id) {
+                    out.rows.push(RowRange {
+                        key: id_key(id),
+                        batch: b as u32,
+                        start: start as u32,
+                        len: (i - start) as u32,
+                    });
+                }
+            }
+        }
+        // Stable: a video's ranges stay in batch order.
+        out.rows.sort_by_key(|r| r.key);
+        out.rows.shrink_to_fit();
+        out.bytes += out.rows.len() * std::mem::size_of::<RowRange>();
+        Ok(out)
+    }
+
+    /// Decodes and forgets one video's rows (None: the shard holds no row of it).
+    fn take<R: DeserializeOwned>(&mut self, id: &str) -> Option<Result<Vec<R>, RunError>> {
+        let key = id_key(id);
+        let from = self.rows.partition_point(|r| r.key < key);
+        let to = from + self.rows[from..].partition_point(|r| r.key == key);
+        let ranges: Vec<RowRange> = self.rows[from..to]
+            .iter()
+            .filter(|r| r.len > 0)
+            .copied()
+            .collect();
+        if ranges.is_empty() {
+            return None;
+        }
+        self.rows[from..to].iter_mut().for_each(|r| r.len = 0);
+        let mut rows = vec![];
+        for RowRange {
+            batch, start, len, ..
+        } in ranges
+        {
+            let part = self.batches[batch as usize].slice(start as usize, len as usize);
+            match serde_arrow::from_record_batch::<Vec<R>>(&part) {
+                Ok(r) => rows.extend(r),
+                Err(e) => return Some(Err(RunError::Internal(format!("decoding rows: {e}")))),
+            }
+        }
+        Some(Ok(rows))
+    }
+}
+
+/// How many decoded shards a `Prior` keeps at most, and how much memory they may take together
+/// (the newest is always kept). Videos come back roughly in the order their shards were written,
+/// so few are needed; the count matters for shards of many videos with no rows (OCR), the bytes
+/// for shards of big rows (a 20,000-row source shard).
+const OPEN_SHARDS: usize = 8;
+const OPEN_BYTES: usize = 4 << 20;
+
+/// The key a `Prior` holds for a video id: 64 bits of BLAKE3 (two ids of a billion-video run
+/// share a key with probability ~3 %; of a million, ~3e-8).
+fn id_key(id: &str) -> u64 {
+    let h = blake3::hash(id.as_bytes());
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&h.as_bytes()[..8]);
+    u64::from_le_bytes(b)
+}
+
+impl<R: Serialize + DeserializeOwned> Prior<R> {
+    /// Whether an earlier run finished this video (with rows or none).
+    pub fn is_done(&self, id: &str) -> bool {
+        self.done.contains_key(&id_key(id))
+    }
+
+    /// Whether an earlier run rejected this video.
+    pub fn is_rejected(&self, id: &str) -> bool {
+        self.rejected.contains(&id_key(id))
+    }
+
+    /// Finished plus rejected videos.
+    pub fn settled(&self) -> usize {
+        self.done.len() + self.rejected.len()
+    }
+
+    /// The stored rows of a finished video (each video is taken once).
+    pub async fn take(&self, id: &str) -> Result<Vec<R>, RunError> {
+        let Some(&idx) = self.done.get(&id_key(id)) else {
+            return Ok(vec![]);
+        };
+        if let Some(rows) = self.take_open(idx, id) {
+            return rows;
+        }
+        let path = &self.shards[idx as usize];
+        let contents = read_shard(self.store.as_ref(), path, true).await?;
+        let shard = OpenShard::read(idx, &contents.batches, &fields_of::<R>()?, &*self.keep)
+            .map_err(|e| RunError::Internal(format!("{path}: {e}")))?;
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if !open.iter().any(|s| s.idx == idx) {
+            open.push_back(shard);
+            while open.len() > 1
+                && (open.len() > OPEN_SHARDS
+                    || open.iter().map(|s| s.bytes).sum::<usize>() > OPEN_BYTES)
+            {
+                open.pop_front();
+            }
+        }
+        drop(open);
+        self.take_open(idx, id).unwrap_or(Ok(vec![]))
+    }
+
+    /// The video's rows from an open shard; None when that shard is not open.
+    fn take_open(&self, idx: u32, id: &str) -> Option<Result<Vec<R>, RunError>> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let pos = open.iter().position(|s| s.idx == idx)?;
+        // A finished video with no rows (no text on any frame) has no range: empty. A shard
+        // stays open when its rows are all taken: its videos without rows may still come, and
+        // dropping it would read it again for each of them (eviction bounds the memory).
+        Some(open[pos].take(id).unwrap_or(Ok(vec![])))
+    }
+}
+
+/// Sets aside shards written with other settings (so readers never mix them) and lists what the
+/// rest finished, for the videos `keep` accepts (this worker's rank). Only footers are kept.
+pub async fn load_prior<R: Serialize + DeserializeOwned>(
+    store: &Arc<dyn Store>,
+    stage_id: &str,
+    fingerprint: &str,
+    slot_prefix: &str,
+    keep: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+) -> Result<Prior<R>, RunError> {
+    let mut prior = Prior {
+        store: store.clone(),
+        shards: vec![],
+        done: HashMap::new(),
+        rejected: HashSet::new(),
+        next_slot: 0,
+        keep: keep.clone(),
+        open: Default::default(),
+        _row: PhantomData,
+    };
+    let own_slots = format!("{stage_id}/{slot_prefix}");
+    let (files, rejects) = stage_files(store, stage_id).await?;
+    for (path, is_reject) in files {
+        let Some(data) = get_unless_moved(store.as_ref(), &path).await? else {
+            continue;
+        };
+        let contents = decode_parquet(data, false).map_err(|e| {
+            RunError::Internal(format!(
+                "{}/{path}: unreadable shard: {e}",
+                store.location()
+            ))
+        })?;
+        if contents.fingerprint.as_deref() != Some(fingerprint) {
+            let old = contents.fingerprint.unwrap_or_else(|| "unknown".into());
+            let to = format!("{SUPERSEDED_DIR}/{old}/{path}");
+            tracing::info!(stage = stage_id, from = %path, to = %to, "Settings changed: setting old shard aside.");
+            set_aside(store.as_ref(), &path, &to).await?;
+            if let Some(r) = contents.rejects_file {
+                let to = format!("{SUPERSEDED_DIR}/{old}/{r}");
+                set_aside(store.as_ref(), &r, &to).await?;
+            }
+            continue;
+        }
+        if let Some(n) = part_number(&path).filter(|_| path.starts_with(&own_slots)) {
+            prior.next_slot = prior.next_slot.max(n + 1);
+        }
+        let mine = |v: &String| keep(v);
+        if is_reject {
+            prior.rejected.extend(
+                contents
+                    .videos
+                    .iter()
+                    .filter(|v| mine(v))
+                    .map(|v| id_key(v)),
+            );
+            continue;
+        }
+        restore_rejects(store.as_ref(), &contents, stage_id, &rejects).await?;
+        prior.rejected.extend(
+            committed_rejects(&contents, &rejects)
+                .iter()
+                .filter(|v| mine(v))
+                .map(|v| id_key(v)),
+        );
+        let idx = prior.shards.len() as u32;
+        let before = prior.done.len();
+        for v in contents.videos.iter().filter(|v| mine(v)) {
+            prior.done.insert(id_key(v), idx);
+        }
+        if prior.done.len() > before {
+            prior.shards.push(path);
+        }
+    }
+    Ok(prior)
+}
+
+/// Moves a shard of superseded settings aside; one another worker moved already is fine.
+async fn set_aside(store: &dyn Store, from: &str, to: &str) -> Result<(), RunError> {
+    match store.rename(from, to).await {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(RunError::io(format!("{}/{from}", store.location()), e))
+        }
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,324 @@
+//! Reading shards back: one shard's footer and rows (`decode_parquet`), a stage's shard files,
+//! and whole tables for readers that leave the run directory alone (`read_table`,
+//! `read_new_slots`, `TableView`, `table_batches`).
+//!
+//! Reads: `<stage>/*.parquet` and `rejects/` through the `Store`. Writes nothing. Called by
+//! `prior` (resume), `write` (catching up after a lost slot), the collected source, and the
+//! commands that read tables (rethreshold, analyze, split, release, annotate).
+
+use super::{
+    META_FINGERPRINT, META_REJECT_ROWS, META_REJECTED, META_REJECTS_FILE, REJECTS_DIR, fields_of,
+};
+use crate::error::RunError;
+use crate::record::{COL_VIDEO_ID, META_VIDEOS};
+use crate::store::Store;
+use arrow::array::{RecordBatch, StringArray};
+use arrow::datatypes::DataType;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// A shard read back: its footer and its batches.
+pub struct ShardContents {
+    pub videos: Vec<String>,
+    /// Videos the shard's commit rejects (new-format shards; empty in reject shards).
+    pub rejected: Vec<String>,
+    /// The rejects shard this commit adopted.
+    pub rejects_file: Option<String>,
+    /// The reject rows the commit carries (JSON), in slots written since they do.
+    pub(super) reject_rows: Option<String>,
+    pub fingerprint: Option<String>,
+    pub batches: Vec<RecordBatch>,
+}
+
+/// Why a shard's bytes do not decode: the Parquet or Arrow reader's own message, as is.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("{0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    #[error("{0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+}
+
+pub fn decode_parquet(data: Vec<u8>, with_rows: bool) -> Result<ShardContents, DecodeError> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(data))?;
+    let kv = builder
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .cloned()
+        .unwrap_or_default();
+    let get = |k: &str| kv.iter().find(|e| e.key == k).and_then(|e| e.value.clone());
+    let list = |k: &str| -> Vec<String> {
+        get(k)
+            .and_then(|v| serde_json::from_str(&v).ok())
+            .unwrap_or_default()
+    };
+    let (videos, rejected) = (list(META_VIDEOS), list(META_REJECTED));
+    let rejects_file = get(META_REJECTS_FILE);
+    let reject_rows = get(META_REJECT_ROWS);
+    let fingerprint = get(META_FINGERPRINT);
+    let mut batches = vec![];
+    if with_rows {
+        let reader = builder.build()?;
+        for b in reader {
+            batches.push(b?);
+        }
+    }
+    Ok(ShardContents {
+        videos,
+        rejected,
+        rejects_file,
+        reject_rows,
+        fingerprint,
+        batches,
+    })
+}
+
+/// The Parquet files that settle a stage's videos: its shards (false) and the reject shards of
+/// earlier versions (true), which were written whole under their final name and settle their
+/// videos themselves. A slot's rejects shard (`<stage>-slot-…`) is not listed: the slot's footer
+/// names its videos. Also: every file of the rejects folder, to check that a slot's rejects
+/// shard was written (a crash can come between the slot and its rejects).
+pub(super) async fn stage_files(
+    store: &Arc<dyn Store>,
+    stage_id: &str,
+) -> Result<(Vec<(String, bool)>, HashSet<String>), RunError> {
+    let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
+    let legacy_rejects = format!("{REJECTS_DIR}/{stage_id}-part-");
+    let mut paths: Vec<(String, bool)> = store
+        .list(stage_id)
+        .await
+        .map_err(|e| io(stage_id, e))?
+        .into_iter()
+        .map(|p| (p, false))
+        .collect();
+    let rejects: HashSet<String> = store
+        .list(REJECTS_DIR)
+        .await
+        .map_err(|e| io(REJECTS_DIR, e))?
+        .into_iter()
+        .collect();
+    paths.extend(
+        rejects
+            .iter()
+            .filter(|p| {
+                p.strip_prefix(&legacy_rejects)
+                    .and_then(|rest| rest.strip_suffix(".parquet"))
+                    .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            })
+            .map(|p| (p.clone(), true)),
+    );
+    paths.retain(|(p, _)| p.ends_with(".parquet"));
+    paths.sort();
+    Ok((paths, rejects))
+}
+
+/// The videos a shard's commit rejected. A slot that carries its reject rows rejects them
+/// whether or not its rejects shard is written yet (`restore_rejects` writes it); an older slot
+/// whose rejects shard is missing rejects nothing, so a rerun redoes those videos.
+pub(super) fn committed_rejects(c: &ShardContents, rejects: &HashSet<String>) -> Vec<String> {
+    match &c.rejects_file {
+        Some(f) if !rejects.contains(f) && c.reject_rows.is_none() => vec![],
+        _ => c.rejected.clone(),
+    }
+}
+
+/// Rows of `batches` decoded as `R` (a stage's row type), keyed by video id.
+fn rows_by_video<R: Serialize + DeserializeOwned>(
+    batches: &[RecordBatch],
+    out: &mut HashMap<String, Vec<R>>,
+    keep: &dyn Fn(&str) -> bool,
+) -> Result<(), RunError> {
+    let fields = fields_of::<R>()?;
+    for batch in batches {
+        let ids = string_column(batch, COL_VIDEO_ID)?;
+        let idx = fields
+            .iter()
+            .map(|f| batch.schema().index_of(f.name()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| RunError::Internal(e.to_string()))?;
+        let projected = batch
+            .project(&idx)
+            .map_err(|e| RunError::Internal(e.to_string()))?;
+        let rows: Vec<R> = serde_arrow::from_record_batch(&projected)
+            .map_err(|e| RunError::Internal(format!("decoding rows: {e}")))?;
+        for (i, r) in rows.into_iter().enumerate() {
+            if keep(ids.value(i)) {
+                out.entry(ids.value(i).to_string()).or_default().push(r);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One shard read and decoded (its rows too with `with_rows`); errors name the file.
+pub(super) async fn read_shard(
+    store: &dyn Store,
+    path: &str,
+    with_rows: bool,
+) -> Result<ShardContents, RunError> {
+    let data = store
+        .get(path)
+        .await
+        .map_err(|e| RunError::io(format!("{}/{path}", store.location()), e))?;
+    decode_parquet(data, with_rows).map_err(|e| {
+        RunError::Internal(format!(
+            "{}/{path}: unreadable shard: {e}",
+            store.location()
+        ))
+    })
+}
+
+/// A listed shard's bytes; None when another worker set it aside (superseded settings) between
+/// the listing and the read.
+pub(super) async fn get_unless_moved(
+    store: &dyn Store,
+    path: &str,
+) -> Result<Option<Vec<u8>>, RunError> {
+    match store.get(path).await {
+        Ok(d) => Ok(Some(d)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(RunError::io(format!("{}/{path}", store.location()), e)),
+    }
+}
+
+/// A stage table read without touching the run directory (for `rethreshold` and `analyze`): the
+/// done and rejected videos of `fingerprint`, and the batches of its shards.
+pub struct TableView {
+    pub done: HashSet<String>,
+    pub rejected: HashSet<String>,
+    pub batches: Vec<RecordBatch>,
+}
+
+pub async fn read_table(
+    store: &Arc<dyn Store>,
+    stage_id: &str,
+    fingerprint: &str,
+    with_rows: bool,
+) -> Result<TableView, RunError> {
+    let mut view = TableView {
+        done: HashSet::new(),
+        rejected: HashSet::new(),
+        batches: vec![],
+    };
+    let (files, rejects) = stage_files(store, stage_id).await?;
+    for (path, is_reject) in files {
+        let Some(data) = get_unless_moved(store.as_ref(), &path).await? else {
+            continue;
+        };
+        let c = decode_parquet(data, with_rows && !is_reject)
+            .map_err(|e| RunError::Internal(format!("{path}: unreadable shard: {e}")))?;
+        if c.fingerprint.as_deref() != Some(fingerprint) {
+            continue;
+        }
+        if is_reject {
+            view.rejected.extend(c.videos);
+        } else {
+            view.rejected.extend(committed_rejects(&c, &rejects));
+            view.done.extend(c.videos);
+            view.batches.extend(c.batches);
+        }
+    }
+    Ok(view)
+}
+
+/// The committed shards of a stage table that are not in `seen` yet (and adds them there), with
+/// their rows, for a reader following a table another worker is still writing.
+pub async fn read_new_slots(
+    store: &Arc<dyn Store>,
+    stage_id: &str,
+    fingerprint: &str,
+    seen: &mut HashSet<String>,
+) -> Result<TableView, RunError> {
+    let mut view = TableView {
+        done: HashSet::new(),
+        rejected: HashSet::new(),
+        batches: vec![],
+    };
+    let mut paths: Vec<String> = store
+        .list(stage_id)
+        .await
+        .map_err(|e| RunError::io(format!("{}/{stage_id}", store.location()), e))?
+        .into_iter()
+        .filter(|p| p.ends_with(".parquet") && !seen.contains(p))
+        .collect();
+    paths.sort();
+    for path in paths {
+        seen.insert(path.clone());
+        let Some(data) = get_unless_moved(store.as_ref(), &path).await? else {
+            continue;
+        };
+        let c = decode_parquet(data, true).map_err(|e| {
+            RunError::Internal(format!(
+                "{}/{path}: unreadable shard: {e}",
+                store.location()
+            ))
+        })?;
+        if c.fingerprint.as_deref() == Some(fingerprint) {
+            view.done.extend(c.videos);
+            view.batches.extend(c.batches);
+        }
+    }
+    Ok(view)
+}
+
+impl TableView {
+    /// Rows as `R` (the stage's row type), keyed by video id.
+    pub fn rows<R: Serialize + DeserializeOwned>(
+        &self,
+    ) -> Result<HashMap<String, Vec<R>>, RunError> {
+        let mut out = HashMap::new();
+        rows_by_video(&self.batches, &mut out, &|_| true)?;
+        Ok(out)
+    }
+
+    /// One string column (an extra column such as a label), first value per video.
+    pub fn column(&self, name: &str) -> Result<HashMap<String, String>, RunError> {
+        let mut out = HashMap::new();
+        for batch in &self.batches {
+            let ids = string_column(batch, COL_VIDEO_ID)?;
+            let Some(col) = batch
+                .column_by_name(name)
+                .and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned())
+            else {
+                return Err(RunError::Config(format!(
+                    "no string column `{name}` in the table"
+                )));
+            };
+            for i in 0..batch.num_rows() {
+                if !arrow::array::Array::is_null(&col, i) {
+                    out.entry(ids.value(i).to_string())
+                        .or_insert_with(|| col.value(i).to_string());
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Any column as text (numbers and large strings cast to Utf8); None when there is no such
+/// column or it cannot be cast. For tools reading tables by column name (split, release, …).
+pub fn text_column(batch: &RecordBatch, name: &str) -> Option<StringArray> {
+    let col = batch.column_by_name(name)?;
+    let cast = arrow::compute::cast(col, &DataType::Utf8).ok()?;
+    cast.as_any().downcast_ref::<StringArray>().cloned()
+}
+
+/// The batches of a whole Parquet file held in memory (a table written with `encode_table`).
+pub fn table_batches(path: &str, data: Vec<u8>) -> Result<Vec<RecordBatch>, RunError> {
+    ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(data))
+        .and_then(|b| b.build())
+        .map_err(|e| RunError::Internal(format!("{path}: {e}")))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| RunError::Internal(format!("{path}: {e}")))
+}
+
+pub(super) fn string_column(batch: &RecordBatch, name: &str) -> Result<StringArray, RunError> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned())
+        .ok_or_else(|| RunError::Internal(format!("no {name} column")))
+}

@@ -1,0 +1,181 @@
+//! Unit tests of the shard protocol: workers of one rank racing for slots commit every video
+//! exactly once, and a slot whose rejects shard was lost gets it back from its footer.
+//!
+//! Reads and writes shards in a temp folder and an in-memory object store.
+
+use super::*;
+use crate::error::StageError;
+use crate::record::SourceInfo;
+use crate::record::VideoRecord;
+use crate::store::Store;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+struct Row {
+    worker: u32,
+    n: u32,
+}
+
+fn rec(id: &str) -> VideoRecord {
+    VideoRecord::new(id.into(), SourceInfo::default(), vec![])
+}
+
+/// Several workers of one rank settle overlapping videos (each its own way: rows, or a reject)
+/// and commit in small slots at the same time: every video ends up settled exactly once, and
+/// no reject attempt a commit did not adopt is left behind.
+async fn twins_commit_each_video_once(store: Arc<dyn Store>) {
+    let mut tasks = tokio::task::JoinSet::new();
+    for worker in 0..4u32 {
+        let store = store.clone();
+        tasks.spawn(async move {
+            let mut w = ShardWriter::<Row>::open(
+                store,
+                "probe",
+                "fp",
+                Arc::new(vec![]),
+                Slots {
+                    prefix: "r0001-part-",
+                    next: 0,
+                },
+                1000,
+                Duration::from_secs(3600),
+            )
+            .await
+            .unwrap();
+            // Workers walk the same 60 videos from different starting points.
+            for k in 0..60u32 {
+                let id = format!("v{:02}", (k + worker * 15) % 60);
+                if (k + worker) % 5 == 0 {
+                    w.reject(&id, &[], &StageError::data("bad", "detail"));
+                } else {
+                    w.add(&rec(&id), vec![Row { worker, n: 0 }, Row { worker, n: 1 }]);
+                }
+                if k % 3 == 2 {
+                    w.flush().await.unwrap();
+                    tokio::task::yield_now().await;
+                }
+            }
+            w.flush().await.unwrap();
+            w.lost()
+        });
+    }
+    let lost: u64 = tasks.join_all().await.into_iter().sum();
+    assert!(lost > 0, "the workers should have raced");
+    let view = read_table(&store, "probe", "fp", true).await.unwrap();
+    assert!(view.done.is_disjoint(&view.rejected));
+    assert_eq!(view.done.len() + view.rejected.len(), 60);
+    let rows: HashMap<String, Vec<Row>> = view.rows().unwrap();
+    for (id, rs) in &rows {
+        // Both rows of a video come from the one worker that committed it.
+        assert_eq!(rs.len(), 2, "{id}: {rs:?}");
+        assert_eq!(rs[0].worker, rs[1].worker);
+    }
+    assert_eq!(rows.len(), view.done.len());
+    // Reject shards left: only those a commit adopted, and each rejected video once.
+    let mut adopted = HashSet::new();
+    for p in store.list("probe").await.unwrap() {
+        let c = decode_parquet(store.get(&p).await.unwrap(), false).unwrap();
+        adopted.extend(c.rejects_file);
+    }
+    let on_disk: HashSet<String> = store.list(REJECTS_DIR).await.unwrap().into_iter().collect();
+    assert_eq!(on_disk, adopted);
+    let mut rejected = vec![];
+    for p in &on_disk {
+        rejected.extend(
+            decode_parquet(store.get(p).await.unwrap(), false)
+                .unwrap()
+                .videos,
+        );
+    }
+    rejected.sort();
+    let mut want: Vec<_> = view.rejected.iter().cloned().collect();
+    want.sort();
+    assert_eq!(rejected, want);
+    // Resume sees the same: nothing to redo, nothing twice.
+    let prior = load_prior::<Row>(
+        &store,
+        "probe",
+        "fp",
+        "r0001-part-",
+        Arc::new(|_: &str| true),
+    )
+    .await
+    .unwrap();
+    assert_eq!(prior.settled(), 60);
+    // Rows come back from their shard when asked for, once.
+    for (id, rs) in &rows {
+        assert!(prior.is_done(id));
+        assert_eq!(prior.take(id).await.unwrap().len(), rs.len());
+    }
+}
+
+/// A crash between a slot and its rejects shard: the slot still rejects its videos (a twin
+/// starting then must not redo them), and the next load writes the shard from the footer.
+#[tokio::test]
+async fn a_slot_whose_rejects_shard_is_missing_gets_it_back_from_its_footer() {
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        crate::store::open_run(&dir.path().display().to_string(), crate::store::Access::Own)
+            .unwrap();
+    let slots = Slots {
+        prefix: "part-",
+        next: 0,
+    };
+    let mut w = ShardWriter::<Row>::open(
+        store.clone(),
+        "probe",
+        "fp",
+        Arc::new(vec![]),
+        slots,
+        10,
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    w.add(&rec("good"), vec![Row { worker: 0, n: 0 }]);
+    w.reject("bad", &[], &StageError::data("bad", "detail"));
+    w.flush().await.unwrap();
+    let keep: Arc<dyn Fn(&str) -> bool + Send + Sync> = Arc::new(|_: &str| true);
+    let prior = load_prior::<Row>(&store, "probe", "fp", "part-", keep.clone())
+        .await
+        .unwrap();
+    assert!(prior.is_done("good") && prior.is_rejected("bad"));
+    assert_eq!(prior.next_slot, 1);
+    let rejects = store.list(REJECTS_DIR).await.unwrap();
+    assert_eq!(
+        rejects,
+        vec!["rejects/probe-slot-part-00000.parquet".to_string()]
+    );
+    let written = store.get(&rejects[0]).await.unwrap();
+    store.delete(&rejects[0]).await.unwrap();
+    // A reader sees the commit's rejects before anyone restores the file.
+    let view = read_table(&store, "probe", "fp", false).await.unwrap();
+    assert_eq!(view.rejected, HashSet::from(["bad".to_string()]));
+    let prior = load_prior::<Row>(&store, "probe", "fp", "part-", keep)
+        .await
+        .unwrap();
+    assert!(prior.is_done("good") && prior.is_rejected("bad"));
+    let restored = store.get(&rejects[0]).await.unwrap();
+    let (a, b) = (
+        decode_parquet(written, true).unwrap(),
+        decode_parquet(restored, true).unwrap(),
+    );
+    assert_eq!(a.videos, vec!["bad".to_string()]);
+    assert_eq!((a.videos, a.batches), (b.videos, b.batches));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twins_commit_each_video_once_on_a_local_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        crate::store::open_run(&dir.path().display().to_string(), crate::store::Access::Own);
+    twins_commit_each_video_once(store.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twins_commit_each_video_once_in_memory() {
+    let store = crate::store::open_run("memory://bucket/run", crate::store::Access::Own);
+    twins_commit_each_video_once(store.unwrap()).await;
+}

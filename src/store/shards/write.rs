@@ -1,0 +1,515 @@
+//! Writing a stage's shards: `ShardWriter` buffers rows and rejects and commits them, one slot
+//! `<stage>/<prefix>NNNNN.parquet` at a time, with the slot's rejects shard under `rejects/`.
+//!
+//! Reads: the slots other workers committed (to catch up after losing a slot). Writes: slots and
+//! rejects shards (create-only puts), and a committed slot's missing rejects shard from its
+//! footer (`restore_rejects`, called by `load_prior`). Calls: the response cache's `publish`
+//! before each commit on an object-store run.
+
+use super::read::{ShardContents, read_shard};
+use super::{
+    META_FINGERPRINT, META_REJECT_ROWS, META_REJECTED, META_REJECTS_FILE, REJECTS_DIR, RejectRow,
+    fields_of,
+};
+use crate::error::RunError;
+use crate::record::{COL_FINGERPRINT, COL_VIDEO_ID, Extras, META_STAGE, META_VIDEOS, VideoRecord};
+use crate::store::Store;
+use arrow::array::{ArrayRef, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, FieldRef, Schema};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::WriterProperties;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::collections::HashSet;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Rows waiting for the next shard of one table, with the videos they complete.
+struct Pending<T> {
+    ids: Vec<String>,
+    extra: Vec<Vec<Option<String>>>,
+    rows: Vec<T>,
+    videos: Vec<String>,
+}
+
+impl<T> Pending<T> {
+    fn new() -> Self {
+        Self {
+            ids: vec![],
+            extra: vec![],
+            rows: vec![],
+            videos: vec![],
+        }
+    }
+
+    fn clear(&mut self) {
+        self.ids.clear();
+        self.extra.clear();
+        self.rows.clear();
+        self.videos.clear();
+    }
+
+    /// Drops the videos another worker has committed (and their rows).
+    fn drop_videos(&mut self, done: &HashSet<String>) {
+        self.videos.retain(|v| !done.contains(v));
+        let mut i = 0;
+        let keep: Vec<bool> = self.ids.iter().map(|v| !done.contains(v)).collect();
+        self.rows.retain(|_| {
+            i += 1;
+            keep[i - 1]
+        });
+        let mut i = 0;
+        self.extra.retain(|_| {
+            i += 1;
+            keep[i - 1]
+        });
+        self.ids.retain(|v| !done.contains(v));
+    }
+}
+
+/// The reject rows a slot carries in its footer, enough to write its rejects shard again.
+#[derive(Serialize, serde::Deserialize)]
+struct FooterRejects {
+    extras: Vec<String>,
+    ids: Vec<String>,
+    extra: Vec<Vec<Option<String>>>,
+    rows: Vec<RejectRow>,
+}
+
+impl FooterRejects {
+    /// The rejects shard these rows make (the same bytes whoever builds it).
+    fn shard(&self, stage: &str, fingerprint: &str) -> Result<Vec<u8>, RunError> {
+        let batch = build_batch(
+            &fields_of::<RejectRow>()?,
+            &self.rows,
+            &self.ids,
+            &self.extra,
+            &Arc::new(self.extras.clone()),
+            fingerprint,
+        )?;
+        let footer = Footer {
+            videos: &self.ids,
+            rejected: &[],
+            rejects_file: None,
+            reject_rows: None,
+        };
+        encode_parquet(&batch, &footer, stage, fingerprint)
+    }
+}
+
+/// Where and as what a stage's shards are written.
+struct ShardTarget {
+    store: Arc<dyn Store>,
+    stage_id: String,
+    fingerprint: String,
+    extras: Extras,
+    /// `part-`, or `rNNNN-part-` for a rank of a ranked run: each rank has its own slots.
+    slot_prefix: String,
+}
+
+impl ShardTarget {
+    fn slot_path(&self, slot: u32) -> String {
+        format!("{}/{}{slot:05}.parquet", self.stage_id, self.slot_prefix)
+    }
+
+    /// The rejects shard of a slot: `rejects/<stage>-slot-<prefix>NNNNN.parquet` (stage ids are
+    /// snake_case, so this never meets the `<stage>-part-NNNNN` name of an earlier version).
+    fn rejects_path(&self, slot: u32) -> String {
+        format!(
+            "{REJECTS_DIR}/{}-slot-{}{slot:05}.parquet",
+            self.stage_id, self.slot_prefix
+        )
+    }
+}
+
+/// How big a writer's buffered rows may grow before they are written, whatever
+/// `max_rows_per_shard` says: 20,000 rows with long titles and descriptions would hold tens of MiB,
+/// and about three times that while they are encoded; memory must not grow with the run.
+const MAX_BUFFER_BYTES: usize = 4 << 20;
+
+/// Which slots a writer takes: its rank's name prefix, and the first number to try.
+pub struct Slots<'a> {
+    pub prefix: &'a str,
+    pub next: u32,
+}
+
+/// Buffers one stage's rows and rejects and commits them as shards.
+///
+/// Commit protocol (exactly once, also with two workers on one rank): a flush takes the next
+/// free slot `<stage>/<prefix>NNNNN.parquet` with a create-only put. That shard is the commit: its
+/// footer lists the videos it completes and the videos it rejects, and names the slot's rejects
+/// shard, which the winner writes right after. A worker that loses the slot reads the slots
+/// committed meanwhile, drops the videos they settled, and tries the next slot. A slot is only
+/// tried after all earlier ones were read, so no video is committed twice; nothing is written
+/// before winning, so a loser leaves nothing behind.
+pub struct ShardWriter<R> {
+    target: ShardTarget,
+    fields: Vec<FieldRef>,
+    rows: Pending<R>,
+    rejects: Pending<RejectRow>,
+    next_slot: u32,
+    last_flush: Instant,
+    max_rows: usize,
+    /// Approximate size of the buffered rows (their JSON length): see `MAX_BUFFER_BYTES`.
+    buffered_bytes: usize,
+    flush_every: Duration,
+    /// Videos of this stage another worker of the same rank committed while this one worked
+    /// (read from their slots): dropped when this writer settles them too, however late.
+    others: HashSet<String>,
+    lost: u64,
+    /// A cache whose new answers are published before each commit (a run on an object store).
+    cache: Option<crate::store::cache::CacheHandle>,
+    _row: PhantomData<R>,
+}
+
+pub(super) fn part_number(path: &str) -> Option<u32> {
+    let name = path.rsplit('/').next()?;
+    let num = name.strip_suffix(".parquet")?.rsplit("part-").next()?;
+    num.parse().ok()
+}
+
+/// The committed slots of one prefix, as (number, path), in order.
+async fn committed_slots(
+    store: &Arc<dyn Store>,
+    stage_id: &str,
+    prefix: &str,
+) -> Result<Vec<(u32, String)>, RunError> {
+    let full = format!("{stage_id}/{prefix}");
+    let mut slots: Vec<(u32, String)> = store
+        .list(stage_id)
+        .await
+        .map_err(|e| RunError::io(format!("{}/{stage_id}", store.location()), e))?
+        .into_iter()
+        .filter(|p| p.starts_with(&full))
+        .filter_map(|p| Some((part_number(&p)?, p)))
+        .collect();
+    slots.sort();
+    Ok(slots)
+}
+
+impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
+    /// A writer whose first slot is `next_slot`: one past the last slot the caller has read (the
+    /// `Prior` it loaded), never a number merely listed, or videos committed in between could be
+    /// committed again.
+    pub async fn open(
+        store: Arc<dyn Store>,
+        stage_id: &str,
+        fingerprint: &str,
+        extras: Extras,
+        slots: Slots<'_>,
+        max_rows: usize,
+        flush_every: Duration,
+    ) -> Result<Self, RunError> {
+        let Slots {
+            prefix: slot_prefix,
+            next: next_slot,
+        } = slots;
+        Ok(Self {
+            target: ShardTarget {
+                store,
+                stage_id: stage_id.to_string(),
+                fingerprint: fingerprint.to_string(),
+                extras,
+                slot_prefix: slot_prefix.to_string(),
+            },
+            fields: fields_of::<R>()?,
+            rows: Pending::new(),
+            rejects: Pending::new(),
+            next_slot,
+            last_flush: Instant::now(),
+            max_rows,
+            buffered_bytes: 0,
+            flush_every,
+            others: HashSet::new(),
+            lost: 0,
+            cache: None,
+            _row: PhantomData,
+        })
+    }
+
+    /// Publishes `cache`'s new answers before each commit, so a committed row's paid calls are
+    /// in the store for every other worker.
+    pub fn publishing(mut self, cache: crate::store::cache::CacheHandle) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// Records a computed video and its rows.
+    pub fn add(&mut self, rec: &VideoRecord, rows: Vec<R>) {
+        for r in rows {
+            self.buffered_bytes += serde_json::to_vec(&r).map_or(0, |j| j.len())
+                + rec.video_id.len()
+                + rec.extra.iter().flatten().map(String::len).sum::<usize>();
+            self.rows.ids.push(rec.video_id.clone());
+            self.rows.extra.push(rec.extra.clone());
+            self.rows.rows.push(r);
+        }
+        self.rows.videos.push(rec.video_id.clone());
+    }
+
+    /// Records a rejected video.
+    pub fn reject(
+        &mut self,
+        video_id: &str,
+        extra: &[Option<String>],
+        error: &crate::error::StageError,
+    ) {
+        self.rejects.ids.push(video_id.to_string());
+        self.rejects.extra.push(extra.to_vec());
+        self.rejects.videos.push(video_id.to_string());
+        self.rejects.rows.push(RejectRow {
+            stage: self.target.stage_id.clone(),
+            reason: error.reason.clone(),
+            detail: error.detail.clone(),
+            error_kind: error.kind.to_string(),
+            rejected_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        });
+    }
+
+    pub fn pending(&self) -> usize {
+        self.rows.videos.len() + self.rejects.videos.len()
+    }
+
+    /// Videos this writer dropped because another worker committed them first.
+    pub fn lost(&self) -> u64 {
+        self.lost
+    }
+
+    /// Writes a shard if the buffer is big or old enough.
+    pub async fn maybe_flush(&mut self) -> Result<(), RunError> {
+        if self.rows.rows.len() >= self.max_rows
+            || self.buffered_bytes >= MAX_BUFFER_BYTES
+            || (self.pending() > 0 && self.last_flush.elapsed() >= self.flush_every)
+        {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Commits everything buffered in one slot (see the type's comment for the protocol).
+    pub async fn flush(&mut self) -> Result<(), RunError> {
+        self.last_flush = Instant::now();
+        self.drop_settled_elsewhere();
+        if let (Some(c), true) = (&self.cache, self.pending() > 0) {
+            c.publish().await?;
+        }
+        while self.pending() > 0 {
+            let t = &self.target;
+            let io = |p: &str, e| RunError::io(format!("{}/{p}", t.store.location()), e);
+            let slot = self.next_slot;
+            // The slot's rejects shard is written after winning, from rows the slot carries.
+            let rejects = if self.rejects.videos.is_empty() {
+                None
+            } else {
+                let rows = FooterRejects {
+                    extras: t.extras.to_vec(),
+                    ids: self.rejects.ids.clone(),
+                    extra: self.rejects.extra.clone(),
+                    rows: self.rejects.rows.clone(),
+                };
+                let json = serde_json::to_string(&rows)
+                    .map_err(|e| RunError::Internal(format!("reject rows: {e}")))?;
+                let bytes = rows.shard(&t.stage_id, &t.fingerprint)?;
+                Some((t.rejects_path(slot), bytes, json))
+            };
+            let batch = build_batch(
+                &self.fields,
+                &self.rows.rows,
+                &self.rows.ids,
+                &self.rows.extra,
+                &t.extras,
+                &t.fingerprint,
+            )?;
+            let footer = Footer {
+                videos: &self.rows.videos,
+                rejected: &self.rejects.videos,
+                rejects_file: rejects.as_ref().map(|(p, _, _)| p.as_str()),
+                reject_rows: rejects.as_ref().map(|(_, _, j)| j.as_str()),
+            };
+            let bytes = encode_parquet(&batch, &footer, &t.stage_id, &t.fingerprint)?;
+            let path = t.slot_path(slot);
+            if t.store
+                .put_if_absent(&path, bytes)
+                .await
+                .map_err(|e| io(&path, e))?
+            {
+                if let Some((rpath, rbytes, _)) = rejects {
+                    // A crash before this put leaves the slot naming a file that is not there:
+                    // the next worker to load this stage writes it from the slot's footer.
+                    t.store
+                        .put_if_absent(&rpath, rbytes)
+                        .await
+                        .map_err(|e| io(&rpath, e))?;
+                }
+                self.next_slot += 1;
+                self.buffered_bytes = 0;
+                self.rows.clear();
+                self.rejects.clear();
+                return Ok(());
+            }
+            // Another worker on this rank took the slot first.
+            self.catch_up().await?;
+        }
+        Ok(())
+    }
+
+    /// Reads the slots committed from `next_slot` on and drops the videos they settled.
+    async fn catch_up(&mut self) -> Result<(), RunError> {
+        let t = &self.target;
+        let slots = committed_slots(&t.store, &t.stage_id, &t.slot_prefix).await?;
+        let mut settled = HashSet::new();
+        let from = self.next_slot;
+        for (n, path) in slots.iter().filter(|(n, _)| *n >= from) {
+            let c = read_shard(t.store.as_ref(), path, false).await?;
+            // A worker of other settings (one still running after a --repin) settles nothing of ours.
+            if c.fingerprint.as_deref() == Some(t.fingerprint.as_str()) {
+                settled.extend(c.videos);
+                settled.extend(c.rejected.iter().cloned());
+            }
+            self.next_slot = self.next_slot.max(n + 1);
+        }
+        self.others.extend(settled);
+        self.drop_settled_elsewhere();
+        Ok(())
+    }
+
+    fn drop_settled_elsewhere(&mut self) {
+        if self.others.is_empty() {
+            return;
+        }
+        let before = self.pending();
+        self.rows.drop_videos(&self.others);
+        self.rejects.drop_videos(&self.others);
+        let dropped = (before - self.pending()) as u64;
+        if dropped > 0 {
+            tracing::info!(stage = %self.target.stage_id, videos = dropped, "Another worker of this rank committed these videos first; keeping its results.");
+        }
+        self.lost += dropped;
+    }
+}
+
+/// `video_id`, the extra columns, the row's own columns, then `stage_fingerprint`.
+fn build_batch<R: Serialize>(
+    fields: &[FieldRef],
+    rows: &[R],
+    ids: &[String],
+    extra: &[Vec<Option<String>>],
+    extras: &Extras,
+    fingerprint: &str,
+) -> Result<RecordBatch, RunError> {
+    let inner = serde_arrow::to_record_batch(fields, &rows)
+        .map_err(|e| RunError::Internal(format!("encoding rows: {e}")))?;
+    let mut schema_fields: Vec<FieldRef> =
+        vec![Arc::new(Field::new(COL_VIDEO_ID, DataType::Utf8, false))];
+    let mut columns: Vec<ArrayRef> = vec![Arc::new(StringArray::from_iter_values(ids.iter()))];
+    for (i, name) in extras.iter().enumerate() {
+        schema_fields.push(Arc::new(Field::new(name, DataType::Utf8, true)));
+        columns.push(Arc::new(StringArray::from_iter(
+            extra.iter().map(|e| e.get(i).cloned().flatten()),
+        )));
+    }
+    for (f, c) in inner.schema().fields().iter().zip(inner.columns()) {
+        schema_fields.push(f.clone());
+        columns.push(c.clone());
+    }
+    schema_fields.push(Arc::new(Field::new(COL_FINGERPRINT, DataType::Utf8, false)));
+    columns.push(Arc::new(StringArray::from_iter_values(
+        std::iter::repeat_n(fingerprint, ids.len()),
+    )));
+    RecordBatch::try_new(Arc::new(Schema::new(schema_fields)), columns)
+        .map_err(|e| RunError::Internal(format!("building batch: {e}")))
+}
+
+/// What a shard's footer says besides its rows.
+struct Footer<'a> {
+    /// Videos this shard completes (with rows or without).
+    videos: &'a [String],
+    /// Videos this commit rejects (their rows are in `rejects_file`).
+    rejected: &'a [String],
+    rejects_file: Option<&'a str>,
+    /// `FooterRejects` as JSON.
+    reject_rows: Option<&'a str>,
+}
+
+fn encode_parquet(
+    batch: &RecordBatch,
+    footer: &Footer<'_>,
+    stage: &str,
+    fingerprint: &str,
+) -> Result<Vec<u8>, RunError> {
+    let mut meta = vec![
+        KeyValue::new(
+            META_VIDEOS.to_string(),
+            serde_json::to_string(footer.videos).unwrap_or_default(),
+        ),
+        KeyValue::new(META_STAGE.to_string(), stage.to_string()),
+        KeyValue::new(META_FINGERPRINT.to_string(), fingerprint.to_string()),
+    ];
+    if !footer.rejected.is_empty() {
+        meta.push(KeyValue::new(
+            META_REJECTED.to_string(),
+            serde_json::to_string(footer.rejected).unwrap_or_default(),
+        ));
+    }
+    if let Some(f) = footer.rejects_file {
+        meta.push(KeyValue::new(META_REJECTS_FILE.to_string(), f.to_string()));
+    }
+    if let Some(r) = footer.reject_rows {
+        meta.push(KeyValue::new(META_REJECT_ROWS.to_string(), r.to_string()));
+    }
+    parquet_bytes(batch, Some(meta))
+}
+
+/// One batch as Snappy-compressed Parquet, with footer metadata when given.
+fn parquet_bytes(batch: &RecordBatch, meta: Option<Vec<KeyValue>>) -> Result<Vec<u8>, RunError> {
+    let props = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_key_value_metadata(meta)
+        .build();
+    let mut w = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(props))
+        .map_err(|e| RunError::Internal(format!("parquet writer: {e}")))?;
+    w.write(batch)
+        .map_err(|e| RunError::Internal(format!("parquet write: {e}")))?;
+    w.into_inner()
+        .map_err(|e| RunError::Internal(format!("parquet close: {e}")))
+}
+
+/// A table that is not a stage shard (a selection, an analysis table) as Parquet bytes, for
+/// `Store::put`, which writes atomically like every shard.
+pub fn encode_table(batch: &RecordBatch) -> Result<Vec<u8>, RunError> {
+    parquet_bytes(batch, None)
+}
+
+/// Writes a committed slot's missing rejects shard from its footer (a worker killed between
+/// its commit and that write). Create-only: the slot's winner may be writing it right now.
+pub(super) async fn restore_rejects(
+    store: &dyn Store,
+    c: &ShardContents,
+    stage: &str,
+    rejects: &HashSet<String>,
+) -> Result<(), RunError> {
+    let (Some(file), Some(json), Some(fp)) = (&c.rejects_file, &c.reject_rows, &c.fingerprint)
+    else {
+        return Ok(());
+    };
+    if rejects.contains(file) {
+        return Ok(());
+    }
+    let rows: FooterRejects = serde_json::from_str(json).map_err(|e| {
+        RunError::Internal(format!(
+            "{}/{file}: unreadable reject rows in its slot: {e}",
+            store.location()
+        ))
+    })?;
+    let written = store
+        .put_if_absent(file, rows.shard(stage, fp)?)
+        .await
+        .map_err(|e| RunError::io(format!("{}/{file}", store.location()), e))?;
+    if written {
+        tracing::info!(stage, file = %file, "Wrote a committed slot's missing rejects shard from its footer.");
+    }
+    Ok(())
+}
