@@ -72,11 +72,10 @@ impl StageError {
 pub enum RunError {
     #[error("{0}")]
     Config(String),
-    #[error("run directory {path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    /// The message holds the I/O error's text, so it is no `source` (a chain printer would
+    /// say it twice).
+    #[error("run directory {path}: {error}")]
+    Io { path: String, error: std::io::Error },
     #[error("{0}")]
     Internal(String),
     /// Stopped cleanly before the end (a spent quota, an unreachable API): rerun to continue.
@@ -137,7 +136,7 @@ impl RunError {
     pub fn io(path: impl Into<String>, source: std::io::Error) -> Self {
         RunError::Io {
             path: path.into(),
-            source,
+            error: source,
         }
     }
 }

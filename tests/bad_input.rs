@@ -177,3 +177,17 @@ fn repeated_rejects_are_summarised_by_reason_in_the_log() {
     );
     assert_eq!(column(&run_dir.join("rejects"), "video_id").len(), 20);
 }
+
+#[test]
+fn a_missing_run_directory_is_named_once_with_its_error() {
+    let d = tempfile::tempdir().unwrap();
+    let missing = d.path().join("no-such-run");
+    let o = run(&["status", missing.to_str().unwrap()], d.path());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("no-such-run: no such run directory"), "{err}");
+    let o = run(&["gc", missing.to_str().unwrap()], d.path());
+    let err = String::from_utf8_lossy(&o.stderr);
+    // The cause is said once: the message already holds it.
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+}

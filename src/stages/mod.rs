@@ -233,8 +233,8 @@ where
     R: Serialize + DeserializeOwned + Send + Sync + 'static,
 {
     let t: T = thresholds(select)?;
-    let rows: std::collections::HashMap<String, Vec<R>> = view
-        .rows()
+    let rows = view
+        .rows_shared::<R>()
         .map_err(|e| ThresholdError::new("", format!("reading the stored rows: {e}")))?;
     Ok(Reselected {
         settings: serde_json::to_value(&t).unwrap_or_default(),

@@ -94,6 +94,7 @@ pub struct StageData {
     pub kind: String,
     pub view: TableView,
     before: Option<Reselected>,
+    /// None when no `--set` names the stage: `before` decides both funnels.
     after: Option<Reselected>,
 }
 
@@ -108,7 +109,10 @@ fn funnel(
     let mut kept: Vec<Vec<Option<bool>>> = vec![];
     let index: HashMap<&String, usize> = sources.iter().enumerate().map(|(i, s)| (s, i)).collect();
     for st in stages {
-        let rule = if after { &st.after } else { &st.before };
+        let rule = match &st.after {
+            Some(_) if after => &st.after,
+            _ => &st.before,
+        };
         let mut r = FunnelRow {
             stage: st.id.clone(),
             kind: st.kind.clone(),
@@ -169,12 +173,20 @@ pub async fn read_stages(run: &RunView, overrides: &[Override]) -> Result<RunSta
         }
         let stored = selects.get(&st.id).cloned().unwrap_or_default();
         let mut changed = stored.clone();
+        let mut overridden = false;
         for o in overrides.iter().filter(|o| o.stage == st.id) {
             changed.insert(o.key.clone(), o.value.clone());
+            overridden = true;
         }
+        // Deciding reads the stage's rows into a per-video map: done twice only for a stage
+        // whose thresholds change (the rows of a large stage are most of the command's cost).
         let before = reselect(&st.kind, &st.id, &stored, &view)?;
-        let after = reselect(&st.kind, &st.id, &changed, &view)?;
-        if let Some(r) = &after {
+        let after = if overridden {
+            reselect(&st.kind, &st.id, &changed, &view)?
+        } else {
+            None
+        };
+        if let Some(r) = after.as_ref().or(before.as_ref()) {
             out.settings.insert(st.id.clone(), r.settings.clone());
         }
         out.stages.push(StageData {

@@ -24,8 +24,14 @@ impl RunView {
     /// readable manifest) is invalid input, named as such.
     pub async fn open(run_dir: &Path) -> Result<Self, RunError> {
         let location = run_dir.to_string_lossy();
-        let store = crate::store::open_run(&location, crate::store::Access::Read)
-            .map_err(|e| RunError::io(location.to_string(), e))?;
+        let store = crate::store::open_run(&location, crate::store::Access::Read).map_err(|e| {
+            // A run directory that is not there is a mistake in the command, not a failure.
+            if e.kind() == std::io::ErrorKind::NotFound {
+                RunError::Config(format!("{}: no such run directory", run_dir.display()))
+            } else {
+                RunError::io(location.to_string(), e)
+            }
+        })?;
         let manifest = manifest::load(store.as_ref()).await.ok_or_else(|| {
             RunError::Config(format!(
                 "{}: no manifest.json (not a run directory?)",

@@ -191,6 +191,9 @@ pub struct TableView {
     pub done: HashSet<String>,
     pub rejected: HashSet<String>,
     pub batches: Vec<RecordBatch>,
+    /// The rows decoded once into their type (`rows_shared`): a table decided under two sets
+    /// of thresholds is decoded once, not twice.
+    decoded: std::sync::OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 pub async fn read_table(
@@ -203,6 +206,7 @@ pub async fn read_table(
         done: HashSet::new(),
         rejected: HashSet::new(),
         batches: vec![],
+        decoded: Default::default(),
     };
     let (files, rejects) = stage_files(store, stage_id).await?;
     for (path, is_reject) in files {
@@ -237,6 +241,7 @@ pub async fn read_new_slots(
         done: HashSet::new(),
         rejected: HashSet::new(),
         batches: vec![],
+        decoded: Default::default(),
     };
     let mut paths: Vec<String> = store
         .list(stage_id)
@@ -273,6 +278,18 @@ impl TableView {
         let mut out = HashMap::new();
         rows_by_video(&self.batches, &mut out, &|_| true)?;
         Ok(out)
+    }
+
+    /// `rows`, decoded on the first call and shared by every later one (of the same type).
+    pub fn rows_shared<R: Serialize + DeserializeOwned + Send + Sync + 'static>(
+        &self,
+    ) -> Result<Arc<HashMap<String, Vec<R>>>, RunError> {
+        if let Some(rows) = self.decoded.get().and_then(|d| d.clone().downcast().ok()) {
+            return Ok(rows);
+        }
+        let rows = Arc::new(self.rows::<R>()?);
+        let _ = self.decoded.set(rows.clone());
+        Ok(rows)
     }
 
     /// One string column (an extra column such as a label), first value per video.
