@@ -177,7 +177,7 @@ pub fn build(
     let svc = AsrService::new(&cfg.service, svc_cfg).map_err(|e| {
         bcx.src.error_at(
             &[Seg::Key("services".into()), Seg::Key(cfg.service.clone())],
-            e,
+            e.to_string(),
         )
     })?;
     Ok(super::Built {
