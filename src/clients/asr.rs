@@ -10,7 +10,7 @@
 //! every message. The multipart body is written here (a file part and four text fields), which
 //! is all this API takes.
 
-use super::endpoint::{Auth, Endpoint};
+use super::endpoint::{Auth, Endpoint, EndpointError};
 use crate::config::{ServiceApi, ServiceConfig};
 use crate::error::{ErrorKind, StageError};
 use crate::store::cache::{CacheKey, CachedResponse, ResponseCache};
@@ -59,6 +59,32 @@ pub fn timed_format(model: &str) -> bool {
     !model.starts_with("gpt-4o")
 }
 
+/// A service table that cannot make a transcription service, or an answer that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum AsrError {
+    #[error(
+        "a transcription service speaks OpenAI's audio/transcriptions API: `api = \"gemini\"` does not apply"
+    )]
+    GeminiApi,
+    #[error(
+        "max_retries applies to the youtube source only: a transcription stage's attempts per video are the stage's `retries` (default 2)"
+    )]
+    MaxRetries,
+    #[error(
+        "tokens_per_minute does not apply to a transcription service (it is billed by audio time); use requests_per_minute"
+    )]
+    TokensPerMinute,
+    #[error(transparent)]
+    Endpoint(#[from] EndpointError),
+    /// The body is not JSON.
+    #[error("{0}")]
+    Json(serde_json::Error),
+    #[error("no `text` in the answer")]
+    NoText,
+    #[error("segment {0} has no start or end")]
+    SegmentTimes(usize),
+}
+
 pub struct AsrService {
     pub name: String,
     /// URL, key, timeouts, the one send and the reading of refusals (shared with the chat
@@ -70,15 +96,15 @@ pub struct AsrService {
 }
 
 impl AsrService {
-    pub fn new(name: &str, cfg: &ServiceConfig) -> Result<Self, String> {
+    pub fn new(name: &str, cfg: &ServiceConfig) -> Result<Self, AsrError> {
         if cfg.api == Some(ServiceApi::Gemini) {
-            return Err("a transcription service speaks OpenAI's audio/transcriptions API: `api = \"gemini\"` does not apply".into());
+            return Err(AsrError::GeminiApi);
         }
         if cfg.max_retries.is_some() {
-            return Err("max_retries applies to the youtube source only: a transcription stage's attempts per video are the stage's `retries` (default 2)".into());
+            return Err(AsrError::MaxRetries);
         }
         if cfg.tokens_per_minute.is_some() {
-            return Err("tokens_per_minute does not apply to a transcription service (it is billed by audio time); use requests_per_minute".into());
+            return Err(AsrError::TokensPerMinute);
         }
         Ok(Self {
             name: name.to_string(),
@@ -149,7 +175,7 @@ impl AsrService {
                         .await?;
                     return Ok(t);
                 }
-                Err(e) => Some(e),
+                Err(e) => Some(e.to_string()),
             },
             _ => None,
         };
@@ -226,12 +252,9 @@ fn multipart(req: &TranscribeRequest) -> (String, Vec<u8>) {
 /// Reads a `verbose_json` body: `text`, `language`, `duration`, `segments[{start, end, text}]`.
 /// A plain `json` answer (the gpt-4o transcription models have no other) has no segments: its
 /// text is kept with `timed` false, and the caller times it as the whole upload.
-pub fn parse_verbose_json(body: &[u8]) -> Result<Transcription, String> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
-    let text = v["text"]
-        .as_str()
-        .ok_or("no `text` in the answer")?
-        .to_string();
+pub fn parse_verbose_json(body: &[u8]) -> Result<Transcription, AsrError> {
+    let v: Value = serde_json::from_slice(body).map_err(AsrError::Json)?;
+    let text = v["text"].as_str().ok_or(AsrError::NoText)?.to_string();
     let duration = v["duration"].as_f64();
     let mut segments = vec![];
     let timed = v["segments"].is_array();
@@ -239,7 +262,7 @@ pub fn parse_verbose_json(body: &[u8]) -> Result<Transcription, String> {
         Some(list) => {
             for (i, s) in list.iter().enumerate() {
                 let (Some(start), Some(end)) = (s["start"].as_f64(), s["end"].as_f64()) else {
-                    return Err(format!("segment {i} has no start or end"));
+                    return Err(AsrError::SegmentTimes(i));
                 };
                 segments.push(Segment {
                     start,

@@ -19,6 +19,20 @@ pub enum Auth {
     GoogApiKey,
 }
 
+/// A service table that cannot make an endpoint, or a request that got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    /// The HTTP client could not be built (TLS set-up).
+    #[error("{0}")]
+    Client(reqwest::Error),
+    #[error("max_wait_secs must be between 0 and 86400, got {0}")]
+    MaxWait(f64),
+    /// No answer came (timeout, connection error, body cut off). Holds the error without its
+    /// URL, which may carry a key.
+    #[error("{0}")]
+    Send(reqwest::Error),
+}
+
 pub struct Endpoint {
     pub name: String,
     /// Ends with `/`.
@@ -41,7 +55,7 @@ impl Endpoint {
         cfg: &ServiceConfig,
         auth: Auth,
         default_timeout: Duration,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, EndpointError> {
         // Read now but required only when a call is made, so `validate` and `rethreshold` work
         // without keys.
         let key = cfg
@@ -53,7 +67,7 @@ impl Endpoint {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(15))
             .build()
-            .map_err(|e| e.to_string())?;
+            .map_err(EndpointError::Client)?;
         let mut base_url = cfg.base_url.clone();
         if !base_url.ends_with('/') {
             base_url.push('/');
@@ -61,11 +75,7 @@ impl Endpoint {
         let max_wait = match cfg.max_wait_secs {
             None => Duration::from_secs(60),
             Some(s) if s.is_finite() && (0.0..=86_400.0).contains(&s) => Duration::from_secs_f64(s),
-            Some(s) => {
-                return Err(format!(
-                    "max_wait_secs must be between 0 and 86400, got {s}"
-                ));
-            }
+            Some(s) => return Err(EndpointError::MaxWait(s)),
         };
         Ok(Self {
             name: name.to_string(),
@@ -107,7 +117,7 @@ impl Endpoint {
     pub async fn send(
         &self,
         r: reqwest::RequestBuilder,
-    ) -> Result<(u16, Option<f64>, Vec<u8>), String> {
+    ) -> Result<(u16, Option<f64>, Vec<u8>), EndpointError> {
         let (status, retry_after, _, bytes) = self.send_full(r).await?;
         Ok((status, retry_after, bytes))
     }
@@ -116,7 +126,7 @@ impl Endpoint {
     pub async fn send_full(
         &self,
         r: reqwest::RequestBuilder,
-    ) -> Result<(u16, Option<f64>, reqwest::header::HeaderMap, Vec<u8>), String> {
+    ) -> Result<(u16, Option<f64>, reqwest::header::HeaderMap, Vec<u8>), EndpointError> {
         let r = match (&self.key, self.auth) {
             (Some(k), Auth::Bearer) => r.bearer_auth(k),
             (Some(k), Auth::GoogApiKey) => r.header("x-goog-api-key", k),
@@ -126,7 +136,7 @@ impl Endpoint {
             .timeout(self.timeout)
             .send()
             .await
-            .map_err(|e| e.without_url().to_string())?;
+            .map_err(|e| EndpointError::Send(e.without_url()))?;
         let status = resp.status().as_u16();
         let retry_after = resp
             .headers()
@@ -137,7 +147,7 @@ impl Endpoint {
         let bytes = resp
             .bytes()
             .await
-            .map_err(|e| e.without_url().to_string())?;
+            .map_err(|e| EndpointError::Send(e.without_url()))?;
         Ok((status, retry_after, headers, bytes.to_vec()))
     }
 

@@ -18,7 +18,7 @@ mod settle;
 pub use batch::gemini_result;
 pub use settle::import;
 
-use super::endpoint::{Auth, Endpoint};
+use super::endpoint::{Auth, Endpoint, EndpointError};
 use crate::config::{BatchFallback, RepairRoute, ServiceApi, ServiceConfig, ServiceMode};
 use crate::error::{ErrorKind, StageError};
 use crate::store::batch::BatchQueue;
@@ -86,6 +86,31 @@ pub struct ChatAnswer {
     pub cached: bool,
 }
 
+/// A service table that cannot make a chat service, or a 200 answer that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    #[error(
+        "max_retries applies to the youtube source only: a model stage's attempts per video are the stage's `retries` (default 2)"
+    )]
+    MaxRetries,
+    #[error("batch_max_requests must be 1..=50000, got {0}")]
+    BatchMaxRequests(usize),
+    #[error("batch_inline_mib must be between 0 and 19 (Gemini takes 20 MB inline), got {0}")]
+    BatchInlineMib(f64),
+    #[error("batch_max_mib must be above 0 and at most 200, got {0}")]
+    BatchMaxMib(f64),
+    #[error(transparent)]
+    Endpoint(#[from] EndpointError),
+    /// The body is not JSON.
+    #[error("{0}")]
+    Json(serde_json::Error),
+    #[error("no choices")]
+    NoChoices,
+    /// Gemini: neither a candidate nor a block reason.
+    #[error("no candidates")]
+    NoCandidates,
+}
+
 pub struct LlmService {
     pub name: String,
     /// The folder of its batch queue under `batches/`: the name, or `name@mode` for a stage
@@ -143,7 +168,7 @@ fn smooth_quota(per_minute: u32, burst: u32) -> Option<Quota> {
 
 impl LlmService {
     /// `api` is `openai` or `gemini`; when absent it is inferred from the base URL.
-    pub fn new(name: &str, cfg: &ServiceConfig) -> Result<Self, String> {
+    pub fn new(name: &str, cfg: &ServiceConfig) -> Result<Self, LlmError> {
         let api = match cfg.api {
             Some(ServiceApi::OpenAi) => Api::OpenAi,
             Some(ServiceApi::Gemini) => Api::Gemini,
@@ -151,7 +176,7 @@ impl LlmService {
             None => Api::OpenAi,
         };
         if cfg.max_retries.is_some() {
-            return Err("max_retries applies to the youtube source only: a model stage's attempts per video are the stage's `retries` (default 2)".into());
+            return Err(LlmError::MaxRetries);
         }
         let auth = match api {
             Api::OpenAi => Auth::Bearer,
@@ -185,26 +210,18 @@ impl LlmService {
             batch_max_requests: match cfg.batch_max_requests {
                 None => 50_000,
                 Some(n) if (1..=50_000).contains(&n) => n,
-                Some(n) => return Err(format!("batch_max_requests must be 1..=50000, got {n}")),
+                Some(n) => return Err(LlmError::BatchMaxRequests(n)),
             },
             batch_inline_bytes: match cfg.batch_inline_mib {
                 // Gemini takes inline requests up to 20 MB.
                 None => 19 << 20,
                 Some(m) if m.is_finite() && (0.0..=19.0).contains(&m) => (m * 1048576.0) as u64,
-                Some(m) => {
-                    return Err(format!(
-                        "batch_inline_mib must be between 0 and 19 (Gemini takes 20 MB inline), got {m}"
-                    ));
-                }
+                Some(m) => return Err(LlmError::BatchInlineMib(m)),
             },
             batch_max_bytes: match cfg.batch_max_mib {
                 None => 190 << 20,
                 Some(m) if m.is_finite() && m > 0.0 && m <= 200.0 => (m * 1048576.0) as u64,
-                Some(m) => {
-                    return Err(format!(
-                        "batch_max_mib must be above 0 and at most 200, got {m}"
-                    ));
-                }
+                Some(m) => return Err(LlmError::BatchMaxMib(m)),
             },
             batch_poll: crate::store::batch::poll_every(cfg.batch_poll_secs),
             completion_window: cfg
@@ -354,7 +371,7 @@ impl LlmService {
                         .await?;
                     return Ok(a);
                 }
-                Err(e) => Some(e),
+                Err(e) => Some(e.to_string()),
             },
             _ => None,
         };
@@ -429,11 +446,11 @@ impl LlmService {
 }
 
 /// Reads a 200 body of either API.
-pub fn parse_answer(api: Api, body: &[u8]) -> Result<ChatAnswer, String> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+pub fn parse_answer(api: Api, body: &[u8]) -> Result<ChatAnswer, LlmError> {
+    let v: Value = serde_json::from_slice(body).map_err(LlmError::Json)?;
     match api {
         Api::OpenAi => {
-            let choice = v["choices"].get(0).ok_or("no choices")?;
+            let choice = v["choices"].get(0).ok_or(LlmError::NoChoices)?;
             let msg = &choice["message"];
             let refusal = msg["refusal"].as_str().map(String::from);
             let finish = choice["finish_reason"].as_str().unwrap_or("").to_string();
@@ -460,7 +477,7 @@ pub fn parse_answer(api: Api, body: &[u8]) -> Result<ChatAnswer, String> {
                 // The prompt itself was blocked.
                 let why = v["promptFeedback"]["blockReason"]
                     .as_str()
-                    .ok_or("no candidates")?;
+                    .ok_or(LlmError::NoCandidates)?;
                 return Ok(ChatAnswer {
                     text: None,
                     finish: "blocked".into(),

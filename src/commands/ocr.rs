@@ -69,13 +69,15 @@ pub fn run(a: Args) -> Result<Exit, RunError> {
         ..Default::default()
     };
     let engine = OcrEngine::load(&crate::paths::models_dir(), threads, params)
-        .map_err(RunError::Internal)?;
+        .map_err(|e| RunError::Internal(e.to_string()))?;
     let reused = std::sync::Mutex::new(ReuseCounts::default());
     let read = |img: &image::RgbImage, memory: &mut FrameMemory| -> Result<Vec<Region>, String> {
         if a.no_det {
-            Ok(vec![engine.ocr_line(img)?])
+            Ok(vec![engine.ocr_line(img).map_err(|e| e.to_string())?])
         } else {
-            let (regions, c) = engine.ocr_frame(img, memory, reuse)?;
+            let (regions, c) = engine
+                .ocr_frame(img, memory, reuse)
+                .map_err(|e| e.to_string())?;
             reused.lock().unwrap_or_else(|e| e.into_inner()).add(&c);
             Ok(regions)
         }
@@ -89,6 +91,7 @@ pub fn run(a: Args) -> Result<Exit, RunError> {
         chained,
         |item, memory: &mut FrameMemory| match item {
             OcrItem::File(p) => imgops::load_image(p)
+                .map_err(|e| e.to_string())
                 .and_then(|img| read(&img, memory))
                 .map(|regions| json_line(&p.display().to_string(), None, regions)),
             OcrItem::Frame {

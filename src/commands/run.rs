@@ -54,7 +54,7 @@ pub fn run(a: Args) -> Result<Exit, RunError> {
     let rank = crate::runtime::ranks::Rank::resolve(a.ranks.rank, a.ranks.world, &|k| {
         std::env::var(k).ok()
     })
-    .map_err(RunError::Config)?;
+    .map_err(|e| RunError::Config(e.to_string()))?;
     let plan = crate::plan::load(&a.file)?;
     // Stages with a line of their own for the summary (the prescreen's saved calls, OCR reuse).
     let summaries: Vec<(String, fn(&str, &crate::runtime::StageCounts) -> String)> = plan

@@ -43,6 +43,32 @@ pub fn owner(video_id: &str, world: u32) -> u32 {
     (u64::from_le_bytes(first) % world.max(1) as u64) as u32
 }
 
+/// Why the flags and scheduler variables name no rank: each says which setting to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum RankError {
+    #[error("{name}={value:?} is not a whole number")]
+    NotANumber { name: String, value: String },
+    #[error("--rank needs --world (the number of ranks)")]
+    RankWithoutWorld,
+    #[error("SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not: pass --world")]
+    SlurmWithoutCount,
+    #[error("SLURM_ARRAY_TASK_ID {id} is below SLURM_ARRAY_TASK_MIN {min}")]
+    SlurmBelowMin { id: u32, min: u32 },
+    #[error("JOB_COMPLETION_INDEX is set: pass --world (the Job's completions)")]
+    IndexWithoutWorld,
+    #[error("--world {0} without --rank (and no SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX)")]
+    WorldWithoutRank(u32),
+    /// `from` names where the rank came from (the flags or a scheduler variable).
+    #[error(
+        "rank {rank} is not in 0..{world} (from {from}): ranks count from 0 and the world is their number"
+    )]
+    OutOfRange {
+        rank: u32,
+        world: u32,
+        from: &'static str,
+    },
+}
+
 impl Rank {
     /// From `--rank/--world`, else the scheduler's variables, else the whole run in one process.
     /// Slurm: `SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN` of `SLURM_ARRAY_TASK_COUNT`;
@@ -52,20 +78,22 @@ impl Rank {
         rank: Option<u32>,
         world: Option<u32>,
         env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Self, String> {
-        let num = |name: &str| -> Result<Option<u32>, String> {
+    ) -> Result<Self, RankError> {
+        let num = |name: &str| -> Result<Option<u32>, RankError> {
             match env(name) {
                 None => Ok(None),
-                Some(v) => v
-                    .trim()
-                    .parse()
-                    .map(Some)
-                    .map_err(|_| format!("{name}={v:?} is not a whole number")),
+                Some(v) => match v.trim().parse() {
+                    Ok(n) => Ok(Some(n)),
+                    Err(_) => Err(RankError::NotANumber {
+                        name: name.to_string(),
+                        value: v,
+                    }),
+                },
             }
         };
         let (rank, world, from) = match (rank, world) {
             (Some(r), Some(w)) => (r, w, "--rank/--world"),
-            (Some(_), None) => return Err("--rank needs --world (the number of ranks)".into()),
+            (Some(_), None) => return Err(RankError::RankWithoutWorld),
             (None, w) => {
                 if let Some(id) = num("SLURM_ARRAY_TASK_ID")? {
                     let min = num("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
@@ -73,31 +101,25 @@ impl Rank {
                         (Some(w), _) => w,
                         (None, Some(c)) => c,
                         (None, None) => {
-                            return Err("SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not: pass --world".into());
+                            return Err(RankError::SlurmWithoutCount);
                         }
                     };
-                    let r = id.checked_sub(min).ok_or_else(|| {
-                        format!("SLURM_ARRAY_TASK_ID {id} is below SLURM_ARRAY_TASK_MIN {min}")
-                    })?;
+                    let r = id
+                        .checked_sub(min)
+                        .ok_or(RankError::SlurmBelowMin { id, min })?;
                     (r, count, "SLURM_ARRAY_TASK_ID")
                 } else if let Some(idx) = num("JOB_COMPLETION_INDEX")? {
-                    let w = w.ok_or(
-                        "JOB_COMPLETION_INDEX is set: pass --world (the Job's completions)",
-                    )?;
+                    let w = w.ok_or(RankError::IndexWithoutWorld)?;
                     (idx, w, "JOB_COMPLETION_INDEX")
                 } else if let Some(w) = w {
-                    return Err(format!(
-                        "--world {w} without --rank (and no SLURM_ARRAY_TASK_ID or JOB_COMPLETION_INDEX)"
-                    ));
+                    return Err(RankError::WorldWithoutRank(w));
                 } else {
                     return Ok(Self::default());
                 }
             }
         };
         if world == 0 || rank >= world {
-            return Err(format!(
-                "rank {rank} is not in 0..{world} (from {from}): ranks count from 0 and the world is their number"
-            ));
+            return Err(RankError::OutOfRange { rank, world, from });
         }
         Ok(Self {
             rank,
@@ -239,12 +261,14 @@ mod tests {
         assert!(
             Rank::resolve(None, None, &k8s)
                 .unwrap_err()
+                .to_string()
                 .contains("--world")
         );
         assert_eq!(Rank::resolve(None, Some(5), &k8s).unwrap().rank, 3);
         assert!(
             Rank::resolve(Some(4), Some(4), &none)
                 .unwrap_err()
+                .to_string()
                 .contains("0..4")
         );
         assert!(Rank::resolve(Some(1), None, &none).is_err());
@@ -252,6 +276,7 @@ mod tests {
         assert!(
             Rank::resolve(None, None, &bad)
                 .unwrap_err()
+                .to_string()
                 .contains("SLURM_ARRAY_TASK_ID")
         );
     }

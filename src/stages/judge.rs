@@ -153,12 +153,12 @@ pub struct Answer<T> {
 /// Asks `req`; a refusal or safety block rejects the video with the reason; an answer that
 /// `parse` refuses gets one repair request (`repair(problem)` appended to the prompt), then the
 /// video is rejected as `reason` with the problem and the last answer.
-pub async fn ask_validated<T>(
+pub async fn ask_validated<T, E: std::fmt::Display>(
     svc: &crate::clients::llm::LlmService,
     mut req: crate::clients::llm::ChatRequest,
     cx: &StageContext,
     reason: &str,
-    parse: impl Fn(&str) -> Result<T, String>,
+    parse: impl Fn(&str) -> Result<T, E>,
     repair: impl Fn(&str) -> String,
 ) -> Result<Answer<T>, StageError> {
     let base = req.prompt.clone();

@@ -75,7 +75,7 @@ impl BuildCx<'_> {
         // A bad setting is the service table's, not the stage's that names it.
         let svc_at = [Seg::Key("services".into()), Seg::Key(name.to_string())];
         let mut svc = crate::clients::llm::LlmService::new(name, &cfg)
-            .map_err(|e| self.src.error_at(&svc_at, e))?;
+            .map_err(|e| self.src.error_at(&svc_at, e.to_string()))?;
         svc.queue_name = key.clone();
         let svc = std::sync::Arc::new(svc);
         built.insert(key, svc.clone());

@@ -143,9 +143,14 @@ impl From<Verdict> for &'static str {
     }
 }
 
+/// A stored verdict that is none of the four.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a prescreen verdict (fail, likely_fail, pass, unknown)")]
+pub struct UnknownVerdict(pub String);
+
 impl TryFrom<String> for Verdict {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
+    type Error = UnknownVerdict;
+    fn try_from(s: String) -> Result<Self, UnknownVerdict> {
         // serde_arrow traces the row type by deserializing an empty string into each string
         // field, so the empty string must parse; an empty verdict says nothing either way.
         if s.is_empty() {
@@ -154,9 +159,7 @@ impl TryFrom<String> for Verdict {
         Self::ALL
             .into_iter()
             .find(|v| v.as_str() == s)
-            .ok_or_else(|| {
-                format!("{s:?} is not a prescreen verdict (fail, likely_fail, pass, unknown)")
-            })
+            .ok_or(UnknownVerdict(s))
     }
 }
 

@@ -131,13 +131,46 @@ impl Quality {
     }
 }
 
+/// What is wrong with a rubric answer: the message goes back to the model in the repair request,
+/// so it says exactly which object or category is off.
+#[derive(Debug, thiserror::Error)]
+pub enum RubricError {
+    #[error("no JSON array in the answer")]
+    NoArray,
+    #[error("not a JSON array: {0}")]
+    NotArray(serde_json::Error),
+    #[error("{0} objects, expected exactly 12")]
+    Count(usize),
+    /// `object` counts from 1, as the model sees the list.
+    #[error("object {object}: category_number is not an integer")]
+    NumberNotInteger { object: usize },
+    #[error("object {object}: category_number {number} is not 1-12")]
+    NumberOutOfRange { object: usize, number: u64 },
+    #[error("category_number {0} appears twice")]
+    Twice(u64),
+    #[error("category {0}: category_name missing")]
+    NameMissing(u64),
+    #[error("category {number} is named {name:?}, expected {expected:?}")]
+    Renamed {
+        number: u64,
+        name: String,
+        expected: &'static str,
+    },
+    #[error("category {number}: score {score} is not 0, 1 or 2")]
+    BadScore {
+        number: u64,
+        score: serde_json::Value,
+    },
+    #[error("category_number {0} missing")]
+    Missing(usize),
+}
+
 /// The scores in rubric order, or what is wrong with the answer.
-pub fn parse_rubric(text: &str) -> Result<[u8; 12], String> {
-    let arr = span(text, '[', ']').ok_or("no JSON array in the answer")?;
-    let v: Vec<serde_json::Value> =
-        serde_json::from_str(arr).map_err(|e| format!("not a JSON array: {e}"))?;
+pub fn parse_rubric(text: &str) -> Result<[u8; 12], RubricError> {
+    let arr = span(text, '[', ']').ok_or(RubricError::NoArray)?;
+    let v: Vec<serde_json::Value> = serde_json::from_str(arr).map_err(RubricError::NotArray)?;
     if v.len() != 12 {
-        return Err(format!("{} objects, expected exactly 12", v.len()));
+        return Err(RubricError::Count(v.len()));
     }
     let norm = |s: &str| {
         s.to_ascii_lowercase()
@@ -147,35 +180,41 @@ pub fn parse_rubric(text: &str) -> Result<[u8; 12], String> {
     };
     let mut scores = [None::<u8>; 12];
     for (i, o) in v.iter().enumerate() {
-        let n = o["category_number"].as_u64().ok_or(format!(
-            "object {}: category_number is not an integer",
-            i + 1
-        ))?;
+        let n = o["category_number"]
+            .as_u64()
+            .ok_or(RubricError::NumberNotInteger { object: i + 1 })?;
         if !(1..=12).contains(&n) {
-            return Err(format!("object {}: category_number {n} is not 1-12", i + 1));
+            return Err(RubricError::NumberOutOfRange {
+                object: i + 1,
+                number: n,
+            });
         }
         let idx = n as usize - 1;
         if scores[idx].is_some() {
-            return Err(format!("category_number {n} appears twice"));
+            return Err(RubricError::Twice(n));
         }
         let name = o["category_name"]
             .as_str()
-            .ok_or(format!("category {n}: category_name missing"))?;
+            .ok_or(RubricError::NameMissing(n))?;
         if norm(name) != norm(CRITERIA[idx]) {
-            return Err(format!(
-                "category {n} is named {name:?}, expected {:?}",
-                CRITERIA[idx]
-            ));
+            return Err(RubricError::Renamed {
+                number: n,
+                name: name.to_string(),
+                expected: CRITERIA[idx],
+            });
         }
-        let s = o["score"].as_u64().filter(|s| *s <= 2).ok_or(format!(
-            "category {n}: score {} is not 0, 1 or 2",
-            o["score"]
-        ))?;
+        let s = o["score"]
+            .as_u64()
+            .filter(|s| *s <= 2)
+            .ok_or_else(|| RubricError::BadScore {
+                number: n,
+                score: o["score"].clone(),
+            })?;
         scores[idx] = Some(s as u8);
     }
     let mut out = [0u8; 12];
     for (i, s) in scores.iter().enumerate() {
-        out[i] = s.ok_or(format!("category_number {} missing", i + 1))?;
+        out[i] = s.ok_or(RubricError::Missing(i + 1))?;
     }
     Ok(out)
 }
@@ -312,18 +351,21 @@ mod tests {
         assert!(
             parse_rubric(&answer(&[2; 11]))
                 .unwrap_err()
+                .to_string()
                 .contains("11 objects")
         );
         let bad_score = ok.replacen("\"score\": 1", "\"score\": 3", 1);
         assert!(
             parse_rubric(&bad_score)
                 .unwrap_err()
+                .to_string()
                 .contains("not 0, 1 or 2")
         );
         let renamed = ok.replace("Logo Assessment", "Branding");
         assert!(
             parse_rubric(&renamed)
                 .unwrap_err()
+                .to_string()
                 .contains("expected \"Logo Assessment\"")
         );
         let twice = ok.replace("\"category_number\": 2,", "\"category_number\": 1,");

@@ -12,7 +12,7 @@
 use super::judge::{Event, EventConfig, RELEVANCE_PROMPT, ask_validated, title_description};
 use crate::clients::llm::{ChatRequest, LlmService};
 use crate::config::{ConfigError, Seg, StageCommon};
-use crate::engines::minilm::{MiniLm, cosine};
+use crate::engines::minilm::{MiniLm, MiniLmError, cosine};
 use crate::error::{ErrorKind, StageError};
 use crate::record::{Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
@@ -118,7 +118,7 @@ pub struct Relevance {
 
 enum Judge {
     Model(Arc<LlmService>),
-    Local(OnceLock<Result<LocalJudge, String>>),
+    Local(OnceLock<Result<LocalJudge, MiniLmError>>),
 }
 
 struct LocalJudge {
@@ -327,10 +327,10 @@ impl Processor for RelevanceStage {
                             .get_or_init(|| LocalJudge::load(&event))
                             .as_ref()
                             .map_err(|e| {
-                                StageError::new(ErrorKind::Config, "model_missing", e.clone())
+                                StageError::new(ErrorKind::Config, "model_missing", e.to_string())
                             })?;
                         j.score(&text, scale)
-                            .map_err(|e| StageError::internal("embedding", e))
+                            .map_err(|e| StageError::internal("embedding", e.to_string()))
                     })
                     .await?;
                 Ok(vec![row])
@@ -348,14 +348,14 @@ impl Processor for RelevanceStage {
 }
 
 impl LocalJudge {
-    fn load(event: &Event) -> Result<Self, String> {
+    fn load(event: &Event) -> Result<Self, MiniLmError> {
         let model = MiniLm::load(&crate::engines::minilm::default_dir())?;
         let pos = model.embed(&event.positive)?;
         let neg = model.embed(&event.negative)?;
         Ok(Self { model, pos, neg })
     }
 
-    fn score(&self, text: &str, scale: f32) -> Result<Relevance, String> {
+    fn score(&self, text: &str, scale: f32) -> Result<Relevance, MiniLmError> {
         let e = self.model.embed(&[text.to_string()])?.remove(0);
         let mean =
             |set: &[Vec<f32>]| set.iter().map(|p| cosine(&e, p)).sum::<f32>() / set.len() as f32;

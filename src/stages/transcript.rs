@@ -172,7 +172,7 @@ impl super::PlainStage for TranscriptConfig {
         let svc = AsrService::new(&self.service, svc_cfg).map_err(|e| {
             bcx.src.error_at(
                 &[Seg::Key("services".into()), Seg::Key(self.service.clone())],
-                e,
+                e.to_string(),
             )
         })?;
         Ok(super::processor_task(TranscriptStage {
@@ -182,13 +182,22 @@ impl super::PlainStage for TranscriptConfig {
     }
 }
 
+/// Why a json3 caption file cannot be read (the caller names the file).
+#[derive(Debug, thiserror::Error)]
+pub enum CaptionError {
+    #[error("{0}")]
+    Json(serde_json::Error),
+    #[error("no `events` list")]
+    NoEvents,
+}
+
 /// A caption file's segments: json3 `events[{tStartMs, dDurationMs, segs[{utf8}]}]`. Events
 /// without `segs` (window definitions) and `aAppend` line breaks are skipped. In automatic
 /// captions a line stays on screen while the next one rolls in, so each segment ends where the
 /// next begins: the segments do not overlap, as spoken words do not.
-pub fn parse_json3(body: &[u8]) -> Result<Vec<(f64, f64, String)>, String> {
-    let v: serde_json::Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
-    let events = v["events"].as_array().ok_or("no `events` list")?;
+pub fn parse_json3(body: &[u8]) -> Result<Vec<(f64, f64, String)>, CaptionError> {
+    let v: serde_json::Value = serde_json::from_slice(body).map_err(CaptionError::Json)?;
+    let events = v["events"].as_array().ok_or(CaptionError::NoEvents)?;
     let ms = |x: &serde_json::Value| {
         x.as_f64()
             .or_else(|| x.as_str().and_then(|s| s.trim().parse().ok()))

@@ -361,9 +361,9 @@ impl BatchQueue {
     /// Files a batch's output and error lines: answers into the cache (as batch answers),
     /// errors into `failed.jsonl`; returns (answered, errors). `expected` are the job's ids:
     /// those with no line at all failed with `missing`.
-    pub fn file_results(
+    pub fn file_results<E: std::fmt::Display>(
         &self,
-        parse: &dyn Fn(Vec<u8>) -> Result<CachedResponse, String>,
+        parse: &dyn Fn(Vec<u8>) -> Result<CachedResponse, E>,
         keys: &HashMap<String, CacheKey>,
         cache: &ResponseCache,
         output: &[u8],
@@ -420,7 +420,7 @@ impl BatchQueue {
                         answered += 1;
                     }
                     Err(e) => {
-                        fail(q, id, "unreadable_answer", &e)?;
+                        fail(q, id, "unreadable_answer", &e.to_string())?;
                         errors += 1;
                     }
                 }
@@ -549,12 +549,12 @@ pub fn export(
 /// `vidcurate batch import`, once the results are in OpenAI's line shape (`bytes`): files the
 /// answers to requests of `stage` into the cache (each body read by `parse`) and takes them out
 /// of the pending queues under `local_dir`.
-pub fn import_lines(
+pub fn import_lines<E: std::fmt::Display>(
     local_dir: &Path,
     stage: &str,
     cache: &ResponseCache,
     bytes: &[u8],
-    parse: &dyn Fn(Vec<u8>) -> Result<CachedResponse, String>,
+    parse: &dyn Fn(Vec<u8>) -> Result<CachedResponse, E>,
 ) -> Result<Imported, StageError> {
     let ids: HashSet<String> = bytes
         .split(|b| *b == b'\n')

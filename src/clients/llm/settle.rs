@@ -57,7 +57,7 @@ impl BatchService for LlmService {
 }
 
 /// A batch's answer body as the response cache keeps it (marked as a batch answer).
-fn cached_answer(api: Api, body: Vec<u8>) -> Result<CachedResponse, String> {
+fn cached_answer(api: Api, body: Vec<u8>) -> Result<CachedResponse, super::LlmError> {
     let a = super::parse_answer(api, &body)?;
     Ok(CachedResponse {
         status: 200,

@@ -2,6 +2,7 @@
 //! (`cv2.resize` INTER_LINEAR with half-pixel centres, `warpPerspective` INTER_CUBIC with
 //! replicated borders), so boxes and crops compare one to one with RapidOCR 1.4.4.
 
+use super::OcrError;
 use image::{DynamicImage, ImageDecoder, RgbImage};
 use std::path::Path;
 
@@ -12,28 +13,30 @@ use std::path::Path;
 /// it for RGBA), 16-bit grey is scaled to 8 bits (RapidOCR passes the raw 16-bit values on), and
 /// the EXIF orientation is applied (RapidOCR ignores it; both read upright text the same, and a
 /// phone photo stored sideways is read here the way it is shown).
-pub fn load_image(path: &Path) -> Result<RgbImage, String> {
+pub fn load_image(path: &Path) -> Result<RgbImage, OcrError> {
+    let err = |error: image::ImageError| OcrError::Image {
+        path: path.to_path_buf(),
+        error,
+    };
+    // An unreadable file is reported as the I/O error it is (`ImageError::IoError` shows just it).
+    let io = |e: std::io::Error| err(image::ImageError::IoError(e));
     let reader = image::ImageReader::open(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?
+        .map_err(io)?
         .with_guessed_format()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(io)?;
     // GIFs decode with an alpha channel but are palette pictures (PIL's mode "P"), not RGBA:
     // they keep their colours, transparent pixels over white.
     let gif = reader.format() == Some(image::ImageFormat::Gif);
     if reader.format().is_none() {
-        return Err(format!(
-            "{}: not an image format vidcurate reads",
-            path.display()
-        ));
+        return Err(OcrError::NotAnImage {
+            path: path.to_path_buf(),
+        });
     }
-    let mut decoder = reader
-        .into_decoder()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut decoder = reader.into_decoder().map_err(err)?;
     let orientation = decoder
         .orientation()
         .unwrap_or(image::metadata::Orientation::NoTransforms);
-    let mut img =
-        DynamicImage::from_decoder(decoder).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut img = DynamicImage::from_decoder(decoder).map_err(err)?;
     img.apply_orientation(orientation);
     Ok(if gif { over_white(&img) } else { flatten(img) })
 }

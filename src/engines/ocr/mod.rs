@@ -20,7 +20,57 @@ use reuse::{Change, KnownLine, Window};
 pub use reuse::{FrameMemory, Reuse, ReuseCounts};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// Why the OCR engine could not load or read an image. Messages name the file or model that
+/// failed and say how to fix a missing one.
+#[derive(Debug, thiserror::Error)]
+pub enum OcrError {
+    #[error(
+        "ONNX Runtime library not found at {}: run scripts/fetch_models.sh (or set ORT_DYLIB_PATH)",
+        lib.display()
+    )]
+    RuntimeMissing { lib: PathBuf },
+    #[error("loading {}: {error}", lib.display())]
+    RuntimeLoad {
+        lib: PathBuf,
+        error: ort::LoadDynamicError,
+    },
+    #[error("starting ONNX Runtime: {0}")]
+    RuntimeStart(ort::Error),
+    /// ONNX Runtime is loaded once per process, so its first failure is every later one's.
+    #[error(transparent)]
+    Runtime(Arc<OcrError>),
+    #[error("model {} not found: run scripts/fetch_models.sh", path.display())]
+    ModelMissing { path: PathBuf },
+    #[error("{}: {error}", path.display())]
+    Model { path: PathBuf, error: ort::Error },
+    /// Reading the rec model's metadata, where its character list is.
+    #[error("{0}")]
+    Metadata(ort::Error),
+    #[error("rec model has no `character` metadata")]
+    NoCharacters,
+    #[error("OCR worker poisoned")]
+    Poisoned,
+    /// A model (`det`, `cls`, `rec`) failed on its input.
+    #[error("{model}: {error}")]
+    Inference {
+        model: &'static str,
+        error: ort::Error,
+    },
+    #[error("det: map of {shape:?} for an input of {w}x{h}")]
+    DetShape { shape: Vec<i64>, w: usize, h: usize },
+    /// Building an input tensor or reading an output one.
+    #[error("{0}")]
+    Tensor(ort::Error),
+    #[error("{}: {error}", path.display())]
+    Image {
+        path: PathBuf,
+        error: image::ImageError,
+    },
+    #[error("{}: not an image format vidcurate reads", path.display())]
+    NotAnImage { path: PathBuf },
+}
 
 /// Recognised text of one region. Coordinates are pixels of the input image.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
@@ -81,24 +131,28 @@ impl Default for OcrParams {
     }
 }
 
-static ORT: OnceLock<Result<ort::environment::Environment, String>> = OnceLock::new();
+static ORT: OnceLock<Result<ort::environment::Environment, Arc<OcrError>>> = OnceLock::new();
 
 /// Loads ONNX Runtime's shared library once (`ORT_DYLIB_PATH` overrides the models folder).
-fn init_ort(models: &Path) -> Result<ort::environment::Environment, String> {
+fn init_ort(models: &Path) -> Result<ort::environment::Environment, OcrError> {
     ORT.get_or_init(|| {
         let lib = std::env::var_os("ORT_DYLIB_PATH")
             .map(PathBuf::from)
             .unwrap_or_else(|| models.join("onnxruntime/libonnxruntime.so.1.31.1"));
         if !lib.is_file() {
-            return Err(format!(
-                "ONNX Runtime library not found at {}: run scripts/fetch_models.sh (or set ORT_DYLIB_PATH)",
-                lib.display()
-            ));
+            return Err(Arc::new(OcrError::RuntimeMissing { lib }));
         }
-        let builder = ort::init_from(&lib).map_err(|e| format!("loading {}: {e}", lib.display()))?;
-        builder.with_name("vidcurate").build().map_err(|e| format!("starting ONNX Runtime: {e}"))
+        let builder = match ort::init_from(&lib) {
+            Ok(b) => b,
+            Err(error) => return Err(Arc::new(OcrError::RuntimeLoad { lib, error })),
+        };
+        builder
+            .with_name("vidcurate")
+            .build()
+            .map_err(|e| Arc::new(OcrError::RuntimeStart(e)))
     })
     .clone()
+    .map_err(OcrError::Runtime)
 }
 
 /// One set of sessions, used by one thread at a time.
@@ -121,26 +175,28 @@ fn session(
     env: &ort::environment::Environment,
     path: &Path,
     threads: usize,
-) -> Result<Session, String> {
+) -> Result<Session, OcrError> {
     if !path.is_file() {
-        return Err(format!(
-            "model {} not found: run scripts/fetch_models.sh",
-            path.display()
-        ));
+        return Err(OcrError::ModelMissing {
+            path: path.to_path_buf(),
+        });
     }
-    let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
-    let b = Session::builder(env).map_err(|e| err(&e))?;
+    let err = |e: ort::Error| OcrError::Model {
+        path: path.to_path_buf(),
+        error: e,
+    };
+    let b = Session::builder(env).map_err(err)?;
     let b = b
         .with_optimization_level(ort::session::builder::GraphOptimizationLevel::Level3)
-        .map_err(|e| err(&e))?;
-    let b = b.with_intra_threads(threads).map_err(|e| err(&e))?;
-    let mut b = b.with_inter_threads(1).map_err(|e| err(&e))?;
-    b.commit_from_file(path).map_err(|e| err(&e))
+        .map_err(|e| err(e.into()))?;
+    let b = b.with_intra_threads(threads).map_err(|e| err(e.into()))?;
+    let mut b = b.with_inter_threads(1).map_err(|e| err(e.into()))?;
+    b.commit_from_file(path).map_err(err)
 }
 
 impl OcrEngine {
     /// Loads det, cls and rec from `models/ppocrv4/` once per worker (`threads` workers).
-    pub fn load(models: &Path, threads: usize, params: OcrParams) -> Result<Self, String> {
+    pub fn load(models: &Path, threads: usize, params: OcrParams) -> Result<Self, OcrError> {
         let env = init_ort(models)?;
         let dir = models.join("ppocrv4");
         let mut workers = vec![];
@@ -150,9 +206,9 @@ impl OcrEngine {
             if chars.is_empty() {
                 let dict = rec
                     .metadata()
-                    .map_err(|e| e.to_string())?
+                    .map_err(OcrError::Metadata)?
                     .custom("character")
-                    .ok_or("rec model has no `character` metadata")?;
+                    .ok_or(OcrError::NoCharacters)?;
                 // Index 0 is the CTC blank; a space is appended last (PaddleOCR's use_space_char).
                 chars.push(String::new());
                 chars.extend(
@@ -181,7 +237,7 @@ impl OcrEngine {
     }
 
     /// A free worker, else waits for the next one in turn.
-    fn worker(&self) -> Result<MutexGuard<'_, Models>, String> {
+    fn worker(&self) -> Result<MutexGuard<'_, Models>, OcrError> {
         let n = self.workers.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         for i in 0..n {
@@ -191,11 +247,11 @@ impl OcrEngine {
         }
         self.workers[start % n]
             .lock()
-            .map_err(|_| "OCR worker poisoned".to_string())
+            .map_err(|_| OcrError::Poisoned)
     }
 
     /// Detection, classification and recognition of every text line in `img`.
-    pub fn ocr(&self, img: &RgbImage) -> Result<Vec<Region>, String> {
+    pub fn ocr(&self, img: &RgbImage) -> Result<Vec<Region>, OcrError> {
         self.ocr_frame(img, &mut FrameMemory::default(), Reuse::Off)
             .map(|(regions, _)| regions)
     }
@@ -207,7 +263,7 @@ impl OcrEngine {
         img: &RgbImage,
         memory: &mut FrameMemory,
         mode: Reuse,
-    ) -> Result<(Vec<Region>, ReuseCounts), String> {
+    ) -> Result<(Vec<Region>, ReuseCounts), OcrError> {
         let (raw_w, raw_h) = img.dimensions();
         let (img, ratio_w, ratio_h) = self.limit_sides(img);
         let (img, pad_top) = self.letterbox(img);
@@ -264,7 +320,7 @@ impl OcrEngine {
     }
 
     /// Detection, classification and recognition of a prepared image, from scratch.
-    fn read_fresh(&self, m: &mut Models, img: &RgbImage) -> Result<Vec<KnownLine>, String> {
+    fn read_fresh(&self, m: &mut Models, img: &RgbImage) -> Result<Vec<KnownLine>, OcrError> {
         let t0 = std::time::Instant::now();
         let (w, h) = img.dimensions();
         let boxes = self.boxes(&self.det_map(m, img, None)?, w, h);
@@ -292,7 +348,7 @@ impl OcrEngine {
     }
 
     /// Angle classification and recognition of line crops.
-    fn read_lines(&self, m: &mut Models, crops: &[RgbImage]) -> Result<Vec<LineRead>, String> {
+    fn read_lines(&self, m: &mut Models, crops: &[RgbImage]) -> Result<Vec<LineRead>, OcrError> {
         let (turned, angles) = self.classify(m, crops.to_vec())?;
         let texts = self.recognize(m, &turned)?;
         Ok(texts
@@ -312,7 +368,7 @@ impl OcrEngine {
         memory: &mut FrameMemory,
         check: bool,
         counts: &mut ReuseCounts,
-    ) -> Result<Vec<KnownLine>, String> {
+    ) -> Result<Vec<KnownLine>, OcrError> {
         let t0 = std::time::Instant::now();
         let boxes = self.detect_in_chain(m, img, memory, counts)?;
         let t_det = t0.elapsed();
@@ -385,7 +441,7 @@ impl OcrEngine {
         img: &RgbImage,
         memory: &mut FrameMemory,
         counts: &mut ReuseCounts,
-    ) -> Result<Vec<Quad>, String> {
+    ) -> Result<Vec<Quad>, OcrError> {
         let (w, h) = img.dimensions();
         let (rw, rh) = self.det_size(w, h);
         let full_px = rw as u64 * rh as u64;
@@ -441,7 +497,7 @@ impl OcrEngine {
     }
 
     /// Recognition of the whole image as one line (RapidOCR with `use_det=False`).
-    pub fn ocr_line(&self, img: &RgbImage) -> Result<Region, String> {
+    pub fn ocr_line(&self, img: &RgbImage) -> Result<Region, OcrError> {
         let (w, h) = img.dimensions();
         let (img, ..) = self.limit_sides(img);
         let mut m = self.worker()?;
@@ -487,7 +543,7 @@ impl OcrEngine {
         m: &mut Models,
         img: &RgbImage,
         partial: Option<(&DetMap, Window)>,
-    ) -> Result<DetMap, String> {
+    ) -> Result<DetMap, OcrError> {
         let (w, h) = img.dimensions();
         let (rw, rh) = self.det_size(w, h);
         if rw == 0 || rh == 0 {
@@ -544,15 +600,19 @@ impl OcrEngine {
         &self,
         m: &mut Models,
         mut crops: Vec<RgbImage>,
-    ) -> Result<(Vec<RgbImage>, Option<Vec<(String, f32)>>), String> {
+    ) -> Result<(Vec<RgbImage>, Option<Vec<(String, f32)>>), OcrError> {
         if !self.params.use_cls {
             return Ok((crops, None));
         }
         let (h, w) = (48u32, 192u32);
         let mut angles = vec![(String::new(), 0.0f32); crops.len()];
         for batch in self.batches(&crops) {
-            let (_, probs) =
-                run_lines(&mut m.cls, &crops, &batch, h, w).map_err(|e| format!("cls: {e}"))?;
+            let (_, probs) = run_lines(&mut m.cls, &crops, &batch, h, w).map_err(|error| {
+                OcrError::Inference {
+                    model: "cls",
+                    error,
+                }
+            })?;
             for (k, &i) in batch.iter().enumerate() {
                 let (p0, p180) = (probs[2 * k], probs[2 * k + 1]);
                 let (label, score) = if p180 > p0 { ("180", p180) } else { ("0", p0) };
@@ -565,7 +625,11 @@ impl OcrEngine {
         Ok((crops, Some(angles)))
     }
 
-    fn recognize(&self, m: &mut Models, crops: &[RgbImage]) -> Result<Vec<(String, f32)>, String> {
+    fn recognize(
+        &self,
+        m: &mut Models,
+        crops: &[RgbImage],
+    ) -> Result<Vec<(String, f32)>, OcrError> {
         let h = 48u32;
         let mut out = vec![(String::new(), 0.0f32); crops.len()];
         for batch in self.batches(crops) {
@@ -575,8 +639,12 @@ impl OcrEngine {
                 .fold(320.0 / 48.0, f64::max);
             let w = (h as f64 * max_ratio) as u32;
             let tb = std::time::Instant::now();
-            let (shape, probs) =
-                run_lines(&mut m.rec, crops, &batch, h, w).map_err(|e| format!("rec: {e}"))?;
+            let (shape, probs) = run_lines(&mut m.rec, crops, &batch, h, w).map_err(|error| {
+                OcrError::Inference {
+                    model: "rec",
+                    error,
+                }
+            })?;
             tracing::trace!(
                 ms = tb.elapsed().as_secs_f64() * 1e3,
                 w,
@@ -633,7 +701,7 @@ pub(crate) struct DetMap {
 }
 
 /// Runs the detector on the `[x0, y0, x1, y1)` window of `resized`; the window's map.
-fn run_det(session: &mut Session, resized: &RgbImage, win: [u32; 4]) -> Result<Vec<f32>, String> {
+fn run_det(session: &mut Session, resized: &RgbImage, win: [u32; 4]) -> Result<Vec<f32>, OcrError> {
     let (ww, wh) = ((win[2] - win[0]) as usize, (win[3] - win[1]) as usize);
     let plane = ww * wh;
     let mut input = vec![0f32; 3 * plane];
@@ -647,15 +715,22 @@ fn run_det(session: &mut Session, resized: &RgbImage, win: [u32; 4]) -> Result<V
         }
     }
     let tensor = TensorRef::from_array_view(([1usize, 3, wh, ww], input.as_slice()))
-        .map_err(|e| e.to_string())?;
+        .map_err(OcrError::Tensor)?;
     let outputs = session
         .run(ort::inputs![tensor])
-        .map_err(|e| format!("det: {e}"))?;
+        .map_err(|error| OcrError::Inference {
+            model: "det",
+            error,
+        })?;
     let (shape, pred) = outputs[0]
         .try_extract_tensor::<f32>()
-        .map_err(|e| e.to_string())?;
+        .map_err(OcrError::Tensor)?;
     if (shape[2] as usize, shape[3] as usize) != (wh, ww) {
-        return Err(format!("det: map of {shape:?} for an input of {ww}x{wh}"));
+        return Err(OcrError::DetShape {
+            shape: shape.iter().copied().collect(),
+            w: ww,
+            h: wh,
+        });
     }
     Ok(pred.to_vec())
 }
@@ -667,21 +742,16 @@ fn run_lines(
     batch: &[usize],
     h: u32,
     w: u32,
-) -> Result<(Vec<i64>, Vec<f32>), String> {
+) -> Result<(Vec<i64>, Vec<f32>), ort::Error> {
     let per = (3 * h * w) as usize;
     let mut input = vec![0f32; per * batch.len()];
     for (k, &i) in batch.iter().enumerate() {
         imgops::to_line_tensor(&crops[i], h, w, &mut input[k * per..(k + 1) * per]);
     }
     let tensor =
-        TensorRef::from_array_view(([batch.len(), 3, h as usize, w as usize], input.as_slice()))
-            .map_err(|e| e.to_string())?;
-    let outputs = session
-        .run(ort::inputs![tensor])
-        .map_err(|e| e.to_string())?;
-    let (shape, data) = outputs[0]
-        .try_extract_tensor::<f32>()
-        .map_err(|e| e.to_string())?;
+        TensorRef::from_array_view(([batch.len(), 3, h as usize, w as usize], input.as_slice()))?;
+    let outputs = session.run(ort::inputs![tensor])?;
+    let (shape, data) = outputs[0].try_extract_tensor::<f32>()?;
     Ok((shape.iter().copied().collect(), data.to_vec()))
 }
 

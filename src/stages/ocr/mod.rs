@@ -83,7 +83,8 @@ impl Default for OcrConfig {
 
 pub struct OcrStage {
     cfg: OcrConfig,
-    engine: OnceLock<Result<Arc<OcrEngine>, String>>,
+    /// The load's failure is kept as the stage error it becomes, so every video gets it.
+    engine: OnceLock<Result<Arc<OcrEngine>, StageError>>,
 }
 
 /// This stage in the registry (`stages::STAGE_KINDS`).
@@ -179,11 +180,12 @@ impl OcrStage {
                     },
                     ..Default::default()
                 };
-                OcrEngine::load(&crate::paths::models_dir(), threads, params).map(Arc::new)
+                OcrEngine::load(&crate::paths::models_dir(), threads, params)
+                    .map(Arc::new)
+                    // Missing models stop the run: every video would fail the same way.
+                    .map_err(|e| StageError::new(ErrorKind::Config, "ocr_models", e.to_string()))
             })
             .clone()
-            // Missing models stop the run: every video would fail the same way.
-            .map_err(|e| StageError::new(ErrorKind::Config, "ocr_models", e))
     }
 }
 
@@ -203,7 +205,7 @@ fn analyse_frame(
     let t0 = std::time::Instant::now();
     let (found, reused) = engine
         .ocr_frame(&img, memory, cfg.reuse)
-        .map_err(|e| StageError::internal("ocr_failed", e))?;
+        .map_err(|e| StageError::internal("ocr_failed", e.to_string()))?;
     let t1 = std::time::Instant::now();
     let out: Vec<_> = found
         .into_iter()
