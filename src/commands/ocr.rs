@@ -71,17 +71,16 @@ pub fn run(a: Args) -> Result<Exit, RunError> {
     let engine = OcrEngine::load(&crate::paths::models_dir(), threads, params)
         .map_err(|e| RunError::Internal(e.to_string()))?;
     let reused = std::sync::Mutex::new(ReuseCounts::default());
-    let read = |img: &image::RgbImage, memory: &mut FrameMemory| -> Result<Vec<Region>, String> {
-        if a.no_det {
-            Ok(vec![engine.ocr_line(img).map_err(|e| e.to_string())?])
-        } else {
-            let (regions, c) = engine
-                .ocr_frame(img, memory, reuse)
-                .map_err(|e| e.to_string())?;
-            reused.lock().unwrap_or_else(|e| e.into_inner()).add(&c);
-            Ok(regions)
-        }
-    };
+    let read =
+        |img: &image::RgbImage, memory: &mut FrameMemory| -> Result<Vec<Region>, ItemError> {
+            if a.no_det {
+                Ok(vec![engine.ocr_line(img)?])
+            } else {
+                let (regions, c) = engine.ocr_frame(img, memory, reuse)?;
+                reused.lock().unwrap_or_else(|e| e.into_inner()).add(&c);
+                Ok(regions)
+            }
+        };
     let (items, mut failed) = collect_items(&a.files, a.frames);
     let chained = reuse != Reuse::Off && !a.no_det;
     // One thread per OCR worker; results are printed in input order as they arrive.
@@ -91,7 +90,7 @@ pub fn run(a: Args) -> Result<Exit, RunError> {
         chained,
         |item, memory: &mut FrameMemory| match item {
             OcrItem::File(p) => imgops::load_image(p)
-                .map_err(|e| e.to_string())
+                .map_err(ItemError::from)
                 .and_then(|img| read(&img, memory))
                 .map(|regions| json_line(&p.display().to_string(), None, regions)),
             OcrItem::Frame {
@@ -201,6 +200,15 @@ fn report_reuse(c: &ReuseCounts, reuse: Reuse) {
     }
 }
 
+/// Why one image gave no line: the engine's error, or a panic caught on its thread.
+#[derive(Debug, thiserror::Error)]
+pub enum ItemError {
+    #[error("{0}")]
+    Ocr(#[from] crate::engines::ocr::OcrError),
+    #[error("item {item}: OCR failed: {msg}")]
+    Panicked { item: usize, msg: String },
+}
+
 /// Runs `work` on every item with `threads` threads and hands the results to `emit` in input
 /// order, as soon as each one's turn comes. `chained`: each thread takes one run of consecutive
 /// items and carries its state `S` from one to the next; else items go to whichever thread is
@@ -210,10 +218,10 @@ fn in_order_on_threads<T: Sync, S: Default>(
     items: &[T],
     threads: usize,
     chained: bool,
-    work: impl Fn(&T, &mut S) -> Result<String, String> + Sync,
-    mut emit: impl FnMut(Result<String, String>),
+    work: impl Fn(&T, &mut S) -> Result<String, ItemError> + Sync,
+    mut emit: impl FnMut(Result<String, ItemError>),
 ) {
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<String, String>)>();
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<String, ItemError>)>();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let threads = threads.max(1);
     let per_chain = items.len().div_ceil(threads).max(1);
@@ -241,7 +249,7 @@ fn in_order_on_threads<T: Sync, S: Default>(
                     }))
                     .unwrap_or_else(|p| {
                         let msg = crate::error::panic_message(p.as_ref());
-                        Err(format!("item {}: OCR failed: {msg}", i + 1))
+                        Err(ItemError::Panicked { item: i + 1, msg })
                     });
                     if tx.send((i, r)).is_err() {
                         break;
@@ -290,7 +298,7 @@ mod tests {
             for (i, r) in got.iter().enumerate() {
                 if i == 7 {
                     let e = r.as_ref().unwrap_err();
-                    assert!(e.contains("model exploded"), "{e}");
+                    assert!(e.to_string().contains("model exploded"), "{e}");
                     continue;
                 }
                 let (n, seen) = r.as_deref().unwrap().split_once('/').unwrap();
