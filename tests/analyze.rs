@@ -157,42 +157,17 @@ fn analyze_recovers_the_drawn_distributions() {
     );
     // A filter the regions table cannot apply is invalid input: exit 2, as in `split` and
     // `annotate export`; so is a --where that does not parse, and a folder that is no run.
-    assert_eq!(
-        o.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(String::from_utf8_lossy(&o.stderr).contains("no_such_column"));
-    let o = run(
-        &[
-            "analyze",
-            out.to_str().unwrap(),
-            "--by",
-            "label",
-            "--where",
-            "label",
-        ],
-        d.path(),
-    );
-    assert_eq!(
-        o.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(String::from_utf8_lossy(&o.stderr).contains("no operator"));
-    let o = run(
-        &["analyze", d.path().to_str().unwrap(), "--by", "label"],
-        d.path(),
-    );
-    assert_eq!(
-        o.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(String::from_utf8_lossy(&o.stderr).contains("not a run directory"));
+    let invalid = |o: std::process::Output, says: &str| {
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(says), "{err}");
+    };
+    invalid(o, "no_such_column");
+    let run_dir = out.to_str().unwrap();
+    let args = ["analyze", run_dir, "--by", "label", "--where", "label"];
+    invalid(run(&args, d.path()), "no operator");
+    let args = ["analyze", d.path().to_str().unwrap(), "--by", "label"];
+    invalid(run(&args, d.path()), "not a run directory");
     let stats = rows("stats");
     let hue = stats
         .iter()

@@ -26,3 +26,14 @@ pub fn tokio_runtime() -> Result<tokio::runtime::Runtime, RunError> {
         .build()
         .map_err(|e| RunError::at("starting the runtime", e))
 }
+
+/// The fingerprint a run's source table was written under (the current one when the manifest
+/// predates it): what a command reads that table with.
+pub(crate) fn source_fingerprint(m: &crate::store::manifest::Manifest) -> String {
+    use crate::runtime::chain::{SOURCE_FINGERPRINT, SOURCE_STAGE_ID};
+    m.stages
+        .iter()
+        .find(|s| s.id == SOURCE_STAGE_ID)
+        .map(|s| s.fingerprint.clone())
+        .unwrap_or_else(|| SOURCE_FINGERPRINT.to_string())
+}

@@ -341,12 +341,7 @@ pub async fn split(run_dir: &Path, opts: &SplitOptions) -> Result<SplitReport, R
     let run = crate::store::run::RunView::open(run_dir).await?;
     let (selected, _) = crate::stages::selection::pipeline_selection(&run).await?;
     let (store, m) = (run.store, run.manifest);
-    let fp = m
-        .stages
-        .iter()
-        .find(|s| s.id == SOURCE_STAGE_ID)
-        .map(|s| s.fingerprint.clone())
-        .unwrap_or_else(|| crate::runtime::chain::SOURCE_FINGERPRINT.to_string());
+    let fp = crate::commands::source_fingerprint(&m);
     let view = read_table(&store, SOURCE_STAGE_ID, &fp, true).await?;
     let values = source_values(&view.batches, opts)?;
     let items: Vec<Item> = selected

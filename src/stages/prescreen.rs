@@ -600,6 +600,25 @@ mod tests {
         assert_eq!(s.judge(&scene, 8, None).logo, Verdict::Pass);
     }
 
+    /// The row as it was before verdicts were an enum.
+    #[derive(Serialize, Deserialize)]
+    struct StringVerdicts {
+        logo: String,
+        logo_evidence: String,
+        location: String,
+        location_evidence: String,
+        time_date: String,
+        time_date_evidence: String,
+        sns: String,
+        sns_evidence: String,
+        jump_cuts: String,
+        jump_cuts_evidence: String,
+        subtitles: String,
+        subtitles_evidence: String,
+        certain_failures: u32,
+        failed_criteria: String,
+    }
+
     /// The verdict columns keep the type and strings they had as `String` fields: old shards read
     /// as the enum, new shards read as before, and the stage's fingerprint (which hashes the
     /// column types) does not change.
@@ -609,24 +628,6 @@ mod tests {
         use arrow::array::AsArray;
         use arrow::datatypes::DataType;
 
-        /// The row as it was before verdicts were an enum.
-        #[derive(Serialize, Deserialize)]
-        struct StringVerdicts {
-            logo: String,
-            logo_evidence: String,
-            location: String,
-            location_evidence: String,
-            time_date: String,
-            time_date_evidence: String,
-            sns: String,
-            sns_evidence: String,
-            jump_cuts: String,
-            jump_cuts_evidence: String,
-            subtitles: String,
-            subtitles_evidence: String,
-            certain_failures: u32,
-            failed_criteria: String,
-        }
         let fields = fields_of::<Prescreen>().unwrap();
         assert_eq!(fields, fields_of::<StringVerdicts>().unwrap());
 
@@ -666,7 +667,12 @@ mod tests {
         }
         let back: Vec<Prescreen> = serde_arrow::from_record_batch(&read).unwrap();
         assert_eq!(back, vec![row]);
+    }
 
+    #[test]
+    fn shards_written_when_verdicts_were_strings_read_as_the_enum() {
+        use crate::store::shards::fields_of;
+        let fields = fields_of::<Prescreen>().unwrap();
         // A shard written when verdicts were strings reads as the enum; a word that is no
         // verdict is an error, not a silent `unknown`.
         let old = |logo: &str| StringVerdicts {

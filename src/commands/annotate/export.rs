@@ -89,12 +89,7 @@ pub(super) async fn passing(
     expr: &str,
 ) -> Result<std::collections::HashSet<String>, RunError> {
     let filter = crate::commands::analyze::filter::Filter::parse(expr)?;
-    let fp = m
-        .stages
-        .iter()
-        .find(|s| s.id == SOURCE_STAGE_ID)
-        .map(|s| s.fingerprint.clone())
-        .unwrap_or_else(|| crate::runtime::chain::SOURCE_FINGERPRINT.to_string());
+    let fp = crate::commands::source_fingerprint(&m);
     let view = read_table(store, SOURCE_STAGE_ID, &fp, true).await?;
     let mut keep = std::collections::HashSet::new();
     for b in &view.batches {

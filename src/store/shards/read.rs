@@ -187,6 +187,7 @@ pub(super) async fn get_unless_moved(
 
 /// A stage table read without touching the run directory (for `rethreshold` and `analyze`): the
 /// done and rejected videos of `fingerprint`, and the batches of its shards.
+#[derive(Default)]
 pub struct TableView {
     pub done: HashSet<String>,
     pub rejected: HashSet<String>,
@@ -202,12 +203,7 @@ pub async fn read_table(
     fingerprint: &str,
     with_rows: bool,
 ) -> Result<TableView, RunError> {
-    let mut view = TableView {
-        done: HashSet::new(),
-        rejected: HashSet::new(),
-        batches: vec![],
-        decoded: Default::default(),
-    };
+    let mut view = TableView::default();
     let (files, rejects) = stage_files(store, stage_id).await?;
     for (path, is_reject) in files {
         let Some(data) = get_unless_moved(store.as_ref(), &path).await? else {
@@ -237,12 +233,7 @@ pub async fn read_new_slots(
     fingerprint: &str,
     seen: &mut HashSet<String>,
 ) -> Result<TableView, RunError> {
-    let mut view = TableView {
-        done: HashSet::new(),
-        rejected: HashSet::new(),
-        batches: vec![],
-        decoded: Default::default(),
-    };
+    let mut view = TableView::default();
     let mut paths: Vec<String> = store
         .list(stage_id)
         .await
