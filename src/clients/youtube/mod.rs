@@ -6,185 +6,27 @@
 //! cache. `quotaExceeded` marks the day's bucket spent and stops; `keyInvalid` stops at once. The
 //! key travels only as the `key` query parameter; the cache and every message name the key by a
 //! short hash.
+//!
+//! Here: the client and its calls. `quota` keeps the ledger and the Pacific-day arithmetic;
+//! `errors` says what a failed call becomes (retry, spent, refused).
+
+mod errors;
+mod quota;
+
+pub use errors::YtError;
+pub use quota::{QuotaConfig, QuotaLedger, pacific_day};
 
 use crate::store::cache::{CacheKey, CachedResponse, ResponseCache};
 use chrono::{DateTime, NaiveDate, Utc};
+use errors::{Failure, classify};
 use google_youtube3::api::{SearchListResponse, VideoListResponse};
 use google_youtube3::{YouTube, common};
-use rusqlite::{Connection, OptionalExtension, params};
-use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use quota::until_reset;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 type Connector = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
-
-/// Budgets and costs, with the published defaults.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct QuotaConfig {
-    /// search.list counted in its own bucket of calls (YouTube's accounting since 2026-06);
-    /// false: it costs `search_cost` units of the general bucket, as before.
-    pub search_bucket: bool,
-    pub search_calls_per_day: u64,
-    pub search_cost: u64,
-    pub units_per_day: u64,
-    pub videos_cost: u64,
-    /// The ledger file (shared by every run using the same key).
-    /// Default: $XDG_STATE_HOME/vidcurate/youtube-quota.sqlite (~/.local/state/...).
-    pub ledger: Option<PathBuf>,
-}
-
-impl Default for QuotaConfig {
-    fn default() -> Self {
-        Self {
-            search_bucket: true,
-            search_calls_per_day: 100,
-            search_cost: 100,
-            units_per_day: 10_000,
-            videos_cost: 1,
-            ledger: None,
-        }
-    }
-}
-
-impl QuotaConfig {
-    fn ledger_path(&self) -> PathBuf {
-        if let Some(p) = &self.ledger {
-            return p.clone();
-        }
-        let state = std::env::var_os("XDG_STATE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
-            .unwrap_or_else(|| PathBuf::from("."));
-        state.join("vidcurate").join("youtube-quota.sqlite")
-    }
-
-    /// (bucket, cost, budget) of a method.
-    fn charge(&self, method: Method) -> (&'static str, u64, u64) {
-        match method {
-            Method::Search if self.search_bucket => ("search.list", 1, self.search_calls_per_day),
-            Method::Search => ("units", self.search_cost, self.units_per_day),
-            Method::Videos => ("units", self.videos_cost, self.units_per_day),
-        }
-    }
-}
-
-/// The day YouTube's quota counts in: it resets at midnight Pacific time.
-pub fn pacific_day(now: DateTime<Utc>) -> NaiveDate {
-    now.with_timezone(&chrono_tz::America::Los_Angeles)
-        .date_naive()
-}
-
-/// Time until the next Pacific midnight, for the stop message.
-fn until_reset(now: DateTime<Utc>) -> Duration {
-    let tz = chrono_tz::America::Los_Angeles;
-    let next = pacific_day(now).succ_opt().unwrap_or(pacific_day(now));
-    let midnight = next
-        .and_hms_opt(0, 0, 0)
-        .and_then(|t| t.and_local_timezone(tz).earliest())
-        .map(|t| t.with_timezone(&Utc))
-        .unwrap_or(now);
-    (midnight - now).to_std().unwrap_or_default()
-}
-
-/// Units used per API key (by hash), Pacific day and bucket. SQLite so concurrent runs with the
-/// same key count together.
-pub struct QuotaLedger {
-    path: PathBuf,
-    conn: std::sync::Mutex<Connection>,
-}
-
-impl QuotaLedger {
-    pub fn open(path: &Path) -> Result<Self, YtError> {
-        let err = |e: String| YtError::Setup(format!("quota ledger {}: {e}", path.display()));
-        if let Some(d) = path.parent() {
-            std::fs::create_dir_all(d).map_err(|e| err(e.to_string()))?;
-        }
-        let conn = Connection::open(path).map_err(|e| err(e.to_string()))?;
-        conn.busy_timeout(Duration::from_secs(30))
-            .map_err(|e| err(e.to_string()))?;
-        conn.execute_batch(
-            "PRAGMA journal_mode = WAL;
-             CREATE TABLE IF NOT EXISTS quota (
-                 key_id TEXT NOT NULL, day TEXT NOT NULL, bucket TEXT NOT NULL,
-                 used INTEGER NOT NULL, PRIMARY KEY (key_id, day, bucket));",
-        )
-        .map_err(|e| err(e.to_string()))?;
-        Ok(Self {
-            path: path.to_path_buf(),
-            conn: std::sync::Mutex::new(conn),
-        })
-    }
-
-    fn err(&self, e: rusqlite::Error) -> YtError {
-        YtError::Setup(format!("quota ledger {}: {e}", self.path.display()))
-    }
-
-    pub fn used(&self, key_id: &str, day: NaiveDate, bucket: &str) -> Result<u64, YtError> {
-        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        conn.query_row(
-            "SELECT used FROM quota WHERE key_id = ?1 AND day = ?2 AND bucket = ?3",
-            params![key_id, day.to_string(), bucket],
-            |r| r.get::<_, i64>(0),
-        )
-        .optional()
-        .map(|u| u.unwrap_or(0) as u64)
-        .map_err(|e| self.err(e))
-    }
-
-    /// Takes `cost` from today's bucket, or says how much is left when it would overspend.
-    fn reserve(
-        &self,
-        key_id: &str,
-        day: NaiveDate,
-        bucket: &str,
-        cost: u64,
-        budget: u64,
-    ) -> Result<Result<(), u64>, YtError> {
-        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        let tx = conn.transaction().map_err(|e| self.err(e))?;
-        let used: u64 = tx
-            .query_row(
-                "SELECT used FROM quota WHERE key_id = ?1 AND day = ?2 AND bucket = ?3",
-                params![key_id, day.to_string(), bucket],
-                |r| r.get::<_, i64>(0),
-            )
-            .optional()
-            .map_err(|e| self.err(e))?
-            .unwrap_or(0) as u64;
-        if used + cost > budget {
-            return Ok(Err(used));
-        }
-        tx.execute(
-            "INSERT INTO quota (key_id, day, bucket, used) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (key_id, day, bucket) DO UPDATE SET used = ?4",
-            params![key_id, day.to_string(), bucket, (used + cost) as i64],
-        )
-        .map_err(|e| self.err(e))?;
-        tx.commit().map_err(|e| self.err(e))?;
-        Ok(Ok(()))
-    }
-
-    /// The API said the quota is gone: count the bucket as spent for the rest of the day.
-    fn exhaust(
-        &self,
-        key_id: &str,
-        day: NaiveDate,
-        bucket: &str,
-        budget: u64,
-    ) -> Result<(), YtError> {
-        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        conn.execute(
-            "INSERT INTO quota (key_id, day, bucket, used) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (key_id, day, bucket) DO UPDATE SET used = MAX(used, ?4)",
-            params![key_id, day.to_string(), bucket, budget as i64],
-        )
-        .map_err(|e| self.err(e))?;
-        Ok(())
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Method {
@@ -199,35 +41,6 @@ impl Method {
             Method::Videos => "videos.list",
         }
     }
-}
-
-/// Why a call gave no answer.
-#[derive(Debug, thiserror::Error)]
-pub enum YtError {
-    /// Today's budget for this key is spent (by our ledger or by the API's `quotaExceeded`).
-    #[error("{0}")]
-    QuotaSpent(String),
-    #[error(
-        "the YouTube API rejected the key in ${env} (reason `{reason}`): check the key, and that the YouTube Data API v3 is enabled for its project"
-    )]
-    KeyInvalid { env: String, reason: String },
-    /// A request the API refuses whatever we retry (bad parameter...).
-    #[error("{method} refused ({code} {reason}): {message}")]
-    Refused {
-        method: &'static str,
-        code: i64,
-        reason: String,
-        message: String,
-    },
-    /// Retries used up on 429, 5xx or transport errors.
-    #[error("{method} failed after {attempts} attempts: {last}")]
-    Unavailable {
-        method: &'static str,
-        attempts: u32,
-        last: String,
-    },
-    #[error("{0}")]
-    Setup(String),
 }
 
 /// Connection settings, from `[services.youtube]`.
@@ -582,109 +395,6 @@ struct Charge {
     budget: u64,
 }
 
-enum Failure {
-    Retry(String),
-    QuotaExceeded(String),
-    KeyInvalid(String),
-    Refused(i64, String, String),
-}
-
-impl Failure {
-    fn scrub(self, key: &str) -> Self {
-        let s = |t: String| crate::secrets::scrub(&t, &[key]);
-        match self {
-            Failure::Retry(m) => Failure::Retry(s(m)),
-            Failure::QuotaExceeded(m) => Failure::QuotaExceeded(s(m)),
-            Failure::KeyInvalid(m) => Failure::KeyInvalid(s(m)),
-            Failure::Refused(c, r, m) => Failure::Refused(c, s(r), s(m)),
-        }
-    }
-}
-
-/// Maps the crate's error to what we do about it. Transport error texts never contain the URL
-/// (and so never the key); API error bodies are Google's JSON.
-fn classify(method: Method, e: common::Error) -> Failure {
-    match e {
-        common::Error::BadRequest(json) => {
-            let err = &json["error"];
-            let code = err["code"].as_i64().unwrap_or(0);
-            let message = err["message"].as_str().unwrap_or("").to_string();
-            let reasons: Vec<String> = err["errors"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x["reason"].as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let details: Vec<String> = err["details"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x["reason"].as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let all: Vec<&str> = reasons
-                .iter()
-                .chain(details.iter())
-                .map(String::as_str)
-                .collect();
-            let first = all.first().map(|s| s.to_string()).unwrap_or_default();
-            if let Some(r) = all
-                .iter()
-                .find(|r| matches!(**r, "quotaExceeded" | "dailyLimitExceeded"))
-            {
-                Failure::QuotaExceeded(r.to_string())
-            } else if let Some(r) = all.iter().find(|r| {
-                matches!(
-                    **r,
-                    "keyInvalid"
-                        | "API_KEY_INVALID"
-                        | "keyExpired"
-                        | "accessNotConfigured"
-                        | "forbidden"
-                )
-            }) {
-                Failure::KeyInvalid(r.to_string())
-            } else if code == 429
-                || code >= 500
-                || all.iter().any(|r| {
-                    matches!(
-                        *r,
-                        "rateLimitExceeded" | "userRateLimitExceeded" | "backendError"
-                    )
-                })
-            {
-                Failure::Retry(format!("{code} {first}: {message}"))
-            } else {
-                let _ = method;
-                Failure::Refused(code, first, message)
-            }
-        }
-        common::Error::Failure(resp) => {
-            let status = resp.status().as_u16();
-            if status == 429 || status >= 500 {
-                Failure::Retry(format!("HTTP {status}"))
-            } else {
-                Failure::Refused(
-                    status as i64,
-                    "http_status".into(),
-                    format!("HTTP {status} without a JSON body"),
-                )
-            }
-        }
-        common::Error::HttpError(e) => Failure::Retry(format!("transport: {e}")),
-        common::Error::Io(e) => Failure::Retry(format!("transport: {e}")),
-        common::Error::JsonDecodeError(_, e) => Failure::Refused(
-            200,
-            "bad_json".into(),
-            format!("the answer is not the expected JSON: {e}"),
-        ),
-        other => Failure::Refused(0, "client".into(), other.to_string()),
-    }
-}
-
 fn human(d: Duration) -> String {
     let m = d.as_secs() / 60;
     format!("{} h {:02} min", m / 60, m % 60)
@@ -729,48 +439,5 @@ pub fn parse_duration(s: &str) -> Option<f64> {
                 + millisecond as f64 / 1000.0,
         ),
         iso8601::Duration::Weeks(w) => Some(w as f64 * 7.0 * 86_400.0),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pacific_day_follows_los_angeles() {
-        // 07:59 UTC on 30 Nov is 23:59 on 29 Nov in Los Angeles (PST, UTC-8).
-        let t = DateTime::parse_from_rfc3339("2026-11-30T07:59:00Z")
-            .unwrap()
-            .to_utc();
-        assert_eq!(pacific_day(t).to_string(), "2026-11-29");
-        let t = DateTime::parse_from_rfc3339("2026-11-30T08:00:00Z")
-            .unwrap()
-            .to_utc();
-        assert_eq!(pacific_day(t).to_string(), "2026-11-30");
-        // Summer time: UTC-7.
-        let t = DateTime::parse_from_rfc3339("2026-07-01T06:59:00Z")
-            .unwrap()
-            .to_utc();
-        assert_eq!(pacific_day(t).to_string(), "2026-06-30");
-        assert_eq!(until_reset(t), Duration::from_secs(60));
-    }
-
-    #[test]
-    fn ledger_reserves_until_the_budget_and_exhausts() {
-        let dir = tempfile::tempdir().unwrap();
-        let l = QuotaLedger::open(&dir.path().join("q.sqlite")).unwrap();
-        let day = NaiveDate::from_ymd_opt(2026, 11, 30).unwrap();
-        assert_eq!(l.reserve("k", day, "units", 4, 10).unwrap(), Ok(()));
-        assert_eq!(l.reserve("k", day, "units", 6, 10).unwrap(), Ok(()));
-        assert_eq!(l.reserve("k", day, "units", 1, 10).unwrap(), Err(10));
-        // Another key, another day: separate.
-        assert_eq!(l.reserve("j", day, "units", 1, 10).unwrap(), Ok(()));
-        assert_eq!(
-            l.reserve("k", day.succ_opt().unwrap(), "units", 1, 10)
-                .unwrap(),
-            Ok(())
-        );
-        l.exhaust("j", day, "units", 10).unwrap();
-        assert_eq!(l.used("j", day, "units").unwrap(), 10);
     }
 }

@@ -1,0 +1,356 @@
+//! The loop of a processor stage: reads its input channel, settles each video (rows from an
+//! earlier run, an earlier reject, or a computation: `retry`), writes rows and rejects to the
+//! stage's shards, and forwards the kept records to the next stage.
+//! Reads the stage's prior shards (`store::shards::load_prior`); writes through `ShardWriter`;
+//! calls the `Processor`'s `process`, `keep` and `attach`.
+
+use super::retry::{Outcome, compute_with_retries};
+use super::source_loop::note_lost;
+use super::stage::{self, Processor, StageContext};
+use super::{StageCounts, StageIo, StageSettings, StageTask};
+use crate::error::{ErrorKind, RunError, StageError};
+use crate::record::VideoRecord;
+use crate::runtime::progress::StageProgress;
+use crate::runtime::watch::StageWatch;
+use crate::store::shards::{self, ShardWriter};
+use async_trait::async_trait;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Wraps a `Processor` with the runtime's machinery.
+pub struct ProcessorTask<P: Processor>(pub Arc<P>);
+
+#[async_trait]
+impl<P: Processor> StageTask for ProcessorTask<P> {
+    fn requires(&self) -> &'static [crate::record::Slot] {
+        self.0.requires()
+    }
+    fn provides(&self) -> crate::record::Slot {
+        self.0.provides()
+    }
+    fn schema_id(&self) -> String {
+        match shards::fields_of::<P::Row>() {
+            Ok(fields) => fields
+                .iter()
+                .map(|f| format!("{}:{}", f.name(), f.data_type()))
+                .collect::<Vec<_>>()
+                .join(","),
+            Err(e) => e.to_string(),
+        }
+    }
+    fn estimate(&self) -> stage::StageEstimate {
+        self.0.estimate()
+    }
+    fn columns(&self) -> Vec<String> {
+        shards::fields_of::<P::Row>()
+            .map(|fields| fields.iter().map(|f| f.name().clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The stage loop. Its one rule: the videos in flight are polled all the time, also while
+    /// the loop waits for room downstream (a future left unpolled could sit on a shared resource
+    /// and stall every stage: issue 10). So the loop waits on four things at once: a finished
+    /// video, room in the output channel for one that is waiting to be sent, a new input (only
+    /// while fewer than `max_in_flight` videos are computing or waiting to be sent, which is what
+    /// bounds the stage's memory), and the flush timer.
+    async fn run(self: Box<Self>, io: StageIo, cx: StageContext) -> Result<StageCounts, RunError> {
+        let StageIo {
+            mut input,
+            output,
+            settings,
+            progress,
+            watch,
+        } = io;
+        let (prior, mut writer) = open_stage_tables::<P::Row>(&cx, &settings).await?;
+        let mut counts = StageCounts::default();
+        let limit = settings.max_in_flight.max(1);
+        let mut in_flight = FuturesUnordered::<BoxFuture<'static, Outcome<P::Row>>>::new();
+        let mut to_send: VecDeque<VideoRecord> = VecDeque::new();
+        let mut input_open = true;
+        let mut downstream_open = true;
+        let mut rejects = RejectLog::default();
+        let mut tick = tokio::time::interval(settings.flush_every.max(Duration::from_millis(100)));
+        loop {
+            if !input_open && in_flight.is_empty() && to_send.is_empty() {
+                break;
+            }
+            let room = in_flight.len() + to_send.len() < limit;
+            let step = tokio::select! {
+                biased;
+                // Ctrl-C: queued videos are not started (they are not recorded as done, so the
+                // rerun does them); those in flight are finished and persisted.
+                _ = cx.cancel.cancelled(), if input_open => Step::InputClosed,
+                Some(o) = in_flight.next(), if !in_flight.is_empty() => Step::Finished(o),
+                permit = output.reserve(), if !to_send.is_empty() => match permit {
+                    Ok(permit) => {
+                        if let Some(rec) = to_send.pop_front() {
+                            permit.send(rec);
+                            watch.sent();
+                        }
+                        Step::Sent
+                    }
+                    Err(_) => Step::DownstreamClosed,
+                },
+                r = input.recv(), if input_open && room => match r {
+                    Some(rec) => Step::Received(rec),
+                    None => Step::InputClosed,
+                },
+                _ = tick.tick() => Step::Tick,
+            };
+            match step {
+                Step::InputClosed => {
+                    input_open = false;
+                    input.close();
+                    watch.input_closed();
+                }
+                Step::Received(rec) => {
+                    watch.received();
+                    in_flight.push(self.start(rec, &prior, &cx, &settings, &watch));
+                }
+                Step::Finished(outcome) => {
+                    if let Some(rec) = self
+                        .finish(
+                            outcome,
+                            &cx,
+                            &mut writer,
+                            &mut counts,
+                            &progress,
+                            &watch,
+                            &mut rejects,
+                        )
+                        .await?
+                    {
+                        counts.forwarded += 1;
+                        if downstream_open {
+                            to_send.push_back(rec);
+                        }
+                    }
+                    writer.maybe_flush().await?;
+                }
+                Step::Sent => {}
+                Step::DownstreamClosed => {
+                    // Downstream has stopped (a fatal error there, or Ctrl-C): finish and
+                    // persist what is in flight, forward nothing more.
+                    downstream_open = false;
+                    to_send.clear();
+                }
+                Step::Tick => writer.maybe_flush().await?,
+            }
+            watch.set_waiting_to_send(to_send.len());
+        }
+        writer.flush().await?;
+        note_lost(&cx, writer.lost());
+        rejects.summary(&cx.stage_id);
+        progress.finish();
+        watch.ended();
+        counts.tally = cx.tally.snapshot();
+        Ok(counts)
+    }
+}
+
+/// Logs rejects the first few times per reason, then counts them: a manifest of thousands of bad
+/// lines must not print thousands of warnings (every reject is in `rejects/` anyway).
+#[derive(Default)]
+pub(super) struct RejectLog {
+    seen: std::collections::BTreeMap<String, u64>,
+}
+
+impl RejectLog {
+    const SHOWN: u64 = 5;
+
+    /// Whether this reject is to be logged one by one.
+    pub(super) fn note(&mut self, reason: &str) -> bool {
+        let n = self.seen.entry(reason.to_string()).or_default();
+        *n += 1;
+        *n <= Self::SHOWN
+    }
+
+    /// One line per reason that was cut short.
+    pub(super) fn summary(&self, stage: &str) {
+        for (reason, n) in &self.seen {
+            if *n > Self::SHOWN {
+                tracing::warn!(
+                    stage,
+                    reason = %reason,
+                    "{} more rejected for this reason ({n} in all; see rejects/).",
+                    n - Self::SHOWN
+                );
+            }
+        }
+    }
+}
+
+/// What woke the stage loop.
+enum Step<R> {
+    InputClosed,
+    Received(VideoRecord),
+    Finished(Outcome<R>),
+    Sent,
+    DownstreamClosed,
+    Tick,
+}
+
+impl<P: Processor> ProcessorTask<P> {
+    /// The future that settles one video: rows from an earlier run, an earlier reject, or a
+    /// computation with retries.
+    fn start(
+        &self,
+        rec: VideoRecord,
+        prior: &Arc<shards::Prior<P::Row>>,
+        cx: &StageContext,
+        settings: &StageSettings,
+        watch: &Arc<StageWatch>,
+    ) -> BoxFuture<'static, Outcome<P::Row>> {
+        if prior.is_done(&rec.video_id) {
+            let prior = prior.clone();
+            Box::pin(async move {
+                match prior.take(&rec.video_id).await {
+                    Ok(rows) => Outcome::Reused(rec, rows),
+                    // An unreadable shard of our own: stop rather than redo or guess.
+                    Err(e) => {
+                        let err = StageError::internal("prior_shard", e.to_string());
+                        Outcome::Computed(rec, Err(err), None)
+                    }
+                }
+            })
+        } else if prior.is_rejected(&rec.video_id) {
+            Box::pin(futures::future::ready(Outcome::RejectedBefore))
+        } else {
+            watch.started_computing();
+            let (p, cx, settings) = (self.0.clone(), cx.clone(), settings.clone());
+            Box::pin(async move {
+                let t0 = std::time::Instant::now();
+                match compute_with_retries(p, rec, cx, settings).await {
+                    Outcome::Computed(rec, r, _) => Outcome::Computed(rec, r, Some(t0.elapsed())),
+                    other => other,
+                }
+            })
+        }
+    }
+
+    /// Counts, persists and selects one settled video; the record to forward, if any.
+    async fn finish(
+        &self,
+        outcome: Outcome<P::Row>,
+        cx: &StageContext,
+        writer: &mut ShardWriter<P::Row>,
+        counts: &mut StageCounts,
+        progress: &StageProgress,
+        watch: &StageWatch,
+        rejects: &mut RejectLog,
+    ) -> Result<Option<VideoRecord>, RunError> {
+        counts.received += 1;
+        let took = match &outcome {
+            Outcome::Computed(_, _, took) => *took,
+            _ => None,
+        };
+        watch.finished(took);
+        Ok(match outcome {
+            Outcome::Reused(rec, rows) => {
+                counts.reused += 1;
+                progress.inc(false);
+                select(&*self.0, rec, rows, &cx.extras, counts)
+            }
+            Outcome::RejectedBefore => {
+                counts.rejected_before += 1;
+                progress.inc(true);
+                None
+            }
+            Outcome::Computed(rec, Ok(rows), _) => {
+                counts.computed += 1;
+                progress.inc(false);
+                writer.add(&rec, rows.clone());
+                select(&*self.0, rec, rows, &cx.extras, counts)
+            }
+            Outcome::Computed(rec, Err(e), _) => match e.kind {
+                ErrorKind::Data | ErrorKind::External => {
+                    counts.rejected += 1;
+                    progress.inc(true);
+                    if rejects.note(&e.reason) {
+                        tracing::warn!(stage = %cx.stage_id, video_id = %rec.video_id, reason = %e.reason, detail = %e.detail, "Rejected.");
+                    }
+                    writer.reject(&rec.video_id, &rec.extra, &e);
+                    None
+                }
+                ErrorKind::Deferred => {
+                    // Neither done nor rejected: nothing is written, and the next pass (after
+                    // the batch is answered) computes it from the cache.
+                    counts.deferred += 1;
+                    progress.inc(false);
+                    None
+                }
+                ErrorKind::Config => {
+                    // A refused key, a missing tool: no other video would fare better.
+                    writer.flush().await?;
+                    return Err(RunError::Config(format!(
+                        "stage {}: {} (at video {})",
+                        cx.stage_id, e.detail, rec.video_id
+                    )));
+                }
+                ErrorKind::Internal => {
+                    // Keep what is finished, then stop the run.
+                    writer.flush().await?;
+                    return Err(RunError::Internal(format!(
+                        "stage {} failed on video {}: {e}",
+                        cx.stage_id, rec.video_id
+                    )));
+                }
+            },
+        })
+    }
+}
+
+/// Applies the stage's thresholds; a kept record gets its rows attached.
+fn select<P: Processor>(
+    p: &P,
+    mut rec: VideoRecord,
+    rows: Vec<P::Row>,
+    extras: &[String],
+    counts: &mut StageCounts,
+) -> Option<VideoRecord> {
+    if p.keep(&rec, extras, &rows) {
+        P::attach(&mut rec, rows);
+        Some(rec)
+    } else {
+        counts.filtered += 1;
+        None
+    }
+}
+
+/// What earlier runs finished for this stage, and the writer for this run's shards.
+pub(super) async fn open_stage_tables<
+    R: Serialize + serde::de::DeserializeOwned + Send + 'static,
+>(
+    cx: &StageContext,
+    settings: &StageSettings,
+) -> Result<(Arc<shards::Prior<R>>, ShardWriter<R>), RunError> {
+    let (rank, prefix) = (cx.rank, cx.rank.shard_prefix());
+    let prior = shards::load_prior::<R>(
+        &cx.store,
+        &cx.stage_id,
+        &cx.fingerprint,
+        &prefix,
+        Arc::new(move |v: &str| rank.owns(v)),
+    )
+    .await?;
+    let writer = ShardWriter::<R>::open(
+        cx.store.clone(),
+        &cx.stage_id,
+        &cx.fingerprint,
+        cx.extras.clone(),
+        shards::Slots {
+            prefix: &prefix,
+            next: prior.next_slot,
+        },
+        settings.max_rows_per_shard,
+        settings.flush_every,
+    )
+    .await?
+    .publishing(cx.cache.clone());
+    Ok((Arc::new(prior), writer))
+}

@@ -1,0 +1,318 @@
+//! `youtube` source: a query file → YouTube Data API search → one row per distinct video.
+//!
+//! Reads: the query file (`queries/*.toml`). Calls: search.list for every query and date window
+//! (paged, maxResults 50; a window whose first page estimates more results than `split_above` is
+//! cut in two, down to `min_window_hours`), and videos.list in batches of 50 ids for snippet,
+//! contentDetails, statistics and status. Caches: every API answer, in the run's response cache
+//! (a rerun makes no call it made before), and counts quota in the per-key ledger. Writes: the
+//! `source` table: metadata (title and description HTML-unescaped and raw, channel, upload time,
+//! duration in seconds, counts as integers, tags, languages, status) and `provenance`, the
+//! (query, parameters, page, rank) hits known when the video was passed on; the query file's
+//! `domain` is carried as an extra column. When every query is answered, `collection/provenance.parquet`
+//! lists every hit of every video (a video found again after it was passed on is only complete
+//! there). Ids that videos.list does not return (private, deleted) are rejected as `unavailable`.
+//!
+//! Collection streams: each batch of 50 new ids goes to videos.list as soon as the searches have
+//! found it, and its videos go down the chain at once, so judging runs while searching goes on.
+//! The batches are the same as when everything was collected first (ids in the order they were
+//! first found, cut every 50), so a rerun finds every call in the cache. A spent quota stops the
+//! collection (exit 4) after the videos already passed on are finished; the next run picks up
+//! from the cache. In a ranked run only rank 0 collects (`Source::collects_once`); the other ranks
+//! read its committed table.
+//!
+//! Here: the settings, `build`, the `Source` impl and the source row of a videos.list item;
+//! `collect` is the collection loop (queries, date windows, batches, provenance).
+
+mod collect;
+
+pub use collect::PROVENANCE_TABLE;
+
+use crate::clients::youtube::{
+    ClientSettings, QuotaConfig, YouTubeClient, YtError, parse_duration,
+};
+use crate::config::queries::{Query, QueryFile};
+use crate::config::{ConfigError, Seg};
+use crate::error::RunError;
+use crate::record::{Extras, Slot, SourceInfo};
+use crate::runtime::stage::{Source, SourceStream, StageContext};
+use crate::stages::BuildCx;
+use async_trait::async_trait;
+use chrono::{DateTime, NaiveDate, Utc};
+use futures::StreamExt;
+use google_youtube3::api::Video;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Settings of `[source] type = "youtube"`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct YouTubeConfig {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The query file (relative to the pipeline file).
+    pub queries: PathBuf,
+    /// The `[services.<name>]` entry with base_url and api_key_env.
+    #[serde(default = "default_service")]
+    pub service: String,
+    /// Pages of 50 per query and window (YouTube stops near 500 results whatever the depth).
+    #[serde(default = "default_pages")]
+    pub max_pages: u32,
+    /// A dated window whose first page estimates more results than this is cut in two.
+    #[serde(default = "default_split")]
+    pub split_above: u32,
+    /// ... but never below this length.
+    #[serde(default = "default_min_window")]
+    pub min_window_hours: u32,
+    /// Only the first N expanded queries (a cheap trial run).
+    #[serde(default)]
+    pub max_queries: Option<usize>,
+    #[serde(default)]
+    pub quota: QuotaConfig,
+}
+
+fn default_service() -> String {
+    "youtube".into()
+}
+fn default_pages() -> u32 {
+    10
+}
+fn default_split() -> u32 {
+    500
+}
+fn default_min_window() -> u32 {
+    24
+}
+
+/// The public endpoint, used when the pipeline has no `[services.youtube]`.
+pub const DEFAULT_BASE_URL: &str = "https://youtube.googleapis.com/";
+pub const DEFAULT_KEY_ENV: &str = "YOUTUBE_API_KEY";
+
+pub struct YouTubeSource {
+    cfg: YouTubeConfig,
+    settings: ClientSettings,
+    queries: Vec<Query>,
+    domain: String,
+    client: Option<Arc<YouTubeClient>>,
+}
+
+pub fn build(
+    table: &toml::Table,
+    at: &[Seg],
+    bcx: &BuildCx,
+) -> Result<(Box<dyn Source>, serde_json::Value), ConfigError> {
+    let mut cfg: YouTubeConfig = bcx.src.typed(table, at)?;
+    let key = |k: &str| crate::config::key_at(at, k);
+    let qpath = bcx.resolve(&cfg.queries);
+    let (qf, _) = QueryFile::load(&qpath)?;
+    let mut queries = qf.expand();
+    if let Some(n) = cfg.max_queries {
+        queries.truncate(n);
+    }
+    if queries.is_empty() {
+        return Err(bcx
+            .src
+            .error_at(&key("queries"), "the query file expands to no query"));
+    }
+    for q in &queries {
+        for k in ["published_after", "published_before"] {
+            if let Some(v) = q.params.get(k) {
+                if parse_time(v).is_none() {
+                    return Err(ConfigError {
+                        file: qpath.clone(),
+                        line: None,
+                        column: None,
+                        key: Some(k.into()),
+                        message: format!(
+                            "query {:?}: {k} = {v:?} is neither YYYY-MM-DD nor an RFC 3339 time",
+                            q.text
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    if let Some(l) = &cfg.quota.ledger {
+        cfg.quota.ledger = Some(bcx.resolve(l));
+    }
+    let svc = bcx.services.get(&cfg.service);
+    if svc.is_none() && cfg.service != default_service() {
+        return Err(bcx.src.error_at(
+            &key("service"),
+            format!("no [services.{}] in the pipeline file", cfg.service),
+        ));
+    }
+    let settings = ClientSettings {
+        base_url: svc
+            .map(|s| s.base_url.clone())
+            .unwrap_or_else(|| DEFAULT_BASE_URL.into()),
+        api_key_env: svc
+            .and_then(|s| s.api_key_env.clone())
+            .unwrap_or_else(|| DEFAULT_KEY_ENV.into()),
+        timeout: Duration::from_secs(svc.and_then(|s| s.timeout_secs).unwrap_or(30)),
+        max_retries: svc.and_then(|s| s.max_retries).unwrap_or(5),
+        quota: cfg.quota.clone(),
+    };
+    let json = serde_json::to_value(&cfg).unwrap_or_default();
+    Ok((
+        Box::new(YouTubeSource {
+            cfg,
+            settings,
+            queries,
+            domain: qf.domain,
+            client: None,
+        }),
+        json,
+    ))
+}
+
+/// YYYY-MM-DD (midnight UTC) or an RFC 3339 time.
+pub(super) fn parse_time(s: &str) -> Option<DateTime<Utc>> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Some(t.to_utc());
+    }
+    NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map(|t| t.and_utc())
+}
+
+pub(super) fn fmt_time(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn unescape(s: &Option<String>) -> Option<String> {
+    s.as_ref()
+        .map(|t| html_escape::decode_html_entities(t).into_owned())
+}
+
+/// The source row of one videos.list item; parts that are missing stay null.
+pub fn video_info(v: &Video) -> SourceInfo {
+    let sn = v.snippet.as_ref();
+    let cd = v.content_details.as_ref();
+    let st = v.statistics.as_ref();
+    let status = v.status.as_ref();
+    let title_raw = sn.and_then(|s| s.title.clone());
+    let description_raw = sn.and_then(|s| s.description.clone());
+    let duration_iso = cd.and_then(|c| c.duration.clone());
+    SourceInfo {
+        url: v
+            .id
+            .as_ref()
+            .map(|id| format!("https://www.youtube.com/watch?v={id}")),
+        title: unescape(&title_raw),
+        title_raw,
+        description: unescape(&description_raw),
+        description_raw,
+        channel_id: sn.and_then(|s| s.channel_id.clone()),
+        channel_title: sn.and_then(|s| s.channel_title.clone()),
+        published_at: sn.and_then(|s| s.published_at).map(fmt_time),
+        duration_secs: duration_iso.as_deref().and_then(parse_duration),
+        duration_iso,
+        view_count: st.and_then(|s| s.view_count).map(|n| n as i64),
+        like_count: st.and_then(|s| s.like_count).map(|n| n as i64),
+        comment_count: st.and_then(|s| s.comment_count).map(|n| n as i64),
+        tags: sn.and_then(|s| s.tags.clone()),
+        category_id: sn.and_then(|s| s.category_id.clone()),
+        default_language: sn.and_then(|s| s.default_language.clone()),
+        default_audio_language: sn.and_then(|s| s.default_audio_language.clone()),
+        live_broadcast_content: sn.and_then(|s| s.live_broadcast_content.clone()),
+        definition: cd.and_then(|c| c.definition.clone()),
+        caption: cd.and_then(|c| c.caption.as_deref().map(|c| c == "true")),
+        privacy_status: status.and_then(|s| s.privacy_status.clone()),
+        license: status.and_then(|s| s.license.clone()),
+        embeddable: status.and_then(|s| s.embeddable),
+        made_for_kids: status.and_then(|s| s.made_for_kids),
+        ..Default::default()
+    }
+}
+
+#[async_trait]
+impl Source for YouTubeSource {
+    fn provides(&self) -> &'static [Slot] {
+        &[Slot::Source]
+    }
+
+    async fn open(&mut self, cx: &StageContext) -> Result<(), RunError> {
+        let cache = cx.cache.get().map_err(|e| RunError::Internal(e.detail))?;
+        let client = YouTubeClient::new(self.settings.clone(), cache).map_err(|e| match e {
+            YtError::Setup(m) => RunError::Config(m),
+            other => RunError::Config(other.to_string()),
+        })?;
+        tracing::info!(
+            queries = self.queries.len(),
+            key = client.key_id(),
+            "Collecting from the YouTube Data API."
+        );
+        self.client = Some(Arc::new(client));
+        Ok(())
+    }
+
+    fn extras(&self) -> Extras {
+        Arc::new(vec!["domain".to_string()])
+    }
+
+    /// Unknown until the searches are done: videos go on as they are found.
+    fn total(&self) -> Option<u64> {
+        None
+    }
+
+    fn run(self: Box<Self>, cx: StageContext) -> SourceStream {
+        // A few batches ahead of the chain at most: collection waits for slow stages rather
+        // than hold every video in memory.
+        let (tx, rx) = tokio::sync::mpsc::channel(100);
+        tokio::spawn((*self).stream(cx, tx));
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|i| (i, rx)) })
+            .boxed()
+    }
+
+    fn collects_once(&self) -> bool {
+        true
+    }
+
+    /// Every query to `max_pages` pages of 50: upper bounds (a query that runs out of results
+    /// stops early; a dated window over `split_above` results adds searches for its halves).
+    async fn estimate(
+        &mut self,
+        _cx: &StageContext,
+    ) -> Result<crate::runtime::stage::SourceEstimate, RunError> {
+        let q = &self.cfg.quota;
+        let searches = self.queries.len() as u64 * self.cfg.max_pages as u64;
+        let videos = searches * 50;
+        let lists = videos.div_ceil(50);
+        let (search_units, list_units) = (
+            if q.search_bucket {
+                0
+            } else {
+                searches * q.search_cost
+            },
+            lists * q.videos_cost,
+        );
+        let unit_days = (search_units + list_units) as f64 / q.units_per_day.max(1) as f64;
+        let days = if q.search_bucket {
+            unit_days.max(searches as f64 / q.search_calls_per_day.max(1) as f64)
+        } else {
+            unit_days
+        };
+        Ok(crate::runtime::stage::SourceEstimate {
+            videos: Some(videos),
+            at_most: true,
+            calls: vec![
+                ("search.list".into(), searches, search_units),
+                ("videos.list".into(), lists, list_units),
+            ],
+            quota_days: Some(days),
+            note: format!(
+                "{} queries x up to {} pages of 50{}",
+                self.queries.len(),
+                self.cfg.max_pages,
+                if q.search_bucket {
+                    format!(", {} searches a day", q.search_calls_per_day)
+                } else {
+                    format!(", {} units a day", q.units_per_day)
+                }
+            ),
+        })
+    }
+}
