@@ -10,6 +10,7 @@
 //! every message. The multipart body is written here (a file part and four text fields), which
 //! is all this API takes.
 
+use super::cached::{Answered, through_cache};
 use super::endpoint::{Auth, Endpoint, EndpointError};
 use crate::config::{ServiceApi, ServiceConfig};
 use crate::error::{ErrorKind, StageError};
@@ -141,12 +142,17 @@ impl AsrService {
         cache: &Arc<ResponseCache>,
     ) -> Result<Transcription, StageError> {
         let key = self.cache_key(req);
-        if let Some(hit) = cache.lookup(&key).await?
-            && let Ok(mut t) = parse_verbose_json(&hit.body)
-        {
-            t.cached = true;
-            return Ok(t);
-        }
+        let read_hit = |hit: &CachedResponse| {
+            Ok(parse_verbose_json(&hit.body).ok().map(|mut t| {
+                t.cached = true;
+                t
+            }))
+        };
+        through_cache(cache, &key, read_hit, || self.call(req)).await
+    }
+
+    /// The upload `transcribe` makes on a cache miss.
+    async fn call(&self, req: &TranscribeRequest) -> Result<Answered<Transcription>, StageError> {
         self.ep.check_callable()?;
         if let Some(l) = &self.requests {
             l.until_ready().await;
@@ -160,20 +166,15 @@ impl AsrService {
         let unreadable = match &reply {
             Some((200, _, bytes)) => match parse_verbose_json(bytes) {
                 Ok(t) => {
-                    let bytes = reply.map(|r| r.2).unwrap_or_default();
-                    cache
-                        .store(
-                            &key,
-                            CachedResponse {
-                                status: 200,
-                                parsed: Some(t.text.clone()),
-                                latency_ms: latency,
-                                body: bytes,
-                                ..Default::default()
-                            },
-                        )
-                        .await?;
-                    return Ok(t);
+                    let body = reply.map(|r| r.2).unwrap_or_default();
+                    let record = CachedResponse {
+                        status: 200,
+                        parsed: Some(t.text.clone()),
+                        latency_ms: latency,
+                        body,
+                        ..Default::default()
+                    };
+                    return Ok(Answered { value: t, record });
                 }
                 Err(e) => Some(e.to_string()),
             },

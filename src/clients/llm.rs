@@ -18,6 +18,7 @@ mod settle;
 pub use batch::gemini_result;
 pub use settle::import;
 
+use super::cached::{Answered, through_cache};
 use super::endpoint::{Auth, Endpoint, EndpointError};
 use crate::config::{BatchFallback, RepairRoute, ServiceApi, ServiceConfig, ServiceMode};
 use crate::error::{ErrorKind, StageError};
@@ -309,12 +310,22 @@ impl LlmService {
         stage: &str,
     ) -> Result<ChatAnswer, StageError> {
         let key = self.cache_key(req);
-        if let Some(hit) = cache.lookup(&key).await? {
-            if let Ok(mut a) = parse_answer(self.api, &hit.body) {
+        let read_hit = |hit: &CachedResponse| {
+            Ok(parse_answer(self.api, &hit.body).ok().map(|mut a| {
                 a.cached = true;
-                return Ok(a);
-            }
-        }
+                a
+            }))
+        };
+        through_cache(cache, &key, read_hit, || self.call(req, &key, stage)).await
+    }
+
+    /// The call `chat` makes on a cache miss (in batch mode, the request queued instead).
+    async fn call(
+        &self,
+        req: &ChatRequest,
+        key: &CacheKey,
+        stage: &str,
+    ) -> Result<Answered<ChatAnswer>, StageError> {
         let (path, body) = self.body(req);
         if let Some(q) = &self.batch {
             let id = key.hash();
@@ -333,7 +344,7 @@ impl LlmService {
                 if self.mode == ServiceMode::Batch {
                     self.ep.check_callable()?;
                 }
-                q.defer(stage, &key, &self.batch_line(&id, &path, &body))?;
+                q.defer(stage, key, &self.batch_line(&id, &path, &body))?;
                 return Err(StageError::new(
                     ErrorKind::Deferred,
                     "batch",
@@ -354,22 +365,17 @@ impl LlmService {
             Some((200, _, bytes)) => match parse_answer(self.api, bytes) {
                 Ok(a) => {
                     self.settle_tokens(charged, &a);
-                    let bytes = reply.map(|r| r.2).unwrap_or_default();
-                    cache
-                        .store(
-                            &key,
-                            CachedResponse {
-                                status: 200,
-                                parsed: a.text.clone(),
-                                input_tokens: Some(a.input_tokens),
-                                output_tokens: Some(a.output_tokens),
-                                latency_ms: latency,
-                                body: bytes,
-                                batch: false,
-                            },
-                        )
-                        .await?;
-                    return Ok(a);
+                    let body = reply.map(|r| r.2).unwrap_or_default();
+                    let record = CachedResponse {
+                        status: 200,
+                        parsed: a.text.clone(),
+                        input_tokens: Some(a.input_tokens),
+                        output_tokens: Some(a.output_tokens),
+                        latency_ms: latency,
+                        body,
+                        batch: false,
+                    };
+                    return Ok(Answered { value: a, record });
                 }
                 Err(e) => Some(e.to_string()),
             },

@@ -180,10 +180,18 @@ impl ThresholdError {
 }
 
 /// Thresholds decided from a video's own rows alone (all scoring stages but the committee).
+///
+/// A stage writes `keep` once; the stage's `Processor::keep` (a run) and `reselect`
+/// (rethreshold, split, release) both decide through it.
 pub trait RowThresholds: Thresholds + Send + Sync + 'static {
     type Row: Serialize + DeserializeOwned + Send + Sync + 'static;
-    /// Whether a video goes on; `rows` is None when the table has no rows for it.
-    fn keep_rows(&self, rows: Option<&Vec<Self::Row>>) -> bool;
+    /// Whether a video with these rows goes on.
+    fn keep(&self, rows: &[Self::Row]) -> bool;
+    /// Whether a video goes on; `rows` is None when the table has no rows for it (by default
+    /// it does not: a scoring stage keeps only what it scored).
+    fn keep_rows(&self, rows: Option<&Vec<Self::Row>>) -> bool {
+        rows.is_some_and(|r| self.keep(r))
+    }
 }
 
 /// The `reselect` of a stage whose thresholds are `RowThresholds`.

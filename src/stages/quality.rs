@@ -63,12 +63,6 @@ impl Default for QualitySelect {
     }
 }
 
-impl QualitySelect {
-    pub fn keep(&self, rows: &[Quality]) -> bool {
-        rows.first().is_some_and(|r| r.twos >= self.min_twos)
-    }
-}
-
 impl crate::stages::Thresholds for QualitySelect {
     fn check(&self) -> Result<(), crate::stages::ThresholdError> {
         crate::stages::ThresholdError::check_range("min_twos", self.min_twos, 0..=12)
@@ -77,8 +71,8 @@ impl crate::stages::Thresholds for QualitySelect {
 
 impl crate::stages::RowThresholds for QualitySelect {
     type Row = Quality;
-    fn keep_rows(&self, rows: Option<&Vec<Quality>>) -> bool {
-        rows.is_some_and(|r| self.keep(r))
+    fn keep(&self, rows: &[Quality]) -> bool {
+        rows.first().is_some_and(|r| r.twos >= self.min_twos)
     }
 }
 
@@ -319,7 +313,7 @@ impl Processor for QualityStage {
     fn attach(_rec: &mut VideoRecord, _rows: Vec<Quality>) {}
 
     fn keep(&self, _rec: &VideoRecord, _extras: &[String], rows: &[Quality]) -> bool {
-        self.select.keep(rows)
+        crate::stages::RowThresholds::keep(&self.select, rows)
     }
 }
 

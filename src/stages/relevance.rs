@@ -82,12 +82,6 @@ impl Default for RelevanceSelect {
     }
 }
 
-impl RelevanceSelect {
-    pub fn keep(&self, rows: &[Relevance]) -> bool {
-        rows.first().is_some_and(|r| r.score >= self.min_score)
-    }
-}
-
 impl crate::stages::Thresholds for RelevanceSelect {
     fn check(&self) -> Result<(), crate::stages::ThresholdError> {
         crate::stages::ThresholdError::check_range("min_score", self.min_score, 1..=10)
@@ -96,8 +90,8 @@ impl crate::stages::Thresholds for RelevanceSelect {
 
 impl crate::stages::RowThresholds for RelevanceSelect {
     type Row = Relevance;
-    fn keep_rows(&self, rows: Option<&Vec<Relevance>>) -> bool {
-        rows.is_some_and(|r| self.keep(r))
+    fn keep(&self, rows: &[Relevance]) -> bool {
+        rows.first().is_some_and(|r| r.score >= self.min_score)
     }
 }
 
@@ -343,7 +337,7 @@ impl Processor for RelevanceStage {
     }
 
     fn keep(&self, _rec: &VideoRecord, _extras: &[String], rows: &[Relevance]) -> bool {
-        self.select.keep(rows)
+        crate::stages::RowThresholds::keep(&self.select, rows)
     }
 }
 

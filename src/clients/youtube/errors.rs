@@ -136,3 +136,10 @@ pub(super) fn classify(method: Method, e: common::Error) -> Failure {
         other => Failure::Refused(0, "client".into(), other.to_string()),
     }
 }
+
+/// The response cache refusing a read or a write stops the run as a setup fault.
+impl From<crate::error::StageError> for YtError {
+    fn from(e: crate::error::StageError) -> Self {
+        YtError::Setup(e.detail)
+    }
+}

@@ -16,6 +16,7 @@ mod quota;
 pub use errors::YtError;
 pub use quota::{QuotaConfig, QuotaLedger, pacific_day};
 
+use super::cached::{Answered, through_cache};
 use crate::store::cache::{CacheKey, CachedResponse, ResponseCache};
 use chrono::{DateTime, NaiveDate, Utc};
 use errors::{Failure, classify};
@@ -217,9 +218,32 @@ impl YouTubeClient {
             method: method.name().into(),
             request,
         };
-        if let Some(hit) = self.cache_hit(method, &key).await? {
-            return Ok(hit);
-        }
+        let read_hit = |hit: &CachedResponse| {
+            serde_json::from_slice(&hit.body).map(Some).map_err(|e| {
+                YtError::Setup(format!(
+                    "cached {} answer does not parse ({e}); delete the run's cache/responses.sqlite to refetch",
+                    method.name()
+                ))
+            })
+        };
+        through_cache(&self.cache, &key, read_hit, || {
+            self.call(method, &key, call)
+        })
+        .await
+    }
+
+    /// The call `cached` makes on a miss: booked in the ledger, retried on 429, 5xx and
+    /// transport errors.
+    async fn call<T, F, Fut>(
+        &self,
+        method: Method,
+        key: &CacheKey,
+        call: F,
+    ) -> Result<Answered<T>, YtError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = common::Result<(common::Response, T)>>,
+    {
         let (bucket, cost, budget) = self.settings.quota.charge(method);
         let mut attempt = 0u32;
         loop {
@@ -230,8 +254,8 @@ impl YouTubeClient {
                 budget,
             };
             self.reserve(method, &charge).await?;
-            let failure = match self.attempt(method, &key, &call).await? {
-                Ok(parsed) => return Ok(parsed),
+            let failure = match self.attempt(method, &call).await {
+                Ok(answered) => return Ok(answered),
                 Err(failure) => failure,
             };
             match failure {
@@ -244,24 +268,6 @@ impl YouTubeClient {
                 failure => return Err(self.give_up(failure, method, attempt, &charge).await),
             }
         }
-    }
-
-    /// The cached answer to `key`, parsed.
-    async fn cache_hit<T: serde::de::DeserializeOwned>(
-        &self,
-        method: Method,
-        key: &CacheKey,
-    ) -> Result<Option<T>, YtError> {
-        let setup = |e: crate::error::StageError| YtError::Setup(e.detail);
-        let Some(hit) = self.cache.lookup(key).await.map_err(setup)? else {
-            return Ok(None);
-        };
-        serde_json::from_slice(&hit.body).map(Some).map_err(|e| {
-            YtError::Setup(format!(
-                "cached {} answer does not parse ({e}); delete the run's cache/responses.sqlite to refetch",
-                method.name()
-            ))
-        })
     }
 
     /// Books one call's units in the ledger before it is sent (and in this client's counters);
@@ -294,48 +300,35 @@ impl YouTubeClient {
         Ok(())
     }
 
-    /// One call within the time limit. `Ok(Ok)`: the answer, stored in the cache;
-    /// `Ok(Err)`: how it failed (secrets scrubbed); `Err`: the cache refused the answer.
-    async fn attempt<T, F, Fut>(
-        &self,
-        method: Method,
-        key: &CacheKey,
-        call: &F,
-    ) -> Result<Result<T, Failure>, YtError>
+    /// One call within the time limit: the answer with the body the cache keeps, or how it
+    /// failed (secrets scrubbed).
+    async fn attempt<T, F, Fut>(&self, method: Method, call: &F) -> Result<Answered<T>, Failure>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = common::Result<(common::Response, T)>>,
     {
         let started = Instant::now();
-        let result = tokio::time::timeout(self.settings.timeout, call()).await;
-        let failure = match result {
-            Ok(Ok((resp, parsed))) => {
+        match tokio::time::timeout(self.settings.timeout, call()).await {
+            Ok(Ok((resp, value))) => {
                 let body = common::to_bytes(resp.into_body())
                     .await
                     .map(|b| b.to_vec())
                     .unwrap_or_default();
-                self.cache
-                    .store(
-                        key,
-                        CachedResponse {
-                            status: 200,
-                            body,
-                            latency_ms: started.elapsed().as_millis() as i64,
-                            ..Default::default()
-                        },
-                    )
-                    .await
-                    .map_err(|e| YtError::Setup(e.detail))?;
-                return Ok(Ok(parsed));
+                let record = CachedResponse {
+                    status: 200,
+                    body,
+                    latency_ms: started.elapsed().as_millis() as i64,
+                    ..Default::default()
+                };
+                Ok(Answered { value, record })
             }
             // Google's messages do not echo keys today; scrub anyway before anything is logged.
-            Ok(Err(e)) => classify(method, e).scrub(&self.key),
-            Err(_) => Failure::Retry(format!(
+            Ok(Err(e)) => Err(classify(method, e).scrub(&self.key)),
+            Err(_) => Err(Failure::Retry(format!(
                 "no answer within {} s",
                 self.settings.timeout.as_secs_f64()
-            )),
-        };
-        Ok(Err(failure))
+            ))),
+        }
     }
 
     /// The error a failure that is not retried (any more) ends the call with; an answer that

@@ -18,6 +18,15 @@
 //! - `failed.jsonl`: requests a batch answered with an error (live retry or reject, per
 //!   `batch_errors`).
 
+mod files;
+mod offline;
+
+use files::{append_line, io_err, save_jobs};
+pub use files::{
+    job_ids, job_keys_path, load_jobs, load_keys, queue_dir, queue_dirs, read_lines, write_replace,
+};
+pub use offline::{Imported, export, import_lines};
+
 use crate::error::StageError;
 use crate::store::cache::{CacheKey, CachedResponse, ResponseCache};
 use serde::{Deserialize, Serialize};
@@ -106,81 +115,6 @@ struct Queue {
 #[derive(Default)]
 pub struct BatchQueue {
     q: Mutex<Option<Queue>>,
-}
-
-fn io_err(path: &Path, e: std::io::Error) -> StageError {
-    StageError::internal("batch_queue", format!("{}: {e}", path.display()))
-}
-
-pub fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, StageError> {
-    let f = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => return Err(io_err(path, e)),
-    };
-    let mut out = vec![];
-    for (n, line) in BufReader::new(f).lines().enumerate() {
-        let line = line.map_err(|e| io_err(path, e))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        // A line cut off by a kill is the last one: its request is deferred again next pass.
-        match serde_json::from_str(&line) {
-            Ok(v) => out.push(v),
-            Err(e) => {
-                tracing::warn!(file = %path.display(), line = n + 1, error = %e, "Skipping an unreadable line.")
-            }
-        }
-    }
-    Ok(out)
-}
-
-fn append_line(path: &Path, line: &str) -> Result<(), StageError> {
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| io_err(path, e))?;
-    f.write_all(format!("{line}\n").as_bytes())
-        .map_err(|e| io_err(path, e))
-}
-
-pub fn write_replace(path: &Path, bytes: &[u8]) -> Result<(), StageError> {
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
-    f.write_all(bytes).map_err(|e| io_err(&tmp, e))?;
-    f.sync_all().map_err(|e| io_err(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))
-}
-
-/// The queue folder of `service` in a run's local folder.
-pub fn queue_dir(local_dir: &Path, service: &str) -> PathBuf {
-    local_dir.join("batches").join(service)
-}
-
-pub fn load_jobs(dir: &Path) -> Result<Vec<Job>, StageError> {
-    let path = dir.join("jobs.json");
-    match std::fs::read(&path) {
-        Ok(b) => serde_json::from_slice(&b)
-            .map_err(|e| StageError::internal("batch_queue", format!("{}: {e}", path.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(vec![]),
-        Err(e) => Err(io_err(&path, e)),
-    }
-}
-
-fn save_jobs(dir: &Path, jobs: &[Job]) -> Result<(), StageError> {
-    let bytes = serde_json::to_vec_pretty(jobs).expect("jobs serialise");
-    write_replace(&dir.join("jobs.json"), &bytes)
-}
-
-/// The ids of a job's request file.
-pub fn job_ids(dir: &Path, job: &Job) -> Result<Vec<String>, StageError> {
-    Ok(
-        read_lines::<IdOnly>(&dir.join("jobs").join(format!("{}.jsonl", job.name)))?
-            .into_iter()
-            .map(|l| l.custom_id)
-            .collect(),
-    )
 }
 
 impl BatchQueue {
@@ -477,163 +411,6 @@ impl BatchQueue {
         }
         save_jobs(&q.dir, &jobs)
     }
-}
-
-pub fn job_keys_path(dir: &Path, job: &str) -> PathBuf {
-    dir.join("jobs").join(format!("{job}.keys.jsonl"))
-}
-
-/// The cache keys of `ids` (all when empty) from a keys file: a job's own, or the queue's
-/// `requests.jsonl` (every request it ever deferred).
-pub fn load_keys(path: &Path, ids: &[String]) -> Result<HashMap<String, CacheKey>, StageError> {
-    let want: HashSet<&str> = ids.iter().map(String::as_str).collect();
-    Ok(read_lines::<RequestKey>(path)?
-        .into_iter()
-        .filter(|k| want.is_empty() || want.contains(k.custom_id.as_str()))
-        .map(|k| {
-            (
-                k.custom_id,
-                CacheKey {
-                    service: k.service,
-                    method: k.method,
-                    request: k.request,
-                },
-            )
-        })
-        .collect())
-}
-
-/// `vidcurate batch export`: the pending requests of `stage` (or of every stage when None) in
-/// the queues under `local_dir`, as batch input lines; returns how many were written.
-pub fn export(
-    local_dir: &Path,
-    stage: Option<&str>,
-    to: &mut dyn Write,
-) -> Result<usize, StageError> {
-    let mut n = 0;
-    for dir in queue_dirs(local_dir)? {
-        let stages: HashMap<String, String> =
-            read_lines::<RequestKey>(&dir.join("requests.jsonl"))?
-                .into_iter()
-                .map(|k| (k.custom_id, k.stage))
-                .collect();
-        let path = dir.join("pending.jsonl");
-        let Ok(f) = std::fs::File::open(&path) else {
-            continue;
-        };
-        let mut seen = HashSet::new();
-        for line in BufReader::new(f).lines() {
-            let line = line.map_err(|e| io_err(&path, e))?;
-            let Ok(id) = serde_json::from_str::<IdOnly>(&line) else {
-                continue;
-            };
-            let of_stage =
-                stage.is_none_or(|s| stages.get(&id.custom_id).map(String::as_str) == Some(s));
-            if of_stage && seen.insert(id.custom_id) {
-                // A Gemini line goes out as Gemini's file line, {key, request}.
-                let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-                let line = if v.get("request").is_some() {
-                    serde_json::json!({"key": v["key"], "request": v["request"]}).to_string()
-                } else {
-                    line
-                };
-                to.write_all(format!("{line}\n").as_bytes())
-                    .map_err(|e| io_err(&path, e))?;
-                n += 1;
-            }
-        }
-    }
-    Ok(n)
-}
-
-/// `vidcurate batch import`, once the results are in OpenAI's line shape (`bytes`): files the
-/// answers to requests of `stage` into the cache (each body read by `parse`) and takes them out
-/// of the pending queues under `local_dir`.
-pub fn import_lines<E: std::fmt::Display>(
-    local_dir: &Path,
-    stage: &str,
-    cache: &ResponseCache,
-    bytes: &[u8],
-    parse: &dyn Fn(Vec<u8>) -> Result<CachedResponse, E>,
-) -> Result<Imported, StageError> {
-    let ids: HashSet<String> = bytes
-        .split(|b| *b == b'\n')
-        .filter_map(|l| serde_json::from_slice::<IdOnly>(l).ok())
-        .map(|l| l.custom_id)
-        .collect();
-    let (mut answered, mut errors, mut ours) = (0, 0, 0);
-    for dir in queue_dirs(local_dir)? {
-        let q = BatchQueue::default();
-        q.attach(&dir)?;
-        let here: Vec<String> = read_lines::<RequestKey>(&dir.join("requests.jsonl"))?
-            .into_iter()
-            .filter(|k| k.stage == stage && ids.contains(&k.custom_id))
-            .map(|k| k.custom_id)
-            .collect();
-        if here.is_empty() {
-            continue;
-        }
-        ours += here.len();
-        let here_set: HashSet<&String> = here.iter().collect();
-        // Only the ids this file answers: the rest stay pending.
-        let lines: Vec<&[u8]> = bytes
-            .split(|b| *b == b'\n')
-            .filter(|l| {
-                serde_json::from_slice::<IdOnly>(l).is_ok_and(|i| here_set.contains(&i.custom_id))
-            })
-            .collect();
-        let keys = load_keys(&dir.join("requests.jsonl"), &here)?;
-        let (a, e) = q.file_results(parse, &keys, cache, &lines.join(&b'\n'), &here, "missing")?;
-        answered += a;
-        errors += e;
-        // Rewrite pending without the answered ones.
-        let path = dir.join("pending.jsonl");
-        let keep: Vec<String> = std::fs::read_to_string(&path)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| {
-                serde_json::from_str::<IdOnly>(l).is_ok_and(|i| !here_set.contains(&i.custom_id))
-            })
-            .map(|l| format!("{l}\n"))
-            .collect();
-        write_replace(&path, keep.concat().as_bytes())?;
-    }
-    Ok(Imported {
-        answered,
-        errors,
-        not_this_stage: ids.len() - ours.min(ids.len()),
-        unreadable: vec![],
-    })
-}
-
-/// What `import` did with a results file.
-#[derive(Debug, Default)]
-pub struct Imported {
-    pub answered: usize,
-    /// Requests the file answered with an error (asked again per `batch_errors`).
-    pub errors: usize,
-    /// Lines whose request is not one this stage deferred (ignored).
-    pub not_this_stage: usize,
-    /// Line numbers (1-based) that are not a result line at all (ignored).
-    pub unreadable: Vec<usize>,
-}
-
-pub fn queue_dirs(local_dir: &Path) -> Result<Vec<PathBuf>, StageError> {
-    let root = local_dir.join("batches");
-    let mut out = vec![];
-    match std::fs::read_dir(&root) {
-        Ok(rd) => {
-            for e in rd.flatten() {
-                if e.path().is_dir() {
-                    out.push(e.path());
-                }
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err(&root, e)),
-    }
-    out.sort();
-    Ok(out)
 }
 
 /// How long between two polls, from the service's `batch_poll_secs`.
