@@ -30,6 +30,8 @@ pub enum Slot {
     Committee,
     Dedup,
     Transcript,
+    Caption,
+    Questions,
 }
 
 impl Slot {
@@ -48,6 +50,8 @@ impl Slot {
             Slot::Committee => "committee",
             Slot::Dedup => "dedup",
             Slot::Transcript => "transcript",
+            Slot::Caption => "caption",
+            Slot::Questions => "questions",
         }
     }
 }
@@ -155,6 +159,38 @@ pub struct FrameRef {
     pub height: u32,
 }
 
+/// One multiple-choice item drafted for a video (a question stage's row): the options in the
+/// order shown, with the permutation that put them there, and why it was rejected if it was.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct QuestionItem {
+    /// Stable for the video, level and place: seeds the shuffle, keys reviews.
+    pub item_id: String,
+    pub level: String,
+    /// Its place among the video's items of its level (0-based).
+    pub k: u32,
+    pub question: String,
+    /// Shown order.
+    pub options: Vec<String>,
+    /// The correct option's letter in the shown order ("" when rejected unreadable).
+    pub answer: String,
+    /// `permutation[i]`: the drafted index of the option shown at position i.
+    pub permutation: Vec<u32>,
+    /// Frames of the ones shown to the model (0-based, in the order sent).
+    pub evidence_frames: Vec<u32>,
+    pub evidence_start_secs: Option<f64>,
+    pub evidence_end_secs: Option<f64>,
+    pub evidence_transcript: String,
+    pub rationale: String,
+    /// The missing context a beyond-clip item rests on.
+    pub context_note: String,
+    pub kept: bool,
+    /// Why the item was rejected after its repair (empty when kept).
+    pub reject_reason: String,
+    pub attempts: u32,
+    pub provider: String,
+    pub model: String,
+}
+
 /// One text region found on one sampled frame, with its colour and layout (the `ocr` stage).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TextRegion {
@@ -220,6 +256,12 @@ pub struct VideoRecord {
     /// What is said in the video, its segments joined (the `transcript` stage; empty when the
     /// video has no audio or no speech), for stages that judge frames and speech together.
     pub transcript: Option<String>,
+    /// A model's caption of the video (the `caption` stage), for the stages that draft
+    /// questions from it.
+    pub caption: Option<String>,
+    /// Drafted multiple-choice items, kept and rejected (a question stage), for the stages
+    /// that check them.
+    pub questions: Option<Vec<QuestionItem>>,
 }
 
 impl VideoRecord {
@@ -236,6 +278,8 @@ impl VideoRecord {
             shots: None,
             relevance: None,
             transcript: None,
+            caption: None,
+            questions: None,
         }
     }
 

@@ -59,6 +59,30 @@ impl ImageInput {
     }
 }
 
+/// A JSON Schema an answer must follow: OpenAI's (and vLLM's) `response_format` of type
+/// `json_schema` with `strict: true`, Gemini's `responseJsonSchema`. The client only sends it;
+/// the stage validates what comes back (a provider may ignore or loosen parts of it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResponseSchema {
+    /// `[a-zA-Z0-9_-]{1,64}` (OpenAI's rule for `json_schema.name`).
+    pub name: String,
+    pub schema: Value,
+    /// BLAKE3 of the schema's JSON text: what the cache key holds.
+    pub hash: String,
+}
+
+impl ResponseSchema {
+    pub fn new(name: &str, schema: Value) -> Self {
+        // The same schema file gives the same text, so the same key.
+        let hash = blake3::hash(schema.to_string().as_bytes()).to_hex()[..32].to_string();
+        Self {
+            name: name.to_string(),
+            schema,
+            hash,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
     pub model: String,
@@ -68,6 +92,9 @@ pub struct ChatRequest {
     pub max_tokens: u32,
     /// Ask for JSON output where the API has a switch for it.
     pub json: bool,
+    /// Ask for JSON that follows this schema (constrained decoding where the API has it).
+    /// Implies `json`.
+    pub schema: Option<Arc<ResponseSchema>>,
     /// A repair request (the answer to the first failed validation): in batch mode it goes to
     /// the next batch or live, per `batch_repairs`. Not part of the cache key.
     pub repair: bool,
@@ -265,7 +292,12 @@ impl LlmService {
                     "temperature": req.temperature,
                     "max_tokens": req.max_tokens,
                 });
-                if req.json {
+                if let Some(sc) = &req.schema {
+                    body["response_format"] = json!({
+                        "type": "json_schema",
+                        "json_schema": {"name": sc.name, "strict": true, "schema": sc.schema},
+                    });
+                } else if req.json {
                     body["response_format"] = json!({"type": "json_object"});
                 }
                 ("chat/completions".to_string(), body)
@@ -277,8 +309,11 @@ impl LlmService {
                 }
                 let mut gen_cfg =
                     json!({"temperature": req.temperature, "maxOutputTokens": req.max_tokens});
-                if req.json {
+                if req.json || req.schema.is_some() {
                     gen_cfg["responseMimeType"] = json!("application/json");
+                }
+                if let Some(sc) = &req.schema {
+                    gen_cfg["responseJsonSchema"] = sc.schema.clone();
                 }
                 (
                     format!("models/{}:generateContent", req.model),
@@ -290,14 +325,18 @@ impl LlmService {
 
     fn cache_key(&self, req: &ChatRequest) -> CacheKey {
         let hashes: Vec<&str> = req.images.iter().map(|i| i.hash.as_str()).collect();
+        let mut request = json!({
+            "api": self.api, "model": req.model, "prompt": req.prompt, "images": hashes,
+            "temperature": req.temperature, "max_tokens": req.max_tokens, "json": req.json,
+        });
+        // Only when there is one: the keys of every answer cached before schemas stay valid.
+        if let Some(sc) = &req.schema {
+            request["schema"] = json!(sc.hash);
+        }
         CacheKey {
             service: self.name.clone(),
             method: format!("{:?}:{}", self.api, req.model).to_lowercase(),
-            request: json!({
-                "api": self.api, "model": req.model, "prompt": req.prompt, "images": hashes,
-                "temperature": req.temperature, "max_tokens": req.max_tokens, "json": req.json,
-            })
-            .to_string(),
+            request: request.to_string(),
         }
     }
 

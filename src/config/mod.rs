@@ -6,6 +6,7 @@
 //! `serde_path_to_error` and look the path up in a span-keeping parse of the same text.
 
 pub mod queries;
+pub mod taxonomy;
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;

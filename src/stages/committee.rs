@@ -313,6 +313,7 @@ impl Processor for CommitteeStage {
                 temperature: 0.0,
                 max_tokens: self.cfg.max_tokens,
                 json: false,
+                schema: None,
                 repair: false,
             };
             async move { svc.chat(&req, &cx.cache.get()?, &cx.stage_id).await }

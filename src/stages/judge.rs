@@ -121,12 +121,7 @@ pub async fn frame_inputs(
     max: usize,
 ) -> Result<Vec<ImageInput>, StageError> {
     let frames: &[crate::record::FrameRef] = rec.frames.as_deref().unwrap_or_default();
-    let n = frames.len();
-    let pick: Vec<usize> = if n <= max {
-        (0..n).collect()
-    } else {
-        (0..max).map(|i| i * n / max + n / (2 * max)).collect()
-    };
+    let pick = pick(frames.len(), max);
     let mut out = Vec::with_capacity(pick.len());
     for i in pick {
         let bytes = crate::runtime::stage::frame_jpeg(cx.store.as_ref(), &frames[i]).await?;
@@ -135,12 +130,48 @@ pub async fn frame_inputs(
     Ok(out)
 }
 
+/// At most `max` of `n` frames, evenly spread: the ones `frame_inputs` sends.
+fn pick(n: usize, max: usize) -> Vec<usize> {
+    if n <= max {
+        (0..n).collect()
+    } else {
+        (0..max).map(|i| i * n / max + n / (2 * max)).collect()
+    }
+}
+
+/// The times (seconds) of the frames `frame_inputs` sends, in the order sent.
+pub fn frame_times(rec: &VideoRecord, max: usize) -> Vec<f64> {
+    let frames: &[crate::record::FrameRef] = rec.frames.as_deref().unwrap_or_default();
+    pick(frames.len(), max)
+        .into_iter()
+        .map(|i| frames[i].timestamp_secs)
+        .collect()
+}
+
 /// The text between the first `open` and the last `close` (model answers wrap JSON in prose and
 /// code fences).
 pub fn span(text: &str, open: char, close: char) -> Option<&str> {
     let a = text.find(open)?;
     let b = text.rfind(close)?;
     (b > a).then(|| &text[a..=b])
+}
+
+/// One answer to `req`; a refusal or safety block rejects the video with the reason.
+pub async fn ask_text(
+    svc: &crate::clients::llm::LlmService,
+    req: &crate::clients::llm::ChatRequest,
+    cx: &StageContext,
+) -> Result<crate::clients::llm::ChatAnswer, StageError> {
+    let a = svc.chat(req, &cx.cache.get()?, &cx.stage_id).await?;
+    if let Some(why) = &a.refusal {
+        let r = if a.finish == "blocked" {
+            "blocked"
+        } else {
+            "refused"
+        };
+        return Err(StageError::data(r, format!("{}: {why}", svc.name)));
+    }
+    Ok(a)
 }
 
 /// A validated answer and what it took to get it.
@@ -165,15 +196,7 @@ pub async fn ask_validated<T, E: std::fmt::Display>(
     let mut problem = String::new();
     for attempt in 1..=2u32 {
         req.repair = attempt > 1;
-        let a = svc.chat(&req, &cx.cache.get()?, &cx.stage_id).await?;
-        if let Some(why) = &a.refusal {
-            let r = if a.finish == "blocked" {
-                "blocked"
-            } else {
-                "refused"
-            };
-            return Err(StageError::data(r, format!("{}: {why}", svc.name)));
-        }
+        let a = ask_text(svc, &req, cx).await?;
         let text = a.text.unwrap_or_default();
         match parse(&text) {
             Ok(value) => {

@@ -6,6 +6,7 @@
 //! `SOURCE_KINDS`. Nothing else names stage or source kinds: the runner, `rethreshold`, the CLI
 //! and `analyze` ask these tables.
 
+pub mod caption;
 pub mod committee;
 pub mod dedup;
 pub mod download;
@@ -17,9 +18,11 @@ pub mod overlays;
 pub mod prescreen;
 pub mod probe;
 pub mod quality;
+pub mod questions;
 pub mod relevance;
 pub mod selection;
 pub mod shots;
+pub mod structured;
 pub mod transcript;
 pub mod youtube;
 
@@ -264,6 +267,8 @@ pub const STAGE_KINDS: &[StageKind] = &[
     shots::KIND,
     dedup::KIND,
     transcript::KIND,
+    caption::KIND,
+    questions::KIND,
 ];
 
 /// The kind a pipeline names, if there is one.

@@ -295,6 +295,7 @@ impl Processor for QualityStage {
             temperature: self.cfg.temperature,
             max_tokens: self.cfg.max_tokens,
             json: self.cfg.json_mode,
+            schema: None,
             repair: false,
         };
         let a = ask_validated(&self.svc, req, cx, "invalid_rubric", parse_rubric, |problem| {

@@ -238,6 +238,7 @@ impl RelevanceStage {
             temperature: self.cfg.temperature,
             max_tokens: self.cfg.max_tokens,
             json: false,
+            schema: None,
             repair: false,
         };
         let a = ask_validated(

@@ -1,0 +1,501 @@
+//! `questions` stage: candidate multiple-choice items for each level of a taxonomy
+//! (HarmVideoBench §3.2 and A.1: a VLM drafts a caption, then a small set of candidate questions
+//! spanning the levels; people review them after).
+//!
+//! Reads: the video's sampled frames (up to `max_images`) with their times, its title, its
+//! caption when a `caption` stage ran before, and its transcript when a `transcript` stage did.
+//! Reads the taxonomy file (`taxonomy`, default `pipelines/taxonomies/harmvideobench.toml`: the
+//! paper's three levels, their definitions and Table 4's boundary tests, all in the prompt).
+//! Calls: a vision model service, with structured output under a schema built from the
+//! taxonomy (`items[]` of level, question, options, answer letter, evidence, rationale,
+//! context note). Caches: every answer, in the run's response cache. Writes: one row per item
+//! (`record::QuestionItem`), `per_level` items for each level, kept or rejected with the reason.
+//!
+//! Each item is checked (`items::check`: option count, one correct letter that names an option,
+//! distinct options of comparable length, the answer's text not in the question, the context
+//! note where the level needs one). When an item fails, or a level lacks items, one repair
+//! request names every problem; an item still failing after it is stored as rejected with its
+//! reason and the rest go on. Kept items' options are shuffled, seeded by the item id, and the
+//! permutation is stored. The taxonomy's and the prompt's full texts are in the fingerprint.
+
+pub mod items;
+
+use super::judge::{ask_text, frame_inputs, text_hash};
+use super::structured::OutputSchema;
+use crate::clients::llm::{ChatRequest, LlmService};
+use crate::config::taxonomy::{HARMVIDEOBENCH, Taxonomy};
+use crate::config::{ConfigError, Seg, StageCommon};
+use crate::error::StageError;
+use crate::record::{QuestionItem, Slot, VideoRecord};
+use crate::runtime::ProcessorTask;
+use crate::runtime::stage::{CallEstimate, Processor, StageContext, StageEstimate};
+use crate::stages::{BuildCx, Built, compute_settings};
+use async_trait::async_trait;
+use items::{Draft, ItemRules};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The drafting instruction, written for this project after HarmVideoBench A.2's description
+/// of its candidate-generation prompt (grounded, evidence-based items; no unsupported normative
+/// claims or moral commentary).
+pub const QUESTIONS_PROMPT: &str = include_str!("prompt.txt");
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuestionsConfig {
+    /// A `[services.<name>]` entry (a vision model; the paper: Qwen-2.5-VL-72B).
+    pub service: String,
+    pub model: String,
+    /// A taxonomy file (relative to the pipeline file); default: HarmVideoBench's levels.
+    #[serde(default)]
+    pub taxonomy: Option<PathBuf>,
+    /// A prompt file instead of the built-in one (its `[…]` places as in the built-in one).
+    #[serde(default)]
+    pub prompt: Option<PathBuf>,
+    /// Items drafted per level and video (the paper: 1).
+    #[serde(default = "one")]
+    pub per_level: usize,
+    #[serde(default = "default_images")]
+    pub max_images: usize,
+    #[serde(default = "default_transcript_chars")]
+    pub max_transcript_chars: usize,
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: u32,
+    #[serde(default)]
+    pub temperature: f32,
+    /// See `items::ItemRules`.
+    #[serde(default = "default_ratio")]
+    pub max_length_ratio: f64,
+}
+
+fn one() -> usize {
+    1
+}
+fn default_images() -> usize {
+    12
+}
+fn default_transcript_chars() -> usize {
+    6000
+}
+fn default_max_tokens() -> u32 {
+    4096
+}
+fn default_ratio() -> f64 {
+    ItemRules::default().max_length_ratio
+}
+
+pub struct QuestionsStage {
+    cfg: QuestionsConfig,
+    taxonomy: Taxonomy,
+    prompt: String,
+    schema: OutputSchema,
+    rules: ItemRules,
+    svc: Arc<LlmService>,
+}
+
+/// This stage in the registry (`stages::STAGE_KINDS`).
+pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
+    name: "questions",
+    about: "multiple-choice candidate items per level of a taxonomy file (default: HarmVideoBench's three levels) by a vision model, checked, repaired once, shuffled by item id",
+    build,
+    reselect: None,
+    summary: None,
+    release: crate::stages::Release::Skip,
+};
+
+/// The answer's schema: `items[]`, each with a level from the taxonomy. Counts and letters are
+/// checked by `items::check` rather than the schema, so a provider's subset of JSON Schema
+/// (OpenAI's strict mode, Gemini's) takes it as it is.
+pub fn answer_schema(t: &Taxonomy) -> OutputSchema {
+    let levels: Vec<&str> = t.levels.iter().map(|l| l.name.as_str()).collect();
+    let nullable = json!({"type": ["number", "null"]});
+    let item = json!({
+        "type": "object",
+        "properties": {
+            "level": {"type": "string", "enum": levels},
+            "question": {"type": "string"},
+            "options": {"type": "array", "items": {"type": "string"}},
+            "answer": {"type": "string", "description": "the correct option's letter: A for the first option"},
+            "evidence": {
+                "type": "object",
+                "properties": {
+                    "frames": {"type": "array", "items": {"type": "integer"}},
+                    "start_secs": nullable,
+                    "end_secs": nullable,
+                    "transcript": {"type": "string"},
+                },
+                "required": ["frames", "start_secs", "end_secs", "transcript"],
+                "additionalProperties": false,
+            },
+            "rationale": {"type": "string"},
+            "context_note": {"type": "string"},
+        },
+        "required": ["level", "question", "options", "answer", "evidence", "rationale", "context_note"],
+        "additionalProperties": false,
+    });
+    let schema = json!({
+        "type": "object",
+        "properties": {"items": {"type": "array", "items": item}},
+        "required": ["items"],
+        "additionalProperties": false,
+    });
+    OutputSchema::new(
+        "question_items",
+        schema,
+        Path::new("(built from the taxonomy)"),
+    )
+    .expect("a valid schema")
+}
+
+pub fn build(
+    common: &StageCommon,
+    compute_at: &[Seg],
+    select_at: &[Seg],
+    bcx: &BuildCx,
+) -> Result<Built, ConfigError> {
+    let (cfg, mut compute): (QuestionsConfig, _) = compute_settings(common, compute_at, bcx)?;
+    crate::stages::no_select(common, select_at, bcx)?;
+    let at = |k: &str| crate::config::key_at(compute_at, k);
+    let (taxonomy, taxonomy_text) = match &cfg.taxonomy {
+        Some(p) => {
+            let (t, src) = Taxonomy::load(&bcx.resolve(p))?;
+            (t, src.text)
+        }
+        None => {
+            let (t, src) = Taxonomy::parse(Path::new("(built in)"), HARMVIDEOBENCH.to_string())?;
+            (t, src.text)
+        }
+    };
+    let prompt = match &cfg.prompt {
+        Some(p) => std::fs::read_to_string(bcx.resolve(p)).map_err(|e| {
+            bcx.src
+                .error_at(&at("prompt"), format!("{}: {e}", bcx.resolve(p).display()))
+        })?,
+        None => QUESTIONS_PROMPT.to_string(),
+    };
+    if !(1..=5).contains(&cfg.per_level) {
+        return Err(bcx.src.error_at(
+            &at("per_level"),
+            format!("per_level must be 1..5, got {}", cfg.per_level),
+        ));
+    }
+    if !(cfg.max_length_ratio.is_finite() && cfg.max_length_ratio >= 1.0) {
+        return Err(bcx.src.error_at(
+            &at("max_length_ratio"),
+            format!(
+                "max_length_ratio must be at least 1, got {}",
+                cfg.max_length_ratio
+            ),
+        ));
+    }
+    // The texts themselves decide whether items are drafted again, not the files' names.
+    compute["taxonomy"] = json!(text_hash(&taxonomy_text));
+    compute["prompt"] = json!(text_hash(&prompt));
+    let svc = bcx.llm_service(&cfg.service, &at("service"), common)?;
+    let rules = ItemRules {
+        max_length_ratio: cfg.max_length_ratio,
+        ..ItemRules::default()
+    };
+    let schema = answer_schema(&taxonomy);
+    Ok(Built {
+        task: Box::new(ProcessorTask(Arc::new(QuestionsStage {
+            cfg,
+            taxonomy,
+            prompt,
+            schema,
+            rules,
+            svc,
+        }))),
+        compute,
+        version: 1,
+        default_in_flight: 8,
+    })
+}
+
+/// One slot (level, k) of a video's items after an answer: the draft and its check.
+struct Slotted {
+    draft: Option<Draft>,
+    checked: Result<usize, Vec<String>>,
+}
+
+impl QuestionsStage {
+    /// The prompt for one video.
+    fn prompt_for(&self, rec: &VideoRecord, shown: &[f64]) -> String {
+        let cut = |s: &str, n: usize| -> String {
+            let t: String = s.trim().chars().take(n).collect();
+            if t.is_empty() { "(none)".into() } else { t }
+        };
+        let times: Vec<String> = shown
+            .iter()
+            .enumerate()
+            .map(|(i, t)| format!("frame {i} at {t:.1} s"))
+            .collect();
+        self.prompt
+            .replace("[taxonomy]", &self.taxonomy.prompt_text())
+            .replace("[per_level]", &self.cfg.per_level.to_string())
+            .replace("[options]", &self.taxonomy.options.to_string())
+            .replace("[frames]", &times.join(", "))
+            .replace(
+                "[title]",
+                &cut(rec.source.title.as_deref().unwrap_or(""), 300),
+            )
+            .replace(
+                "[caption]",
+                &cut(rec.caption.as_deref().unwrap_or(""), 4000),
+            )
+            .replace(
+                "[transcript]",
+                &cut(
+                    rec.transcript.as_deref().unwrap_or(""),
+                    self.cfg.max_transcript_chars,
+                ),
+            )
+    }
+
+    /// An answer's items put into the (level, k) slots, each checked; items beyond a level's
+    /// `per_level` are dropped and named.
+    fn slot(&self, text: &str, frames: usize) -> Result<(Vec<Slotted>, Vec<String>), String> {
+        let v = self.schema.check(text).map_err(|e| e.to_string())?;
+        let drafts: Vec<Draft> = serde_json::from_value(v["items"].clone())
+            .map_err(|e| format!("the items do not read: {e}"))?;
+        let n = self.cfg.per_level;
+        let mut slots: Vec<Slotted> = (0..self.taxonomy.levels.len() * n)
+            .map(|_| Slotted {
+                draft: None,
+                checked: Err(vec!["not drafted".into()]),
+            })
+            .collect();
+        let mut notes = vec![];
+        for d in drafts {
+            let checked = items::check(&d, &self.taxonomy, frames, &self.rules);
+            let li = self.taxonomy.levels.iter().position(|l| l.name == d.level);
+            let free = li.and_then(|li| (li * n..li * n + n).find(|&s| slots[s].draft.is_none()));
+            match (li, free) {
+                (Some(_), Some(s)) => {
+                    slots[s] = Slotted {
+                        draft: Some(d),
+                        checked,
+                    }
+                }
+                (Some(_), None) => notes.push(format!(
+                    "more than {n} {} items: the extra ones are dropped",
+                    d.level
+                )),
+                (None, _) => notes.push(checked.err().unwrap_or_default().join("; ")),
+            }
+        }
+        Ok((slots, notes))
+    }
+
+    /// What the repair request says: each failing item and each missing one.
+    fn problems(&self, slots: &[Slotted], notes: &[String]) -> Vec<String> {
+        let n = self.cfg.per_level;
+        let mut out: Vec<String> = notes.to_vec();
+        for (s, slot) in slots.iter().enumerate() {
+            let level = &self.taxonomy.levels[s / n].name;
+            match (&slot.draft, &slot.checked) {
+                (None, _) => out.push(format!("a {level} item is missing")),
+                (Some(d), Err(why)) => out.push(format!(
+                    "the {level} item {:?}: {}",
+                    cut_text(&d.question, 80),
+                    why.join("; ")
+                )),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// The rows of one video's items: the last valid draft of each slot, shuffled; a slot with
+    /// none is a rejected row with the reason.
+    fn rows(
+        &self,
+        rec: &VideoRecord,
+        first: &[Slotted],
+        last: &[Slotted],
+        attempts: u32,
+    ) -> Vec<QuestionItem> {
+        let n = self.cfg.per_level;
+        (0..first.len())
+            .map(|s| {
+                let level = self.taxonomy.levels[s / n].name.clone();
+                let k = s % n;
+                let item_id = items::item_id(&rec.video_id, &level, k);
+                let pick = [&last[s], &first[s]]
+                    .into_iter()
+                    .find(|x| x.checked.is_ok())
+                    .unwrap_or(&last[s]);
+                self.row(item_id, level, k, pick, attempts)
+            })
+            .collect()
+    }
+
+    fn row(
+        &self,
+        item_id: String,
+        level: String,
+        k: usize,
+        pick: &Slotted,
+        attempts: u32,
+    ) -> QuestionItem {
+        let d = pick.draft.clone().unwrap_or(Draft {
+            level: level.clone(),
+            question: String::new(),
+            options: vec![],
+            answer: String::new(),
+            evidence: Default::default(),
+            rationale: String::new(),
+            context_note: String::new(),
+        });
+        let (options, answer, permutation, kept, reject_reason) = match &pick.checked {
+            Ok(correct) => {
+                let perm = items::permutation(&item_id, d.options.len());
+                let shown: Vec<String> = perm
+                    .iter()
+                    .map(|&p| d.options[p as usize].clone())
+                    .collect();
+                let at = perm
+                    .iter()
+                    .position(|&p| p as usize == *correct)
+                    .expect("a permutation");
+                (shown, items::letter(at), perm, true, String::new())
+            }
+            Err(why) => (
+                d.options.clone(),
+                d.answer.clone(),
+                vec![],
+                false,
+                why.join("; "),
+            ),
+        };
+        QuestionItem {
+            item_id,
+            level,
+            k: k as u32,
+            question: d.question,
+            options,
+            answer,
+            permutation,
+            evidence_frames: d.evidence.frames,
+            evidence_start_secs: d.evidence.start_secs,
+            evidence_end_secs: d.evidence.end_secs,
+            evidence_transcript: d.evidence.transcript,
+            rationale: d.rationale,
+            context_note: d.context_note,
+            kept,
+            reject_reason,
+            attempts,
+            provider: self.svc.name.clone(),
+            model: self.cfg.model.clone(),
+        }
+    }
+}
+
+fn cut_text(s: &str, n: usize) -> String {
+    let t: String = s.chars().take(n).collect();
+    if t.len() < s.len() {
+        format!("{t}…")
+    } else {
+        t
+    }
+}
+
+#[async_trait]
+impl Processor for QuestionsStage {
+    type Row = QuestionItem;
+
+    fn requires(&self) -> &'static [Slot] {
+        &[Slot::Frames]
+    }
+    fn provides(&self) -> Slot {
+        Slot::Questions
+    }
+
+    fn estimate(&self) -> StageEstimate {
+        StageEstimate {
+            calls: vec![CallEstimate {
+                service: self.svc.name.clone(),
+                model: self.cfg.model.clone(),
+                prompt_chars: (self.prompt.len()
+                    + self.taxonomy.prompt_text().len()
+                    + self.cfg.max_transcript_chars / 2
+                    + 1500) as u64,
+                images: self.cfg.max_images as u32,
+                max_tokens: self.cfg.max_tokens,
+            }],
+            frames: None,
+        }
+    }
+
+    async fn process(
+        &self,
+        rec: &VideoRecord,
+        cx: &StageContext,
+    ) -> Result<Vec<QuestionItem>, StageError> {
+        let images = frame_inputs(rec, cx, self.cfg.max_images).await?;
+        if images.is_empty() {
+            return Err(StageError::data(
+                "no_frames",
+                "no sampled frames to show the model",
+            ));
+        }
+        let times = super::judge::frame_times(rec, self.cfg.max_images);
+        let base = self.prompt_for(rec, &times);
+        let mut req = ChatRequest {
+            model: self.cfg.model.clone(),
+            prompt: base.clone(),
+            images,
+            temperature: self.cfg.temperature,
+            max_tokens: self.cfg.max_tokens,
+            json: true,
+            schema: Some(self.schema.request.clone()),
+            repair: false,
+        };
+        let frames = times.len();
+        let a = ask_text(&self.svc, &req, cx).await?;
+        let text = a.text.unwrap_or_default();
+        let problems = match self.slot(&text, frames) {
+            Ok((slots, notes)) => {
+                let p = self.problems(&slots, &notes);
+                if p.is_empty() {
+                    return Ok(self.rows(rec, &slots, &slots, 1));
+                }
+                Some((slots, p))
+            }
+            Err(e) => {
+                req.prompt = format!(
+                    "{base}\n\nYour previous answer was invalid: {e}. Reply with only the JSON object {{\"items\": [...]}} the schema describes."
+                );
+                None
+            }
+        };
+        let first = match problems {
+            Some((slots, p)) => {
+                req.prompt = format!(
+                    "{base}\n\nYour previous answer had these problems: {}. Reply again with all the items, each problem fixed.",
+                    p.join(" | ")
+                );
+                Some(slots)
+            }
+            None => None,
+        };
+        req.repair = true;
+        let a = ask_text(&self.svc, &req, cx).await?;
+        let text2 = a.text.unwrap_or_default();
+        match (self.slot(&text2, frames), first) {
+            (Ok((last, _)), Some(first)) => Ok(self.rows(rec, &first, &last, 2)),
+            (Ok((last, _)), None) => Ok(self.rows(rec, &last, &last, 2)),
+            (Err(_), Some(first)) => Ok(self.rows(rec, &first, &first, 2)),
+            (Err(e), None) => Err(StageError::data(
+                "invalid_items",
+                format!("{e}; last answer {:?}", cut_text(&text2, 300)),
+            )),
+        }
+    }
+
+    fn attach(rec: &mut VideoRecord, rows: Vec<QuestionItem>) {
+        rec.questions = Some(rows);
+    }
+}

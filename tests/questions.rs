@@ -1,0 +1,250 @@
+//! The questions stage: three-level items from a taxonomy, drafted over structured output by a
+//! fake OpenAI server replaying the recorded `json_schema` answer body, checked, repaired once,
+//! rejected per item, shuffled by item id; and taxonomy files that cannot be used.
+
+use crate::caption::{caption_pipeline, clips, first_width, openai_structured};
+use crate::fake_http::{FakeServer, Request};
+use crate::judge::{err, prompt_of, run_with_key};
+use crate::need_ffmpeg;
+use crate::util::*;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+fn item(level: &str, question: &str, options: [&str; 4], answer: &str, note: &str) -> Value {
+    json!({
+        "level": level, "question": question, "options": options, "answer": answer,
+        "evidence": {"frames": [0, 1], "start_secs": 0.1, "end_secs": 0.9, "transcript": "speaks here"},
+        "rationale": "Shown in the first frames.", "context_note": note,
+    })
+}
+
+fn observable() -> Value {
+    item(
+        "observable_evidence",
+        "What is shown on screen throughout the clip?",
+        [
+            "Coloured test bars",
+            "A crowd in a street",
+            "A person at a desk",
+            "A map of a country",
+        ],
+        "A",
+        "",
+    )
+}
+
+fn internal(options: usize) -> Value {
+    let mut v = item(
+        "clip_internal_meaning",
+        "What does the clip, taken as a whole, present itself as?",
+        [
+            "A signal for testing screens",
+            "A news report on a riot",
+            "An advertisement for a drink",
+            "A lecture on road safety",
+        ],
+        "A",
+        "",
+    );
+    v["options"].as_array_mut().unwrap().truncate(options);
+    v
+}
+
+fn beyond(note: &str) -> Value {
+    item(
+        "beyond_clip_reasoning",
+        "Why would broadcasters have aired such a picture between programmes?",
+        [
+            "To let viewers tune their sets",
+            "To announce a national emergency",
+            "To mark a religious holiday",
+            "To advertise a football match",
+        ],
+        "A",
+        note,
+    )
+}
+
+fn items(list: Vec<Value>) -> String {
+    json!({ "items": list }).to_string()
+}
+
+#[test]
+fn items_are_checked_repaired_rejected_one_by_one_and_shuffled() {
+    need_ffmpeg!();
+    let dir = tempfile::tempdir().unwrap();
+    clips(dir.path(), &[("alpha", "160x90"), ("beta", "192x108")]);
+    let seen: Arc<Mutex<HashMap<(u32, String), usize>>> = Arc::default();
+    let prompts: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = prompts.clone();
+    let server = FakeServer::start(move |r: &Request| {
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        let schema = v["response_format"]["json_schema"]["name"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let images: Vec<&str> = v["messages"][0]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p["image_url"]["url"].as_str())
+            .collect();
+        let width = first_width(&images);
+        let n = {
+            let mut s = seen.lock().unwrap();
+            let c = s.entry((width, schema.clone())).or_default();
+            *c += 1;
+            *c
+        };
+        if schema == "caption" {
+            return openai_structured(
+                &json!({"caption": format!("Colour bars {width} wide.")}).to_string(),
+            );
+        }
+        assert_eq!(schema, "question_items");
+        let levels = &v["response_format"]["json_schema"]["schema"]["properties"]["items"]["items"]
+            ["properties"]["level"]["enum"];
+        assert_eq!(
+            levels,
+            &json!([
+                "observable_evidence",
+                "clip_internal_meaning",
+                "beyond_clip_reasoning"
+            ])
+        );
+        let prompt = prompt_of(r);
+        log.lock().unwrap().push(prompt.clone());
+        match (width, n) {
+            (160, _) => openai_structured(&items(vec![
+                observable(),
+                internal(4),
+                beyond("Test cards were broadcast so viewers could adjust their receivers."),
+            ])),
+            // Three options, and a beyond-clip item without its context note.
+            (192, 1) => openai_structured(&items(vec![observable(), internal(3), beyond("")])),
+            // The repair fixes the options but still gives no note.
+            (192, _) => openai_structured(&items(vec![observable(), internal(4), beyond("")])),
+            other => panic!("unexpected {other:?}"),
+        }
+    });
+    let services = format!(
+        "[services.openai]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 6000\n",
+        server.url()
+    );
+    let p = caption_pipeline(
+        dir.path(),
+        &services,
+        "compute = { service = \"openai\", model = \"gpt-4o-mini\", max_images = 4 }\n\n[[stages]]\nid = \"questions\"\ntype = \"questions\"\ncompute = { service = \"openai\", model = \"gpt-4o-mini\", max_images = 4 }\n",
+    );
+    let out = dir.path().join("run");
+    let o = run_with_key(&p, &out);
+    assert!(o.status.success(), "{}", err(&o));
+
+    let first = prompts.lock().unwrap()[0].clone();
+    for part in [
+        "Boundary with `clip_internal_meaning`",
+        "well-informed annotator",
+        "exactly 1 item(s) for each level",
+        "exactly 4 answer options",
+        "Caption: Colour bars",
+        "speaks here",
+        "frame 0 at",
+    ] {
+        assert!(first.contains(part), "{part} not in the prompt:\n{first}");
+    }
+    let repair = prompts
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|p| p.contains("had these problems"))
+        .cloned()
+        .expect("a repair request");
+    assert!(
+        repair.contains("3 options, not 4") && repair.contains("context_note"),
+        "{repair}"
+    );
+
+    let rows = table_rows_file_all(&out.join("questions"));
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    let kept: Vec<_> = rows.iter().filter(|r| r["kept"] == "true").collect();
+    assert_eq!(kept.len(), 5);
+    let rejected: Vec<_> = rows.iter().filter(|r| r["kept"] == "false").collect();
+    assert_eq!(rejected[0]["level"], "beyond_clip_reasoning");
+    assert!(
+        rejected[0]["reject_reason"].contains("context_note"),
+        "{:?}",
+        rejected[0]
+    );
+    assert_eq!(rejected[0]["attempts"], "2");
+    // Shuffled: the correct text is at the stored letter, and the permutation is stored.
+    let correct = [
+        "Coloured test bars",
+        "A signal for testing screens",
+        "To let viewers tune their sets",
+    ];
+    for r in &kept {
+        // Arrow's display of a list: "[a, b, c]" (no option here has a comma).
+        let list = |s: &str| -> Vec<String> {
+            s.trim_matches(|c| c == '[' || c == ']')
+                .split(", ")
+                .map(String::from)
+                .collect()
+        };
+        let options = list(&r["options"]);
+        let perm = list(&r["permutation"]);
+        let at = (r["answer"].as_bytes()[0] - b'A') as usize;
+        assert!(correct.contains(&options[at].as_str()), "{r:?}");
+        assert_eq!(perm.len(), 4);
+        assert_eq!(r["item_id"].len(), 16);
+    }
+    let calls = server.requests().len();
+    assert_eq!(
+        calls,
+        2 + 3,
+        "two captions, alpha's items once, beta's twice"
+    );
+    let o = run_with_key(&p, &out);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(server.requests().len(), calls, "a rerun makes no call");
+}
+
+#[test]
+fn taxonomy_files_that_cannot_be_used_exit_2_at_the_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        &dir.path().join("p.toml"),
+        "name = \"t\"\n[services.openai]\nbase_url = \"http://127.0.0.1:9/v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\n\n[source]\ntype = \"local\"\ndir = \"v\"\n\n[[stages]]\nid = \"probe\"\ntype = \"probe\"\n\n[[stages]]\nid = \"frames\"\ntype = \"frames\"\n\n[[stages]]\nid = \"questions\"\ntype = \"questions\"\ncompute = { service = \"openai\", model = \"m\", taxonomy = \"tax.toml\" }\n",
+    );
+    std::fs::create_dir_all(dir.path().join("v")).unwrap();
+    let cases = [
+        (
+            "name = \"x\"\n[[levels]]\nname = \"a\"\ndefinition = \"d\"\n[[levels]]\nname = \"a\"\ndefinition = \"e\"\n",
+            "tax.toml:6",
+            "already levels[0]",
+        ),
+        (
+            "name = \"x\"\n[[levels]]\nname = \"a\"\ndefinition = \"d\"\nhint = \"h\"\n",
+            "tax.toml:5",
+            "hint",
+        ),
+        (
+            "name = \"x\"\n[[levels]]\nname = \"a\"\n",
+            "tax.toml:2",
+            "levels[0].definition",
+        ),
+    ];
+    for (text, at, what) in cases {
+        write(&dir.path().join("tax.toml"), text);
+        let o = run(
+            &["validate", dir.path().join("p.toml").to_str().unwrap()],
+            dir.path(),
+        );
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{e}");
+        assert!(
+            e.contains(at) && e.contains(what),
+            "{at} / {what} not in {e}"
+        );
+    }
+}
