@@ -32,6 +32,8 @@ pub enum Slot {
     Transcript,
     Caption,
     Questions,
+    Blind,
+    LevelCheck,
 }
 
 impl Slot {
@@ -52,6 +54,8 @@ impl Slot {
             Slot::Transcript => "transcript",
             Slot::Caption => "caption",
             Slot::Questions => "questions",
+            Slot::Blind => "blind",
+            Slot::LevelCheck => "level_check",
         }
     }
 }

@@ -109,7 +109,10 @@ fn captions_over_openai_json_schema_are_validated_repaired_and_paid_once() {
         };
         match width {
             160 => {
-                assert!(prompt.contains("Title: (none)"), "a folder source has no titles: {prompt}");
+                assert!(
+                    prompt.contains("Title: (none)"),
+                    "a folder source has no titles: {prompt}"
+                );
                 assert!(prompt.contains("Transcript: alpha speaks here"), "{prompt}");
                 openai_structured(
                     r#"{"caption":"A test pattern; a voice says alpha speaks here."}"#,

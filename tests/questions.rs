@@ -248,3 +248,130 @@ fn taxonomy_files_that_cannot_be_used_exit_2_at_the_line_and_key() {
         );
     }
 }
+
+/// The text of the option a blind prompt shows for `text` ("B. Coloured test bars" → "B").
+fn shown_letter(prompt: &str, text: &str) -> String {
+    prompt
+        .lines()
+        .find_map(|l| l.strip_suffix(text).and_then(|h| h.strip_suffix(". ")))
+        .unwrap_or_else(|| panic!("{text} not shown in {prompt}"))
+        .to_string()
+}
+
+#[test]
+fn blind_and_level_checks_flag_items_and_rethreshold_drops_without_calls() {
+    need_ffmpeg!();
+    let dir = tempfile::tempdir().unwrap();
+    clips(dir.path(), &[("alpha", "160x90")]);
+    let server = FakeServer::start(move |r: &Request| {
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        let prompt = prompt_of(r);
+        match v["response_format"]["json_schema"]["name"].as_str() {
+            Some("caption") => openai_structured(r#"{"caption": "Colour bars."}"#),
+            Some("question_items") => openai_structured(&items(vec![
+                observable(),
+                internal(4),
+                beyond("Test cards let viewers tune their sets."),
+            ])),
+            Some("item_level") => {
+                let level = if prompt.contains("present itself as") {
+                    "beyond_clip_reasoning"
+                } else if prompt.contains("shown on screen") {
+                    "observable_evidence"
+                } else {
+                    "beyond_clip_reasoning"
+                };
+                openai_structured(&json!({ "level": level }).to_string())
+            }
+            None => {
+                assert!(
+                    prompt.starts_with(
+                        "Answer this multiple-choice question about a video you cannot see."
+                    ),
+                    "{prompt}"
+                );
+                assert!(
+                    v["messages"][0]["content"].is_string(),
+                    "no images in a blind call"
+                );
+                let seed = v["seed"].as_u64().expect("each sample has its seed");
+                let answer = if prompt.contains("shown on screen") {
+                    shown_letter(&prompt, "Coloured test bars")
+                } else if prompt.contains("present itself as") {
+                    let right = shown_letter(&prompt, "A signal for testing screens");
+                    if seed == 0 {
+                        right
+                    } else if right == "A" {
+                        "B".into()
+                    } else {
+                        "A".into()
+                    }
+                } else {
+                    "I cannot tell without the video.".into()
+                };
+                openai_structured(&answer)
+            }
+            other => panic!("unexpected schema {other:?}"),
+        }
+    });
+    let services = format!(
+        "[services.openai]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 6000\n",
+        server.url()
+    );
+    let svc = "service = \"openai\", model = \"gpt-4o-mini\"";
+    let p = caption_pipeline(
+        dir.path(),
+        &services,
+        &format!(
+            "compute = {{ {svc}, max_images = 4 }}\n\n[[stages]]\nid = \"questions\"\ntype = \"questions\"\ncompute = {{ {svc}, max_images = 4 }}\n\n[[stages]]\nid = \"blind\"\ntype = \"blind\"\ncompute = {{ {svc}, samples = 3 }}\n\n[[stages]]\nid = \"level_check\"\ntype = \"level_check\"\ncompute = {{ {svc} }}\n"
+        ),
+    );
+    let out = dir.path().join("run");
+    let o = run_with_key(&p, &out);
+    assert!(o.status.success(), "{}", err(&o));
+    let blind = table_rows_file_all(&out.join("blind"));
+    assert_eq!(blind.len(), 3, "{blind:?}");
+    let by_level: HashMap<&str, &std::collections::BTreeMap<String, String>> =
+        blind.iter().map(|r| (r["level"].as_str(), r)).collect();
+    let obs = by_level["observable_evidence"];
+    assert_eq!(
+        (obs["correct"].as_str(), obs["flagged"].as_str()),
+        ("3", "true")
+    );
+    let int = by_level["clip_internal_meaning"];
+    assert_eq!(
+        (int["correct"].as_str(), int["flagged"].as_str()),
+        ("1", "false")
+    );
+    let bey = by_level["beyond_clip_reasoning"];
+    assert_eq!(
+        (bey["unparsed"].as_str(), bey["answers"].as_str()),
+        ("3", "-,-,-")
+    );
+    let levels = table_rows_file_all(&out.join("level_check"));
+    let disagree: Vec<_> = levels.iter().filter(|r| r["agree"] == "false").collect();
+    assert_eq!(disagree.len(), 1, "{levels:?}");
+    assert_eq!(disagree[0]["drafted_level"], "clip_internal_meaning");
+    assert_eq!(disagree[0]["checked_level"], "beyond_clip_reasoning");
+    let calls = server.requests().len();
+    assert_eq!(calls, 1 + 1 + 3 * 3 + 3);
+
+    // Flag at one right sample and allow one flagged item: two are flagged, the video drops.
+    let o = run(
+        &[
+            "rethreshold",
+            out.to_str().unwrap(),
+            "--set",
+            "blind.flag_at=1",
+            "--set",
+            "blind.max_flagged=1",
+        ],
+        dir.path(),
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}{}", err(&o));
+    let b: Vec<&str> = text.lines().filter(|l| l.starts_with("blind")).collect();
+    assert_eq!(b[0].split_whitespace().last(), Some("1"), "{text}");
+    assert_eq!(b[1].split_whitespace().last(), Some("0"), "{text}");
+    assert_eq!(server.requests().len(), calls, "rethreshold makes no call");
+}

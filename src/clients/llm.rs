@@ -83,7 +83,7 @@ impl ResponseSchema {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ChatRequest {
     pub model: String,
     pub prompt: String,
@@ -95,6 +95,9 @@ pub struct ChatRequest {
     /// Ask for JSON that follows this schema (constrained decoding where the API has it).
     /// Implies `json`.
     pub schema: Option<Arc<ResponseSchema>>,
+    /// Sampling seed (OpenAI `seed`, Gemini `generationConfig.seed`): k samples of one prompt
+    /// are k requests, each cached under its own seed.
+    pub seed: Option<u32>,
     /// A repair request (the answer to the first failed validation): in batch mode it goes to
     /// the next batch or live, per `batch_repairs`. Not part of the cache key.
     pub repair: bool,
@@ -292,6 +295,9 @@ impl LlmService {
                     "temperature": req.temperature,
                     "max_tokens": req.max_tokens,
                 });
+                if let Some(seed) = req.seed {
+                    body["seed"] = json!(seed);
+                }
                 if let Some(sc) = &req.schema {
                     body["response_format"] = json!({
                         "type": "json_schema",
@@ -315,6 +321,9 @@ impl LlmService {
                 if let Some(sc) = &req.schema {
                     gen_cfg["responseJsonSchema"] = sc.schema.clone();
                 }
+                if let Some(seed) = req.seed {
+                    gen_cfg["seed"] = json!(seed);
+                }
                 (
                     format!("models/{}:generateContent", req.model),
                     json!({"contents": [{"role": "user", "parts": parts}], "generationConfig": gen_cfg}),
@@ -332,6 +341,9 @@ impl LlmService {
         // Only when there is one: the keys of every answer cached before schemas stay valid.
         if let Some(sc) = &req.schema {
             request["schema"] = json!(sc.hash);
+        }
+        if let Some(seed) = req.seed {
+            request["seed"] = json!(seed);
         }
         CacheKey {
             service: self.name.clone(),

@@ -231,6 +231,7 @@ impl Processor for CaptionStage {
             max_tokens: self.cfg.max_tokens,
             json: self.schema.is_some(),
             schema: self.schema.as_ref().map(|s| s.request.clone()),
+            seed: None,
             repair: false,
         };
         let a = ask_validated(&self.svc, req, cx, "invalid_caption", |t| self.read(t), |problem| {

@@ -314,6 +314,7 @@ impl Processor for CommitteeStage {
                 max_tokens: self.cfg.max_tokens,
                 json: false,
                 schema: None,
+                seed: None,
                 repair: false,
             };
             async move { svc.chat(&req, &cx.cache.get()?, &cx.stage_id).await }

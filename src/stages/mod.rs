@@ -269,6 +269,8 @@ pub const STAGE_KINDS: &[StageKind] = &[
     transcript::KIND,
     caption::KIND,
     questions::KIND,
+    questions::blind::KIND,
+    questions::level_check::KIND,
 ];
 
 /// The kind a pipeline names, if there is one.

@@ -296,6 +296,7 @@ impl Processor for QualityStage {
             max_tokens: self.cfg.max_tokens,
             json: self.cfg.json_mode,
             schema: None,
+            seed: None,
             repair: false,
         };
         let a = ask_validated(&self.svc, req, cx, "invalid_rubric", parse_rubric, |problem| {

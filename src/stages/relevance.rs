@@ -239,6 +239,7 @@ impl RelevanceStage {
             max_tokens: self.cfg.max_tokens,
             json: false,
             schema: None,
+            seed: None,
             repair: false,
         };
         let a = ask_validated(

@@ -338,3 +338,45 @@ mod tests {
         );
     }
 }
+
+/// The option a short answer names: "B", "(b)", "B.", "Answer: B", "The answer is B because…";
+/// None when it names none or several. (Scoring parses more shapes; a check only needs these.)
+pub fn parse_letter(text: &str, n: usize) -> Option<usize> {
+    let t = text.trim();
+    let t = t
+        .strip_prefix("Answer:")
+        .or_else(|| t.strip_prefix("answer:"))
+        .or_else(|| t.strip_prefix("The answer is"))
+        .or_else(|| t.strip_prefix("the answer is"))
+        .unwrap_or(t)
+        .trim();
+    let mut chars = t
+        .chars()
+        .filter(|c| !matches!(c, '(' | ')' | '[' | ']' | '*'));
+    let first = chars.next()?.to_ascii_uppercase();
+    let next = chars.next();
+    let alone = next.is_none_or(|c| !c.is_alphanumeric());
+    let i = (first as u32).checked_sub('A' as u32)? as usize;
+    (first.is_ascii_uppercase() && alone && i < n).then_some(i)
+}
+
+#[cfg(test)]
+mod letter_tests {
+    use super::parse_letter;
+
+    #[test]
+    fn short_answers_name_their_option() {
+        for (t, want) in [
+            ("B", Some(1)),
+            ("(c)", Some(2)),
+            ("A.", Some(0)),
+            ("Answer: D", Some(3)),
+            ("The answer is B because it is shown.", Some(1)),
+            ("E", None),
+            ("Because", None),
+            ("", None),
+        ] {
+            assert_eq!(parse_letter(t, 4), want, "{t:?}");
+        }
+    }
+}

@@ -18,7 +18,9 @@
 //! reason and the rest go on. Kept items' options are shuffled, seeded by the item id, and the
 //! permutation is stored. The taxonomy's and the prompt's full texts are in the fingerprint.
 
+pub mod blind;
 pub mod items;
+pub mod level_check;
 
 use super::judge::{ask_text, frame_inputs, text_hash};
 use super::structured::OutputSchema;
@@ -451,6 +453,7 @@ impl Processor for QuestionsStage {
             max_tokens: self.cfg.max_tokens,
             json: true,
             schema: Some(self.schema.request.clone()),
+            seed: None,
             repair: false,
         };
         let frames = times.len();

@@ -1,0 +1,235 @@
+//! `level_check` stage: a second model assigns each kept item a level with the taxonomy's
+//! boundary tests, without knowing the drafted one (HarmVideoBench B.1's adjudication rule and
+//! B.2's third quality risk, boundary confusion). A disagreement is what the senior reviewer
+//! looks at first.
+//!
+//! Reads: the kept items of a question stage, and the taxonomy file (the same one; default
+//! HarmVideoBench's). Calls: a model, text only, with structured output (`{"level": one of the
+//! taxonomy's names}`). Caches: every answer. Writes: one row per kept item: the drafted level,
+//! the checked level, whether they agree. `select = { max_disagreements = N }`: a video with
+//! more disagreeing items is dropped (default: none dropped, record only).
+
+use super::items::letter;
+use crate::clients::llm::{ChatRequest, LlmService};
+use crate::config::taxonomy::{HARMVIDEOBENCH, Taxonomy};
+use crate::config::{ConfigError, Seg, StageCommon};
+use crate::error::StageError;
+use crate::record::{QuestionItem, Slot, VideoRecord};
+use crate::runtime::ProcessorTask;
+use crate::runtime::stage::{CallEstimate, Processor, StageContext, StageEstimate};
+use crate::stages::judge::{ask_validated, text_hash};
+use crate::stages::structured::{OutputSchema, SchemaProblem};
+use crate::stages::{BuildCx, Built, ThresholdError, compute_settings};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LevelCheckConfig {
+    /// A `[services.<name>]` entry: best another model than the one that drafted.
+    pub service: String,
+    pub model: String,
+    /// The question stage's taxonomy file (relative to the pipeline file).
+    #[serde(default)]
+    pub taxonomy: Option<PathBuf>,
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: u32,
+    #[serde(default = "three")]
+    pub items_per_video: u32,
+}
+
+fn default_max_tokens() -> u32 {
+    64
+}
+fn three() -> u32 {
+    3
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct LevelCheckSelect {
+    pub max_disagreements: Option<u32>,
+}
+
+impl crate::stages::Thresholds for LevelCheckSelect {
+    fn check(&self) -> Result<(), ThresholdError> {
+        Ok(())
+    }
+}
+
+impl crate::stages::RowThresholds for LevelCheckSelect {
+    type Row = LevelRow;
+    fn keep(&self, rows: &[LevelRow]) -> bool {
+        let n = rows.iter().filter(|r| !r.agree).count() as u32;
+        self.max_disagreements.is_none_or(|m| n <= m)
+    }
+    fn keep_rows(&self, rows: Option<&Vec<LevelRow>>) -> bool {
+        rows.is_none_or(|r| self.keep(r))
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LevelRow {
+    pub item_id: String,
+    pub drafted_level: String,
+    pub checked_level: String,
+    pub agree: bool,
+    pub raw: String,
+    pub provider: String,
+    pub model: String,
+    pub attempts: u32,
+}
+
+pub struct LevelCheckStage {
+    cfg: LevelCheckConfig,
+    select: LevelCheckSelect,
+    taxonomy: Taxonomy,
+    schema: OutputSchema,
+    svc: Arc<LlmService>,
+}
+
+/// This stage in the registry (`stages::STAGE_KINDS`).
+pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
+    name: "level_check",
+    about: "a second model assigns each kept item a taxonomy level with the boundary tests; disagreements with the drafted level go to the senior reviewer",
+    build,
+    reselect: Some(crate::stages::reselect::<LevelCheckSelect>),
+    summary: None,
+    release: crate::stages::Release::Skip,
+};
+
+pub fn build(
+    common: &StageCommon,
+    compute_at: &[Seg],
+    select_at: &[Seg],
+    bcx: &BuildCx,
+) -> Result<Built, ConfigError> {
+    let (cfg, mut compute): (LevelCheckConfig, _) = compute_settings(common, compute_at, bcx)?;
+    let select: LevelCheckSelect = crate::stages::select_settings(common, select_at, bcx)?;
+    let (taxonomy, src) = match &cfg.taxonomy {
+        Some(p) => Taxonomy::load(&bcx.resolve(p))?,
+        None => Taxonomy::parse(Path::new("(built in)"), HARMVIDEOBENCH.to_string())?,
+    };
+    compute["taxonomy"] = json!(text_hash(&src.text));
+    let levels: Vec<&str> = taxonomy.levels.iter().map(|l| l.name.as_str()).collect();
+    let schema = OutputSchema::new(
+        "item_level",
+        json!({
+            "type": "object",
+            "properties": {"level": {"type": "string", "enum": levels}},
+            "required": ["level"],
+            "additionalProperties": false,
+        }),
+        Path::new("(built from the taxonomy)"),
+    )
+    .expect("a valid schema");
+    let svc = bcx.llm_service(
+        &cfg.service,
+        &crate::config::key_at(compute_at, "service"),
+        common,
+    )?;
+    Ok(Built {
+        task: Box::new(ProcessorTask(Arc::new(LevelCheckStage {
+            cfg,
+            select,
+            taxonomy,
+            schema,
+            svc,
+        }))),
+        compute,
+        version: 1,
+        default_in_flight: 16,
+    })
+}
+
+impl LevelCheckStage {
+    fn prompt(&self, item: &QuestionItem) -> String {
+        let mut s = format!(
+            "Assign this multiple-choice item to one level of the taxonomy below, applying the boundary tests. Reply with the JSON object {{\"level\": NAME}}.\n\n{}\nQuestion: {}\n",
+            self.taxonomy.prompt_text(),
+            item.question
+        );
+        for (i, o) in item.options.iter().enumerate() {
+            s += &format!("{}. {o}\n", letter(i));
+        }
+        s += &format!("Correct answer: {}\n", item.answer);
+        if !item.rationale.is_empty() {
+            s += &format!("Rationale: {}\n", item.rationale);
+        }
+        s
+    }
+}
+
+#[async_trait]
+impl Processor for LevelCheckStage {
+    type Row = LevelRow;
+
+    fn requires(&self) -> &'static [Slot] {
+        &[Slot::Questions]
+    }
+    fn provides(&self) -> Slot {
+        Slot::LevelCheck
+    }
+
+    fn estimate(&self) -> StageEstimate {
+        let one = CallEstimate {
+            service: self.svc.name.clone(),
+            model: self.cfg.model.clone(),
+            prompt_chars: (self.taxonomy.prompt_text().len() + 600) as u64,
+            images: 0,
+            max_tokens: self.cfg.max_tokens,
+        };
+        StageEstimate {
+            calls: vec![one; self.cfg.items_per_video as usize],
+            frames: None,
+        }
+    }
+
+    async fn process(
+        &self,
+        rec: &VideoRecord,
+        cx: &StageContext,
+    ) -> Result<Vec<LevelRow>, StageError> {
+        let mut rows = vec![];
+        for item in rec.questions.iter().flatten().filter(|q| q.kept) {
+            let req = ChatRequest {
+                model: self.cfg.model.clone(),
+                prompt: self.prompt(item),
+                max_tokens: self.cfg.max_tokens,
+                json: true,
+                schema: Some(self.schema.request.clone()),
+                ..Default::default()
+            };
+            let read = |t: &str| -> Result<String, SchemaProblem> {
+                Ok(self.schema.check(t)?["level"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string())
+            };
+            let a = ask_validated(&self.svc, req, cx, "invalid_level", read, |problem| {
+                format!("Your previous answer was invalid: {problem}. Reply with only the JSON object {{\"level\": NAME}}.")
+            })
+            .await?;
+            rows.push(LevelRow {
+                item_id: item.item_id.clone(),
+                drafted_level: item.level.clone(),
+                agree: a.value == item.level,
+                checked_level: a.value,
+                raw: a.raw,
+                provider: self.svc.name.clone(),
+                model: self.cfg.model.clone(),
+                attempts: a.attempts,
+            });
+        }
+        Ok(rows)
+    }
+
+    fn attach(_rec: &mut VideoRecord, _rows: Vec<LevelRow>) {}
+
+    fn keep(&self, _rec: &VideoRecord, _extras: &[String], rows: &[LevelRow]) -> bool {
+        crate::stages::RowThresholds::keep(&self.select, rows)
+    }
+}
