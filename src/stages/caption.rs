@@ -119,15 +119,7 @@ pub fn build(
 ) -> Result<Built, ConfigError> {
     let (cfg, mut compute): (CaptionConfig, _) = compute_settings(common, compute_at, bcx)?;
     crate::stages::no_select(common, select_at, bcx)?;
-    let prompt = match &cfg.prompt {
-        Some(p) => std::fs::read_to_string(bcx.resolve(p)).map_err(|e| {
-            bcx.src.error_at(
-                &crate::config::key_at(compute_at, "prompt"),
-                format!("{}: {e}", bcx.resolve(p).display()),
-            )
-        })?,
-        None => CAPTION_PROMPT.to_string(),
-    };
+    let prompt = super::judge::prompt_text(&cfg.prompt, CAPTION_PROMPT, compute_at, bcx)?;
     // The text itself, not the file's name, decides whether captions are redone.
     compute["prompt"] = json!(text_hash(&prompt));
     let svc = bcx.llm_service(
@@ -215,13 +207,7 @@ impl Processor for CaptionStage {
         rec: &VideoRecord,
         cx: &StageContext,
     ) -> Result<Vec<Caption>, StageError> {
-        let images = frame_inputs(rec, cx, self.cfg.max_images).await?;
-        if images.is_empty() {
-            return Err(StageError::data(
-                "no_frames",
-                "no sampled frames to show the model",
-            ));
-        }
+        let images = frame_inputs(rec, cx, self.cfg.max_images, "the model").await?;
         let (prompt, transcript_chars) = self.prompt_for(rec);
         let req = ChatRequest {
             model: self.cfg.model.clone(),

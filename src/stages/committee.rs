@@ -292,13 +292,7 @@ impl Processor for CommitteeStage {
     }
 
     async fn process(&self, rec: &VideoRecord, cx: &StageContext) -> Result<Vec<Vote>, StageError> {
-        let images = frame_inputs(rec, cx, self.cfg.max_images).await?;
-        if images.is_empty() {
-            return Err(StageError::data(
-                "no_frames",
-                "no sampled frames to show the committee",
-            ));
-        }
+        let images = frame_inputs(rec, cx, self.cfg.max_images, "the committee").await?;
         let prompt = self
             .cfg
             .prompt

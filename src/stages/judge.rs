@@ -115,12 +115,21 @@ pub fn title_description(rec: &VideoRecord, cx: &StageContext) -> (String, Strin
 }
 
 /// Up to `max` of the video's sampled frames, evenly spread, as model inputs.
+///
+/// A video without sampled frames is rejected (`no_frames`): there is nothing to show `to`.
 pub async fn frame_inputs(
     rec: &VideoRecord,
     cx: &StageContext,
     max: usize,
+    to: &str,
 ) -> Result<Vec<ImageInput>, StageError> {
     let frames: &[crate::record::FrameRef] = rec.frames.as_deref().unwrap_or_default();
+    if frames.is_empty() || max == 0 {
+        return Err(StageError::data(
+            "no_frames",
+            format!("no sampled frames to show {to}"),
+        ));
+    }
     let pick = pick(frames.len(), max);
     let mut out = Vec::with_capacity(pick.len());
     for i in pick {
@@ -146,6 +155,25 @@ pub fn frame_times(rec: &VideoRecord, max: usize) -> Vec<f64> {
         .into_iter()
         .map(|i| frames[i].timestamp_secs)
         .collect()
+}
+
+/// A stage's prompt: the file `path` names (relative to the pipeline file), or `default`.
+pub fn prompt_text(
+    path: &Option<PathBuf>,
+    default: &str,
+    compute_at: &[Seg],
+    bcx: &BuildCx,
+) -> Result<String, ConfigError> {
+    let Some(p) = path else {
+        return Ok(default.to_string());
+    };
+    let full = bcx.resolve(p);
+    std::fs::read_to_string(&full).map_err(|e| {
+        bcx.src.error_at(
+            &crate::config::key_at(compute_at, "prompt"),
+            format!("{}: {e}", full.display()),
+        )
+    })
 }
 
 /// The text between the first `open` and the last `close` (model answers wrap JSON in prose and

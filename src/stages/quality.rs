@@ -281,13 +281,7 @@ impl Processor for QualityStage {
         rec: &VideoRecord,
         cx: &StageContext,
     ) -> Result<Vec<Quality>, StageError> {
-        let images = frame_inputs(rec, cx, self.cfg.max_images).await?;
-        if images.is_empty() {
-            return Err(StageError::data(
-                "no_frames",
-                "no sampled frames to show the model",
-            ));
-        }
+        let images = frame_inputs(rec, cx, self.cfg.max_images, "the model").await?;
         let req = ChatRequest {
             model: self.cfg.model.clone(),
             prompt: QUALITY_PROMPT.to_string(),

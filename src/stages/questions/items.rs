@@ -72,6 +72,11 @@ fn norm(s: &str) -> String {
         .collect()
 }
 
+/// Every rule an item breaks, each in a sentence the repair request and the rejects column use.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}", .0.join("; "))]
+pub struct ItemProblems(pub Vec<String>);
+
 /// The index of the correct option, or why the item fails. Every failing rule is named, so
 /// one repair request can fix them all.
 pub fn check(
@@ -79,7 +84,7 @@ pub fn check(
     t: &Taxonomy,
     frames_shown: usize,
     rules: &ItemRules,
-) -> Result<usize, Vec<String>> {
+) -> Result<usize, ItemProblems> {
     let mut why = vec![];
     let level = t.level(&d.level);
     if level.is_none() {
@@ -182,7 +187,7 @@ pub fn check(
     }
     match (why.is_empty(), index) {
         (true, Some(i)) => Ok(i),
-        _ => Err(why),
+        _ => Err(ItemProblems(why)),
     }
 }
 
@@ -254,8 +259,8 @@ mod tests {
     fn problems(d: &Draft) -> String {
         check(d, &taxonomy(), 12, &ItemRules::default())
             .err()
+            .map(|e| e.to_string())
             .unwrap_or_default()
-            .join("; ")
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub mod items;
 pub mod level_check;
 
 use super::judge::{ask_text, frame_inputs, text_hash};
-use super::structured::OutputSchema;
+use super::structured::{OutputSchema, SchemaProblem};
 use crate::clients::llm::{ChatRequest, LlmService};
 use crate::config::taxonomy::{HARMVIDEOBENCH, Taxonomy};
 use crate::config::{ConfigError, Seg, StageCommon};
@@ -33,7 +33,7 @@ use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{CallEstimate, Processor, StageContext, StageEstimate};
 use crate::stages::{BuildCx, Built, compute_settings};
 use async_trait::async_trait;
-use items::{Draft, ItemRules};
+use items::{Draft, ItemProblems, ItemRules};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -170,13 +170,7 @@ pub fn build(
             (t, src.text)
         }
     };
-    let prompt = match &cfg.prompt {
-        Some(p) => std::fs::read_to_string(bcx.resolve(p)).map_err(|e| {
-            bcx.src
-                .error_at(&at("prompt"), format!("{}: {e}", bcx.resolve(p).display()))
-        })?,
-        None => QUESTIONS_PROMPT.to_string(),
-    };
+    let prompt = super::judge::prompt_text(&cfg.prompt, QUESTIONS_PROMPT, compute_at, bcx)?;
     if !(1..=5).contains(&cfg.per_level) {
         return Err(bcx.src.error_at(
             &at("per_level"),
@@ -219,7 +213,7 @@ pub fn build(
 /// One slot (level, k) of a video's items after an answer: the draft and its check.
 struct Slotted {
     draft: Option<Draft>,
-    checked: Result<usize, Vec<String>>,
+    checked: Result<usize, ItemProblems>,
 }
 
 impl QuestionsStage {
@@ -258,15 +252,19 @@ impl QuestionsStage {
 
     /// An answer's items put into the (level, k) slots, each checked; items beyond a level's
     /// `per_level` are dropped and named.
-    fn slot(&self, text: &str, frames: usize) -> Result<(Vec<Slotted>, Vec<String>), String> {
-        let v = self.schema.check(text).map_err(|e| e.to_string())?;
+    fn slot(
+        &self,
+        text: &str,
+        frames: usize,
+    ) -> Result<(Vec<Slotted>, Vec<String>), SchemaProblem> {
+        let v = self.schema.check(text)?;
         let drafts: Vec<Draft> = serde_json::from_value(v["items"].clone())
-            .map_err(|e| format!("the items do not read: {e}"))?;
+            .map_err(|e| SchemaProblem::Breaks(format!("the items do not read: {e}")))?;
         let n = self.cfg.per_level;
         let mut slots: Vec<Slotted> = (0..self.taxonomy.levels.len() * n)
             .map(|_| Slotted {
                 draft: None,
-                checked: Err(vec!["not drafted".into()]),
+                checked: Err(ItemProblems(vec!["not drafted".into()])),
             })
             .collect();
         let mut notes = vec![];
@@ -285,7 +283,7 @@ impl QuestionsStage {
                     "more than {n} {} items: the extra ones are dropped",
                     d.level
                 )),
-                (None, _) => notes.push(checked.err().unwrap_or_default().join("; ")),
+                (None, _) => notes.push(checked.err().map(|e| e.to_string()).unwrap_or_default()),
             }
         }
         Ok((slots, notes))
@@ -300,9 +298,8 @@ impl QuestionsStage {
             match (&slot.draft, &slot.checked) {
                 (None, _) => out.push(format!("a {level} item is missing")),
                 (Some(d), Err(why)) => out.push(format!(
-                    "the {level} item {:?}: {}",
-                    cut_text(&d.question, 80),
-                    why.join("; ")
+                    "the {level} item {:?}: {why}",
+                    cut_text(&d.question, 80)
                 )),
                 _ => {}
             }
@@ -369,7 +366,7 @@ impl QuestionsStage {
                 d.answer.clone(),
                 vec![],
                 false,
-                why.join("; "),
+                why.to_string(),
             ),
         };
         QuestionItem {
@@ -436,13 +433,7 @@ impl Processor for QuestionsStage {
         rec: &VideoRecord,
         cx: &StageContext,
     ) -> Result<Vec<QuestionItem>, StageError> {
-        let images = frame_inputs(rec, cx, self.cfg.max_images).await?;
-        if images.is_empty() {
-            return Err(StageError::data(
-                "no_frames",
-                "no sampled frames to show the model",
-            ));
-        }
+        let images = frame_inputs(rec, cx, self.cfg.max_images, "the model").await?;
         let times = super::judge::frame_times(rec, self.cfg.max_images);
         let base = self.prompt_for(rec, &times);
         let mut req = ChatRequest {
