@@ -40,15 +40,21 @@ pub fn run(a: Args) -> Result<Exit, RunError> {
 
 /// The source and stage types a pipeline file can use.
 pub fn list_stages() -> Result<Exit, RunError> {
+    // One column for both lists, as wide as the longest name (at least 10, as it always was).
+    let names = crate::stages::SOURCE_KINDS
+        .iter()
+        .map(|k| k.name)
+        .chain(crate::stages::STAGE_KINDS.iter().map(|k| k.name));
+    let w = names.map(str::len).max().unwrap_or(0).max(10);
     println!("sources ([source] type = ...):");
     for k in crate::stages::SOURCE_KINDS {
         let (t, d) = (k.name, k.about);
-        println!("  {t:<10} {d}");
+        println!("  {t:<w$} {d}");
     }
     println!("stages ([[stages]] type = ...):");
     for k in crate::stages::STAGE_KINDS {
         let (t, d) = (k.name, k.about);
-        println!("  {t:<10} {d}");
+        println!("  {t:<w$} {d}");
     }
     Ok(Exit::Done)
 }
