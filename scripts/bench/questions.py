@@ -147,7 +147,7 @@ def reset():
         Fake.repairs = 0
 
 
-def clips(n):
+def clips(n, out):
     """N clips of 1 s in data/bench/questions-<N>/, each with its name drawn and captions beside it."""
     d = os.path.join(ROOT, "data", "bench", f"questions-{n}")
     os.makedirs(d, exist_ok=True)
@@ -174,7 +174,7 @@ def clips(n):
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2) as pool:
         list(pool.map(make, range(n)))
     if missing:
-        print(f"made {missing} clips in {d} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        print(f"made {missing} clips in {d} in {time.perf_counter() - t0:.1f} s", file=out)
     return d
 
 
@@ -230,7 +230,7 @@ def dry_run(binary, p, out, env):
 
 
 def bench(binary, n, port, tmp, out):
-    videos = clips(n)
+    videos = clips(n, out)
     p = write_pipeline(tmp, videos, port)
     env = dict(os.environ, VIDCURATE_BENCH_KEY=KEY, RUST_LOG="warn")
 

@@ -30,7 +30,7 @@
 //! ```text
 //! cd scripts/bench/langid
 //! CARGO_TARGET_DIR=/work/target-langid cargo run --release            # all tables
-//! CARGO_TARGET_DIR=/work/target-langid cargo run --release -- --errors "lingua (high)"
+//! CARGO_TARGET_DIR=/work/target-langid cargo run --release -- --errors "lingua (high, 12)"
 //! ```
 //!
 //! Options: `--samples PATH` (default: samples.tsv beside Cargo.toml), `--only SUBSTR`
