@@ -34,6 +34,7 @@ pub enum Slot {
     Questions,
     Blind,
     LevelCheck,
+    Language,
 }
 
 impl Slot {
@@ -56,6 +57,7 @@ impl Slot {
             Slot::Questions => "questions",
             Slot::Blind => "blind",
             Slot::LevelCheck => "level_check",
+            Slot::Language => "language",
         }
     }
 }
@@ -188,6 +190,12 @@ pub struct QuestionItem {
     /// The missing context a beyond-clip item rests on.
     pub context_note: String,
     pub kept: bool,
+    /// The most similar earlier kept item of the video (empty for the first, or a rejected
+    /// item) and how similar, 0 to 1 (`items::similarity`: character trigrams).
+    pub nearest_item: String,
+    pub nearest_similarity: f64,
+    /// At the pipeline's `select.duplicate_at` (rethreshold re-decides from the similarity).
+    pub near_duplicate: bool,
     /// Why the item was rejected after its repair (empty when kept).
     pub reject_reason: String,
     pub attempts: u32,

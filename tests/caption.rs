@@ -20,7 +20,7 @@ pub(crate) fn openai_structured(text: &str) -> Response {
     Response::json(200, v.to_string())
 }
 
-fn gemini_structured(text: &str) -> Response {
+pub(crate) fn gemini_structured(text: &str) -> Response {
     let mut v: Value =
         serde_json::from_slice(&llm_fixture("gemini/generate_content_json_schema.json")).unwrap();
     v["candidates"][0]["content"]["parts"][0]["text"] = json!(text);

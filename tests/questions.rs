@@ -2,7 +2,7 @@
 //! fake OpenAI server replaying the recorded `json_schema` answer body, checked, repaired once,
 //! rejected per item, shuffled by item id; and taxonomy files that cannot be used.
 
-use crate::caption::{caption_pipeline, clips, first_width, openai_structured};
+use crate::caption::{caption_pipeline, clips, first_width, gemini_structured, openai_structured};
 use crate::fake_http::{FakeServer, Request};
 use crate::judge::{err, prompt_of, run_with_key};
 use crate::need_ffmpeg;
@@ -249,6 +249,31 @@ fn taxonomy_files_that_cannot_be_used_exit_2_at_the_line_and_key() {
     }
 }
 
+/// `vidcurate rethreshold RUN --set S …` (one --set per entry): the summary's lines of `stage`.
+fn rethreshold_lines(
+    cwd: &std::path::Path,
+    run_dir: &std::path::Path,
+    sets: &[&str],
+    stage: &str,
+) -> Vec<String> {
+    let mut args = vec!["rethreshold", run_dir.to_str().unwrap()];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let o = run(&args, cwd);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{text}{}", err(&o));
+    text.lines()
+        .filter(|l| l.starts_with(stage))
+        .map(String::from)
+        .collect()
+}
+
+/// The last field of a line (a count).
+fn last(line: &str) -> &str {
+    line.split_whitespace().last().unwrap_or("")
+}
+
 /// The text of the option a blind prompt shows for `text` ("B. Coloured test bars" → "B").
 fn shown_letter(prompt: &str, text: &str) -> String {
     prompt
@@ -357,21 +382,145 @@ fn blind_and_level_checks_flag_items_and_rethreshold_drops_without_calls() {
     assert_eq!(calls, 1 + 1 + 3 * 3 + 3);
 
     // Flag at one right sample and allow one flagged item: two are flagged, the video drops.
-    let o = run(
-        &[
-            "rethreshold",
-            out.to_str().unwrap(),
-            "--set",
-            "blind.flag_at=1",
-            "--set",
-            "blind.max_flagged=1",
-        ],
+    let b = rethreshold_lines(
         dir.path(),
+        &out,
+        &["blind.flag_at=1", "blind.max_flagged=1"],
+        "blind",
     );
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{text}{}", err(&o));
-    let b: Vec<&str> = text.lines().filter(|l| l.starts_with("blind")).collect();
-    assert_eq!(b[0].split_whitespace().last(), Some("1"), "{text}");
-    assert_eq!(b[1].split_whitespace().last(), Some("0"), "{text}");
+    assert_eq!((last(&b[0]), last(&b[1])), ("1", "0"), "{b:?}");
+    assert_eq!(server.requests().len(), calls, "rethreshold makes no call");
+}
+
+#[test]
+fn questions_over_gemini_mark_near_duplicates_and_report_letter_balance() {
+    need_ffmpeg!();
+    let dir = tempfile::tempdir().unwrap();
+    clips(dir.path(), &[("gamma", "160x90"), ("delta", "192x108")]);
+    let server = FakeServer::start(move |r: &Request| {
+        assert!(
+            r.path
+                .starts_with("/v1beta/models/gemini-2.5-flash:generateContent"),
+            "{}",
+            r.path
+        );
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        let g = &v["generationConfig"];
+        assert_eq!(g["responseMimeType"], "application/json");
+        let props = &g["responseJsonSchema"]["properties"];
+        if props.get("caption").is_some() {
+            return gemini_structured(r#"{"caption": "Colour bars."}"#);
+        }
+        assert!(props.get("items").is_some(), "{g}");
+        let text = v["contents"][0]["parts"][0]["text"].as_str().unwrap();
+        assert!(text.contains("exactly 2 item(s) for each level"), "{text}");
+        let width = {
+            let images: Vec<&str> = v["contents"][0]["parts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|p| p["inline_data"]["data"].as_str())
+                .collect();
+            assert!(!images.is_empty());
+            use base64::Engine;
+            let jpeg = base64::engine::general_purpose::STANDARD
+                .decode(images[0])
+                .unwrap();
+            image::load_from_memory(&jpeg).unwrap().width()
+        };
+        let mut second = observable();
+        second["question"] = json!(if width == 160 {
+            // The first observable question again, reworded by one word: a near-duplicate.
+            "What is shown on the screen throughout the clip?"
+        } else {
+            "Which colour is the leftmost bar?"
+        });
+        second["options"] = json!(["White", "Black", "Blue", "Green"]);
+        let mut internal2 = internal(4);
+        internal2["question"] = json!("Who is the clip meant for, judging by its content?");
+        let mut beyond2 = beyond("Test cards were shown between programmes.");
+        beyond2["question"] = json!("What did the picture tell viewers about the broadcast day?");
+        gemini_structured(&items(vec![
+            observable(),
+            second,
+            internal(4),
+            internal2,
+            beyond("Test cards were broadcast so viewers could adjust their receivers."),
+            beyond2,
+        ]))
+    });
+    let services = format!(
+        "[services.gemini]\nbase_url = \"{}v1beta/\"\napi = \"gemini\"\napi_key_env = \"VIDCURATE_TEST_GEMINI_KEY\"\n",
+        server.url()
+    );
+    let svc = "service = \"gemini\", model = \"gemini-2.5-flash\"";
+    let p = caption_pipeline(
+        dir.path(),
+        &services,
+        &format!(
+            "compute = {{ {svc}, max_images = 2 }}\n\n[[stages]]\nid = \"questions\"\ntype = \"questions\"\ncompute = {{ {svc}, max_images = 2, per_level = 2 }}\n"
+        ),
+    );
+    let out = dir.path().join("run");
+    let o = run_with_key(&p, &out);
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), err(&o));
+    assert!(o.status.success(), "{text}");
+    // Every item is kept; the letters of the 12 are reported with their balance test.
+    assert!(
+        text.contains("questions: correct letters of 12 kept items: A ")
+            && text.contains("chi-squared against equal shares: p = ")
+            && text.contains("; 1 near-duplicate questions"),
+        "{text}"
+    );
+    let rows = table_rows_file_all(&out.join("questions"));
+    assert_eq!(rows.len(), 12, "{rows:?}");
+    assert!(rows.iter().all(|r| r["kept"] == "true"), "{rows:?}");
+    let dups: Vec<_> = rows
+        .iter()
+        .filter(|r| r["near_duplicate"] == "true")
+        .collect();
+    assert_eq!(dups.len(), 1, "{rows:?}");
+    let dup = dups[0];
+    assert_eq!(
+        dup["question"],
+        "What is shown on the screen throughout the clip?"
+    );
+    let original = rows
+        .iter()
+        .find(|r| r["item_id"] == dup["nearest_item"])
+        .expect("the nearest item is one of the video's");
+    assert_eq!(
+        original["question"],
+        "What is shown on screen throughout the clip?"
+    );
+    let sim: f64 = dup["nearest_similarity"].parse().unwrap();
+    assert!(sim >= 0.8 && sim < 1.0, "{sim}");
+    // The other video's items are all unlike each other.
+    let others: Vec<f64> = rows
+        .iter()
+        .filter(|r| r["near_duplicate"] == "false" && !r["nearest_item"].is_empty())
+        .map(|r| r["nearest_similarity"].parse().unwrap())
+        .collect();
+    assert_eq!(others.len(), 12 - 2 - 1, "{rows:?}");
+    assert!(others.iter().all(|&s| s < 0.8), "{others:?}");
+    let calls = server.requests().len();
+    assert_eq!(calls, 2 + 2);
+
+    // No near-duplicate allowed: the video with one drops, from the stored similarities.
+    let q = rethreshold_lines(
+        dir.path(),
+        &out,
+        &["questions.max_duplicates=0"],
+        "questions",
+    );
+    assert_eq!((last(&q[0]), last(&q[1])), ("2", "1"), "{q:?}");
+    // A stricter similarity makes it no duplicate: both go on.
+    let q = rethreshold_lines(
+        dir.path(),
+        &out,
+        &["questions.max_duplicates=0", "questions.duplicate_at=0.99"],
+        "questions",
+    );
+    assert_eq!(last(&q[1]), "2", "{q:?}");
     assert_eq!(server.requests().len(), calls, "rethreshold makes no call");
 }

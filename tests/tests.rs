@@ -15,6 +15,7 @@ mod config;
 mod dryrun;
 mod frames;
 mod judge;
+mod language;
 mod layers;
 mod ocr;
 mod ocr_reuse;

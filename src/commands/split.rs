@@ -34,8 +34,9 @@ pub struct SplitOptions {
     /// Names of the splits.
     #[arg(long, value_delimiter = ',', default_value = "train,validation,test")]
     pub names: Vec<String>,
-    /// Source-table columns whose values together make a stratum (e.g. label or domain,label;
-    /// manifest columns are source columns).
+    /// Columns whose values together make a stratum (e.g. label or domain,label): source
+    /// columns (manifest columns are source columns), or a one-row-per-video stage's column
+    /// (`language` from a language stage; `STAGE.COLUMN` to name the stage).
     #[arg(long, value_delimiter = ',')]
     pub stratify: Vec<String>,
     /// Source-table column whose equal values stay in one split (e.g. channel_id); a video
@@ -253,10 +254,95 @@ impl SplitReport {
     }
 }
 
+/// Per-video values of stage columns: column name as asked → video → value.
+type StageValues = HashMap<String, HashMap<String, String>>;
+
+/// The `--stratify` names that are not source columns, read from the stage that has them:
+/// `STAGE.COLUMN` names its stage, a bare name is looked for in every one-row-per-video stage
+/// table (a `language` stage's `language`, a `shots` stage's `shots_in_video`) and must be
+/// found in exactly one.
+async fn stage_values(
+    store: &Arc<dyn crate::store::Store>,
+    m: &crate::store::manifest::Manifest,
+    source: &[RecordBatch],
+    names: &[String],
+) -> Result<StageValues, RunError> {
+    use crate::stages::{Release, stage_kind};
+    let in_source = |c: &str| source.iter().any(|b| b.column_by_name(c).is_some());
+    let mut out = StageValues::new();
+    for name in names.iter().filter(|c| !in_source(c)) {
+        let (wanted_stage, column) = match name.split_once('.') {
+            Some((s, c)) => (Some(s), c),
+            None => (None, name.as_str()),
+        };
+        let mut found: Vec<(String, HashMap<String, String>)> = vec![];
+        for st in &m.stages {
+            let per_video = match stage_kind(&st.kind).map(|k| k.release) {
+                Some(Release::PerVideo) => true,
+                Some(Release::Columns(c)) => c.contains(&column),
+                _ => false,
+            };
+            if wanted_stage.is_some_and(|w| w != st.id) || (wanted_stage.is_none() && !per_video) {
+                continue;
+            }
+            let view = read_table(store, &st.id, &st.fingerprint, true).await?;
+            let mut values = HashMap::new();
+            let mut has = false;
+            for b in &view.batches {
+                let (Some(ids), Some(col)) = (text_column(b, "video_id"), text_column(b, column))
+                else {
+                    continue;
+                };
+                has = true;
+                for i in 0..b.num_rows() {
+                    if !col.is_null(i) {
+                        values
+                            .entry(ids.value(i).to_string())
+                            .or_insert_with(|| col.value(i).to_string());
+                    }
+                }
+            }
+            if has || wanted_stage.is_some() {
+                found.push((st.id.clone(), values));
+            }
+        }
+        match found.len() {
+            1 => {
+                out.insert(name.clone(), found.pop().expect("one").1);
+            }
+            0 => {
+                return Err(RunError::Config(match wanted_stage {
+                    Some(s) => format!("--stratify {name}: the run has no stage `{s}`"),
+                    None => format!(
+                        "no column `{name}` in the source table (columns: {}) or in a one-row-per-video stage table (a `language` stage gives `language`)",
+                        source_columns(source).join(", ")
+                    ),
+                }));
+            }
+            _ => {
+                let ids: Vec<String> = found.iter().map(|(s, _)| format!("{s}.{name}")).collect();
+                return Err(RunError::Config(format!(
+                    "--stratify {name}: several stages have this column; name one: {}",
+                    ids.join(", ")
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn source_columns(batches: &[RecordBatch]) -> Vec<String> {
+    batches
+        .first()
+        .map(|b| b.schema().fields().iter().map(|f| f.name().clone()).collect())
+        .unwrap_or_default()
+}
+
 /// The stratum and group values of every source video, by id.
 fn source_values(
     batches: &[RecordBatch],
     opts: &SplitOptions,
+    staged: &StageValues,
 ) -> Result<HashMap<String, (String, Option<String>)>, RunError> {
     let mut out = HashMap::new();
     for b in batches {
@@ -264,6 +350,13 @@ fn source_values(
             .ok_or_else(|| RunError::Internal("source shard without video_id".into()))?;
         let mut cols = vec![];
         for c in opts.stratify.iter().chain(opts.group.iter()) {
+            if let Some(v) = staged.get(c) {
+                let col: StringArray = (0..b.num_rows())
+                    .map(|i| v.get(ids.value(i)).cloned())
+                    .collect();
+                cols.push(col);
+                continue;
+            }
             let col = text_column(b, c).ok_or_else(|| {
                 let names: Vec<String> = b
                     .schema()
@@ -343,7 +436,8 @@ pub async fn split(run_dir: &Path, opts: &SplitOptions) -> Result<SplitReport, R
     let (store, m) = (run.store, run.manifest);
     let fp = crate::commands::source_fingerprint(&m);
     let view = read_table(&store, SOURCE_STAGE_ID, &fp, true).await?;
-    let values = source_values(&view.batches, opts)?;
+    let staged = stage_values(&store, &m, &view.batches, &opts.stratify).await?;
+    let values = source_values(&view.batches, opts, &staged)?;
     let items: Vec<Item> = selected
         .iter()
         .map(|id| {

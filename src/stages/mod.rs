@@ -12,6 +12,7 @@ pub mod dedup;
 pub mod download;
 pub mod frames;
 pub mod judge;
+pub mod language;
 pub mod local;
 pub mod ocr;
 pub mod overlays;
@@ -267,6 +268,7 @@ pub const STAGE_KINDS: &[StageKind] = &[
     shots::KIND,
     dedup::KIND,
     transcript::KIND,
+    language::KIND,
     caption::KIND,
     questions::KIND,
     questions::blind::KIND,

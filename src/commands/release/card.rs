@@ -6,7 +6,7 @@ use crate::commands::rethreshold::FunnelRow;
 use crate::runtime::chain::SOURCE_STAGE_ID;
 use crate::store::manifest::Manifest;
 use arrow::datatypes::{DataType, Field, Fields, Schema};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// The types `datasets` declares plainly: large strings, lists and binaries become the ordinary
@@ -95,10 +95,12 @@ pub(super) fn card(
     split_report: &serde_json::Value,
     funnel: &[FunnelRow],
     inputs: &Inputs,
+    by_split: &BTreeMap<String, Vec<String>>,
     opts: &ReleaseOptions,
 ) -> String {
     let mut c = front_matter(schema, images, sizes, p_bytes);
     c += &how_it_was_built(m, sizes, split_report, funnel);
+    c += &languages(m, inputs, sizes, by_split);
     c += "\nThe pipeline file as run:\n\n```toml\n";
     c += m.pipeline_toml.trim_end();
     c += "\n```\n\n## Columns\n\n";
@@ -141,6 +143,70 @@ pub(super) fn card(
     );
     c += "\n## Licence and terms\n\nThe videos belong to their uploaders. This folder holds metadata, derived frames and text for research; the `license` column says what the platform reported for each video (YouTube: `youtube` is the standard licence, `creativeCommon` CC BY). Redistribution of frames must respect each video's licence and the platform's terms of service (YouTube API Services Terms: metadata may need refreshing or deleting when videos are removed). Remove a video on its owner's request.\n";
     c += "\n## Provenance\n\nEvery row says where its video came from: `url`, `channel_id` and `published_at` identify it on the platform, and `provenance` lists each search (query, parameters, result page and rank) that returned it. The run directory's manifest records the tool version, every stage's settings and fingerprint, and every invocation.\n";
+    c
+}
+
+/// Videos per language and split, from the run's `language` stage (none: nothing), as
+/// HarmVideoBench reports its 55.8 % English, 28.5 % Chinese and 15.7 % mixed.
+fn languages(
+    m: &Manifest,
+    inputs: &Inputs,
+    sizes: &[(String, usize, usize)],
+    by_split: &BTreeMap<String, Vec<String>>,
+) -> String {
+    let kind = crate::stages::language::KIND.name;
+    let Some(st) = m.stages.iter().rev().find(|s| s.kind == kind) else {
+        return String::new();
+    };
+    let Some(t) = inputs.stages.iter().find(|t| t.stage == st.id) else {
+        return String::new();
+    };
+    let Some(col) = crate::store::shards::text_column(&t.batch, "language") else {
+        return String::new();
+    };
+    let language_of = |v: &str| {
+        t.row_of
+            .get(v)
+            .filter(|&&r| !col.is_null(r as usize))
+            .map(|&r| col.value(r as usize).to_string())
+            .unwrap_or_else(|| "(none)".into())
+    };
+    // language → split → videos
+    let mut counts: BTreeMap<String, BTreeMap<&str, usize>> = BTreeMap::new();
+    for (split, ids) in by_split {
+        for v in ids {
+            *counts
+                .entry(language_of(v))
+                .or_default()
+                .entry(split.as_str())
+                .or_default() += 1;
+        }
+    }
+    let total: usize = sizes.iter().map(|(_, n, _)| n).sum::<usize>().max(1);
+    let mut rows: Vec<(String, usize)> = counts
+        .iter()
+        .map(|(l, per)| (l.clone(), per.values().sum()))
+        .collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut c = format!(
+        "\n## Languages\n\nFrom stage `{}` (title, description, transcript and on-screen text; `mixed`: they disagree, `und`: no text to tell).\n\n| language | videos | share |",
+        st.id
+    );
+    for (s, _, _) in sizes {
+        c += &format!(" {s} |");
+    }
+    c += "\n|---|---:|---:|";
+    for _ in sizes {
+        c += "---:|";
+    }
+    c += "\n";
+    for (l, n) in rows {
+        c += &format!("| {l} | {n} | {:.1} % |", 100.0 * n as f64 / total as f64);
+        for (s, _, _) in sizes {
+            c += &format!(" {} |", counts[&l].get(s.as_str()).copied().unwrap_or(0));
+        }
+        c += "\n";
+    }
     c
 }
 

@@ -182,6 +182,7 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
         &split_report,
         &funnel,
         &inputs,
+        &by_split,
         opts,
     );
     let readme = out.join("README.md");

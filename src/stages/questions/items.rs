@@ -198,6 +198,63 @@ pub fn item_id(video_id: &str, level: &str, k: usize) -> String {
     h.to_hex()[..16].to_string()
 }
 
+/// How alike two questions are, 0 to 1: the Jaccard index of their character trigrams, after
+/// `norm` (so case, spaces and punctuation do not count). Characters rather than words, so that
+/// Chinese and Japanese questions, written without spaces, compare as well as English ones.
+/// Texts under three characters compare as equal or not.
+pub fn similarity(a: &str, b: &str) -> f64 {
+    fn grams(s: &str) -> std::collections::HashSet<Vec<char>> {
+        let c: Vec<char> = norm(s).chars().collect();
+        if c.len() < 3 {
+            return std::iter::once(c).filter(|c| !c.is_empty()).collect();
+        }
+        c.windows(3).map(<[char]>::to_vec).collect()
+    }
+    let (ga, gb) = (grams(a), grams(b));
+    let union = ga.union(&gb).count();
+    if union == 0 {
+        return 0.0;
+    }
+    ga.intersection(&gb).count() as f64 / union as f64
+}
+
+/// For each question, the most similar earlier one of the list (its index) and the similarity;
+/// `None` for the first, or where `skip` says the item does not take part.
+pub fn nearest_earlier(questions: &[&str], skip: &[bool]) -> Vec<Option<(usize, f64)>> {
+    (0..questions.len())
+        .map(|i| {
+            if skip[i] {
+                return None;
+            }
+            (0..i)
+                .filter(|&j| !skip[j])
+                .map(|j| (j, similarity(questions[i], questions[j])))
+                .fold(None, |best: Option<(usize, f64)>, c| match best {
+                    Some(b) if b.1 >= c.1 => Some(b),
+                    _ => Some(c),
+                })
+        })
+        .collect()
+}
+
+/// Pearson's chi-squared goodness-of-fit p-value of letter counts against equal shares (None
+/// under two letters or no items). The survival function, so tiny p-values do not round to 0.
+pub fn balance_p(counts: &[u64]) -> Option<f64> {
+    use statrs::distribution::{ChiSquared, ContinuousCDF};
+    let n: u64 = counts.iter().sum();
+    if counts.len() < 2 || n == 0 {
+        return None;
+    }
+    let exp = n as f64 / counts.len() as f64;
+    let chi: f64 = counts
+        .iter()
+        .map(|&c| (c as f64 - exp).powi(2) / exp)
+        .sum();
+    ChiSquared::new((counts.len() - 1) as f64)
+        .ok()
+        .map(|d| d.sf(chi))
+}
+
 /// splitmix64: a tiny, well-mixed generator; the same seed gives the same shuffle on every
 /// machine and in every version (unlike a library RNG whose stream may change).
 fn splitmix(state: &mut u64) -> u64 {
@@ -227,6 +284,40 @@ mod tests {
     use super::*;
     use crate::config::taxonomy::{HARMVIDEOBENCH, Taxonomy};
     use std::path::Path;
+
+    #[test]
+    fn similarity_of_questions() {
+        let a = "What colour is the car that stops at the crossing?";
+        assert_eq!(similarity(a, a), 1.0);
+        // Case and punctuation do not count.
+        assert_eq!(similarity(a, "what colour is the car that stops at the crossing"), 1.0);
+        let reworded = "What colour is the car that stops at the crossing first?";
+        assert!(similarity(a, reworded) > 0.8, "{}", similarity(a, reworded));
+        let other = "Why does the speaker raise her voice at the end?";
+        assert!(similarity(a, other) < 0.2, "{}", similarity(a, other));
+        // Without spaces, as Chinese is written.
+        let zh = "视频中的人在街道上做什么？";
+        assert!(similarity(zh, "视频中的人在街道上做了什么？") > 0.6);
+        assert!(similarity(zh, "说话者为什么提高了声音？") < 0.1);
+        assert_eq!(similarity("", ""), 0.0);
+        let near = nearest_earlier(&[a, other, reworded], &[false, false, false]);
+        assert_eq!(near[0], None);
+        assert_eq!(near[2].unwrap().0, 0);
+        let near = nearest_earlier(&[a, other, reworded], &[true, false, false]);
+        assert_eq!(near[2].unwrap().0, 1);
+    }
+
+    #[test]
+    fn balance_of_letters() {
+        assert!(balance_p(&[25, 25, 25, 25]).unwrap() > 0.99);
+        // 100 items all answered A: no chance.
+        assert!(balance_p(&[100, 0, 0, 0]).unwrap() < 1e-10);
+        // 3 degrees of freedom, chi-squared 7.815 is the 5 % point: counts 35/25/20/20 give 6.0.
+        let p = balance_p(&[35, 25, 20, 20]).unwrap();
+        assert!((p - 0.1116).abs() < 1e-3, "{p}");
+        assert_eq!(balance_p(&[]), None);
+        assert_eq!(balance_p(&[0, 0]), None);
+    }
 
     fn taxonomy() -> Taxonomy {
         Taxonomy::parse(Path::new("t.toml"), HARMVIDEOBENCH.to_string())

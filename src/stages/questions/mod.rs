@@ -88,8 +88,58 @@ fn default_ratio() -> f64 {
     ItemRules::default().max_length_ratio
 }
 
+/// `select` of a question stage: near-duplicate questions within a video.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QuestionsSelect {
+    /// Similarity (0–1, `items::similarity`) from which an item is a near-duplicate of an
+    /// earlier item of its video.
+    pub duplicate_at: f64,
+    /// Near-duplicate items a video may have and go on (default: no limit, record only).
+    pub max_duplicates: Option<u32>,
+}
+
+impl Default for QuestionsSelect {
+    fn default() -> Self {
+        Self {
+            duplicate_at: 0.8,
+            max_duplicates: None,
+        }
+    }
+}
+
+impl QuestionsSelect {
+    fn duplicate(&self, similarity: f64) -> bool {
+        similarity >= self.duplicate_at
+    }
+}
+
+impl crate::stages::Thresholds for QuestionsSelect {
+    fn check(&self) -> Result<(), crate::stages::ThresholdError> {
+        if !(self.duplicate_at > 0.0 && self.duplicate_at <= 1.0) {
+            return Err(crate::stages::ThresholdError::new(
+                "duplicate_at",
+                format!("duplicate_at must be in (0, 1], got {}", self.duplicate_at),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl crate::stages::RowThresholds for QuestionsSelect {
+    type Row = QuestionItem;
+    fn keep(&self, rows: &[QuestionItem]) -> bool {
+        let dups = rows
+            .iter()
+            .filter(|r| r.kept && self.duplicate(r.nearest_similarity))
+            .count() as u32;
+        self.max_duplicates.is_none_or(|m| dups <= m)
+    }
+}
+
 pub struct QuestionsStage {
     cfg: QuestionsConfig,
+    select: QuestionsSelect,
     taxonomy: Taxonomy,
     prompt: String,
     schema: OutputSchema,
@@ -102,10 +152,40 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     name: "questions",
     about: "multiple-choice candidate items per level of a taxonomy file (default: HarmVideoBench's three levels) by a vision model, checked, repaired once, shuffled by item id",
     build,
-    reselect: None,
-    summary: None,
+    reselect: Some(crate::stages::reselect::<QuestionsSelect>),
+    summary: Some(summary),
     release: crate::stages::Release::Skip,
 };
+
+/// Answer-position balance of the items kept in this invocation: the share of each correct
+/// letter, and Pearson's chi-squared test against equal shares (a p-value under 0.01 means the
+/// letters are not balanced: a model could guess by position).
+fn summary(stage_id: &str, c: &crate::runtime::StageCounts) -> String {
+    let letters: Vec<(&str, u64)> = c
+        .tally
+        .iter()
+        .filter_map(|(k, v)| k.strip_prefix("answer_").map(|l| (l, *v)))
+        .collect();
+    let n: u64 = letters.iter().map(|(_, v)| v).sum();
+    if n == 0 {
+        return String::new();
+    }
+    let shares: Vec<String> = letters
+        .iter()
+        .map(|(l, v)| format!("{l} {:.0} %", 100.0 * *v as f64 / n as f64))
+        .collect();
+    let mut line = format!(
+        "{stage_id}: correct letters of {n} kept items: {}",
+        shares.join(", ")
+    );
+    if let Some(p) = items::balance_p(&letters.iter().map(|(_, v)| *v).collect::<Vec<_>>()) {
+        line += &format!(" (chi-squared against equal shares: p = {p:.3})");
+    }
+    if let Some(d) = c.tally.get("near_duplicates") {
+        line += &format!("; {d} near-duplicate questions");
+    }
+    line
+}
 
 /// The answer's schema: `items[]`, each with a level from the taxonomy. Counts and letters are
 /// checked by `items::check` rather than the schema, so a provider's subset of JSON Schema
@@ -158,7 +238,7 @@ pub fn build(
     bcx: &BuildCx,
 ) -> Result<Built, ConfigError> {
     let (cfg, mut compute): (QuestionsConfig, _) = compute_settings(common, compute_at, bcx)?;
-    crate::stages::no_select(common, select_at, bcx)?;
+    let select: QuestionsSelect = crate::stages::select_settings(common, select_at, bcx)?;
     let at = |k: &str| crate::config::key_at(compute_at, k);
     let (taxonomy, taxonomy_text) = match &cfg.taxonomy {
         Some(p) => {
@@ -198,6 +278,7 @@ pub fn build(
     Ok(Built {
         task: Box::new(ProcessorTask(Arc::new(QuestionsStage {
             cfg,
+            select,
             taxonomy,
             prompt,
             schema,
@@ -205,7 +286,8 @@ pub fn build(
             svc,
         }))),
         compute,
-        version: 1,
+        // 2: rows gained the near-duplicate columns.
+        version: 2,
         default_in_flight: 8,
     })
 }
@@ -317,7 +399,7 @@ impl QuestionsStage {
         attempts: u32,
     ) -> Vec<QuestionItem> {
         let n = self.cfg.per_level;
-        (0..first.len())
+        let mut rows: Vec<QuestionItem> = (0..first.len())
             .map(|s| {
                 let level = self.taxonomy.levels[s / n].name.clone();
                 let k = s % n;
@@ -328,7 +410,18 @@ impl QuestionsStage {
                     .unwrap_or(&last[s]);
                 self.row(item_id, level, k, pick, attempts)
             })
-            .collect()
+            .collect();
+        let questions: Vec<&str> = rows.iter().map(|r| r.question.as_str()).collect();
+        let skip: Vec<bool> = rows.iter().map(|r| !r.kept).collect();
+        let near = items::nearest_earlier(&questions, &skip);
+        for (i, near) in near.into_iter().enumerate() {
+            if let Some((j, sim)) = near {
+                rows[i].nearest_item = rows[j].item_id.clone();
+                rows[i].nearest_similarity = sim;
+                rows[i].near_duplicate = self.select.duplicate(sim);
+            }
+        }
+        rows
     }
 
     fn row(
@@ -384,6 +477,9 @@ impl QuestionsStage {
             rationale: d.rationale,
             context_note: d.context_note,
             kept,
+            nearest_item: String::new(),
+            nearest_similarity: 0.0,
+            near_duplicate: false,
             reject_reason,
             attempts,
             provider: self.svc.name.clone(),
@@ -429,6 +525,33 @@ impl Processor for QuestionsStage {
     }
 
     async fn process(
+        &self,
+        rec: &VideoRecord,
+        cx: &StageContext,
+    ) -> Result<Vec<QuestionItem>, StageError> {
+        let rows = self.draft(rec, cx).await?;
+        for i in 0..self.taxonomy.options {
+            let l = items::letter(i);
+            let n = rows.iter().filter(|r| r.kept && r.answer == l).count();
+            cx.tally.add(&format!("answer_{l}"), n as u64);
+        }
+        let dups = rows.iter().filter(|r| r.kept && r.near_duplicate).count();
+        cx.tally.add("near_duplicates", dups as u64);
+        Ok(rows)
+    }
+
+    fn attach(rec: &mut VideoRecord, rows: Vec<QuestionItem>) {
+        rec.questions = Some(rows);
+    }
+
+    fn keep(&self, _rec: &VideoRecord, _extras: &[String], rows: &[QuestionItem]) -> bool {
+        crate::stages::RowThresholds::keep(&self.select, rows)
+    }
+}
+
+impl QuestionsStage {
+    /// One video's items: drafted, checked, repaired once, shuffled.
+    async fn draft(
         &self,
         rec: &VideoRecord,
         cx: &StageContext,
@@ -487,9 +610,5 @@ impl Processor for QuestionsStage {
                 format!("{e}; last answer {:?}", cut_text(&text2, 300)),
             )),
         }
-    }
-
-    fn attach(rec: &mut VideoRecord, rows: Vec<QuestionItem>) {
-        rec.questions = Some(rows);
     }
 }
