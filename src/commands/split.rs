@@ -334,7 +334,13 @@ async fn stage_values(
 fn source_columns(batches: &[RecordBatch]) -> Vec<String> {
     batches
         .first()
-        .map(|b| b.schema().fields().iter().map(|f| f.name().clone()).collect())
+        .map(|b| {
+            b.schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect()
+        })
         .unwrap_or_default()
 }
 

@@ -283,7 +283,9 @@ mod tests {
         let codes: Vec<String> = known_languages().into_iter().map(code).collect();
         assert_eq!(
             codes,
-            ["ar", "de", "en", "es", "fr", "hi", "id", "ja", "ko", "pt", "ru", "zh"]
+            [
+                "ar", "de", "en", "es", "fr", "hi", "id", "ja", "ko", "pt", "ru", "zh"
+            ]
         );
     }
 

@@ -246,10 +246,7 @@ pub fn balance_p(counts: &[u64]) -> Option<f64> {
         return None;
     }
     let exp = n as f64 / counts.len() as f64;
-    let chi: f64 = counts
-        .iter()
-        .map(|&c| (c as f64 - exp).powi(2) / exp)
-        .sum();
+    let chi: f64 = counts.iter().map(|&c| (c as f64 - exp).powi(2) / exp).sum();
     ChiSquared::new((counts.len() - 1) as f64)
         .ok()
         .map(|d| d.sf(chi))
@@ -290,7 +287,10 @@ mod tests {
         let a = "What colour is the car that stops at the crossing?";
         assert_eq!(similarity(a, a), 1.0);
         // Case and punctuation do not count.
-        assert_eq!(similarity(a, "what colour is the car that stops at the crossing"), 1.0);
+        assert_eq!(
+            similarity(a, "what colour is the car that stops at the crossing"),
+            1.0
+        );
         let reworded = "What colour is the car that stops at the crossing first?";
         assert!(similarity(a, reworded) > 0.8, "{}", similarity(a, reworded));
         let other = "Why does the speaker raise her voice at the end?";
