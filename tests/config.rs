@@ -170,3 +170,32 @@ fn help_teaches() {
         "{s}"
     );
 }
+
+#[test]
+fn language_settings_that_cannot_be_used_exit_2_at_their_key() {
+    let stage = |compute: &str| {
+        format!("{HEAD}\n[[stages]]\nid = \"lang\"\ntype = \"language\"\ncompute = {compute}\n")
+    };
+    let (code, err) = validate(&stage("{ languages = [\"en\", \"xx\"] }"));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("bad.toml:9:")
+            && err.contains("languages")
+            && err.contains("`xx` is not built in"),
+        "{err}"
+    );
+    let (code, err) = validate(&stage("{ fields = [\"title\", \"comments\"] }"));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("unknown field `comments`") && err.contains("fields"),
+        "{err}"
+    );
+    let (code, err) = validate(&stage("{ languages = [\"zh\"] }"));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("at least two languages"), "{err}");
+    let (code, err) = validate(&stage("{ min_chars = 20, max_chars = 5 }"));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("max_chars"), "{err}");
+    let (code, _) = validate(&stage("{ languages = [\"EN\", \"zh\"], min_chars = 10 }"));
+    assert_eq!(code, 0);
+}
