@@ -3,8 +3,8 @@
 //! rejected per item, shuffled by item id; and taxonomy files that cannot be used.
 
 use crate::caption::{caption_pipeline, clips, first_width, gemini_structured, openai_structured};
-use crate::fake_http::{FakeServer, Request};
-use crate::judge::{err, prompt_of, run_with_key};
+use crate::fake_http::{FakeServer, Request, Response};
+use crate::judge::{err, llm_fixture, prompt_of, run_with_key};
 use crate::need_ffmpeg;
 use crate::util::*;
 use serde_json::{Value, json};
@@ -299,10 +299,15 @@ fn blind_and_level_checks_flag_items_and_rethreshold_drops_without_calls() {
                 beyond("Test cards let viewers tune their sets."),
             ])),
             Some("item_level") => {
+                // The observable item's check is refused: that item alone goes unchecked.
+                if prompt.contains("shown on screen") {
+                    return Response::json(
+                        200,
+                        llm_fixture("openai/chat_completion_json_schema_refusal.json"),
+                    );
+                }
                 let level = if prompt.contains("present itself as") {
                     "beyond_clip_reasoning"
-                } else if prompt.contains("shown on screen") {
-                    "observable_evidence"
                 } else {
                     "beyond_clip_reasoning"
                 };
@@ -331,6 +336,9 @@ fn blind_and_level_checks_flag_items_and_rethreshold_drops_without_calls() {
                     } else {
                         "A".into()
                     }
+                } else if seed == 2 {
+                    // A refusal is one wrong sample, not a rejected video.
+                    return Response::json(200, llm_fixture("openai/chat_completion_refusal.json"));
                 } else {
                     "I cannot tell without the video.".into()
                 };
@@ -370,14 +378,34 @@ fn blind_and_level_checks_flag_items_and_rethreshold_drops_without_calls() {
     );
     let bey = by_level["beyond_clip_reasoning"];
     assert_eq!(
-        (bey["unparsed"].as_str(), bey["answers"].as_str()),
-        ("3", "-,-,-")
+        (
+            bey["unparsed"].as_str(),
+            bey["refused"].as_str(),
+            bey["answers"].as_str(),
+            bey["flagged"].as_str()
+        ),
+        ("2", "1", "-,-,!", "false")
     );
     let levels = table_rows_file_all(&out.join("level_check"));
+    assert_eq!(
+        levels.len(),
+        3,
+        "every item is checked or says why not: {levels:?}"
+    );
     let disagree: Vec<_> = levels.iter().filter(|r| r["agree"] == "false").collect();
-    assert_eq!(disagree.len(), 1, "{levels:?}");
-    assert_eq!(disagree[0]["drafted_level"], "clip_internal_meaning");
-    assert_eq!(disagree[0]["checked_level"], "beyond_clip_reasoning");
+    assert_eq!(disagree.len(), 2, "{levels:?}");
+    let refused = disagree
+        .iter()
+        .find(|r| r["drafted_level"] == "observable_evidence")
+        .expect("the refused item");
+    assert_eq!(refused["checked_level"], "");
+    assert!(refused["problem"].starts_with("refused: "), "{refused:?}");
+    let moved = disagree
+        .iter()
+        .find(|r| r["drafted_level"] == "clip_internal_meaning")
+        .expect("the reassigned item");
+    assert_eq!(moved["checked_level"], "beyond_clip_reasoning");
+    assert_eq!(moved["problem"], "");
     let calls = server.requests().len();
     assert_eq!(calls, 1 + 1 + 3 * 3 + 3);
 

@@ -5,7 +5,8 @@
 //! Reads: the kept items of a question stage (`record::QuestionItem`). Calls: a text model, no
 //! frames, no transcript, no caption, `samples` times per item (each sample its own seed, so
 //! each its own cache entry). Caches: every answer. Writes: one row per kept item: the correct
-//! samples, the letters given, how many named no option. `select = { flag_at = 2, max_flagged =
+//! samples, the letters given, how many named no option, how many the model refused (a refusal
+//! is that sample's answer, counted as wrong; it never drops the video or the other items). `select = { flag_at = 2, max_flagged =
 //! N }`: an item is flagged when at least `flag_at` samples are right (default: a majority), and
 //! a video with more than `max_flagged` flagged items is dropped (no `max_flagged`: record
 //! only). Thresholds are not in the fingerprint: `rethreshold --set blind.flag_at=1` re-decides
@@ -14,7 +15,7 @@
 use super::items::{letter, parse_letter};
 use crate::clients::llm::{ChatRequest, LlmService};
 use crate::config::{ConfigError, Seg, StageCommon};
-use crate::error::StageError;
+use crate::error::{ErrorKind, StageError};
 use crate::record::{QuestionItem, Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{CallEstimate, Processor, StageContext, StageEstimate};
@@ -101,7 +102,9 @@ pub struct BlindRow {
     pub correct: u32,
     /// Samples that named no option (counted as wrong).
     pub unparsed: u32,
-    /// The letters given, in sample order ("-" for none).
+    /// Samples the model refused or its service blocked (counted as wrong).
+    pub refused: u32,
+    /// The letters given, in sample order ("-" for none, "!" for a refusal).
     pub answers: String,
     /// At the pipeline's `flag_at` (rethreshold re-decides from `correct`).
     pub flagged: bool,
@@ -148,7 +151,8 @@ pub fn build(
     Ok(Built {
         task: Box::new(ProcessorTask(Arc::new(BlindStage { cfg, select, svc }))),
         compute,
-        version: 1,
+        // 2: the `refused` column (a refusal no longer rejects the video).
+        version: 2,
         default_in_flight: 16,
     })
 }
@@ -196,7 +200,7 @@ impl Processor for BlindStage {
         let mut rows = Vec::with_capacity(items.len());
         for item in items {
             let prompt = blind_prompt(item);
-            let (mut correct, mut unparsed, mut answers) = (0, 0, vec![]);
+            let (mut correct, mut unparsed, mut refused, mut answers) = (0, 0, 0, vec![]);
             for seed in 0..self.cfg.samples {
                 let req = ChatRequest {
                     model: self.cfg.model.clone(),
@@ -206,7 +210,16 @@ impl Processor for BlindStage {
                     seed: Some(seed),
                     ..Default::default()
                 };
-                let a = ask_text(&self.svc, &req, cx).await?;
+                let a = match ask_text(&self.svc, &req, cx).await {
+                    Ok(a) => a,
+                    // A refusal answers this sample only: the item and the video go on.
+                    Err(e) if e.kind == ErrorKind::Data => {
+                        refused += 1;
+                        answers.push("!".into());
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
                 match parse_letter(a.text.as_deref().unwrap_or(""), item.options.len()) {
                     Some(i) => {
                         let l = letter(i);
@@ -225,6 +238,7 @@ impl Processor for BlindStage {
                 samples: self.cfg.samples,
                 correct,
                 unparsed,
+                refused,
                 answers: answers.join(","),
                 flagged: false,
                 provider: self.svc.name.clone(),

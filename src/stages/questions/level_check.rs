@@ -6,14 +6,16 @@
 //! Reads: the kept items of a question stage, and the taxonomy file (the same one; default
 //! HarmVideoBench's). Calls: a model, text only, with structured output (`{"level": one of the
 //! taxonomy's names}`). Caches: every answer. Writes: one row per kept item: the drafted level,
-//! the checked level, whether they agree. `select = { max_disagreements = N }`: a video with
+//! the checked level, whether they agree. An item the model refuses, or answers with no level
+//! after the repair, gets an empty `checked_level`, `agree = false` and its `problem`: it goes to
+//! the senior reviewer like a disagreement, and the video's other items go on. `select = { max_disagreements = N }`: a video with
 //! more disagreeing items is dropped (default: none dropped, record only).
 
 use super::items::letter;
 use crate::clients::llm::{ChatRequest, LlmService};
 use crate::config::taxonomy::{HARMVIDEOBENCH, Taxonomy};
 use crate::config::{ConfigError, Seg, StageCommon};
-use crate::error::StageError;
+use crate::error::{ErrorKind, StageError};
 use crate::record::{QuestionItem, Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{CallEstimate, Processor, StageContext, StageEstimate};
@@ -77,6 +79,8 @@ pub struct LevelRow {
     pub drafted_level: String,
     pub checked_level: String,
     pub agree: bool,
+    /// Why no level was read (`refused: …`, `invalid_level: …`); empty when one was.
+    pub problem: String,
     pub raw: String,
     pub provider: String,
     pub model: String,
@@ -140,7 +144,8 @@ pub fn build(
             svc,
         }))),
         compute,
-        version: 1,
+        // 2: the `problem` column (a refusal no longer rejects the video).
+        version: 2,
         default_in_flight: 16,
     })
 }
@@ -209,19 +214,31 @@ impl Processor for LevelCheckStage {
                     .unwrap_or_default()
                     .to_string())
             };
-            let a = ask_validated(&self.svc, req, cx, "invalid_level", read, |problem| {
+            let asked = ask_validated(&self.svc, req, cx, "invalid_level", read, |problem| {
                 format!("Your previous answer was invalid: {problem}. Reply with only the JSON object {{\"level\": NAME}}.")
             })
-            .await?;
+            .await;
+            let (checked, problem, raw, attempts) = match asked {
+                Ok(a) => (a.value, String::new(), a.raw, a.attempts),
+                // This item only: the others of the video are still checked.
+                Err(e) if e.kind == ErrorKind::Data => (
+                    String::new(),
+                    format!("{}: {}", e.reason, e.detail),
+                    String::new(),
+                    0,
+                ),
+                Err(e) => return Err(e),
+            };
             rows.push(LevelRow {
                 item_id: item.item_id.clone(),
                 drafted_level: item.level.clone(),
-                agree: a.value == item.level,
-                checked_level: a.value,
-                raw: a.raw,
+                agree: checked == item.level,
+                checked_level: checked,
+                problem,
+                raw,
                 provider: self.svc.name.clone(),
                 model: self.cfg.model.clone(),
-                attempts: a.attempts,
+                attempts,
             });
         }
         Ok(rows)
