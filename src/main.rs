@@ -5,8 +5,8 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use vidcurate::commands::{
-    analyze, annotate, batch, cache, evaluate, gc, ocr, queries, release, rethreshold, run, split,
-    status, validate,
+    analyze, annotate, batch, cache, evaluate, gc, ocr, queries, questions, release, rethreshold,
+    run, split, status, validate,
 };
 use vidcurate::error::{Exit, RunError};
 
@@ -64,6 +64,7 @@ enum Cmd {
         cmd: batch::Cmd,
     },
     Queries(queries::Args),
+    Questions(questions::Args),
     Analyze(analyze::Args),
     Ocr(ocr::Args),
 }
@@ -95,6 +96,7 @@ fn dispatch(cmd: Cmd) -> Result<Exit, RunError> {
         Cmd::Cache { cmd } => cache::run(cmd),
         Cmd::Batch { cmd } => batch::run(cmd),
         Cmd::Queries(a) => queries::run(a),
+        Cmd::Questions(a) => questions::run(a),
         Cmd::Analyze(a) => analyze::run(a),
         Cmd::Ocr(a) => ocr::run(a),
     }

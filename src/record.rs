@@ -198,6 +198,9 @@ pub struct QuestionItem {
     pub near_duplicate: bool,
     /// Why the item was rejected after its repair (empty when kept).
     pub reject_reason: String,
+    /// The rules it broke, as stable codes (`option_count`, `same_options`, …; see
+    /// `items::check`): what reports group rejections by.
+    pub reject_codes: Vec<String>,
     pub attempts: u32,
     pub provider: String,
     pub model: String,

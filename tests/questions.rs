@@ -177,6 +177,21 @@ fn items_are_checked_repaired_rejected_one_by_one_and_shuffled() {
         rejected[0]
     );
     assert_eq!(rejected[0]["attempts"], "2");
+    assert_eq!(rejected[0]["reject_codes"], "[missing_context]");
+    // The question table: per level, and the rule the rejected item broke.
+    let t = question_table(dir.path(), &out, &[]);
+    assert_eq!(
+        cells(&t, "beyond_clip_reasoning")[..5],
+        ["beyond_clip_reasoning", "2", "2", "1", "1"],
+        "{t}"
+    );
+    assert_eq!(cells(&t, "all")[..5], ["all", "2", "6", "5", "1"], "{t}");
+    assert!(
+        t.lines().any(|l| l.split_whitespace().collect::<Vec<_>>()
+            == ["missing_context", "1", "(beyond_clip_reasoning", "1)"]),
+        "{t}"
+    );
+    assert!(t.contains("correct letters of 5 kept items: "), "{t}");
     // Shuffled: the correct text is at the stored letter, and the permutation is stored.
     let correct = [
         "Coloured test bars",
@@ -266,6 +281,30 @@ fn rethreshold_lines(
     text.lines()
         .filter(|l| l.starts_with(stage))
         .map(String::from)
+        .collect()
+}
+
+/// `vidcurate questions RUN [--set …]`'s output.
+fn question_table(cwd: &std::path::Path, run_dir: &std::path::Path, sets: &[&str]) -> String {
+    let mut args = vec!["questions", run_dir.to_str().unwrap()];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let o = run(&args, cwd);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{text}{}", err(&o));
+    text
+}
+
+/// The cells of the table row that starts with `first`.
+fn cells(table: &str, first: &str) -> Vec<String> {
+    let row = table
+        .lines()
+        .find(|l| l.starts_with(&format!("| {first} |")))
+        .unwrap_or_else(|| panic!("no row {first} in\n{table}"));
+    row.trim_matches('|')
+        .split(" | ")
+        .map(|c| c.trim().to_string())
         .collect()
 }
 
@@ -408,6 +447,26 @@ fn blind_and_level_checks_flag_items_and_rethreshold_drops_without_calls() {
     assert_eq!(moved["problem"], "");
     let calls = server.requests().len();
     assert_eq!(calls, 1 + 1 + 3 * 3 + 3);
+
+    // The table: one flagged (majority), one on another level, one not read.
+    let t = question_table(dir.path(), &out, &[]);
+    let all = cells(&t, "all");
+    assert_eq!(all[..5], ["all", "1", "3", "3", "0"], "{t}");
+    assert_eq!(
+        all[all.len() - 3..],
+        ["1 (33.3 %)", "1 (50.0 %)", "1"],
+        "{t}"
+    );
+    let t = question_table(dir.path(), &out, &["blind.flag_at=1"]);
+    assert_eq!(
+        cells(&t, "all")[cells(&t, "all").len() - 3],
+        "2 (66.7 %)",
+        "{t}"
+    );
+    assert!(
+        question_table(dir.path(), &out, &[]).contains("1 (33.3 %)"),
+        "the run's own table is unchanged"
+    );
 
     // Flag at one right sample and allow one flagged item: two are flagged, the video drops.
     let b = rethreshold_lines(

@@ -10,6 +10,7 @@ pub mod evaluate;
 pub mod gc;
 pub mod ocr;
 pub mod queries;
+pub mod questions;
 pub mod release;
 pub mod rethreshold;
 pub mod run;

@@ -75,7 +75,8 @@ impl crate::stages::Thresholds for BlindSelect {
 }
 
 impl BlindSelect {
-    fn flagged(&self, r: &BlindRow) -> bool {
+    /// Whether `r` is flagged under these thresholds.
+    pub fn flagged(&self, r: &BlindRow) -> bool {
         r.correct >= self.flag_at.unwrap_or(r.samples / 2 + 1)
     }
 }

@@ -72,10 +72,37 @@ fn norm(s: &str) -> String {
         .collect()
 }
 
-/// Every rule an item breaks, each in a sentence the repair request and the rejects column use.
+/// One rule an item breaks: a stable code (`reject_codes`, what a report groups by) and a
+/// sentence (what the repair request and `reject_reason` say).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub code: &'static str,
+    pub text: String,
+}
+
+/// Every rule an item breaks.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{}", .0.join("; "))]
-pub struct ItemProblems(pub Vec<String>);
+#[error("{}", self.texts().join("; "))]
+pub struct ItemProblems(pub Vec<Problem>);
+
+impl ItemProblems {
+    pub fn one(code: &'static str, text: impl Into<String>) -> Self {
+        Self(vec![Problem {
+            code,
+            text: text.into(),
+        }])
+    }
+    pub fn texts(&self) -> Vec<&str> {
+        self.0.iter().map(|p| p.text.as_str()).collect()
+    }
+    pub fn codes(&self) -> Vec<String> {
+        self.0.iter().map(|p| p.code.to_string()).collect()
+    }
+}
+
+fn problem(code: &'static str, text: String) -> Problem {
+    Problem { code, text }
+}
 
 /// The index of the correct option, or why the item fails. Every failing rule is named, so
 /// one repair request can fix them all.
@@ -89,20 +116,18 @@ pub fn check(
     let level = t.level(&d.level);
     if level.is_none() {
         let known: Vec<&str> = t.levels.iter().map(|l| l.name.as_str()).collect();
-        why.push(format!(
-            "level {:?} is not one of {}",
-            d.level,
-            known.join(", ")
+        why.push(problem(
+            "unknown_level",
+            format!("level {:?} is not one of {}", d.level, known.join(", ")),
         ));
     }
     if d.question.trim().is_empty() {
-        why.push("the question is empty".into());
+        why.push(problem("empty_question", "the question is empty".into()));
     }
     if d.options.len() != t.options {
-        why.push(format!(
-            "it has {} options, not {}",
-            d.options.len(),
-            t.options
+        why.push(problem(
+            "option_count",
+            format!("it has {} options, not {}", d.options.len(), t.options),
         ));
     }
     let answer = d
@@ -115,32 +140,37 @@ pub fn check(
             if i < d.options.len() {
                 Some(i)
             } else {
-                why.push(format!(
-                    "the answer {:?} names no option (there are {})",
-                    d.answer,
-                    d.options.len()
+                why.push(problem(
+                    "answer_not_an_option",
+                    format!(
+                        "the answer {:?} names no option (there are {})",
+                        d.answer,
+                        d.options.len()
+                    ),
                 ));
                 None
             }
         }
         _ => {
-            why.push(format!(
-                "the answer must be exactly one option letter, got {:?}",
-                d.answer
+            why.push(problem(
+                "answer_not_a_letter",
+                format!(
+                    "the answer must be exactly one option letter, got {:?}",
+                    d.answer
+                ),
             ));
             None
         }
     };
     let normed: Vec<String> = d.options.iter().map(|o| norm(o)).collect();
     if normed.iter().any(String::is_empty) {
-        why.push("an option is empty".into());
+        why.push(problem("empty_option", "an option is empty".into()));
     }
     for i in 0..normed.len() {
         if let Some(j) = (0..i).find(|&j| normed[j] == normed[i] && !normed[i].is_empty()) {
-            why.push(format!(
-                "options {} and {} are the same",
-                letter(j),
-                letter(i)
+            why.push(problem(
+                "same_options",
+                format!("options {} and {} are the same", letter(j), letter(i)),
             ));
         }
     }
@@ -148,18 +178,24 @@ pub fn check(
     if let (Some(&lo), Some(&hi)) = (lens.iter().min(), lens.iter().max())
         && hi as f64 > rules.max_length_ratio * lo.max(rules.short_floor) as f64
     {
-        why.push(format!(
-            "option lengths differ too much ({lo} to {hi} characters; at most {}x)",
-            rules.max_length_ratio
+        why.push(problem(
+            "option_lengths",
+            format!(
+                "option lengths differ too much ({lo} to {hi} characters; at most {}x)",
+                rules.max_length_ratio
+            ),
         ));
     }
     if let Some(i) = index {
         let a = &normed[i];
         // Short answers ("Yes", "2") appear in questions by chance.
         if a.chars().count() >= 4 && norm(&d.question).contains(a.as_str()) {
-            why.push(format!(
-                "the question contains the answer's text ({:?})",
-                d.options[i]
+            why.push(problem(
+                "answer_in_question",
+                format!(
+                    "the question contains the answer's text ({:?})",
+                    d.options[i]
+                ),
             ));
         }
     }
@@ -169,20 +205,29 @@ pub fn check(
         .iter()
         .find(|&&f| f as usize >= frames_shown)
     {
-        why.push(format!(
-            "evidence frame {bad} was not shown (frames 0..{} were)",
-            frames_shown.saturating_sub(1)
+        why.push(problem(
+            "evidence_frame",
+            format!(
+                "evidence frame {bad} was not shown (frames 0..{} were)",
+                frames_shown.saturating_sub(1)
+            ),
         ));
     }
     if let (Some(a), Some(b)) = (d.evidence.start_secs, d.evidence.end_secs)
         && !(a.is_finite() && b.is_finite() && 0.0 <= a && a <= b)
     {
-        why.push(format!("the evidence span {a}..{b} is not a span"));
+        why.push(problem(
+            "evidence_span",
+            format!("the evidence span {a}..{b} is not a span"),
+        ));
     }
     if level.is_some_and(|l| l.context_note) && d.context_note.trim().is_empty() {
-        why.push(format!(
-            "a {} item must give the missing context in context_note",
-            d.level
+        why.push(problem(
+            "missing_context",
+            format!(
+                "a {} item must give the missing context in context_note",
+                d.level
+            ),
         ));
     }
     match (why.is_empty(), index) {
@@ -347,6 +392,12 @@ mod tests {
         }
     }
 
+    fn codes(d: &Draft) -> Vec<String> {
+        check(d, &taxonomy(), 12, &ItemRules::default())
+            .unwrap_err()
+            .codes()
+    }
+
     fn problems(d: &Draft) -> String {
         check(d, &taxonomy(), 12, &ItemRules::default())
             .err()
@@ -370,35 +421,45 @@ mod tests {
         let mut d = good();
         d.options.pop();
         assert!(problems(&d).contains("3 options, not 4"));
+        assert_eq!(codes(&d), ["option_count"]);
         let mut d = good();
         d.answer = "A, C".into();
         assert!(problems(&d).contains("exactly one option letter"));
+        assert_eq!(codes(&d), ["answer_not_a_letter"]);
         let mut d = good();
         d.answer = "E".into();
         assert!(problems(&d).contains("names no option"));
+        assert_eq!(codes(&d), ["answer_not_an_option"]);
         let mut d = good();
         d.options[2] = "an insult, aimed at a group!".into();
         assert!(problems(&d).contains("options B and C are the same"));
+        assert_eq!(codes(&d), ["same_options"]);
         let mut d = good();
         d.options[0] = "A call to leave the city before the police arrive and arrest everyone in the crowd at the square".into();
         assert!(problems(&d).contains("lengths differ"));
+        assert_eq!(codes(&d), ["option_lengths"]);
         let mut d = good();
         d.question = "Is the sign an insult aimed at a group or something else?".into();
         assert!(problems(&d).contains("contains the answer's text"));
+        assert_eq!(codes(&d), ["answer_in_question"]);
         let mut d = good();
         d.level = "surface".into();
         assert!(problems(&d).contains("is not one of observable_evidence"));
+        assert_eq!(codes(&d), ["unknown_level"]);
         let mut d = good();
         d.level = "beyond_clip_reasoning".into();
         assert!(problems(&d).contains("context_note"));
+        assert_eq!(codes(&d), ["missing_context"]);
         d.context_note = "The phrase is a slur in one community.".into();
         assert!(check(&d, &taxonomy(), 12, &ItemRules::default()).is_ok());
         let mut d = good();
         d.evidence.frames = vec![12];
         assert!(problems(&d).contains("evidence frame 12 was not shown"));
+        assert_eq!(codes(&d), ["evidence_frame"]);
         let mut d = good();
         d.evidence.start_secs = Some(5.0);
         assert!(problems(&d).contains("not a span"));
+        assert_eq!(codes(&d), ["evidence_span"]);
         // Several problems are all named.
         let mut d = good();
         d.options.pop();
@@ -408,6 +469,7 @@ mod tests {
             p.contains("3 options") && p.contains("names no option"),
             "{p}"
         );
+        assert_eq!(codes(&d), ["option_count", "answer_not_an_option"]);
     }
 
     #[test]

@@ -286,8 +286,8 @@ pub fn build(
             svc,
         }))),
         compute,
-        // 2: rows gained the near-duplicate columns.
-        version: 2,
+        // 2: rows gained the near-duplicate columns; 3: `reject_codes`.
+        version: 3,
         default_in_flight: 8,
     })
 }
@@ -346,7 +346,7 @@ impl QuestionsStage {
         let mut slots: Vec<Slotted> = (0..self.taxonomy.levels.len() * n)
             .map(|_| Slotted {
                 draft: None,
-                checked: Err(ItemProblems(vec!["not drafted".into()])),
+                checked: Err(ItemProblems::one("not_drafted", "not drafted")),
             })
             .collect();
         let mut notes = vec![];
@@ -441,6 +441,12 @@ impl QuestionsStage {
             rationale: String::new(),
             context_note: String::new(),
         });
+        let reject_codes = pick
+            .checked
+            .as_ref()
+            .err()
+            .map(|e| e.codes())
+            .unwrap_or_default();
         let (options, answer, permutation, kept, reject_reason) = match &pick.checked {
             Ok(correct) => {
                 let perm = items::permutation(&item_id, d.options.len());
@@ -481,6 +487,7 @@ impl QuestionsStage {
             nearest_similarity: 0.0,
             near_duplicate: false,
             reject_reason,
+            reject_codes,
             attempts,
             provider: self.svc.name.clone(),
             model: self.cfg.model.clone(),
