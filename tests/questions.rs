@@ -271,22 +271,21 @@ fn rethreshold_lines(
     sets: &[&str],
     stage: &str,
 ) -> Vec<String> {
-    let mut args = vec!["rethreshold", run_dir.to_str().unwrap()];
-    for s in sets {
-        args.extend(["--set", s]);
-    }
-    let o = run(&args, cwd);
-    let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(o.status.success(), "{text}{}", err(&o));
-    text.lines()
+    with_sets("rethreshold", cwd, run_dir, sets)
+        .lines()
         .filter(|l| l.starts_with(stage))
         .map(String::from)
         .collect()
 }
 
-/// `vidcurate questions RUN [--set …]`'s output.
-fn question_table(cwd: &std::path::Path, run_dir: &std::path::Path, sets: &[&str]) -> String {
-    let mut args = vec!["questions", run_dir.to_str().unwrap()];
+/// `vidcurate COMMAND RUN --set …`'s output; the command must succeed.
+fn with_sets(
+    command: &str,
+    cwd: &std::path::Path,
+    run_dir: &std::path::Path,
+    sets: &[&str],
+) -> String {
+    let mut args = vec![command, run_dir.to_str().unwrap()];
     for s in sets {
         args.extend(["--set", s]);
     }
@@ -294,6 +293,11 @@ fn question_table(cwd: &std::path::Path, run_dir: &std::path::Path, sets: &[&str
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(o.status.success(), "{text}{}", err(&o));
     text
+}
+
+/// `vidcurate questions RUN [--set …]`'s output.
+fn question_table(cwd: &std::path::Path, run_dir: &std::path::Path, sets: &[&str]) -> String {
+    with_sets("questions", cwd, run_dir, sets)
 }
 
 /// The cells of the table row that starts with `first`.
