@@ -615,3 +615,311 @@ fn questions_over_gemini_mark_near_duplicates_and_report_letter_balance() {
     assert_eq!(last(&q[1]), "2", "{q:?}");
     assert_eq!(server.requests().len(), calls, "rethreshold makes no call");
 }
+
+/// A model's raw answer naming option `k` of the options `shown`, in one of the shapes models
+/// write (chosen by `shape`), or one that names none.
+fn answer_shape(shape: u64, k: usize, shown: &[String]) -> String {
+    let l = (b'A' + k as u8) as char;
+    match shape % 20 {
+        0..=2 => l.to_string(),
+        3..=4 => format!("({})", l.to_ascii_lowercase()),
+        5..=6 => format!("{}.", l.to_ascii_lowercase()),
+        7..=8 => format!("Answer: {}", l.to_ascii_lowercase()),
+        9..=11 => format!("The answer is {l} because it is shown."),
+        12..=14 => format!("答案：{l}"),
+        15..=17 => shown[k].clone(),
+        18 => String::new(),
+        _ => "I don't know".into(),
+    }
+}
+
+/// A step of a 64-bit LCG (Knuth's MMIX constants): the test's random predictions.
+fn lcg(s: &mut u64) -> u64 {
+    *s = s
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    *s >> 33
+}
+
+fn close(a: &Value, b: &Value, what: &str) {
+    let (x, y) = (a.as_f64().unwrap(), b.as_f64().unwrap());
+    assert!((x - y).abs() < 1e-9, "{what}: vidcurate {x}, numpy {y}");
+}
+
+/// A `Scores` of `evaluate --json` against check_questions.py's.
+fn same_scores(ours: &Value, theirs: &Value, what: &str) {
+    close(
+        &ours["macro_avg"],
+        &theirs["macro_avg"],
+        &format!("{what} macro"),
+    );
+    close(
+        &ours["macro_se"],
+        &theirs["macro_se"],
+        &format!("{what} macro se"),
+    );
+    for k in ["accuracy", "se"] {
+        close(
+            &ours["micro"][k],
+            &theirs["micro"][k],
+            &format!("{what} micro {k}"),
+        );
+    }
+    assert_eq!(ours["micro"]["n"], theirs["micro"]["n"], "{what}");
+    let levels = theirs["levels"].as_object().unwrap();
+    assert_eq!(
+        ours["levels"].as_object().unwrap().len(),
+        levels.len(),
+        "{what}"
+    );
+    for (l, t) in levels {
+        for k in ["accuracy", "se"] {
+            close(&ours["levels"][l][k], &t[k], &format!("{what} {l} {k}"));
+        }
+        assert_eq!(ours["levels"][l]["n"], t["n"], "{what} {l}");
+    }
+}
+
+#[test]
+fn a_question_release_loads_with_datasets_and_scores_as_numpy_does() {
+    need_ffmpeg!();
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"];
+    let sizes = [
+        "160x90", "192x108", "224x126", "256x144", "288x162", "320x180",
+    ];
+    let pairs: Vec<(&str, &str)> = names.iter().copied().zip(sizes).collect();
+    clips(dir.path(), &pairs);
+    // Two videos speak Chinese.
+    for (name, text) in [
+        (
+            "epsilon",
+            "大家好，今天给大家介绍一下这家店的促销活动，所有商品都是正品",
+        ),
+        (
+            "zeta",
+            "今天我们来到成都，带大家去吃最地道的火锅，这家店已经开了二十多年了",
+        ),
+    ] {
+        std::fs::remove_file(dir.path().join(format!("v/{name}.en.json3"))).unwrap();
+        write(
+            &dir.path().join(format!("v/{name}.zh.json3")),
+            &format!(
+                r#"{{"events":[{{"tStartMs":100,"dDurationMs":800,"segs":[{{"utf8":"{text}"}}]}}]}}"#
+            ),
+        );
+    }
+    let server = FakeServer::start(move |r: &Request| {
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        let prompt = prompt_of(r);
+        match v["response_format"]["json_schema"]["name"].as_str() {
+            Some("caption") => openai_structured(r#"{"caption": "Colour bars."}"#),
+            Some("question_items") => openai_structured(&items(vec![
+                observable(),
+                internal(4),
+                beyond("Test cards let viewers tune their sets."),
+            ])),
+            None => {
+                // Blind: the first sample of the observable item guesses right.
+                let right = v["seed"].as_u64() == Some(0) && prompt.contains("shown on screen");
+                openai_structured(&if right {
+                    shown_letter(&prompt, "Coloured test bars")
+                } else {
+                    "I cannot tell without the video.".into()
+                })
+            }
+            other => panic!("unexpected schema {other:?}"),
+        }
+    });
+    let services = format!(
+        "[services.openai]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 6000\n",
+        server.url()
+    );
+    let svc = "service = \"openai\", model = \"gpt-4o-mini\"";
+    let p = caption_pipeline(
+        dir.path(),
+        &services,
+        &format!(
+            "compute = {{ {svc}, max_images = 4 }}\n\n[[stages]]\nid = \"questions\"\ntype = \"questions\"\ncompute = {{ {svc}, max_images = 4 }}\n\n[[stages]]\nid = \"blind\"\ntype = \"blind\"\ncompute = {{ {svc}, samples = 2 }}\n\n[[stages]]\nid = \"lang\"\ntype = \"language\"\n"
+        ),
+    );
+    let out = dir.path().join("run");
+    let o = run_with_key(&p, &out);
+    assert!(o.status.success(), "{}", err(&o));
+    let o = run(
+        &["split", out.to_str().unwrap(), "--ratios", "50/25/25"],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let rel = dir.path().join("release");
+    let o = run(
+        &[
+            "release",
+            out.to_str().unwrap(),
+            "--out",
+            rel.to_str().unwrap(),
+            "--frames",
+            "none",
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let card = std::fs::read_to_string(rel.join("README.md")).unwrap();
+    assert!(card.contains("- config_name: questions\n"), "{card}");
+    assert!(card.contains("## Questions"), "{card}");
+    assert!(
+        card.contains("| observable_evidence | 6 |"),
+        "every video's observable item: {card}"
+    );
+
+    // The rotated variants a model answers for CircularEval: every item once per rotation.
+    let rot = dir.path().join("rotations.jsonl");
+    let o = run(
+        &[
+            "evaluate",
+            rel.to_str().unwrap(),
+            "--rotations-out",
+            rot.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let variants: Vec<Value> = std::fs::read_to_string(&rot)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(variants.len(), 18 * 4, "18 items of 4 options");
+    assert!(variants.iter().all(|v| v.get("answer").is_none()));
+
+    // Random answers in every shape; one item never answered, one rotation of another missing.
+    let (skip_item, skip_rot) = (
+        variants[0]["item_id"].as_str().unwrap().to_string(),
+        (variants[8]["item_id"].as_str().unwrap().to_string(), 2),
+    );
+    let answers: HashMap<String, u64> = table_rows_file_all(&rel.join("questions"))
+        .into_iter()
+        .map(|r| {
+            (
+                r["item_id"].clone(),
+                (r["answer"].as_bytes()[0] - b'A') as u64,
+            )
+        })
+        .collect();
+    let mut seed = 7u64;
+    let mut csv = String::from("item_id,rotation,prediction\n");
+    for v in &variants {
+        let id = v["item_id"].as_str().unwrap();
+        let r = v["rotation"].as_u64().unwrap();
+        if id == skip_item || (id == skip_rot.0 && r == skip_rot.1) {
+            continue;
+        }
+        let shown: Vec<String> = serde_json::from_value(v["options"].clone()).unwrap();
+        // Mostly the right letter (option (i + r) mod 4 shows at letter i), so that some items
+        // are right under every rotation.
+        let k = if lcg(&mut seed) % 10 == 0 {
+            (lcg(&mut seed) % 4) as usize
+        } else {
+            ((answers[id] + 4 - r) % 4) as usize
+        };
+        let a = answer_shape(lcg(&mut seed), k, &shown);
+        csv += &format!("\"{id}\",{r},\"{}\"\n", a.replace('"', "\"\""));
+    }
+    let preds = dir.path().join("preds.csv");
+    write(&preds, &csv);
+    let ours = |extra: &[&str]| -> Value {
+        let mut args = vec![
+            "evaluate",
+            rel.to_str().unwrap(),
+            preds.to_str().unwrap(),
+            "--json",
+        ];
+        args.extend(extra);
+        let o = run(&args, dir.path());
+        assert!(o.status.success(), "{}", err(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let ours_all = ours(&[]);
+    let ours_lang = ours(&["--by", "language"]);
+    let o = std::process::Command::new(crate::release::readers_python())
+        .arg(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/readers/check_questions.py"),
+        )
+        .arg(&rel)
+        .arg(&preds)
+        .env("HF_HUB_OFFLINE", "1")
+        .env("HF_DATASETS_OFFLINE", "1")
+        .env("HF_HOME", dir.path().join("hf"))
+        .env("HF_DATASETS_CACHE", dir.path().join("hf/datasets"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "check_questions.py: {}", err(&o));
+    let theirs: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(theirs["items"], 18, "{theirs}");
+    assert_eq!(theirs["videos"], 6, "{theirs}");
+    for c in [
+        "answer",
+        "blind_correct",
+        "blind_samples",
+        "context_note",
+        "item_id",
+        "language",
+        "level",
+        "options",
+        "question",
+        "rationale",
+        "split",
+        "video_id",
+    ] {
+        assert!(
+            theirs["columns"].as_array().unwrap().contains(&json!(c)),
+            "{c}: {theirs}"
+        );
+    }
+    same_scores(&ours_all["all"], &theirs["all"], "all");
+    same_scores(&ours_all["circular"], &theirs["circular"], "circular");
+    close(&ours_all["chance"], &theirs["chance"], "chance");
+    close(&ours_all["blind"], &theirs["blind"], "blind");
+    close(&theirs["blind"], &json!(1.0 / 2.0 / 3.0), "blind by hand");
+    assert_eq!(ours_all["all"]["micro"]["unparsed"], theirs["unparsed"]);
+    assert!(
+        theirs["unparsed"].as_u64().unwrap() > 0,
+        "some answers name no option: {theirs}"
+    );
+    assert_eq!(ours_all["all"]["micro"]["missing"], 1);
+    assert_eq!(ours_all["circular"]["micro"]["missing"], 2);
+    let langs = theirs["by_language"].as_object().unwrap();
+    assert!(langs.len() >= 2, "{theirs}");
+    for (g, t) in langs {
+        same_scores(&ours_lang["by"][g], t, &format!("language {g}"));
+    }
+    // Some items are right under every rotation, fewer than under the first alone.
+    let acc = |k: &str| ours_all[k]["micro"]["accuracy"].as_f64().unwrap();
+    assert!(
+        0.0 < acc("circular") && acc("circular") < acc("all"),
+        "{ours_all}"
+    );
+
+    // Bad input: an unknown item and a repeated item and rotation exit 2 at their line.
+    let mut lines: Vec<&str> = csv.lines().collect();
+    let first = lines[1].to_string();
+    let bad = |body: &str| {
+        let f = dir.path().join("bad.csv");
+        write(&f, body);
+        let o = run(
+            &["evaluate", rel.to_str().unwrap(), f.to_str().unwrap()],
+            dir.path(),
+        );
+        assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+        err(&o)
+    };
+    lines.insert(3, &first);
+    let e = bad(&(lines.join("\n") + "\n"));
+    assert!(e.contains("bad.csv:4: a second prediction for item"), "{e}");
+    let e = bad("item_id,prediction\nnot-an-item,B\n");
+    assert!(
+        e.contains("bad.csv:2: item_id \"not-an-item\" is not in the release"),
+        "{e}"
+    );
+}

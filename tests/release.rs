@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn readers_python() -> PathBuf {
+pub(crate) fn readers_python() -> PathBuf {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/venv-readers/bin/python");
     assert!(
         p.exists(),

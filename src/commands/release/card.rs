@@ -1,6 +1,7 @@
 //! The dataset card (README.md): YAML front matter `datasets` reads (configs, features, split
 //! sizes), then the funnel, the settings, licence notes and provenance for people. Pure text.
 
+use super::questions::QuestionsWritten;
 use super::*;
 use crate::commands::rethreshold::FunnelRow;
 use crate::runtime::chain::SOURCE_STAGE_ID;
@@ -96,11 +97,16 @@ pub(super) fn card(
     funnel: &[FunnelRow],
     inputs: &Inputs,
     by_split: &BTreeMap<String, Vec<String>>,
+    langs: Option<&(String, HashMap<String, String>)>,
+    questions: Option<&QuestionsWritten>,
     opts: &ReleaseOptions,
 ) -> String {
-    let mut c = front_matter(schema, images, sizes, p_bytes);
+    let mut c = front_matter(schema, images, sizes, p_bytes, questions);
     c += &how_it_was_built(m, sizes, split_report, funnel);
-    c += &languages(m, inputs, sizes, by_split);
+    c += &languages(langs, sizes, by_split);
+    if let Some(q) = questions {
+        c += &questions_section(q);
+    }
     c += "\nThe pipeline file as run:\n\n```toml\n";
     c += m.pipeline_toml.trim_end();
     c += "\n```\n\n## Columns\n\n";
@@ -146,31 +152,36 @@ pub(super) fn card(
     c
 }
 
+/// The language of each video, from the run's last `language` stage, and that stage's id
+/// (None when no language stage ran). A video the stage has no row for is absent.
+pub(super) fn video_languages(
+    m: &Manifest,
+    inputs: &Inputs,
+) -> Option<(String, HashMap<String, String>)> {
+    let kind = crate::stages::language::KIND.name;
+    let st = m.stages.iter().rev().find(|s| s.kind == kind)?;
+    let t = inputs.stages.iter().find(|t| t.stage == st.id)?;
+    let col = crate::store::shards::text_column(&t.batch, "language")?;
+    let map = t
+        .row_of
+        .iter()
+        .filter(|&(_, &r)| !col.is_null(r as usize))
+        .map(|(v, &r)| (v.clone(), col.value(r as usize).to_string()))
+        .collect();
+    Some((st.id.clone(), map))
+}
+
 /// Videos per language and split, from the run's `language` stage (none: nothing), as
 /// HarmVideoBench reports its 55.8 % English, 28.5 % Chinese and 15.7 % mixed.
 fn languages(
-    m: &Manifest,
-    inputs: &Inputs,
+    langs: Option<&(String, HashMap<String, String>)>,
     sizes: &[(String, usize, usize)],
     by_split: &BTreeMap<String, Vec<String>>,
 ) -> String {
-    let kind = crate::stages::language::KIND.name;
-    let Some(st) = m.stages.iter().rev().find(|s| s.kind == kind) else {
+    let Some((stage, map)) = langs else {
         return String::new();
     };
-    let Some(t) = inputs.stages.iter().find(|t| t.stage == st.id) else {
-        return String::new();
-    };
-    let Some(col) = crate::store::shards::text_column(&t.batch, "language") else {
-        return String::new();
-    };
-    let language_of = |v: &str| {
-        t.row_of
-            .get(v)
-            .filter(|&&r| !col.is_null(r as usize))
-            .map(|&r| col.value(r as usize).to_string())
-            .unwrap_or_else(|| "(none)".into())
-    };
+    let language_of = |v: &str| map.get(v).cloned().unwrap_or_else(|| "(none)".into());
     // language → split → videos
     let mut counts: BTreeMap<String, BTreeMap<&str, usize>> = BTreeMap::new();
     for (split, ids) in by_split {
@@ -189,8 +200,7 @@ fn languages(
         .collect();
     rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     let mut c = format!(
-        "\n## Languages\n\nFrom stage `{}` (title, description, transcript and on-screen text; `mixed`: they disagree, `und`: no text to tell).\n\n| language | videos | share |",
-        st.id
+        "\n## Languages\n\nFrom stage `{stage}` (title, description, transcript and on-screen text; `mixed`: they disagree, `und`: no text to tell).\n\n| language | videos | share |"
     );
     for (s, _, _) in sizes {
         c += &format!(" {s} |");
@@ -216,6 +226,7 @@ fn front_matter(
     images: &[String],
     sizes: &[(String, usize, usize)],
     p_bytes: &HashMap<String, usize>,
+    questions: Option<&QuestionsWritten>,
 ) -> String {
     let mut y =
         String::from("---\nconfigs:\n- config_name: default\n  default: true\n  data_files:\n");
@@ -225,6 +236,12 @@ fn front_matter(
     y += "- config_name: perturbations\n  data_files:\n";
     for (s, _, _) in sizes {
         y += &format!("  - split: {s}\n    path: perturbations/{s}-*.parquet\n");
+    }
+    if questions.is_some() {
+        y += "- config_name: questions\n  data_files:\n";
+        for (s, _, _) in sizes {
+            y += &format!("  - split: {s}\n    path: questions/{s}-*.parquet\n");
+        }
     }
     y += "dataset_info:\n- config_name: default\n  features:\n";
     for f in schema.fields() {
@@ -242,6 +259,16 @@ fn front_matter(
             p_bytes.get(s).copied().unwrap_or(0),
             n * 6
         );
+    }
+    if let Some(q) = questions {
+        y += "- config_name: questions\n  features:\n";
+        if let Some(schema) = &q.schema {
+            fields_yaml(schema.fields(), 2, &mut y);
+        }
+        y += "  splits:\n";
+        for (s, n, bytes) in &q.sizes {
+            y += &format!("  - name: {s}\n    num_bytes: {bytes}\n    num_examples: {n}\n");
+        }
     }
     y += "---\n\n";
     y
@@ -283,6 +310,40 @@ fn how_it_was_built(
     c += "\nStage settings as run (models, thresholds):\n\n";
     for st in m.stages.iter().filter(|s| s.id != SOURCE_STAGE_ID) {
         c += &format!("- `{}` ({}): `{}`\n", st.id, st.kind, st.compute);
+    }
+    c
+}
+
+/// Items per level and split, and per language, of the questions config.
+fn questions_section(q: &QuestionsWritten) -> String {
+    let total: usize = q.sizes.iter().map(|(_, n, _)| n).sum();
+    let mut c = format!(
+        "\n## Questions\n\nThe `questions` config holds {total} multiple-choice items from stage `{}`, one row per item, in the split of its video: `question`, `options` (A for the first), `answer` (the right letter), `level` (observable / internal / beyond), `rationale`, `context_note`, `language` (its video's), and `blind_correct` of `blind_samples` text-only answers (from the question and options alone) that named the right option. They are the candidates that passed the stage's checks; no person has reviewed them.\n\n```python\nitems = load_dataset(\"path/to/this/folder\", \"questions\")\n```\n\nScore a model with `vidcurate evaluate DIR PREDICTIONS` (item_id, answer): accuracy per level, their macro average, standard errors clustered by video, and CircularEval over rotated options.\n\n| level | items |",
+        q.stage
+    );
+    for (s, _, _) in &q.sizes {
+        c += &format!(" {s} |");
+    }
+    c += "\n|---|---:|";
+    for _ in &q.sizes {
+        c += "---:|";
+    }
+    c += "\n";
+    for (l, per) in &q.levels {
+        c += &format!("| {l} | {} |", per.values().sum::<usize>());
+        for (s, _, _) in &q.sizes {
+            c += &format!(" {} |", per.get(s).copied().unwrap_or(0));
+        }
+        c += "\n";
+    }
+    c += "\n| language | items | share |\n|---|---:|---:|\n";
+    let mut langs: Vec<_> = q.languages.iter().collect();
+    langs.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    for (l, n) in langs {
+        c += &format!(
+            "| {l} | {n} | {:.1} % |\n",
+            100.0 * *n as f64 / total.max(1) as f64
+        );
     }
     c
 }

@@ -12,6 +12,7 @@
 
 mod card;
 mod inputs;
+mod questions;
 mod rows;
 #[cfg(test)]
 mod tests;
@@ -123,7 +124,7 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
     let (order, by_split, split_report) = read_split(&store, &opts.split).await?;
     let inputs = read_inputs(&store, &m).await?;
     let out = &opts.out;
-    for sub in ["data", "frames", "perturbations"] {
+    for sub in ["data", "frames", "perturbations", "questions"] {
         let d = out.join(sub);
         if d.exists() {
             std::fs::remove_dir_all(&d).map_err(|e| RunError::io(d.display().to_string(), e))?;
@@ -172,6 +173,16 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
             opts.split
         ))
     })?;
+    let langs = card::video_languages(m, &inputs);
+    let questions = questions::write_questions(
+        store,
+        m,
+        langs.as_ref().map(|l| &l.1),
+        &order,
+        &by_split,
+        out,
+    )
+    .await?;
     let funnel = crate::stages::selection::pipeline_selection(&run).await?.1;
     let card = card(
         &m,
@@ -183,6 +194,8 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
         &funnel,
         &inputs,
         &by_split,
+        langs.as_ref(),
+        questions.as_ref(),
         opts,
     );
     let readme = out.join("README.md");

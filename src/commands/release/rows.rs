@@ -21,6 +21,31 @@ pub(super) fn take(col: &ArrayRef, rows: &[Option<u32>]) -> Result<ArrayRef, Run
     arrow::compute::cast(&taken, &want).map_err(|e| RunError::Internal(e.to_string()))
 }
 
+/// `batch` with every column in the plain types `datasets` and every reader read (`plain`).
+pub(super) fn plain_batch(batch: &RecordBatch) -> Result<RecordBatch, RunError> {
+    let cols = batch
+        .columns()
+        .iter()
+        .map(|c| {
+            let want = plain(c.data_type());
+            if &want == c.data_type() {
+                Ok(c.clone())
+            } else {
+                arrow::compute::cast(c, &want).map_err(|e| RunError::Internal(e.to_string()))
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let fields: Vec<Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(&cols)
+        .map(|(f, c)| Field::new(f.name(), c.data_type().clone(), f.is_nullable()))
+        .collect();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
+        .map_err(|e| RunError::Internal(e.to_string()))
+}
+
 /// One Parquet file's rows: the given videos of one split.
 pub(super) fn build_rows(
     inputs: &Inputs,

@@ -8,6 +8,8 @@
 //! Writes: nothing but its report (stdout, or JSON with `--json`). Calls nothing; caches nothing.
 //! An unknown video id or label in the predictions is an error naming the line.
 
+pub mod questions;
+
 use crate::error::RunError;
 use crate::store::shards::text_column;
 use arrow::array::{Array, RecordBatch};
@@ -249,7 +251,23 @@ fn number(batch: &RecordBatch, name: &str) -> Option<arrow::array::Float64Array>
         .cloned()
 }
 
-fn read_predictions(path: &Path) -> Result<Vec<Prediction>, RunError> {
+/// One row of a predictions file: where it was read (`FILE:LINE`, or `FILE: row N`) and its
+/// fields as text (a missing or null field is absent).
+#[derive(Debug, Clone)]
+pub(crate) struct Row {
+    pub(crate) at: String,
+    pub(crate) fields: HashMap<String, String>,
+}
+
+impl Row {
+    pub(crate) fn get(&self, k: &str) -> Option<&str> {
+        self.fields.get(k).map(String::as_str)
+    }
+}
+
+/// A predictions file (CSV with a header, JSONL, or Parquet) as rows of text fields, and the
+/// columns it has. Values are trimmed.
+pub(crate) fn read_rows(path: &Path) -> Result<(Vec<Row>, Vec<String>), RunError> {
     let shown = path.display().to_string();
     let ext = path
         .extension()
@@ -258,6 +276,7 @@ fn read_predictions(path: &Path) -> Result<Vec<Prediction>, RunError> {
         .to_ascii_lowercase();
     let bad = |at: &str, msg: String| RunError::Config(format!("{at}: {msg}"));
     let mut out = vec![];
+    let mut columns: Vec<String> = vec![];
     match ext.as_str() {
         "csv" => {
             let mut rdr = csv::Reader::from_path(path).map_err(|e| bad(&shown, e.to_string()))?;
@@ -265,27 +284,16 @@ fn read_predictions(path: &Path) -> Result<Vec<Prediction>, RunError> {
                 .headers()
                 .map_err(|e| bad(&shown, e.to_string()))?
                 .clone();
-            let col = |n: &str| headers.iter().position(|h| h == n);
-            let (vi, pi, varc) = (col("video_id"), col("prediction"), col("variant"));
-            let (Some(vi), Some(pi)) = (vi, pi) else {
-                return Err(bad(
-                    &format!("{shown}:1"),
-                    "needs columns video_id and prediction".into(),
-                ));
-            };
+            columns = headers.iter().map(|h| h.trim().to_string()).collect();
             for (n, r) in rdr.records().enumerate() {
                 let at = format!("{shown}:{}", n + 2);
                 let r = r.map_err(|e| bad(&at, e.to_string()))?;
-                out.push(Prediction {
-                    video_id: r.get(vi).unwrap_or("").trim().to_string(),
-                    prediction: r.get(pi).unwrap_or("").trim().to_string(),
-                    variant: varc
-                        .and_then(|i| r.get(i))
-                        .map(|v| v.trim().to_string())
-                        .filter(|v| !v.is_empty())
-                        .unwrap_or_else(|| "original".into()),
-                    at,
-                });
+                let fields = columns
+                    .iter()
+                    .zip(r.iter())
+                    .map(|(k, v)| (k.clone(), v.trim().to_string()))
+                    .collect();
+                out.push(Row { at, fields });
             }
         }
         "jsonl" | "json" => {
@@ -297,39 +305,60 @@ fn read_predictions(path: &Path) -> Result<Vec<Prediction>, RunError> {
                 let at = format!("{shown}:{}", n + 1);
                 let v: serde_json::Value =
                     serde_json::from_str(line).map_err(|e| bad(&at, e.to_string()))?;
-                let field = |k: &str| match v.get(k) {
-                    Some(serde_json::Value::String(s)) => Some(s.clone()),
-                    Some(serde_json::Value::Null) | None => None,
-                    Some(other) => Some(other.to_string()),
+                let Some(obj) = v.as_object() else {
+                    return Err(bad(&at, "not a JSON object".into()));
                 };
-                out.push(Prediction {
-                    video_id: field("video_id").ok_or_else(|| bad(&at, "no video_id".into()))?,
-                    prediction: field("prediction")
-                        .ok_or_else(|| bad(&at, "no prediction".into()))?,
-                    variant: field("variant").unwrap_or_else(|| "original".into()),
-                    at,
-                });
+                let mut fields = HashMap::new();
+                for (k, v) in obj {
+                    if !columns.contains(k) {
+                        columns.push(k.clone());
+                    }
+                    match v {
+                        serde_json::Value::Null => {}
+                        serde_json::Value::String(s) => {
+                            fields.insert(k.clone(), s.trim().to_string());
+                        }
+                        other => {
+                            fields.insert(k.clone(), other.to_string());
+                        }
+                    }
+                }
+                out.push(Row { at, fields });
             }
         }
         "parquet" => {
             let mut row = 0;
             for b in parquet_batches(path)? {
-                let need = |c: &str| {
-                    text_column(&b, c).ok_or_else(|| bad(&shown, format!("no column `{c}`")))
-                };
-                let (ids, preds) = (need("video_id")?, need("prediction")?);
-                let variants = text_column(&b, "variant");
+                let cols: Vec<(String, arrow::array::ArrayRef)> = b
+                    .schema()
+                    .fields()
+                    .iter()
+                    .zip(b.columns())
+                    .filter_map(|(f, c)| {
+                        let s = arrow::compute::cast(c, &DataType::Utf8).ok()?;
+                        Some((f.name().clone(), s))
+                    })
+                    .collect();
+                for (name, _) in &cols {
+                    if !columns.contains(name) {
+                        columns.push(name.clone());
+                    }
+                }
                 for i in 0..b.num_rows() {
                     row += 1;
-                    out.push(Prediction {
+                    let mut fields = HashMap::new();
+                    for (name, c) in &cols {
+                        let c = c
+                            .as_any()
+                            .downcast_ref::<arrow::array::StringArray>()
+                            .expect("cast to Utf8");
+                        if !c.is_null(i) {
+                            fields.insert(name.clone(), c.value(i).trim().to_string());
+                        }
+                    }
+                    out.push(Row {
                         at: format!("{shown}: row {row}"),
-                        video_id: ids.value(i).to_string(),
-                        prediction: preds.value(i).to_string(),
-                        variant: variants
-                            .as_ref()
-                            .filter(|v| !v.is_null(i))
-                            .map(|v| v.value(i).to_string())
-                            .unwrap_or_else(|| "original".into()),
+                        fields,
                     });
                 }
             }
@@ -339,6 +368,39 @@ fn read_predictions(path: &Path) -> Result<Vec<Prediction>, RunError> {
                 "{shown}: predictions must be .csv, .jsonl or .parquet, not .{other}"
             )));
         }
+    }
+    Ok((out, columns))
+}
+
+/// The label predictions of a predictions file: `video_id`, `prediction`, optional `variant`.
+fn read_predictions(path: &Path) -> Result<Vec<Prediction>, RunError> {
+    let (rows, columns) = read_rows(path)?;
+    for need in ["video_id", "prediction"] {
+        if !columns.iter().any(|c| c == need) {
+            return Err(RunError::Config(format!(
+                "{}:1: needs columns video_id and prediction (has: {})",
+                path.display(),
+                columns.join(", ")
+            )));
+        }
+    }
+    let mut out = vec![];
+    for r in rows {
+        let field = |k: &str| {
+            r.get(k)
+                .map(str::to_string)
+                .ok_or_else(|| RunError::Config(format!("{}: no {k}", r.at)))
+        };
+        out.push(Prediction {
+            video_id: field("video_id")?,
+            prediction: field("prediction")?,
+            variant: r
+                .get("variant")
+                .filter(|v| !v.is_empty())
+                .unwrap_or("original")
+                .to_string(),
+            at: r.at.clone(),
+        });
     }
     Ok(out)
 }
@@ -514,36 +576,66 @@ fn metrics_table(r: &Report) -> String {
     s
 }
 
-/// Score a model's predictions on a release: per group (--by) and overall, positive-class
-/// F1, accuracy, specificity, balanced accuracy, MCC and the always-positive F1; per
-/// perturbation variant when the predictions have a `variant` column, with the F1 drop
-/// from the original order.
+/// Score a model's predictions on a release.
 ///
-/// PREDICTIONS is CSV, JSONL or Parquet with `video_id`, `prediction` (a label value of the
-/// release) and optionally `variant` (original, shuffled, halves_swapped, reversed,
-/// first_frame, last_frame). An unknown video id or label is an error naming its line.
+/// Labels (a predictions file with `video_id`, `prediction`, optional `variant`): RiskCue's
+/// metrics per domain and overall, and per perturbation variant.
+///
+/// Questions (a predictions file with `item_id` and `prediction` or `answer`, the model's raw
+/// answer; optional `rotation`): accuracy per level, the macro average over levels
+/// (HarmVideoBench's headline), the micro average, random chance and the blind baseline, with
+/// standard errors clustered by video. Answers are parsed from "B", "(B)", "Answer: b", "The
+/// answer is B because…", "答案：B" or the option's own text; an answer that names no option, or
+/// an item without one, counts as wrong and is listed, never dropped from the denominator.
+///
+/// CircularEval: `--rotations-out FILE.jsonl` writes every item once per rotation r = 0..n-1
+/// (letter i shows option (i + r) mod n; the answer left out). Have the model answer each line
+/// and give the answers back with their `item_id` and `rotation`: an item then counts only if
+/// every rotation is answered right.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  vidcurate evaluate data/releases/riskcue preds.csv --by domain\n  vidcurate evaluate data/releases/demo preds.jsonl --positive fake --json"
+    after_help = "Examples:\n  vidcurate evaluate data/releases/riskcue preds.csv --by domain\n  vidcurate evaluate data/releases/demo preds.jsonl --positive fake --json\n  vidcurate evaluate data/releases/harmvideo answers.csv --by language\n  vidcurate evaluate data/releases/harmvideo --rotations-out rotations.jsonl"
 )]
 pub struct Args {
     /// A release folder (vidcurate release --out).
     pub release: PathBuf,
-    /// The predictions file.
-    pub predictions: PathBuf,
+    /// The predictions file (.csv, .jsonl or .parquet); not needed with --rotations-out.
+    #[arg(required_unless_present = "rotations_out")]
+    pub predictions: Option<PathBuf>,
+    /// Write the questions' rotated variants (JSONL) to answer for CircularEval, and stop.
+    #[arg(long)]
+    pub rotations_out: Option<PathBuf>,
     #[command(flatten)]
     pub opts: EvaluateOptions,
 }
 
+/// Whether a predictions file answers questions (it has `item_id`) rather than labels.
+fn answers_questions(path: &Path) -> Result<bool, RunError> {
+    Ok(read_rows(path)?.1.iter().any(|c| c == "item_id"))
+}
+
 pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
-    let r = evaluate(&a.release, &a.predictions, &a.opts)?;
-    if a.opts.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&r).expect("a report serialises")
-        );
+    if let Some(out) = &a.rotations_out {
+        let n = questions::write_rotations(&a.release, out)?;
+        println!("{n} rotated items: {}", out.display());
+        return Ok(crate::error::Exit::Done);
+    }
+    let preds = a.predictions.as_deref().expect("clap requires it");
+    let print = |json: String, text: String| {
+        if a.opts.json {
+            println!("{json}");
+        } else {
+            print!("{text}");
+        }
+    };
+    if answers_questions(preds)? {
+        let r = questions::evaluate(&a.release, preds, a.opts.by.as_deref())?;
+        let json = serde_json::to_string_pretty(&r).expect("a report serialises");
+        print(json, questions::render(&r));
     } else {
-        print!("{}", render(&r));
+        let r = evaluate(&a.release, preds, &a.opts)?;
+        let json = serde_json::to_string_pretty(&r).expect("a report serialises");
+        print(json, render(&r));
     }
     Ok(crate::error::Exit::Done)
 }

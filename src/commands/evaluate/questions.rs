@@ -1,0 +1,708 @@
+//! `vidcurate evaluate RELEASE PREDICTIONS` on a questions release: a model's answers to the
+//! multiple-choice items, scored as HarmVideoBench reports them (accuracy per level and their
+//! macro average, the headline) and more carefully than the common harnesses do:
+//!
+//! - every answer is parsed robustly ("B", "(B)", "Answer: b", "The answer is B because…",
+//!   "答案：B", or the option's own text), and one that names no option, or several, counts as
+//!   wrong and is reported: it never leaves the denominator (lmms-eval drops empty answers, which
+//!   lifts the accuracy of a model that refuses);
+//! - an item without a prediction counts as wrong and is reported;
+//! - with predictions for rotated option orders (`rotation` r: letter i shows option (i + r) mod
+//!   n), CircularEval: an item counts only if every rotation is answered right;
+//! - standard errors are clustered by video (one video's items are correlated): for a mean over
+//!   items, sqrt(G / (G - 1) · Σ_g e_g²) with e_g the video's summed influence, the macro average
+//!   through the same formula with each item weighted 1 / (L · n_level);
+//! - random chance (the mean of 1 / options) and, when the release carries the blind stage's
+//!   counts, the blind baseline (a text-only model's mean accuracy over the same items).
+//!
+//! Reads: the release's `questions/*.parquet` and the predictions (CSV, JSONL or Parquet:
+//! `item_id`, `prediction` or `answer`, optional `rotation`). Writes: its report only, or with
+//! `--rotations-out` the items' rotated variants to give a model. Calls nothing.
+
+use super::read_rows;
+use crate::error::RunError;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+/// One released item, as scoring needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Item {
+    pub item_id: String,
+    pub video_id: String,
+    pub level: String,
+    pub question: String,
+    pub options: Vec<String>,
+    /// The correct option's index.
+    pub answer: usize,
+    /// The `--by` column's value ("" without `--by`).
+    pub group: String,
+    /// The blind stage's right share of samples, when released.
+    pub blind: Option<f64>,
+}
+
+/// A mean over items, its clustered standard error, and what went into it.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Score {
+    pub n: usize,
+    pub correct: usize,
+    /// Items whose answer named no option (or several).
+    pub unparsed: usize,
+    /// Items without a prediction (CircularEval: without every rotation).
+    pub missing: usize,
+    pub accuracy: f64,
+    /// Clustered by video.
+    pub se: f64,
+    pub videos: usize,
+}
+
+/// Per level, the macro average over levels and the micro average over items.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Scores {
+    pub levels: BTreeMap<String, Score>,
+    pub macro_avg: f64,
+    pub macro_se: f64,
+    pub micro: Score,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct QuestionReport {
+    /// Levels in the release's order.
+    pub level_order: Vec<String>,
+    pub all: Scores,
+    /// CircularEval, when the predictions give rotations.
+    pub circular: Option<Scores>,
+    /// Per value of `--by`.
+    pub by: BTreeMap<String, Scores>,
+    pub by_column: Option<String>,
+    pub chance: f64,
+    /// The blind stage's mean accuracy over the items (None: not released).
+    pub blind: Option<f64>,
+    /// Up to 10 answers that named no option, with where they were read.
+    pub unparsed_examples: Vec<String>,
+}
+
+/// Full-width letters and colons (Chinese input) as ASCII.
+fn ascii(c: char) -> char {
+    match c {
+        'Ａ'..='Ｚ' => char::from_u32(c as u32 - 'Ａ' as u32 + 'A' as u32).unwrap_or(c),
+        'ａ'..='ｚ' => char::from_u32(c as u32 - 'ａ' as u32 + 'a' as u32).unwrap_or(c),
+        '：' => ':',
+        '（' => '(',
+        '）' => ')',
+        '。' | '，' | '、' => '.',
+        _ => c,
+    }
+}
+
+fn norm(s: &str) -> String {
+    s.chars()
+        .filter(|c| c.is_alphanumeric())
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+/// Words after which a lone letter is an answer, wherever they stand.
+const CUES: &[&str] = &[
+    "the correct answer is",
+    "correct answer:",
+    "the answer is",
+    "answer is",
+    "answer:",
+    "option",
+    "choice",
+    "答案是",
+    "答案为",
+    "答案:",
+    "答案",
+    "选项",
+    "选",
+];
+
+/// The option `text` names, as an index into `options`; None when it names none or several.
+pub fn parse_answer(text: &str, options: &[String]) -> Option<usize> {
+    let t: String = text.chars().map(ascii).collect();
+    let t = t.trim();
+    if t.is_empty() {
+        return None;
+    }
+    let n = options.len();
+    let letter = |c: char| -> Option<usize> {
+        let i = (c.to_ascii_uppercase() as u32).checked_sub('A' as u32)? as usize;
+        (c.is_ascii_alphabetic() && i < n).then_some(i)
+    };
+    let normed: Vec<String> = options.iter().map(|o| norm(o)).collect();
+    // The whole answer is one option's text.
+    let whole = norm(t.trim_end_matches(['.', '!']));
+    if let Some(i) = normed.iter().position(|o| !o.is_empty() && *o == whole) {
+        return Some(i);
+    }
+    // A letter alone at the start: "B", "(B)", "B.", "B) text", "B: text", "B because…".
+    let stripped = t.trim_start_matches(['(', '[', '*', '"', '\'', ' ']);
+    let mut cs = stripped.chars();
+    if let Some(first) = cs.next()
+        && let Some(i) = letter(first)
+    {
+        let rest: String = cs.collect();
+        let next = rest.chars().next();
+        let alone = match next {
+            None => true,
+            Some(')' | ']' | '.' | ':' | ',' | '*' | '"' | '\'') => true,
+            // "A signal for…" is an article, "B because…" a letter.
+            Some(c) if c.is_whitespace() => {
+                let word: String = rest
+                    .trim_start()
+                    .chars()
+                    .take_while(|c| c.is_alphabetic())
+                    .collect();
+                first.is_ascii_uppercase()
+                    && (first != 'A'
+                        || word.is_empty()
+                        || ["because", "since", "as", "is", "it", "the"]
+                            .contains(&word.to_lowercase().as_str()))
+            }
+            _ => false,
+        };
+        if alone {
+            return Some(i);
+        }
+    }
+    // A letter after a cue anywhere: "I think the answer is (C).", "所以答案是 B".
+    // ASCII-only lowering keeps byte offsets the same in `t` and `lower`.
+    let lower = t.to_ascii_lowercase();
+    let mut found: HashSet<usize> = HashSet::new();
+    for cue in CUES {
+        let mut from = 0;
+        while let Some(at) = lower[from..].find(cue) {
+            let after = &t[from + at + cue.len()..];
+            let after = after.trim_start_matches([' ', ':', '(', '[', '*', '"', '\'']);
+            let mut cs = after.chars();
+            if let Some(c) = cs.next()
+                && let Some(i) = letter(c)
+                && cs.next().is_none_or(|c| !c.is_ascii_alphanumeric())
+            {
+                found.insert(i);
+            }
+            from += at + cue.len();
+        }
+    }
+    if found.len() == 1 {
+        return found.into_iter().next();
+    }
+    if found.len() > 1 {
+        return None;
+    }
+    // One option's text inside the answer.
+    let hits: Vec<usize> = (0..n)
+        .filter(|&i| normed[i].chars().count() >= 3 && whole.contains(normed[i].as_str()))
+        .collect();
+    match hits.as_slice() {
+        [i] => Some(*i),
+        _ => None,
+    }
+}
+
+/// The options as shown under rotation `r`: letter i shows option (i + r) mod n.
+pub fn rotated(options: &[String], r: usize) -> Vec<String> {
+    let n = options.len();
+    (0..n).map(|i| options[(i + r) % n].clone()).collect()
+}
+
+/// Means with standard errors clustered by video, per level and over levels.
+pub fn scores(
+    items: &[&Item],
+    right: &HashMap<String, bool>,
+    unparsed: &HashSet<String>,
+    missing: &HashSet<String>,
+    order: &[String],
+) -> Scores {
+    let y = |it: &Item| f64::from(u8::from(right.get(&it.item_id).copied().unwrap_or(false)));
+    let score = |set: &[&Item]| -> Score {
+        let n = set.len();
+        let correct = set.iter().filter(|i| y(i) == 1.0).count();
+        let mean = if n == 0 {
+            0.0
+        } else {
+            correct as f64 / n as f64
+        };
+        let weights: Vec<(&str, f64)> = set
+            .iter()
+            .map(|i| (i.video_id.as_str(), (y(i) - mean) / n as f64))
+            .collect();
+        let (se, videos) = clustered(&weights);
+        Score {
+            n,
+            correct,
+            unparsed: set.iter().filter(|i| unparsed.contains(&i.item_id)).count(),
+            missing: set.iter().filter(|i| missing.contains(&i.item_id)).count(),
+            accuracy: mean,
+            se,
+            videos,
+        }
+    };
+    let mut out = Scores {
+        micro: score(items),
+        ..Default::default()
+    };
+    let present: Vec<&String> = order
+        .iter()
+        .filter(|l| items.iter().any(|i| &i.level == *l))
+        .collect();
+    let mut influence = vec![];
+    for l in &present {
+        let set: Vec<&Item> = items.iter().copied().filter(|i| &i.level == *l).collect();
+        let s = score(&set);
+        let (nl, big_l) = (set.len() as f64, present.len() as f64);
+        for it in &set {
+            influence.push((it.video_id.as_str(), (y(it) - s.accuracy) / (big_l * nl)));
+        }
+        out.macro_avg += s.accuracy / big_l;
+        out.levels.insert((*l).clone(), s);
+    }
+    out.macro_se = clustered(&influence).0;
+    out
+}
+
+/// sqrt(G / (G - 1) · Σ_g (Σ_{i∈g} w_i)²) over the videos g, and G.
+fn clustered(w: &[(&str, f64)]) -> (f64, usize) {
+    let mut sums: HashMap<&str, f64> = HashMap::new();
+    for (g, v) in w {
+        *sums.entry(g).or_default() += v;
+    }
+    let g = sums.len();
+    if g < 2 {
+        return (0.0, g);
+    }
+    let ss: f64 = sums.values().map(|e| e * e).sum();
+    ((g as f64 / (g as f64 - 1.0) * ss).sqrt(), g)
+}
+
+/// The released items (`questions/*.parquet`) and the levels in their order of appearance.
+pub fn read_items(release: &Path, by: Option<&str>) -> Result<(Vec<Item>, Vec<String>), RunError> {
+    use arrow::array::{Array, ListArray, StringArray};
+    use arrow::datatypes::{DataType, Field};
+    use std::sync::Arc;
+    let dir = release.join("questions");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| {
+            RunError::Config(format!(
+                "{}: {e} (a release of a run with a questions stage has it)",
+                dir.display()
+            ))
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+        .collect();
+    files.sort();
+    let (mut items, mut order) = (vec![], vec![]);
+    for f in files {
+        for b in super::parquet_batches(&f)? {
+            let names = || {
+                b.schema()
+                    .fields()
+                    .iter()
+                    .map(|x| x.name().clone())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let text = |c: &str| {
+                crate::store::shards::text_column(&b, c).ok_or_else(|| {
+                    RunError::Config(format!(
+                        "{}: no column `{c}` (columns: {})",
+                        f.display(),
+                        names()
+                    ))
+                })
+            };
+            let (ids, videos, levels, questions, answers) = (
+                text("item_id")?,
+                text("video_id")?,
+                text("level")?,
+                text("question")?,
+                text("answer")?,
+            );
+            let group = by.map(text).transpose()?;
+            let list = DataType::List(Arc::new(Field::new("item", DataType::Utf8, true)));
+            let options = b
+                .column_by_name("options")
+                .and_then(|c| arrow::compute::cast(c, &list).ok())
+                .and_then(|c| c.as_any().downcast_ref::<ListArray>().cloned())
+                .ok_or_else(|| {
+                    RunError::Config(format!("{}: no list column `options`", f.display()))
+                })?;
+            let blind = (
+                super::number(&b, "blind_correct"),
+                super::number(&b, "blind_samples"),
+            );
+            for i in 0..b.num_rows() {
+                let o = options.value(i);
+                let o = o.as_any().downcast_ref::<StringArray>().ok_or_else(|| {
+                    RunError::Config(format!("{}: `options` is not a list of text", f.display()))
+                })?;
+                let opts: Vec<String> = (0..o.len()).map(|k| o.value(k).to_string()).collect();
+                let letter = answers.value(i);
+                let answer = letter
+                    .chars()
+                    .next()
+                    .and_then(|c| (c as usize).checked_sub('A' as usize))
+                    .filter(|&k| letter.len() == 1 && k < opts.len())
+                    .ok_or_else(|| {
+                        RunError::Config(format!(
+                            "{}: item {}: answer {letter:?} names none of its {} options",
+                            f.display(),
+                            ids.value(i),
+                            opts.len()
+                        ))
+                    })?;
+                let level = levels.value(i).to_string();
+                if !order.contains(&level) {
+                    order.push(level.clone());
+                }
+                let blind = match &blind {
+                    (Some(c), Some(s)) if !c.is_null(i) && !s.is_null(i) && s.value(i) > 0.0 => {
+                        Some(c.value(i) / s.value(i))
+                    }
+                    _ => None,
+                };
+                items.push(Item {
+                    item_id: ids.value(i).to_string(),
+                    video_id: videos.value(i).to_string(),
+                    level,
+                    question: questions.value(i).to_string(),
+                    options: opts,
+                    answer,
+                    group: group
+                        .as_ref()
+                        .map(|g| {
+                            if g.is_null(i) {
+                                "(none)".into()
+                            } else {
+                                g.value(i).to_string()
+                            }
+                        })
+                        .unwrap_or_default(),
+                    blind,
+                });
+            }
+        }
+    }
+    if items.is_empty() {
+        return Err(RunError::Config(format!("{}: no items", dir.display())));
+    }
+    Ok((items, order))
+}
+
+/// Scores the predictions file against the release's items.
+pub fn evaluate(
+    release: &Path,
+    predictions: &Path,
+    by: Option<&str>,
+) -> Result<QuestionReport, RunError> {
+    let (items, order) = read_items(release, by)?;
+    let index: HashMap<&str, &Item> = items.iter().map(|i| (i.item_id.as_str(), i)).collect();
+    let (rows, columns) = read_rows(predictions)?;
+    let text_col = ["prediction", "answer"]
+        .into_iter()
+        .find(|c| columns.iter().any(|x| x == c))
+        .ok_or_else(|| {
+            RunError::Config(format!(
+                "{}:1: needs columns item_id and prediction (or answer); has: {}",
+                predictions.display(),
+                columns.join(", ")
+            ))
+        })?;
+    // (item, rotation) → right; where each was read.
+    let mut right: HashMap<(String, usize), bool> = HashMap::new();
+    let mut seen: HashMap<(String, usize), String> = HashMap::new();
+    let mut unparsed_at: HashMap<(String, usize), String> = HashMap::new();
+    let mut rotations = false;
+    for r in &rows {
+        let id = r
+            .get("item_id")
+            .ok_or_else(|| RunError::Config(format!("{}: no item_id", r.at)))?;
+        let Some(item) = index.get(id) else {
+            return Err(RunError::Config(format!(
+                "{}: item_id {id:?} is not in the release",
+                r.at
+            )));
+        };
+        let n = item.options.len();
+        let rot = match r.get("rotation").filter(|s| !s.is_empty()) {
+            None => 0,
+            Some(s) => {
+                rotations = true;
+                s.parse::<usize>().ok().filter(|&k| k < n).ok_or_else(|| {
+                    RunError::Config(format!(
+                        "{}: rotation {s:?} is not one of 0..{} (the item has {n} options)",
+                        r.at,
+                        n - 1
+                    ))
+                })?
+            }
+        };
+        let key = (id.to_string(), rot);
+        if let Some(first) = seen.insert(key.clone(), r.at.clone()) {
+            return Err(RunError::Config(format!(
+                "{}: a second prediction for item {id:?} (rotation {rot}), first at {first}",
+                r.at
+            )));
+        }
+        let answer = r.get(text_col).unwrap_or("");
+        let shown = rotated(&item.options, rot);
+        let ok = match parse_answer(answer, &shown) {
+            Some(s) => (s + rot) % n == item.answer,
+            None => {
+                unparsed_at.insert(key.clone(), format!("{}: {answer:?}", r.at));
+                false
+            }
+        };
+        right.insert(key, ok);
+    }
+    let all: Vec<&Item> = items.iter().collect();
+    let plain: HashMap<String, bool> = items
+        .iter()
+        .map(|i| {
+            (
+                i.item_id.clone(),
+                right.get(&(i.item_id.clone(), 0)).copied().unwrap_or(false),
+            )
+        })
+        .collect();
+    let missing: HashSet<String> = items
+        .iter()
+        .filter(|i| !right.contains_key(&(i.item_id.clone(), 0)))
+        .map(|i| i.item_id.clone())
+        .collect();
+    let unparsed: HashSet<String> = unparsed_at
+        .keys()
+        .filter(|(_, r)| *r == 0)
+        .map(|(i, _)| i.clone())
+        .collect();
+    let mut report = QuestionReport {
+        all: scores(&all, &plain, &unparsed, &missing, &order),
+        level_order: order.clone(),
+        by_column: by.map(str::to_string),
+        chance: items
+            .iter()
+            .map(|i| 1.0 / i.options.len() as f64)
+            .sum::<f64>()
+            / items.len() as f64,
+        ..Default::default()
+    };
+    let blind: Vec<f64> = items.iter().filter_map(|i| i.blind).collect();
+    if !blind.is_empty() {
+        report.blind = Some(blind.iter().sum::<f64>() / blind.len() as f64);
+    }
+    if rotations {
+        let every = |i: &Item, f: &dyn Fn(&(String, usize)) -> bool| {
+            (0..i.options.len()).all(|r| f(&(i.item_id.clone(), r)))
+        };
+        let c_right: HashMap<String, bool> = items
+            .iter()
+            .map(|i| {
+                (
+                    i.item_id.clone(),
+                    every(i, &|k| right.get(k).copied().unwrap_or(false)),
+                )
+            })
+            .collect();
+        let c_missing: HashSet<String> = items
+            .iter()
+            .filter(|i| !every(i, &|k| right.contains_key(k)))
+            .map(|i| i.item_id.clone())
+            .collect();
+        let c_unparsed: HashSet<String> = unparsed_at.keys().map(|(i, _)| i.clone()).collect();
+        report.circular = Some(scores(&all, &c_right, &c_unparsed, &c_missing, &order));
+    }
+    if by.is_some() {
+        let groups: std::collections::BTreeSet<&str> =
+            items.iter().map(|i| i.group.as_str()).collect();
+        for g in groups {
+            let set: Vec<&Item> = items.iter().filter(|i| i.group == g).collect();
+            report.by.insert(
+                g.to_string(),
+                scores(&set, &plain, &unparsed, &missing, &order),
+            );
+        }
+    }
+    let mut examples: Vec<&String> = unparsed_at.values().collect();
+    examples.sort();
+    report.unparsed_examples = examples.into_iter().take(10).cloned().collect();
+    Ok(report)
+}
+
+fn scores_table(s: &Scores, order: &[String], indent: &str) -> String {
+    let mut t = format!(
+        "{indent}{:<26} {:>6} {:>8} {:>9} {:>8} {:>9} {:>8}\n",
+        "level", "items", "correct", "accuracy", "± se", "unparsed", "missing"
+    );
+    let line = |name: &str, x: &Score| {
+        format!(
+            "{indent}{name:<26} {:>6} {:>8} {:>9.4} {:>8.4} {:>9} {:>8}\n",
+            x.n, x.correct, x.accuracy, x.se, x.unparsed, x.missing
+        )
+    };
+    for l in order {
+        if let Some(x) = s.levels.get(l) {
+            t += &line(l, x);
+        }
+    }
+    t += &format!(
+        "{indent}{:<26} {:>6} {:>8} {:>9.4} {:>8.4}\n",
+        "macro (mean of levels)", "", "", s.macro_avg, s.macro_se
+    );
+    t += &line("micro (all items)", &s.micro);
+    t
+}
+
+/// The report as printed.
+pub fn render(r: &QuestionReport) -> String {
+    let mut t = format!(
+        "{} items of {} videos; standard errors clustered by video\n",
+        r.all.micro.n, r.all.micro.videos
+    );
+    t += &scores_table(&r.all, &r.level_order, "");
+    t += &format!("random chance {:.4}", r.chance);
+    match r.blind {
+        Some(b) => t += &format!("; blind baseline {b:.4} (the blind stage's text-only answers)\n"),
+        None => t += "; no blind baseline (the run had no blind stage)\n",
+    }
+    if let Some(c) = &r.circular {
+        t += "\nCircularEval (an item counts only if every rotation of its options is answered right):\n";
+        t += &scores_table(c, &r.level_order, "");
+    }
+    for (g, s) in &r.by {
+        t += &format!("\n{} = {g}:\n", r.by_column.as_deref().unwrap_or("group"));
+        t += &scores_table(s, &r.level_order, "  ");
+    }
+    if !r.unparsed_examples.is_empty() {
+        t += "\nanswers that name no option (counted as wrong):\n";
+        for e in &r.unparsed_examples {
+            t += &format!("  {e}\n");
+        }
+    }
+    t
+}
+
+/// Every item's rotated variants as JSONL (item_id, rotation, video_id, level, question,
+/// options as shown): what a model answers for CircularEval. The answer is left out.
+pub fn write_rotations(release: &Path, out: &Path) -> Result<usize, RunError> {
+    let (items, _) = read_items(release, None)?;
+    let mut s = String::new();
+    let mut n = 0;
+    for it in &items {
+        for r in 0..it.options.len() {
+            s += &serde_json::json!({
+                "item_id": it.item_id, "rotation": r, "video_id": it.video_id,
+                "level": it.level, "question": it.question, "options": rotated(&it.options, r),
+            })
+            .to_string();
+            s.push('\n');
+            n += 1;
+        }
+    }
+    std::fs::write(out, s).map_err(|e| RunError::io(out.display().to_string(), e))?;
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> Vec<String> {
+        [
+            "A signal for testing screens",
+            "A news report on a riot",
+            "An advert",
+            "A lecture",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
+    #[test]
+    fn answers_in_the_shapes_models_write_name_their_option() {
+        let o = opts();
+        for (t, want) in [
+            ("B", Some(1)),
+            ("(c)", Some(2)),
+            ("b.", Some(1)),
+            ("Answer: d", Some(3)),
+            ("The answer is B because the crowd is shown.", Some(1)),
+            ("答案：B", Some(1)),
+            ("答案是Ｃ。", Some(2)),
+            ("I think the correct answer is (D).", Some(3)),
+            ("A news report on a riot", Some(1)),
+            ("A signal for testing screens.", Some(0)),
+            ("It is a news report on a riot, clearly.", Some(1)),
+            ("A because it is shown", Some(0)),
+            ("B) A news report", Some(1)),
+            ("", None),
+            ("I cannot tell.", None),
+            ("E", None),
+            ("Answer: B or C, the answer is C", None),
+        ] {
+            assert_eq!(parse_answer(t, &o), want, "{t:?}");
+        }
+    }
+
+    #[test]
+    fn rotation_r_shows_option_i_plus_r() {
+        let o = opts();
+        assert_eq!(rotated(&o, 1)[0], o[1]);
+        assert_eq!(rotated(&o, 3)[1], o[0]);
+    }
+
+    fn item(id: &str, video: &str, level: &str) -> Item {
+        Item {
+            item_id: id.into(),
+            video_id: video.into(),
+            level: level.into(),
+            question: String::new(),
+            options: opts(),
+            answer: 0,
+            group: String::new(),
+            blind: None,
+        }
+    }
+
+    #[test]
+    fn clustered_errors_and_the_macro_average_by_hand() {
+        // Videos v1 (2 items, both right), v2 (1 wrong, 1 right), v3 (1 wrong).
+        let items = [
+            item("a", "v1", "x"),
+            item("b", "v1", "y"),
+            item("c", "v2", "x"),
+            item("d", "v2", "y"),
+            item("e", "v3", "x"),
+        ];
+        let right: HashMap<String, bool> = [
+            ("a", true),
+            ("b", true),
+            ("c", false),
+            ("d", true),
+            ("e", false),
+        ]
+        .map(|(k, v)| (k.to_string(), v))
+        .into();
+        let refs: Vec<&Item> = items.iter().collect();
+        let s = scores(
+            &refs,
+            &right,
+            &HashSet::new(),
+            &HashSet::new(),
+            &["x".into(), "y".into()],
+        );
+        assert!((s.micro.accuracy - 0.6).abs() < 1e-12);
+        // e_g = Σ (y - 0.6) / 5: v1 0.8/5, v2 -0.2/5, v3 -0.6/5; G = 3.
+        let ss: f64 = [0.8f64, -0.2, -0.6].iter().map(|e| (e / 5.0).powi(2)).sum();
+        assert!((s.micro.se - (1.5 * ss).sqrt()).abs() < 1e-12);
+        // Levels: x = 1/3, y = 1; macro 2/3.
+        assert!((s.macro_avg - 2.0 / 3.0).abs() < 1e-12);
+        // Influence: x items (y - 1/3) / (2 · 3), y items (y - 1) / (2 · 2) = 0.
+        let e = [(2.0 / 3.0) / 6.0, (-1.0 / 3.0) / 6.0, (-1.0 / 3.0) / 6.0];
+        let ss: f64 = e.iter().map(|x| x * x).sum();
+        assert!((s.macro_se - (1.5 * ss).sqrt()).abs() < 1e-12);
+        assert_eq!(s.levels["y"].se, 0.0);
+    }
+}

@@ -1,0 +1,135 @@
+//! The `questions` config of a release: one row per kept item of the released videos, in the
+//! split of its video, from the run's questions stage (and its blind stage's counts, and the
+//! language stage's language, when they ran). Loadable with `load_dataset(DIR, "questions")`.
+//!
+//! Reads the questions, blind and language tables under their current fingerprints. Writes
+//! `questions/<split>-00000-of-00001.parquet`. What the card says of it is `QuestionsWritten`.
+
+use super::write_parquet;
+use crate::error::RunError;
+use crate::record::QuestionItem;
+use crate::stages::questions::blind::BlindRow;
+use crate::store::Store;
+use crate::store::manifest::Manifest;
+use crate::store::shards::read_table;
+use arrow::datatypes::Schema;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+/// One released item.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ReleasedItem {
+    pub video_id: String,
+    pub item_id: String,
+    pub level: String,
+    pub question: String,
+    pub options: Vec<String>,
+    /// The correct option's letter (A for the first of `options`).
+    pub answer: String,
+    pub rationale: String,
+    pub context_note: String,
+    /// The video's language (`language` stage), when one ran.
+    pub language: Option<String>,
+    pub split: String,
+    /// The blind stage's samples that named the right option, and its samples (text-only
+    /// answers from the question and options alone), when one ran.
+    pub blind_correct: Option<u32>,
+    pub blind_samples: Option<u32>,
+}
+
+/// What the card says of the questions config.
+#[derive(Debug, Clone, Default)]
+pub struct QuestionsWritten {
+    pub stage: String,
+    pub schema: Option<Arc<Schema>>,
+    /// split → (items, Arrow bytes)
+    pub sizes: Vec<(String, usize, usize)>,
+    /// level → split → items, in the stage's level order.
+    pub levels: Vec<(String, BTreeMap<String, usize>)>,
+    /// language → items.
+    pub languages: BTreeMap<String, usize>,
+}
+
+pub(super) async fn write_questions(
+    store: &Arc<dyn Store>,
+    m: &Manifest,
+    languages: Option<&HashMap<String, String>>,
+    order: &[String],
+    by_split: &BTreeMap<String, Vec<String>>,
+    out: &Path,
+) -> Result<Option<QuestionsWritten>, RunError> {
+    let kind = crate::stages::questions::KIND.name;
+    let Some(q) = m.stages.iter().find(|s| s.kind == kind) else {
+        return Ok(None);
+    };
+    let items: HashMap<String, Vec<QuestionItem>> = read_table(store, &q.id, &q.fingerprint, true)
+        .await?
+        .rows()?;
+    let blind_kind = crate::stages::questions::blind::KIND.name;
+    let mut blind: HashMap<String, (u32, u32)> = HashMap::new();
+    if let Some(b) = m
+        .stages
+        .iter()
+        .skip_while(|s| s.id != q.id)
+        .find(|s| s.kind == blind_kind)
+    {
+        let rows: HashMap<String, Vec<BlindRow>> = read_table(store, &b.id, &b.fingerprint, true)
+            .await?
+            .rows()?;
+        for r in rows.into_values().flatten() {
+            blind.insert(r.item_id, (r.correct, r.samples));
+        }
+    }
+    let mut w = QuestionsWritten {
+        stage: q.id.clone(),
+        ..Default::default()
+    };
+    for split in order {
+        let mut rows = vec![];
+        for v in &by_split[split] {
+            for it in items.get(v).into_iter().flatten().filter(|i| i.kept) {
+                let language = languages.and_then(|l| l.get(v).cloned());
+                let b = blind.get(&it.item_id);
+                rows.push(ReleasedItem {
+                    video_id: v.clone(),
+                    item_id: it.item_id.clone(),
+                    level: it.level.clone(),
+                    question: it.question.clone(),
+                    options: it.options.clone(),
+                    answer: it.answer.clone(),
+                    rationale: it.rationale.clone(),
+                    context_note: it.context_note.clone(),
+                    language: language.clone(),
+                    split: split.clone(),
+                    blind_correct: b.map(|b| b.0),
+                    blind_samples: b.map(|b| b.1),
+                });
+                let at = match w.levels.iter().position(|(l, _)| *l == it.level) {
+                    Some(i) => i,
+                    None => {
+                        w.levels.push((it.level.clone(), BTreeMap::new()));
+                        w.levels.len() - 1
+                    }
+                };
+                *w.levels[at].1.entry(split.clone()).or_default() += 1;
+                *w.languages
+                    .entry(language.unwrap_or_else(|| "(none)".into()))
+                    .or_default() += 1;
+            }
+        }
+        let fields = crate::store::shards::fields_of::<ReleasedItem>()?;
+        let batch = serde_arrow::to_record_batch(&fields, &rows)
+            .map_err(|e| RunError::Internal(format!("questions rows: {e}")))?;
+        let batch = super::rows::plain_batch(&batch)?;
+        write_parquet(
+            &out.join(format!("questions/{split}-00000-of-00001.parquet")),
+            &batch,
+        )?;
+        w.sizes
+            .push((split.clone(), rows.len(), batch.get_array_memory_size()));
+        w.schema.get_or_insert(batch.schema());
+    }
+    Ok(Some(w))
+}
