@@ -400,3 +400,231 @@ fn label_studio_round_trip_then_spreadsheet_annotators() {
     );
     assert!(std::fs::metadata(&plot).unwrap().len() > 1000);
 }
+
+/// HarmVideoBench A.2's review of question items in a real Label Studio: two reviewers, a
+/// senior adjudicator (tests/readers/label_studio_items.py says what each did to which item),
+/// the reviews checked field by field, the decided items' edit classes, kappa and shares, and
+/// the release's questions config made of the decided items.
+#[test]
+fn question_items_reviewed_by_two_people_and_a_senior_in_label_studio() {
+    need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let (_server, run_dir) = crate::questions::question_run(dir, 3);
+    let r = run_dir.to_str().unwrap();
+    let export = dir.join("export");
+    let out = vidcurate(
+        &[
+            "annotate",
+            "export",
+            r,
+            "--items",
+            "--out",
+            export.to_str().unwrap(),
+            "--media-url",
+            "http://127.0.0.1:9/videos/",
+        ],
+        dir,
+    );
+    assert!(out.starts_with("9 tasks"), "{out}");
+    let tasks: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(export.join("tasks.json")).unwrap()).unwrap();
+    let t0 = &tasks[0]["data"];
+    assert_eq!(t0["caption"], "Colour bars.");
+    assert!(
+        t0["video"]
+            .as_str()
+            .unwrap()
+            .starts_with("http://127.0.0.1:9/videos/")
+    );
+    assert!(t0["flags"].as_str().unwrap().contains("blind: "), "{t0}");
+    assert_eq!(
+        tasks[0]["predictions"][0]["result"][0]["value"]["text"][0],
+        t0["question"]
+    );
+
+    let ls = start_label_studio(dir);
+    let json = dir.join("items.json");
+    let o = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/readers/label_studio_items.py"))
+        .args([
+            &ls.url,
+            TOKEN,
+            export.to_str().unwrap(),
+            json.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "driver: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    drop(ls);
+    let driven: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let id = |i: usize| driven["ids"][i].as_str().unwrap().to_string();
+    let task = |i: usize| driven["tasks"][id(i)].to_string();
+    let senior = driven["users"]["annotator@example.org"].to_string();
+    let (r1, r2) = (
+        driven["users"]["r1@example.org"].to_string(),
+        driven["users"]["r2@example.org"].to_string(),
+    );
+
+    let rule = format!("reviewer:{senior}");
+    let out = vidcurate(
+        &[
+            "annotate",
+            "import",
+            r,
+            json.to_str().unwrap(),
+            "--rule",
+            &rule,
+        ],
+        dir,
+    );
+    // 9 + 9 reviews, less i8's cancelled one and r1's three kept out, plus the senior's two.
+    assert!(
+        out.starts_with("16 item reviews stored (16 new or replaced), 8 items decided"),
+        "{out}"
+    );
+    assert!(out.contains("1 cancelled"), "{out}");
+    for (i, field, says) in [
+        (6, "options", "read the same"),
+        (7, "question", "empty"),
+        (8, "level", "\"made_up_level\" is not a level"),
+    ] {
+        let want = format!(
+            "kept out: task {} item {} reviewer {r1}: {field}: ",
+            task(i),
+            id(i)
+        );
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&want))
+            .unwrap_or_else(|| panic!("{want}: {out}"));
+        assert!(line.contains(says), "{line}");
+    }
+    let rows: BTreeMap<(String, String), BTreeMap<String, String>> =
+        table_rows_file(&run_dir.join("annotations/items.parquet"))
+            .into_iter()
+            .map(|r| ((r["item_id"].clone(), r["annotator"].clone()), r))
+            .collect();
+    let decided = |i: usize| rows.get(&(id(i), "adjudicated".to_string()));
+    let class = |i: usize| decided(i).map(|r| r["edit_class"].clone());
+    let want = [
+        "accepted",
+        "minor_edit",
+        "minor_edit",
+        "rejected",
+        "rewritten",
+        "accepted",
+        "accepted",
+        "accepted",
+    ];
+    for (i, w) in want.iter().enumerate() {
+        assert_eq!(class(i).as_deref(), Some(*w), "item i{i}: {:?}", decided(i));
+    }
+    assert_eq!(class(8), None, "i8 has no valid review");
+    assert_eq!(
+        decided(4).unwrap()["decided_by"],
+        format!("senior: {senior}")
+    );
+    assert_eq!(
+        decided(4).unwrap()["question"],
+        "Which object fills the frame for the whole clip?"
+    );
+    assert_ne!(
+        decided(2).unwrap()["level"],
+        decided(2).unwrap()["drafted_level"]
+    );
+    assert!(decided(0).unwrap()["decided_by"].starts_with("2 of 2 reviewers"));
+    assert_eq!(
+        rows[&(id(3), r2.clone())]["reject_reason"],
+        "the question gives the answer away"
+    );
+    // Shares: 7 of 8 kept; of those 2 minor edits, 1 rewritten; one moved.
+    let report: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(run_dir.join("annotations/items_report.json")).unwrap(),
+    )
+    .unwrap();
+    let all = &report["all"];
+    assert_eq!(
+        (
+            all["decided"].as_u64(),
+            all["rejected"].as_u64(),
+            all["reassigned"].as_u64()
+        ),
+        (Some(8), Some(1), Some(1)),
+        "{all}"
+    );
+    let close = |v: &serde_json::Value, x: f64| (v.as_f64().unwrap() - x).abs() < 1e-12;
+    assert!(close(&all["retained"], 7.0 / 8.0), "{all}");
+    assert!(close(&all["minor_share"], 2.0 / 7.0), "{all}");
+    assert!(close(&all["rewritten_share"], 1.0 / 7.0), "{all}");
+    // Kappa of r1 and r2 on i0..i5 (i6..i8: r1's reviews were kept out), the senior aside:
+    // r1 accept, edit, edit, reject, accept, accept; r2 accept, edit, edit, reject, reject, edit.
+    // Agreement 4/6, chance (3·1 + 2·3 + 1·2)/36 = 11/36: kappa (24 - 11)/(36 - 11) = 0.52.
+    assert!(close(&all["kappa"], 0.52), "{all}");
+    assert_eq!(all["kappa_items"], 6);
+    assert!(out.contains("0.520"), "{out}");
+    let per_level = report["levels"].as_array().unwrap();
+    assert_eq!(per_level.len(), 3, "{report}");
+    let decided_sum: u64 = per_level
+        .iter()
+        .map(|l| l[1]["decided"].as_u64().unwrap())
+        .sum();
+    assert_eq!(decided_sum, 8);
+
+    // The same export again changes nothing.
+    let again = vidcurate(
+        &[
+            "annotate",
+            "import",
+            r,
+            json.to_str().unwrap(),
+            "--rule",
+            &rule,
+        ],
+        dir,
+    );
+    assert!(again.contains("(0 new or replaced)"), "{again}");
+
+    // The release is made of the decided items: 7 (i3 rejected, i8 undecided).
+    let o = run(&["split", r, "--ratios", "34/33/33"], dir);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rel = dir.join("release");
+    let o = run(
+        &[
+            "release",
+            r,
+            "--out",
+            rel.to_str().unwrap(),
+            "--frames",
+            "none",
+        ],
+        dir,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let released: BTreeMap<String, BTreeMap<String, String>> =
+        table_rows_file_all(&rel.join("questions"))
+            .into_iter()
+            .map(|r| (r["item_id"].clone(), r))
+            .collect();
+    assert_eq!(released.len(), 7, "{released:?}");
+    assert!(!released.contains_key(&id(3)) && !released.contains_key(&id(8)));
+    assert_eq!(
+        released[&id(4)]["question"],
+        decided(4).unwrap()["question"]
+    );
+    assert_eq!(released[&id(4)]["review"], "rewritten");
+    assert_eq!(released[&id(2)]["level"], decided(2).unwrap()["level"]);
+    let card = std::fs::read_to_string(rel.join("README.md")).unwrap();
+    assert!(
+        card.contains("of 8 decided items 87.5 % were retained; of those, 28.6 % had minor edits and 14.3 % were rewritten, 1 moved to another level; 1 rejected"),
+        "{card}"
+    );
+    assert!(
+        card.contains("1 kept candidates without a decision are left out"),
+        "{card}"
+    );
+}

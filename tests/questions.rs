@@ -680,30 +680,25 @@ fn same_scores(ours: &Value, theirs: &Value, what: &str) {
     }
 }
 
-#[test]
-fn a_question_release_loads_with_datasets_and_scores_as_numpy_does() {
-    need_ffmpeg!();
-    let dir = tempfile::tempdir().unwrap();
+/// A run of `n` clips (2 to 6; the last two speak Chinese) through caption, questions (three
+/// items a video), blind (2 samples: only the observable item's first is right) and language,
+/// over a fake OpenAI server. Returns the server (keep it alive) and the run directory.
+pub(crate) fn question_run(dir: &std::path::Path, n: usize) -> (FakeServer, std::path::PathBuf) {
     let names = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"];
     let sizes = [
         "160x90", "192x108", "224x126", "256x144", "288x162", "320x180",
     ];
-    let pairs: Vec<(&str, &str)> = names.iter().copied().zip(sizes).collect();
-    clips(dir.path(), &pairs);
-    // Two videos speak Chinese.
-    for (name, text) in [
-        (
-            "epsilon",
-            "大家好，今天给大家介绍一下这家店的促销活动，所有商品都是正品",
-        ),
-        (
-            "zeta",
-            "今天我们来到成都，带大家去吃最地道的火锅，这家店已经开了二十多年了",
-        ),
-    ] {
-        std::fs::remove_file(dir.path().join(format!("v/{name}.en.json3"))).unwrap();
+    let pairs: Vec<(&str, &str)> = names.iter().copied().zip(sizes).take(n).collect();
+    clips(dir, &pairs);
+    // The last two videos speak Chinese.
+    let zh = [
+        "大家好，今天给大家介绍一下这家店的促销活动，所有商品都是正品",
+        "今天我们来到成都，带大家去吃最地道的火锅，这家店已经开了二十多年了",
+    ];
+    for (name, text) in names[n - 2..n].iter().zip(zh) {
+        std::fs::remove_file(dir.join(format!("v/{name}.en.json3"))).unwrap();
         write(
-            &dir.path().join(format!("v/{name}.zh.json3")),
+            &dir.join(format!("v/{name}.zh.json3")),
             &format!(
                 r#"{{"events":[{{"tStartMs":100,"dDurationMs":800,"segs":[{{"utf8":"{text}"}}]}}]}}"#
             ),
@@ -737,15 +732,23 @@ fn a_question_release_loads_with_datasets_and_scores_as_numpy_does() {
     );
     let svc = "service = \"openai\", model = \"gpt-4o-mini\"";
     let p = caption_pipeline(
-        dir.path(),
+        dir,
         &services,
         &format!(
             "compute = {{ {svc}, max_images = 4 }}\n\n[[stages]]\nid = \"questions\"\ntype = \"questions\"\ncompute = {{ {svc}, max_images = 4 }}\n\n[[stages]]\nid = \"blind\"\ntype = \"blind\"\ncompute = {{ {svc}, samples = 2 }}\n\n[[stages]]\nid = \"lang\"\ntype = \"language\"\n"
         ),
     );
-    let out = dir.path().join("run");
+    let out = dir.join("run");
     let o = run_with_key(&p, &out);
     assert!(o.status.success(), "{}", err(&o));
+    (server, out)
+}
+
+#[test]
+fn a_question_release_loads_with_datasets_and_scores_as_numpy_does() {
+    need_ffmpeg!();
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, out) = question_run(dir.path(), 6);
     let o = run(
         &["split", out.to_str().unwrap(), "--ratios", "50/25/25"],
         dir.path(),

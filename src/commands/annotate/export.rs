@@ -121,6 +121,13 @@ pub async fn export(run_dir: &Path, opts: &ExportOptions) -> Result<usize, RunEr
     }
     let cols = TaskColumns::read(&store, &m).await?;
     let prefix = opts.media_url.trim_end_matches('/');
+    if opts.items {
+        let media = |v: &str| {
+            let (_, f) = cols.task(v, prefix);
+            (f[1].clone(), f[2].clone())
+        };
+        return super::items::export_items(&store, &m, &videos, &media, &opts.out).await;
+    }
     let csv_err = |e: csv::Error| RunError::Internal(e.to_string());
     let mut tasks = vec![];
     let mut csv = csv::Writer::from_writer(vec![]);

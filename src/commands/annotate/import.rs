@@ -194,6 +194,20 @@ pub(super) fn validate(a: &Annotation, duration: Option<f64>) -> Vec<(String, St
     p
 }
 
+/// Who made a Label Studio annotation: the user's email, else their id.
+pub(super) fn annotator_of(a: &Value) -> String {
+    match &a["completed_by"] {
+        Value::Object(o) => o
+            .get("email")
+            .and_then(|e| e.as_str())
+            .map(String::from)
+            .or_else(|| o.get("id").map(|i| i.to_string())),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    }
+    .unwrap_or_else(|| "unknown".into())
+}
+
 /// Parses a Label Studio JSON export (a list of tasks with `annotations`).
 pub(super) fn from_label_studio(
     tasks: &[Value],
@@ -231,16 +245,7 @@ pub(super) fn from_label_studio(
             .unwrap_or(24.0);
         let duration: Option<f64> = p.and_then(|r| r[1].as_deref()?.parse().ok());
         for a in t["annotations"].as_array().into_iter().flatten() {
-            let annotator = match &a["completed_by"] {
-                Value::Object(o) => o
-                    .get("email")
-                    .and_then(|e| e.as_str())
-                    .map(String::from)
-                    .or_else(|| o.get("id").map(|i| i.to_string())),
-                Value::Null => None,
-                other => Some(other.to_string()),
-            }
-            .unwrap_or_else(|| "unknown".into());
+            let annotator = annotator_of(a);
             if a["was_cancelled"].as_bool() == Some(true) {
                 report.cancelled += 1;
                 continue;
@@ -334,6 +339,24 @@ pub(super) fn from_csv(
 
 pub(super) const ANNOTATIONS: &str = "annotations/annotations.parquet";
 
+/// A Label Studio JSON export: its tasks.
+pub(super) fn read_export(export: &Path) -> Result<Vec<Value>, RunError> {
+    let shown = export.display().to_string();
+    let text = std::fs::read_to_string(export).map_err(|e| RunError::io(shown.clone(), e))?;
+    serde_json::from_str(&text).map_err(|e| {
+        RunError::Config(format!(
+            "{shown}: not a Label Studio JSON export (a list of tasks): {e}"
+        ))
+    })
+}
+
+/// Whether an export's tasks are item reviews (`annotate export --items`).
+pub(super) fn is_item_export(tasks: &[Value]) -> bool {
+    tasks
+        .first()
+        .is_some_and(|t| t["data"].get("item_id").is_some())
+}
+
 /// Imports an export into the run's annotations table (merging with earlier imports).
 pub async fn import(
     run_dir: &Path,
@@ -379,12 +402,7 @@ pub async fn import(
         })?;
         from_csv(export, who, &probe, &known, &mut report)?
     } else {
-        let text = std::fs::read_to_string(export).map_err(|e| RunError::io(shown.clone(), e))?;
-        let tasks: Vec<Value> = serde_json::from_str(&text).map_err(|e| {
-            RunError::Config(format!(
-                "{shown}: not a Label Studio JSON export (a list of tasks): {e}"
-            ))
-        })?;
+        let tasks = read_export(export)?;
         from_label_studio(&tasks, &probe, &known, &mut report)
     };
     // Earlier imports, without their decided rows: those are decided again.

@@ -9,10 +9,15 @@
 //! Import writes, through the run's store: `annotations/annotations.parquet` (one row per video
 //! and annotator, plus the adjudicated row) and `annotations/report.json` (what was kept out and
 //! why, and the agreement). Calls nothing; caches nothing.
+//!
+//! With `--items`, the question items instead (HarmVideoBench A.2; `items.rs`): export writes
+//! one review task per kept item, and import, seeing an export of item tasks, stores
+//! `annotations/items.parquet` and `annotations/items_report.json`.
 
 mod agreement;
 mod export;
 mod import;
+pub mod items;
 #[cfg(test)]
 mod tests;
 
@@ -43,6 +48,10 @@ pub struct ExportOptions {
     /// e.g. "domain = flood and label in (yes, unsure)".
     #[arg(long = "where", value_name = "EXPR")]
     pub filter: Option<String>,
+    /// Export the run's question items for review instead (one task per kept item: accept,
+    /// edit the question, options or answer, move it to another level, or reject with a reason).
+    #[arg(long)]
+    pub items: bool,
 }
 
 /// How one video's annotations are decided when several annotators labelled it.
@@ -158,6 +167,10 @@ pub enum Cmd {
         /// Whose annotations a CSV holds.
         #[arg(long)]
         annotator: Option<String>,
+        /// Item reviews: an edit is minor when the question and the correct option stay at
+        /// least this alike (character-trigram Jaccard, 0 to 1); below it, rewritten.
+        #[arg(long, default_value_t = 0.5)]
+        minor_at: f64,
     },
 }
 
@@ -176,9 +189,31 @@ pub fn run(cmd: Cmd) -> Result<crate::error::Exit, RunError> {
             export,
             rule,
             annotator,
+            minor_at,
         } => {
-            let r = rt.block_on(import(&run_dir, &export, &rule, annotator.as_deref()))?;
-            print!("{}", render(&r));
+            let is_json = !export
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+            let tasks = if is_json {
+                import::read_export(&export)?
+            } else {
+                vec![]
+            };
+            if import::is_item_export(&tasks) {
+                if !(0.0..=1.0).contains(&minor_at) {
+                    return Err(RunError::Config(format!(
+                        "--minor-at {minor_at}: a similarity, 0 to 1"
+                    )));
+                }
+                let r = rt.block_on(async {
+                    let run = crate::store::run::RunView::open(&run_dir).await?;
+                    items::import_items(&run.store, &run.manifest, &tasks, &rule, minor_at).await
+                })?;
+                print!("{}", items::render(&r));
+            } else {
+                let r = rt.block_on(import(&run_dir, &export, &rule, annotator.as_deref()))?;
+                print!("{}", render(&r));
+            }
         }
     }
     Ok(crate::error::Exit::Done)

@@ -64,3 +64,131 @@ fn timeline_frames_become_seconds_and_bad_fields_are_named() {
     a.risk_label = "maybe".into();
     assert!(validate(&a, None).iter().any(|(f, _)| f == "risk_label"));
 }
+
+fn drafted() -> crate::record::QuestionItem {
+    crate::record::QuestionItem {
+        item_id: "i".into(),
+        level: "observable_evidence".into(),
+        k: 0,
+        question: "What is shown on screen throughout the clip?".into(),
+        options: ["Coloured test bars", "A crowd", "A desk", "A map"]
+            .map(String::from)
+            .to_vec(),
+        answer: "A".into(),
+        permutation: vec![0, 1, 2, 3],
+        evidence_frames: vec![],
+        evidence_start_secs: None,
+        evidence_end_secs: None,
+        evidence_transcript: String::new(),
+        rationale: String::new(),
+        context_note: String::new(),
+        kept: true,
+        nearest_item: String::new(),
+        nearest_similarity: 0.0,
+        near_duplicate: false,
+        reject_reason: String::new(),
+        reject_codes: vec![],
+        attempts: 1,
+        provider: String::new(),
+        model: String::new(),
+    }
+}
+
+fn results(pairs: &[(&str, &[&str])]) -> Vec<Value> {
+    pairs
+        .iter()
+        .map(|(name, v)| {
+            if ["decision", "answer", "level"].contains(name) {
+                json!({"from_name": name, "type": "choices", "value": {"choices": v}})
+            } else {
+                json!({"from_name": name, "type": "textarea", "value": {"text": v}})
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn item_reviews_are_checked_and_classed_against_the_drafted_item() {
+    use super::items::{edit_class, review_of};
+    let d = drafted();
+    let levels = vec![
+        "observable_evidence".to_string(),
+        "beyond_clip_reasoning".into(),
+    ];
+    let review = |r: &[(&str, &[&str])]| review_of(&d, &results(r), &levels, "r1", "v");
+    // Accept with nothing else: the drafted item as is.
+    let r = review(&[("decision", &["accept"])]).unwrap();
+    assert_eq!(
+        (r.options.clone(), r.answer.clone()),
+        (d.options.clone(), d.answer.clone())
+    );
+    assert_eq!(edit_class(&d, &r, 0.5), "accepted");
+    // One word more: minor; a new question and right option: rewritten.
+    let r = review(&[
+        ("decision", &["edit"]),
+        (
+            "question",
+            &["What is shown on the screen throughout the clip?"],
+        ),
+    ])
+    .unwrap();
+    assert_eq!(edit_class(&d, &r, 0.5), "minor_edit");
+    let r = review(&[
+        ("decision", &["edit"]),
+        ("question", &["Which colour comes first?"]),
+        ("option_a", &["White"]),
+    ])
+    .unwrap();
+    assert_eq!(edit_class(&d, &r, 0.5), "rewritten");
+    // An emptied option is dropped and the letters close up.
+    let r = review(&[
+        ("decision", &["edit"]),
+        ("option_b", &[""]),
+        ("answer", &["C"]),
+    ])
+    .unwrap();
+    assert_eq!(r.options, ["Coloured test bars", "A desk", "A map"]);
+    assert_eq!(r.answer, "B");
+    // Bad reviews name their fields.
+    let fields = |r: Result<_, Vec<(String, String)>>| -> Vec<String> {
+        r.unwrap_err().into_iter().map(|(f, _)| f).collect()
+    };
+    assert_eq!(
+        fields(review(&[("decision", &["edit"]), ("answer", &["A", "C"])])),
+        ["answer"]
+    );
+    assert_eq!(
+        fields(review(&[
+            ("decision", &["edit"]),
+            ("option_d", &["coloured test bars!"])
+        ])),
+        ["options"]
+    );
+    assert_eq!(
+        fields(review(&[
+            ("decision", &["edit"]),
+            ("answer", &["B"]),
+            ("option_b", &[""])
+        ])),
+        ["answer"]
+    );
+    assert_eq!(
+        fields(review(&[("decision", &["reject"])])),
+        ["reject_reason"]
+    );
+    assert_eq!(fields(review(&[("decision", &["maybe"])])), ["decision"]);
+    assert_eq!(
+        fields(review(&[
+            ("decision", &["edit"]),
+            ("question", &[" "]),
+            ("level", &["elsewhere"])
+        ])),
+        ["question", "level"]
+    );
+    let r = review(&[
+        ("decision", &["reject"]),
+        ("reject_reason", &["gives it away"]),
+    ])
+    .unwrap();
+    assert_eq!(edit_class(&d, &r, 0.5), "rejected");
+}

@@ -95,12 +95,7 @@ fn ascii(c: char) -> char {
     }
 }
 
-fn norm(s: &str) -> String {
-    s.chars()
-        .filter(|c| c.is_alphanumeric())
-        .flat_map(char::to_lowercase)
-        .collect()
-}
+use crate::stages::questions::items::norm;
 
 /// Words after which a lone letter is an answer, wherever they stand.
 const CUES: &[&str] = &[

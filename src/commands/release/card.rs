@@ -318,7 +318,7 @@ fn how_it_was_built(
 fn questions_section(q: &QuestionsWritten) -> String {
     let total: usize = q.sizes.iter().map(|(_, n, _)| n).sum();
     let mut c = format!(
-        "\n## Questions\n\nThe `questions` config holds {total} multiple-choice items from stage `{}`, one row per item, in the split of its video: `question`, `options` (A for the first), `answer` (the right letter), `level` (observable / internal / beyond), `rationale`, `context_note`, `language` (its video's), and `blind_correct` of `blind_samples` text-only answers (from the question and options alone) that named the right option. They are the candidates that passed the stage's checks; no person has reviewed them.\n\n```python\nitems = load_dataset(\"path/to/this/folder\", \"questions\")\n```\n\nScore a model with `vidcurate evaluate DIR PREDICTIONS` (item_id, answer): accuracy per level, their macro average, standard errors clustered by video, and CircularEval over rotated options.\n\n| level | items |",
+        "\n## Questions\n\nThe `questions` config holds {total} multiple-choice items from stage `{}`, one row per item, in the split of its video: `question`, `options` (A for the first), `answer` (the right letter), `level` (observable / internal / beyond), `rationale`, `context_note`, `language` (its video's), and `blind_correct` of `blind_samples` text-only answers (from the question and options alone) that named the right option.\n\n```python\nitems = load_dataset(\"path/to/this/folder\", \"questions\")\n```\n\nScore a model with `vidcurate evaluate DIR PREDICTIONS` (item_id, answer): accuracy per level, their macro average, standard errors clustered by video, and CircularEval over rotated options.\n\n| level | items |",
         q.stage
     );
     for (s, _, _) in &q.sizes {
@@ -336,6 +336,7 @@ fn questions_section(q: &QuestionsWritten) -> String {
         }
         c += "\n";
     }
+    c += &review_section(q);
     c += "\n| language | items | share |\n|---|---:|---:|\n";
     let mut langs: Vec<_> = q.languages.iter().collect();
     langs.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
@@ -344,6 +345,43 @@ fn questions_section(q: &QuestionsWritten) -> String {
             "| {l} | {n} | {:.1} % |\n",
             100.0 * *n as f64 / total.max(1) as f64
         );
+    }
+    c
+}
+
+/// What people made of the items (`annotate import` of an item review), or that nobody did.
+fn review_section(q: &QuestionsWritten) -> String {
+    use crate::commands::annotate::items::shares;
+    if q.decided.is_empty() {
+        return "\nNo person has reviewed these items: they are the candidates that passed the stage's checks.\n".into();
+    }
+    let d: Vec<_> = q.decided.iter().collect();
+    let s = shares(&d, &[], None);
+    let rule = q.report.as_ref().map_or("", |r| r.rule.as_str());
+    let mut c = format!(
+        "\nReviewed by people (`vidcurate annotate export --items`, Label Studio, `annotate import --rule {rule}`): of {} decided items {:.1} % were retained; of those, {:.1} % had minor edits and {:.1} % were rewritten, {} moved to another level; {} rejected. The `review` column says which (accepted, minor_edit, rewritten). {} kept candidates without a decision are left out. (HarmVideoBench A.2 reports 77.41 % retained, 37.7 % minor edits, 44.0 % rewritten.)\n",
+        s.decided,
+        100.0 * s.retained,
+        100.0 * s.minor_share,
+        100.0 * s.rewritten_share,
+        s.reassigned,
+        s.rejected,
+        q.unreviewed
+    );
+    if let Some(r) = &q.report {
+        c += "\n| level (drafted) | decided | retained | minor edit | rewritten | reviewers' kappa |\n|---|---:|---:|---:|---:|---:|\n";
+        for (l, x) in r.levels.iter().chain([&("all".to_string(), r.all.clone())]) {
+            c += &format!(
+                "| {l} | {} | {:.1} % | {:.1} % | {:.1} % | {} |\n",
+                x.decided,
+                100.0 * x.retained,
+                100.0 * x.minor_share,
+                100.0 * x.rewritten_share,
+                x.kappa
+                    .map_or("-".into(), |k| format!("{k:.3} ({} items)", x.kappa_items))
+            );
+        }
+        c += "\nThe agreement table covers every reviewed item of the run (all splits); kappa is the reviewers' agreement on accept / edit / reject, without the senior adjudicator.\n";
     }
     c
 }

@@ -6,6 +6,9 @@
 //! `questions/<split>-00000-of-00001.parquet`. What the card says of it is `QuestionsWritten`.
 
 use super::write_parquet;
+use crate::commands::annotate::items::{
+    ItemImportReport, ItemReview, read_report, read_reviews, rows_after,
+};
 use crate::error::RunError;
 use crate::record::QuestionItem;
 use crate::stages::questions::blind::BlindRow;
@@ -37,6 +40,9 @@ pub struct ReleasedItem {
     /// answers from the question and options alone), when one ran.
     pub blind_correct: Option<u32>,
     pub blind_samples: Option<u32>,
+    /// What people made of it (`annotate import` of an item review): accepted, minor_edit or
+    /// rewritten; none when the run's items were not reviewed.
+    pub review: Option<String>,
 }
 
 /// What the card says of the questions config.
@@ -50,6 +56,12 @@ pub struct QuestionsWritten {
     pub levels: Vec<(String, BTreeMap<String, usize>)>,
     /// language → items.
     pub languages: BTreeMap<String, usize>,
+    /// The decided reviews of the released videos' items (none: not reviewed), and the kept
+    /// items left out for want of a decision.
+    pub decided: Vec<ItemReview>,
+    pub unreviewed: usize,
+    /// The review's own report (its agreement), when there was a review.
+    pub report: Option<ItemImportReport>,
 }
 
 pub(super) async fn write_questions(
@@ -67,23 +79,29 @@ pub(super) async fn write_questions(
     let items: HashMap<String, Vec<QuestionItem>> = read_table(store, &q.id, &q.fingerprint, true)
         .await?
         .rows()?;
-    let blind_kind = crate::stages::questions::blind::KIND.name;
-    let mut blind: HashMap<String, (u32, u32)> = HashMap::new();
-    if let Some(b) = m
-        .stages
-        .iter()
-        .skip_while(|s| s.id != q.id)
-        .find(|s| s.kind == blind_kind)
-    {
-        let rows: HashMap<String, Vec<BlindRow>> = read_table(store, &b.id, &b.fingerprint, true)
-            .await?
-            .rows()?;
-        for r in rows.into_values().flatten() {
-            blind.insert(r.item_id, (r.correct, r.samples));
-        }
-    }
+    let blind: HashMap<String, BlindRow> = rows_after(
+        store,
+        m,
+        &q.id,
+        crate::stages::questions::blind::KIND.name,
+        |r: &BlindRow| r.item_id.clone(),
+    )
+    .await?;
+    // With a review, the decided items replace the drafted ones; the rest stay out.
+    let decided: HashMap<String, ItemReview> = read_reviews(store)
+        .await?
+        .into_iter()
+        .filter(|r| r.annotator == "adjudicated")
+        .map(|r| (r.item_id.clone(), r))
+        .collect();
+    let reviewed = !decided.is_empty();
     let mut w = QuestionsWritten {
         stage: q.id.clone(),
+        report: if reviewed {
+            read_report(store).await?
+        } else {
+            None
+        },
         ..Default::default()
     };
     for split in order {
@@ -92,7 +110,7 @@ pub(super) async fn write_questions(
             for it in items.get(v).into_iter().flatten().filter(|i| i.kept) {
                 let language = languages.and_then(|l| l.get(v).cloned());
                 let b = blind.get(&it.item_id);
-                rows.push(ReleasedItem {
+                let mut row = ReleasedItem {
                     video_id: v.clone(),
                     item_id: it.item_id.clone(),
                     level: it.level.clone(),
@@ -103,9 +121,26 @@ pub(super) async fn write_questions(
                     context_note: it.context_note.clone(),
                     language: language.clone(),
                     split: split.clone(),
-                    blind_correct: b.map(|b| b.0),
-                    blind_samples: b.map(|b| b.1),
-                });
+                    blind_correct: b.map(|b| b.correct),
+                    blind_samples: b.map(|b| b.samples),
+                    review: None,
+                };
+                if reviewed {
+                    let Some(d) = decided.get(&it.item_id) else {
+                        w.unreviewed += 1;
+                        continue;
+                    };
+                    w.decided.push(d.clone());
+                    if d.decision == "reject" {
+                        continue;
+                    }
+                    row.level = d.level.clone();
+                    row.question = d.question.clone();
+                    row.options = d.options.clone();
+                    row.answer = d.answer.clone();
+                    row.review = Some(d.edit_class.clone());
+                }
+                let it = &row;
                 let at = match w.levels.iter().position(|(l, _)| *l == it.level) {
                     Some(i) => i,
                     None => {
@@ -117,6 +152,7 @@ pub(super) async fn write_questions(
                 *w.languages
                     .entry(language.unwrap_or_else(|| "(none)".into()))
                     .or_default() += 1;
+                rows.push(row);
             }
         }
         let fields = crate::store::shards::fields_of::<ReleasedItem>()?;

@@ -65,7 +65,7 @@ pub fn letter(i: usize) -> String {
 }
 
 /// Lower-case letters and digits only: how options and questions are compared.
-fn norm(s: &str) -> String {
+pub fn norm(s: &str) -> String {
     s.chars()
         .filter(|c| c.is_alphanumeric())
         .flat_map(char::to_lowercase)
