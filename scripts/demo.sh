@@ -53,4 +53,9 @@ for label in ["fake", "real"]:
     long_share = sum(r["aspect_ratio"] > 15 for r in rs) / len(rs)
     print(f"{label}: {len(rs)} creator-added regions; colours {colours}; aspect > 15: {100 * long_share:.0f} %")
 PY
-echo "demo: done; the run directory is data/runs/demo (layout: README.md); report: data/runs/demo/analysis/label/report.html; release: data/releases/demo (card: data/releases/demo/README.md)"
+# The question benchmark, offline: pipelines/harmvideo-questions.toml over 12 generated clips
+# against a local STAND-IN server (recorded response bodies, not a model), then its release with
+# the `questions` config and the scores of two stand-in answerers (scripts/questions_demo.py).
+python3 scripts/questions_demo.py --videos 12 --bin ./target/release/vidcurate \
+  --keep data/runs/demo-questions --release data/releases/demo-questions
+echo "demo: done; the run directory is data/runs/demo (layout: README.md); report: data/runs/demo/analysis/label/report.html; release: data/releases/demo (card: data/releases/demo/README.md); questions: data/releases/demo-questions (load_dataset(DIR, \"questions\"))"

@@ -19,7 +19,15 @@ items the way the papers warn drafting models do, so that every check has someth
   disagree.
 
 So the table shows what the stage and its checks do over a few dozen videos, not how good any
-model's items are. Usage: scripts/questions_demo.py [--videos N] [--bin PATH] [--keep DIR]
+model's items are.
+
+With --release DIR it goes on to the benchmark: `split`, `release` (the `questions` config
+beside the videos'), `evaluate --rotations-out` (every item once per rotation of its options),
+and `evaluate` of two STAND-IN answerers, not models, chosen to show what the scoring guards
+against: `longest` (names the longest option: the text-only shortcut) and `always-A` (position
+bias: right only when the answer is shown first, so CircularEval gives it nothing).
+
+Usage: scripts/questions_demo.py [--videos N] [--bin PATH] [--keep DIR] [--release DIR]
 """
 import argparse
 import concurrent.futures
@@ -170,11 +178,45 @@ class StandIn(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def answer(kind, options):
+    """A stand-in answerer's raw answer to one rotated item."""
+    if kind == "always-A":
+        return "A"
+    # Ties broken by the text, so the same option wins under every rotation.
+    k = max(range(len(options)), key=lambda i: (len(options[i]), options[i]))
+    return f"The answer is {chr(65 + k)} because it is the longest option."
+
+
+def score(bin_, run, release, tmp):
+    """split -> release -> rotations -> evaluate two stand-in answerers (--by language)."""
+    def vc(*args):
+        r = subprocess.run([bin_, *args], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.stderr.write(r.stderr)
+            sys.exit(f"vidcurate {args[0]} exited {r.returncode}")
+        return r.stdout
+    vc("split", run, "--stratify", "language")
+    shutil.rmtree(release, ignore_errors=True)
+    print(vc("release", run, "--out", release, "--frames", "none").strip())
+    rot = os.path.join(tmp, "rotations.jsonl")
+    print(vc("evaluate", release, "--rotations-out", rot).strip())
+    lines = [json.loads(l) for l in open(rot)]
+    for kind in ["longest", "always-A"]:
+        preds = os.path.join(tmp, f"{kind}.jsonl")
+        with open(preds, "w") as f:
+            for l in lines:
+                f.write(json.dumps({"item_id": l["item_id"], "rotation": l["rotation"],
+                                    "prediction": answer(kind, l["options"])}, ensure_ascii=False) + "\n")
+        print(f"\n$ vidcurate evaluate {os.path.relpath(release, ROOT)} {kind}.jsonl --by language   # stand-in answerer: {kind}")
+        print(vc("evaluate", release, preds, "--by", "language"), end="")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--videos", type=int, default=48)
     ap.add_argument("--bin", default=BIN)
     ap.add_argument("--keep", help="write the run directory here (default: a temporary folder)")
+    ap.add_argument("--release", help="then split, release into this folder and score two stand-in answerers")
     a = ap.parse_args()
     videos = clip_dir(a.videos)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
@@ -201,7 +243,7 @@ def main():
         if r.returncode not in (0, 3):
             sys.stderr.write(r.stderr)
             sys.exit(f"vidcurate run exited {r.returncode}")
-        summary = [l for l in r.stderr.splitlines() if "questions:" in l or "language" in l.lower()]
+        summary = [l for l in r.stderr.splitlines() if "questions:" in l]
         calls = ", ".join(f"{k} {v}" for k, v in sorted(StandIn.calls.items()))
         print(f"{a.videos} clips, pipelines/harmvideo-questions.toml against the stand-in server: "
               f"{secs:.1f} s, exit {r.returncode}; calls: {calls}")
@@ -209,6 +251,8 @@ def main():
             print("  " + l.strip())
         t = subprocess.run([a.bin, "questions", run], capture_output=True, text=True, check=True)
         print(t.stdout, end="")
+        if a.release:
+            score(a.bin, run, a.release, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         server.shutdown()

@@ -104,6 +104,17 @@ pub(super) async fn write_questions(
         },
         ..Default::default()
     };
+    // Levels in the stage's order (the taxonomy's): every video's rows, rejected ones too,
+    // come in it, so the first released video with items names them all.
+    for it in by_split
+        .values()
+        .flatten()
+        .flat_map(|v| items.get(v).into_iter().flatten())
+    {
+        if !w.levels.iter().any(|(l, _)| *l == it.level) {
+            w.levels.push((it.level.clone(), BTreeMap::new()));
+        }
+    }
     for split in order {
         let mut rows = vec![];
         for v in &by_split[split] {
