@@ -35,6 +35,8 @@ pub enum Slot {
     Blind,
     LevelCheck,
     Language,
+    /// A model's answer under a schema of the pipeline's (`ask` stages).
+    Answers,
 }
 
 impl Slot {
@@ -58,6 +60,7 @@ impl Slot {
             Slot::Blind => "blind",
             Slot::LevelCheck => "level_check",
             Slot::Language => "language",
+            Slot::Answers => "answers",
         }
     }
 }

@@ -6,6 +6,7 @@ mod util;
 
 mod analyze;
 mod annotate;
+mod ask;
 mod bad_input;
 mod batch;
 mod budget;

@@ -141,26 +141,27 @@ pub fn build(
     })
 }
 
-impl CaptionStage {
-    /// The prompt for one video: the template with its title and transcript filled in.
-    fn prompt_for(&self, rec: &VideoRecord) -> (String, u32) {
-        let title = rec.source.title.as_deref().unwrap_or("").trim();
-        let spoken = rec.transcript.as_deref().unwrap_or("").trim();
-        let shown: String = spoken.chars().take(self.cfg.max_transcript_chars).collect();
-        let block = if shown.is_empty() {
-            "(no transcript)".to_string()
-        } else if shown.len() < spoken.len() {
-            format!("{shown} […]")
-        } else {
-            shown.clone()
-        };
-        let prompt = self
-            .prompt
-            .replace("[title]", if title.is_empty() { "(none)" } else { title })
-            .replace("[transcript]", &block);
-        (prompt, shown.chars().count() as u32)
-    }
+/// `template` for one video: `[title]` and `[transcript]` filled in (the transcript cut at
+/// `max_chars`), and the characters of transcript shown. Shared by the stages that show a
+/// vision model a video's frames with its title and speech.
+pub fn fill_prompt(template: &str, rec: &VideoRecord, max_chars: usize) -> (String, u32) {
+    let title = rec.source.title.as_deref().unwrap_or("").trim();
+    let spoken = rec.transcript.as_deref().unwrap_or("").trim();
+    let shown: String = spoken.chars().take(max_chars).collect();
+    let block = if shown.is_empty() {
+        "(no transcript)".to_string()
+    } else if shown.len() < spoken.len() {
+        format!("{shown} […]")
+    } else {
+        shown.clone()
+    };
+    let prompt = template
+        .replace("[title]", if title.is_empty() { "(none)" } else { title })
+        .replace("[transcript]", &block);
+    (prompt, shown.chars().count() as u32)
+}
 
+impl CaptionStage {
     /// The caption in an answer, or what is wrong with it.
     fn read(&self, text: &str) -> Result<String, SchemaProblem> {
         let caption = match &self.schema {
@@ -208,7 +209,8 @@ impl Processor for CaptionStage {
         cx: &StageContext,
     ) -> Result<Vec<Caption>, StageError> {
         let images = frame_inputs(rec, cx, self.cfg.max_images, "the model").await?;
-        let (prompt, transcript_chars) = self.prompt_for(rec);
+        let (prompt, transcript_chars) =
+            fill_prompt(&self.prompt, rec, self.cfg.max_transcript_chars);
         let req = ChatRequest {
             model: self.cfg.model.clone(),
             prompt,

@@ -6,6 +6,7 @@
 //! `SOURCE_KINDS`. Nothing else names stage or source kinds: the runner, `rethreshold`, the CLI
 //! and `analyze` ask these tables.
 
+pub mod ask;
 pub mod caption;
 pub mod committee;
 pub mod dedup;
@@ -273,6 +274,7 @@ pub const STAGE_KINDS: &[StageKind] = &[
     questions::KIND,
     questions::blind::KIND,
     questions::level_check::KIND,
+    ask::KIND,
 ];
 
 /// The kind a pipeline names, if there is one.

@@ -11,7 +11,10 @@ pub mod plot;
 pub mod stats;
 mod tables;
 
-use tables::{RunTables, col_f64, col_hist, col_str, col_u32, segment_rows, shot_rows};
+use tables::{
+    AnswerField, FieldKind, RunTables, answer_fields, col_f64, col_hist, col_str, col_u32,
+    segment_rows, shot_rows,
+};
 
 use crate::error::RunError;
 use crate::record::COL_VIDEO_ID;
@@ -241,13 +244,39 @@ fn analyze_tables(
         }
     }
 
-    let stats_rows = compare_first_two(&groups, &tables);
+    // Each `ask` stage's answer fields (MVFNDB A.1.2 emotion scores, A.2.1 identities).
+    let mut answers: Vec<AnswerField> = vec![];
+    for st in &run_tables.manifest.stages {
+        if st.kind == crate::stages::ask::KIND.name {
+            answers.extend(answer_fields(run_tables, &st.id, by, &filtered)?);
+        }
+    }
+    for a in &answers {
+        tables.rows.insert(a.name.clone(), a.rows.clone());
+        for (g, v) in &a.values {
+            tables.values.insert((a.name.clone(), g.clone()), v.clone());
+        }
+        for (g, c) in &a.counts {
+            tables.counts.insert((a.name.clone(), g.clone()), c.clone());
+        }
+    }
+
+    let mut stats_rows = compare_first_two(&groups, &tables);
+    stats_rows.extend(compare_answers(&answers, &tables));
     std::fs::create_dir_all(&out_dir).map_err(|e| AnalyzeError::io(&out_dir, e))?;
     for (name, rows) in &tables.rows {
         write_table(&out_dir, name, rows)?;
     }
     write_table(&out_dir, "stats", &stats_rows)?;
-    draw(&out_dir, &tables.rows, &groups, &regions, grid, &stats_rows)?;
+    draw(
+        &out_dir,
+        &tables.rows,
+        &groups,
+        &regions,
+        grid,
+        &stats_rows,
+        &answers,
+    )?;
     let out_dir = match staging {
         Some(_) => run_tables.publish(&out_dir, &format!("analysis/{by}"))?,
         None => out_dir,
@@ -523,6 +552,7 @@ fn draw(
     regions: &[Region],
     grid: (u32, u32),
     stats_rows: &[StatRow],
+    answers: &[AnswerField],
 ) -> Result<(), AnalyzeError> {
     let mut sizes: BTreeMap<String, usize> = BTreeMap::new();
     for r in regions {
@@ -571,7 +601,57 @@ fn draw(
             ),
         );
     }
+    for a in answers {
+        let file = format!("{}.png", a.name);
+        let title = match a.kind {
+            FieldKind::Multi => {
+                format!("{}: share of videos naming each (MVFNDB figure 19)", a.name)
+            }
+            FieldKind::Number => format!(
+                "{}: distribution of the model's scores (MVFNDB figure 18)",
+                a.name
+            ),
+            FieldKind::Category => format!("{}: share of videos", a.name),
+        };
+        let mut answer_groups: Vec<String> = a.videos.keys().cloned().collect();
+        answer_groups.sort();
+        plot::bars(
+            &out_dir.join(&file),
+            &title,
+            &a.rows,
+            &answer_groups,
+            &a.videos,
+            None,
+        )?;
+        plots.push((title, file));
+    }
     plot::report(out_dir, &plots, &sizes, stats_rows)
+}
+
+/// The first two groups compared on each answer field: KS on numbers, chi-square on categories.
+fn compare_answers(answers: &[AnswerField], t: &Tables) -> Vec<StatRow> {
+    let mut out = vec![];
+    for a in answers {
+        let [g1, g2, ..] = &a.videos.keys().cloned().collect::<Vec<_>>()[..] else {
+            continue;
+        };
+        let key = |g: &String| (a.name.clone(), g.clone());
+        let r = match a.kind {
+            FieldKind::Number => match (t.values.get(&key(g1)), t.values.get(&key(g2))) {
+                (Some(x), Some(y)) => stats::ks_two_sample(x, y),
+                _ => None,
+            },
+            FieldKind::Category => match (t.counts.get(&key(g1)), t.counts.get(&key(g2))) {
+                (Some(x), Some(y)) => stats::chi_square(x, y),
+                _ => None,
+            },
+            FieldKind::Multi => None,
+        };
+        if let Some(r) = r {
+            out.push(stat_row(&a.name, g1, g2, &r));
+        }
+    }
+    out
 }
 
 fn stat_row(name: &str, a: &str, b: &str, t: &stats::TestResult) -> StatRow {
