@@ -110,6 +110,29 @@ fn start_label_studio(data: &Path) -> LabelStudio {
     }
 }
 
+/// Starts Label Studio, runs the driver `script` (tests/readers) against it with its URL, the
+/// token and `args`, stops it, and returns what the driver printed (one JSON line).
+fn drive_label_studio(dir: &Path, script: &str, args: &[&str]) -> serde_json::Value {
+    let ls = start_label_studio(dir);
+    let o = Command::new("python3")
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/readers")
+                .join(script),
+        )
+        .args([ls.url.as_str(), TOKEN])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    drop(ls);
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
 fn annotations(run: &Path) -> BTreeMap<(String, String), BTreeMap<String, String>> {
     table_rows_file(&run.join("annotations/annotations.parquet"))
         .into_iter()
@@ -195,26 +218,17 @@ fn label_studio_round_trip_then_spreadsheet_annotators() {
         "{out}"
     );
 
-    let ls = start_label_studio(dir);
     let (json1, json2) = (dir.join("ls-1.json"), dir.join("ls-2.json"));
-    let o = Command::new("python3")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/readers/label_studio_roundtrip.py"))
-        .args([
-            &ls.url,
-            TOKEN,
+    let driven = drive_label_studio(
+        dir,
+        "label_studio_roundtrip.py",
+        &[
             export.to_str().unwrap(),
             json1.to_str().unwrap(),
-        ])
-        .args(["--revise", json2.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "driver: {}",
-        String::from_utf8_lossy(&o.stderr)
+            "--revise",
+            json2.to_str().unwrap(),
+        ],
     );
-    drop(ls);
-    let driven: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let task = |v: &str| driven["tasks"][v].as_i64().unwrap().to_string();
 
     let out = vidcurate(&["annotate", "import", r, json1.to_str().unwrap()], dir);
@@ -443,25 +457,12 @@ fn question_items_reviewed_by_two_people_and_a_senior_in_label_studio() {
         t0["question"]
     );
 
-    let ls = start_label_studio(dir);
     let json = dir.join("items.json");
-    let o = Command::new("python3")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/readers/label_studio_items.py"))
-        .args([
-            &ls.url,
-            TOKEN,
-            export.to_str().unwrap(),
-            json.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "driver: {}",
-        String::from_utf8_lossy(&o.stderr)
+    let driven = drive_label_studio(
+        dir,
+        "label_studio_items.py",
+        &[export.to_str().unwrap(), json.to_str().unwrap()],
     );
-    drop(ls);
-    let driven: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let id = |i: usize| driven["ids"][i].as_str().unwrap().to_string();
     let task = |i: usize| driven["tasks"][id(i)].to_string();
     let senior = driven["users"]["annotator@example.org"].to_string();

@@ -13,6 +13,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 /// A recorded structured answer with `text` as the model's JSON.
+/// The `[services.openai]` entry of a pipeline file for a fake server (key from the test's
+/// variable, no rate limit to speak of).
+pub(crate) fn openai_fast(server: &crate::fake_http::FakeServer) -> String {
+    crate::judge::openai_service(&server.url()) + "requests_per_minute = 6000\n"
+}
+
 pub(crate) fn openai_structured(text: &str) -> Response {
     let mut v: Value =
         serde_json::from_slice(&llm_fixture("openai/chat_completion_json_schema.json")).unwrap();
@@ -136,10 +142,7 @@ fn captions_over_openai_json_schema_are_validated_repaired_and_paid_once() {
             w => panic!("unexpected width {w}"),
         }
     });
-    let services = format!(
-        "[services.openai]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 6000\n",
-        server.url()
-    );
+    let services = openai_fast(&server);
     let p = caption_pipeline(
         dir.path(),
         &services,

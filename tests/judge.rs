@@ -104,7 +104,7 @@ fn openai_fake() -> FakeServer {
 }
 
 /// A `[services.openai]` table pointing at a fake server.
-fn openai_service(url: &str) -> String {
+pub(crate) fn openai_service(url: &str) -> String {
     format!(
         "[services.openai]\nbase_url = \"{url}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\n"
     )

@@ -2,7 +2,9 @@
 //! fake OpenAI server replaying the recorded `json_schema` answer body, checked, repaired once,
 //! rejected per item, shuffled by item id; and taxonomy files that cannot be used.
 
-use crate::caption::{caption_pipeline, clips, first_width, gemini_structured, openai_structured};
+use crate::caption::{
+    caption_pipeline, clips, first_width, gemini_structured, openai_fast, openai_structured,
+};
 use crate::fake_http::{FakeServer, Request, Response};
 use crate::judge::{err, llm_fixture, prompt_of, run_with_key};
 use crate::need_ffmpeg;
@@ -128,10 +130,7 @@ fn items_are_checked_repaired_rejected_one_by_one_and_shuffled() {
             other => panic!("unexpected {other:?}"),
         }
     });
-    let services = format!(
-        "[services.openai]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 6000\n",
-        server.url()
-    );
+    let services = openai_fast(&server);
     let p = caption_pipeline(
         dir.path(),
         &services,
@@ -390,10 +389,7 @@ fn blind_and_level_checks_flag_items_and_rethreshold_drops_without_calls() {
             other => panic!("unexpected schema {other:?}"),
         }
     });
-    let services = format!(
-        "[services.openai]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 6000\n",
-        server.url()
-    );
+    let services = openai_fast(&server);
     let svc = "service = \"openai\", model = \"gpt-4o-mini\"";
     let p = caption_pipeline(
         dir.path(),
@@ -726,10 +722,7 @@ pub(crate) fn question_run(dir: &std::path::Path, n: usize) -> (FakeServer, std:
             other => panic!("unexpected schema {other:?}"),
         }
     });
-    let services = format!(
-        "[services.openai]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 6000\n",
-        server.url()
-    );
+    let services = openai_fast(&server);
     let svc = "service = \"openai\", model = \"gpt-4o-mini\"";
     let p = caption_pipeline(
         dir,

@@ -21,7 +21,7 @@ use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
-use crate::runtime::stage::{CallEstimate, Processor, StageContext, StageEstimate};
+use crate::runtime::stage::{Processor, StageContext, StageEstimate};
 use crate::stages::{BuildCx, Built, compute_settings};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -148,16 +148,13 @@ impl Processor for AskStage {
     }
 
     fn estimate(&self) -> StageEstimate {
-        StageEstimate {
-            calls: vec![CallEstimate {
-                service: self.svc.name.clone(),
-                model: self.cfg.model.clone(),
-                prompt_chars: (self.prompt.len() + self.cfg.max_transcript_chars / 2) as u64,
-                images: self.cfg.max_images as u32,
-                max_tokens: self.cfg.max_tokens,
-            }],
-            frames: None,
-        }
+        StageEstimate::one_call(
+            &self.svc.name,
+            &self.cfg.model,
+            self.prompt.len() + self.cfg.max_transcript_chars / 2,
+            self.cfg.max_images,
+            self.cfg.max_tokens,
+        )
     }
 
     async fn process(

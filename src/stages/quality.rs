@@ -264,16 +264,13 @@ impl Processor for QualityStage {
     }
 
     fn estimate(&self) -> crate::runtime::stage::StageEstimate {
-        crate::runtime::stage::StageEstimate {
-            calls: vec![crate::runtime::stage::CallEstimate {
-                service: self.svc.name.clone(),
-                model: self.cfg.model.clone(),
-                prompt_chars: QUALITY_PROMPT.len() as u64,
-                images: self.cfg.max_images as u32,
-                max_tokens: self.cfg.max_tokens,
-            }],
-            frames: None,
-        }
+        crate::runtime::stage::StageEstimate::one_call(
+            &self.svc.name,
+            &self.cfg.model,
+            QUALITY_PROMPT.len(),
+            self.cfg.max_images,
+            self.cfg.max_tokens,
+        )
     }
 
     async fn process(

@@ -281,16 +281,13 @@ impl Processor for RelevanceStage {
         // A title of about 70 characters and a description clipped at `description_chars`
         // (about half of that on average).
         let chars = self.prompt("", "").len() + 70 + self.cfg.description_chars / 2;
-        crate::runtime::stage::StageEstimate {
-            calls: vec![crate::runtime::stage::CallEstimate {
-                service: svc.name.clone(),
-                model: self.cfg.model.clone(),
-                prompt_chars: chars as u64,
-                images: 0,
-                max_tokens: self.cfg.max_tokens,
-            }],
-            frames: None,
-        }
+        crate::runtime::stage::StageEstimate::one_call(
+            &svc.name,
+            &self.cfg.model,
+            chars,
+            0,
+            self.cfg.max_tokens,
+        )
     }
 
     async fn process(

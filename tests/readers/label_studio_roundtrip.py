@@ -9,24 +9,12 @@ Prints one JSON line: the project id and the task ids by video.
 """
 import json
 import sys
-import urllib.error
-import urllib.request
+
+from ls_api import client
 
 base, token, export_dir, out = sys.argv[1:5]
 revise = sys.argv[6] if len(sys.argv) > 6 and sys.argv[5] == "--revise" else None
-
-
-def call(method, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, data=data, method=method, headers={
-        "Authorization": f"Token {token}", "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            raw = r.read()
-            return json.loads(raw) if raw else None
-    except urllib.error.HTTPError as e:
-        sys.exit(f"{method} {path}: HTTP {e.code}: {e.read()[:2000]!r}")
-
+call = client(base, token)
 
 config = open(f"{export_dir}/label_config.xml").read()
 project = call("POST", "/api/projects", {"title": "vidcurate round trip", "label_config": config})

@@ -30,7 +30,7 @@ use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{QuestionItem, Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
-use crate::runtime::stage::{CallEstimate, Processor, StageContext, StageEstimate};
+use crate::runtime::stage::{Processor, StageContext, StageEstimate};
 use crate::stages::{BuildCx, Built, compute_settings};
 use async_trait::async_trait;
 use items::{Draft, ItemProblems, ItemRules};
@@ -516,19 +516,16 @@ impl Processor for QuestionsStage {
     }
 
     fn estimate(&self) -> StageEstimate {
-        StageEstimate {
-            calls: vec![CallEstimate {
-                service: self.svc.name.clone(),
-                model: self.cfg.model.clone(),
-                prompt_chars: (self.prompt.len()
-                    + self.taxonomy.prompt_text().len()
-                    + self.cfg.max_transcript_chars / 2
-                    + 1500) as u64,
-                images: self.cfg.max_images as u32,
-                max_tokens: self.cfg.max_tokens,
-            }],
-            frames: None,
-        }
+        StageEstimate::one_call(
+            &self.svc.name,
+            &self.cfg.model,
+            self.prompt.len()
+                + self.taxonomy.prompt_text().len()
+                + self.cfg.max_transcript_chars / 2
+                + 1500,
+            self.cfg.max_images,
+            self.cfg.max_tokens,
+        )
     }
 
     async fn process(
