@@ -156,6 +156,13 @@ pub enum Cmd {
     /// field; cancelled ones are counted. Importing the same export again changes nothing; a
     /// newer annotation of the same annotator replaces the older. Prints the agreement (Cohen's
     /// or Fleiss' kappa on the label, IoU of the risk-signal spans).
+    ///
+    /// An export of `annotate export --items` tasks is an item review instead: each review is
+    /// checked field by field (two right options, an empty question, an unknown level, a
+    /// rejection without a reason are kept out, naming task and field), each item decided under
+    /// --rule (reviewer:NAME: the senior's review, else the reviewers' common decision), classed
+    /// accepted / minor edit / rewritten / rejected, into RUN_DIR/annotations/items.parquet,
+    /// with kappa per level and the retention shares.
     Import {
         /// A run directory or object-store URL.
         run_dir: std::path::PathBuf,
