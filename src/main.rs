@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use vidcurate::commands::{
     analyze, annotate, batch, cache, evaluate, gc, ocr, queries, questions, release, rethreshold,
-    run, split, status, validate,
+    run, split, status, validate, verify,
 };
 use vidcurate::error::{Exit, RunError};
 
@@ -52,6 +52,7 @@ enum Cmd {
         cmd: annotate::Cmd,
     },
     Status(status::Args),
+    Verify(verify::Args),
     Gc(gc::Args),
     /// The run's response cache: `vidcurate cache stats RUN_DIR`.
     Cache {
@@ -92,6 +93,7 @@ fn dispatch(cmd: Cmd) -> Result<Exit, RunError> {
         Cmd::Evaluate(a) => evaluate::run(a),
         Cmd::Annotate { cmd } => annotate::run(cmd),
         Cmd::Status(a) => status::run(a),
+        Cmd::Verify(a) => verify::run(a),
         Cmd::Gc(a) => gc::run(a),
         Cmd::Cache { cmd } => cache::run(cmd),
         Cmd::Batch { cmd } => batch::run(cmd),

@@ -19,7 +19,7 @@ const CLIPS: usize = 40;
 
 /// A moto S3 server on 127.0.0.1, one per kind for this test binary. A small shell watchdog
 /// stops it when the test binary exits (statics are never dropped).
-struct Moto {
+pub(crate) struct Moto {
     endpoint: String,
     /// The watchdog shell (reaped by the OS when the test binary exits).
     _watchdog: Child,
@@ -62,13 +62,13 @@ fn start_moto(auth: bool) -> Moto {
     }
 }
 
-fn moto() -> &'static Moto {
+pub(crate) fn moto() -> &'static Moto {
     static M: OnceLock<Moto> = OnceLock::new();
     M.get_or_init(|| start_moto(false))
 }
 
 /// Creates a bucket (moto accepts the unsigned call).
-fn bucket(name: &str) -> String {
+pub(crate) fn bucket(name: &str) -> String {
     let m = moto();
     let out = Command::new("curl")
         .args(["-sf", "-X", "PUT", &format!("{}/{name}", m.endpoint)])
@@ -78,7 +78,7 @@ fn bucket(name: &str) -> String {
     format!("s3://{name}/runs/demo")
 }
 
-fn s3_env(c: &mut Command) -> &mut Command {
+pub(crate) fn s3_env(c: &mut Command) -> &mut Command {
     c.env("AWS_ACCESS_KEY_ID", "testing")
         .env("AWS_SECRET_ACCESS_KEY", "testing")
         .env("AWS_DEFAULT_REGION", "us-east-1")
@@ -86,7 +86,7 @@ fn s3_env(c: &mut Command) -> &mut Command {
         .env("AWS_ALLOW_HTTP", "true")
 }
 
-fn store(url: &str) -> ObjectStoreRun {
+pub(crate) fn store(url: &str) -> ObjectStoreRun {
     ObjectStoreRun::open_with(
         url,
         &[
@@ -101,7 +101,7 @@ fn store(url: &str) -> ObjectStoreRun {
 }
 
 /// Copies a run directory out of the store, to read it with the same helpers as a local one.
-fn download(url: &str, to: &Path) {
+pub(crate) fn download(url: &str, to: &Path) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let s = store(url);
     rt.block_on(async {

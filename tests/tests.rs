@@ -28,4 +28,5 @@ mod shots;
 mod soak;
 mod split;
 mod transcript;
+mod verify;
 mod youtube;

@@ -17,6 +17,7 @@ pub mod run;
 pub mod split;
 pub mod status;
 pub mod validate;
+pub mod verify;
 
 use crate::error::RunError;
 

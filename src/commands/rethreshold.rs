@@ -81,6 +81,8 @@ fn check_overrides(
     Ok(())
 }
 
+use crate::store::commits::{self, CommitRecord, ObjectSum};
+
 const SELECTIONS: &str = "selections";
 
 /// `selections/<name>.parquet` (video_id, one `<stage>_kept` column per stage, `selected`) and
@@ -110,17 +112,32 @@ async fn write_selection(
     cols.push(Arc::new(BooleanArray::from(selected)));
     let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
         .map_err(|e| RunError::Internal(e.to_string()))?;
-    let path = format!("{SELECTIONS}/{name}.parquet");
+    let table_path = format!("{SELECTIONS}/{name}.parquet");
+    let table = crate::store::shards::encode_table(&batch)?;
+    let table_sum = ObjectSum::of(&table_path, &table, None);
     store
-        .put(&path, crate::store::shards::encode_table(&batch)?)
+        .put(&table_path, table)
         .await
-        .map_err(|e| RunError::io(path.clone(), e))?;
+        .map_err(|e| RunError::io(table_path.clone(), e))?;
     let meta = serde_json::json!({ "funnel": funnel, "created_at": manifest::now() });
     let path = format!("{SELECTIONS}/{name}.json");
+    let meta = serde_json::to_vec_pretty(&meta).unwrap_or_default();
+    let meta_sum = ObjectSum::of(&path, &meta, None);
     store
-        .put(&path, serde_json::to_vec_pretty(&meta).unwrap_or_default())
+        .put(&path, meta)
         .await
         .map_err(|e| RunError::io(path.clone(), e))?;
+    // `verify` checks a selection like a shard.
+    let record = CommitRecord {
+        object: table_sum,
+        stage: None,
+        videos: vec![],
+        objects: vec![meta_sum],
+        committed_at: manifest::now(),
+    };
+    commits::write_record(store.as_ref(), &record)
+        .await
+        .map_err(|e| RunError::io(commits::record_path(&table_path), e))?;
     Ok(())
 }
 

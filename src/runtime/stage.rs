@@ -40,6 +40,44 @@ pub struct StageContext {
     /// Local copies of media this process fetched from or stored into an object-store run: the
     /// runner deletes them when the invocation completes (the store keeps the media).
     pub local_media: LocalMedia,
+    /// Sizes and BLAKE3 of the objects each video's computation stored (`put_object`), until
+    /// the runner hands them to the commit that settles the video.
+    pub objects: ObjectLog,
+}
+
+/// The objects stored per video while it computes (see `StageContext::objects`).
+#[derive(Clone, Default)]
+pub struct ObjectLog(
+    Arc<
+        std::sync::Mutex<
+            std::collections::HashMap<
+                String,
+                std::collections::BTreeMap<String, crate::store::commits::ObjectSum>,
+            >,
+        >,
+    >,
+);
+
+impl ObjectLog {
+    fn add(&self, sum: crate::store::commits::ObjectSum) {
+        let video = sum.video.clone().unwrap_or_default();
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(video)
+            .or_default()
+            .insert(sum.path.clone(), sum);
+    }
+
+    /// The objects a video stored (a retried attempt's rewrite of a path counts once), forgotten.
+    pub fn take(&self, video_id: &str) -> Vec<crate::store::commits::ObjectSum> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(video_id)
+            .map(|m| m.into_values().collect())
+            .unwrap_or_default()
+    }
 }
 
 /// The local media copies of one invocation (see `StageContext::local_media`).
@@ -88,6 +126,7 @@ impl StageContext {
             tally: Default::default(),
             rank: Default::default(),
             local_media: Default::default(),
+            objects: Default::default(),
         })
     }
 
@@ -114,6 +153,26 @@ impl StageContext {
         })?;
         self.local_media.add(path.clone());
         Ok(path)
+    }
+
+    /// Stores an object one video's rows refer to (a sampled frame's JPEG) at `rel`, and records
+    /// its size and BLAKE3 for the commit that settles the video: `verify` then tells a damaged
+    /// or missing frame from a good one.
+    pub async fn put_object(
+        &self,
+        video_id: &str,
+        rel: &str,
+        data: Vec<u8>,
+    ) -> Result<(), StageError> {
+        let sum = crate::store::commits::ObjectSum::of(rel, &data, Some(video_id));
+        self.store.put(rel, data).await.map_err(|e| {
+            StageError::internal(
+                "write_object",
+                format!("{}/{rel}: {e}", self.store.location()),
+            )
+        })?;
+        self.objects.add(sum);
+        Ok(())
     }
 
     /// Stores media a stage wrote into the local work folder at `rel` (a no-op when the run

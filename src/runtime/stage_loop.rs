@@ -265,6 +265,7 @@ impl<P: Processor> ProcessorTask<P> {
                 counts.computed += 1;
                 progress.inc(false);
                 writer.add(&rec, rows.clone());
+                writer.add_objects(cx.objects.take(&rec.video_id));
                 select(&*self.0, rec, rows, &cx.extras, counts)
             }
             Outcome::Computed(rec, Err(e), _) => match e.kind {
@@ -275,6 +276,8 @@ impl<P: Processor> ProcessorTask<P> {
                         tracing::warn!(stage = %cx.stage_id, video_id = %rec.video_id, reason = %e.reason, detail = %e.detail, "Rejected.");
                     }
                     writer.reject(&rec.video_id, &rec.extra, &e);
+                    // What it stored is referred to by no row.
+                    cx.objects.take(&rec.video_id);
                     None
                 }
                 ErrorKind::Deferred => {

@@ -2,8 +2,9 @@
 //!
 //! Reads: the source path and the `probe` slot (duration). Writes: the `frames` slot, one row per
 //! frame (index, target and actual timestamps, path, size), and the JPEGs at
-//! `media/<stage id>/<fingerprint>/<video id>/<index>.jpg`. Calls: libavcodec on the CPU pool
-//! (seek + decode forward, see `engines::ffmpeg`). Caches: nothing beyond its shards and JPEGs.
+//! `media/<stage id>/<fingerprint>/<video id>/<index>.jpg` (through `StageContext::put_object`,
+//! so the commit records each JPEG's size and BLAKE3 for `verify`). Calls: libavcodec on the CPU
+//! pool (seek + decode forward, see `engines::ffmpeg`). Caches: nothing beyond its shards and JPEGs.
 //!
 //! Modes (SPEC §7):
 //! - `uniform`: `count` frames (default 16) at the centres of `count` equal segments,
@@ -269,10 +270,7 @@ impl Processor for FramesStage {
                 "media/{}/{}/{}/{:05}.jpg",
                 cx.stage_id, cx.fingerprint, rec.video_id, i
             );
-            cx.store
-                .put(&rel, jpeg)
-                .await
-                .map_err(|e| StageError::internal("write_frame", format!("{rel}: {e}")))?;
+            cx.put_object(&rec.video_id, &rel, jpeg).await?;
             rows.push(FrameRef {
                 frame_index: i as u32,
                 target_secs,

@@ -10,6 +10,7 @@
 
 pub mod batch;
 pub mod cache;
+pub mod commits;
 pub mod manifest;
 pub mod objects;
 pub mod run;

@@ -102,6 +102,7 @@ impl PassEnv {
             tally: Default::default(),
             rank: self.rank,
             local_media: self.local_media.clone(),
+            objects: Default::default(),
         }
     }
 

@@ -14,6 +14,7 @@ use super::{SUPERSEDED_DIR, fields_of};
 use crate::error::RunError;
 use crate::record::COL_VIDEO_ID;
 use crate::store::Store;
+use crate::store::commits;
 use arrow::array::RecordBatch;
 use arrow::datatypes::FieldRef;
 use serde::Serialize;
@@ -233,20 +234,57 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
     };
     let own_slots = format!("{stage_id}/{slot_prefix}");
     let (files, rejects) = stage_files(store, stage_id).await?;
+    let mut unrecorded = forget_missing(store.as_ref(), stage_id, &files).await?;
     for (path, is_reject) in files {
         let Some(data) = get_unless_moved(store.as_ref(), &path).await? else {
             continue;
         };
-        let contents = decode_parquet(data, false).map_err(|e| {
-            RunError::Internal(format!(
-                "{}/{path}: unreadable shard: {e}",
-                store.location()
-            ))
-        })?;
+        // Only a slot committed right before a crash lacks its record: written here once its
+        // bytes have passed the footer's check.
+        let sum = unrecorded
+            .remove(&path)
+            .then(|| commits::ObjectSum::of(&path, &data, None));
+        let contents = match decode_parquet(data, false) {
+            Ok(c) => c,
+            Err(e) => {
+                let why = match e {
+                    super::read::DecodeError::Damaged(why) => why,
+                    other => format!("unreadable: {other}"),
+                };
+                set_aside_damaged(store.as_ref(), &path, &why).await?;
+                continue;
+            }
+        };
+        if let Some(object) = sum.filter(|_| contents.fingerprint.as_deref() == Some(fingerprint)) {
+            let rec = commits::CommitRecord {
+                object,
+                stage: Some(stage_id.to_string()),
+                videos: contents
+                    .videos
+                    .iter()
+                    .chain(&contents.rejected)
+                    .cloned()
+                    .collect(),
+                objects: contents.objects.clone(),
+                committed_at: crate::store::manifest::now(),
+            };
+            commits::write_record(store.as_ref(), &rec)
+                .await
+                .map_err(|e| RunError::io(commits::record_path(&path), e))?;
+        }
         if contents.fingerprint.as_deref() != Some(fingerprint) {
             let old = contents.fingerprint.unwrap_or_else(|| "unknown".into());
             let to = format!("{SUPERSEDED_DIR}/{old}/{path}");
             tracing::info!(stage = stage_id, from = %path, to = %to, "Settings changed: setting old shard aside.");
+            // The record first: a shard without its record is read as one, a record without
+            // its shard as a deleted shard.
+            let record = commits::record_path(&path);
+            set_aside(
+                store.as_ref(),
+                &record,
+                &format!("{SUPERSEDED_DIR}/{old}/{record}"),
+            )
+            .await?;
             set_aside(store.as_ref(), &path, &to).await?;
             if let Some(r) = contents.rejects_file {
                 let to = format!("{SUPERSEDED_DIR}/{old}/{r}");
@@ -285,6 +323,74 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
         }
     }
     Ok(prior)
+}
+
+/// Moves a damaged shard (and its commit record) to `_damaged/` with a note, and says so in one
+/// warning line: its videos are then not done, so this run computes exactly them again.
+async fn set_aside_damaged(store: &dyn Store, path: &str, why: &str) -> Result<(), RunError> {
+    let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
+    let videos = commits::read_record(store, path)
+        .await
+        .map(|r| format!("its {}", commits::videos(r.videos.len())))
+        .unwrap_or_else(|| "its videos".into());
+    let to = commits::set_aside_damaged(store, path, why)
+        .await
+        .map_err(|e| io(path, e))?;
+    let record = commits::record_path(path);
+    set_aside(
+        store,
+        &record,
+        &format!("{}/{record}", commits::DAMAGED_DIR),
+    )
+    .await?;
+    tracing::warn!(
+        "{}/{path} is damaged ({why}): moved to {to}; this run computes {videos} again.",
+        store.location()
+    );
+    Ok(())
+}
+
+/// Commit records of this stage whose shard is gone (deleted, lost in a copy): each is moved to
+/// `_damaged/` with a note and a warning, so the shard's videos, no longer done, are computed
+/// again and `verify` stops reporting it. Returns the listed shards that have no record.
+async fn forget_missing(
+    store: &dyn Store,
+    stage_id: &str,
+    files: &[(String, bool)],
+) -> Result<HashSet<String>, RunError> {
+    let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
+    let dir = format!("{}/{stage_id}", commits::COMMITS_DIR);
+    let records: HashSet<String> = store
+        .list(&dir)
+        .await
+        .map_err(|e| io(&dir, e))?
+        .into_iter()
+        .filter_map(|r| commits::object_of_record(&r).map(str::to_string))
+        .collect();
+    let listed: HashSet<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+    for object in records.iter().filter(|o| !listed.contains(o.as_str())) {
+        let Some(rec) = commits::read_record(store, object).await else {
+            continue;
+        };
+        // Listed before the shards: one committed since then is not missing.
+        if store.exists(object).await.map_err(|e| io(object, e))? {
+            continue;
+        }
+        let record = commits::record_path(object);
+        let to = commits::set_aside_damaged(store, &record, "its shard is missing")
+            .await
+            .map_err(|e| io(&record, e))?;
+        tracing::warn!(
+            "{}/{object} is missing: its commit record moved to {to}; this run computes its {} again.",
+            store.location(),
+            commits::videos(rec.videos.len())
+        );
+    }
+    Ok(listed
+        .into_iter()
+        .filter(|p| !records.contains(*p))
+        .map(str::to_string)
+        .collect())
 }
 
 /// Moves a shard of superseded settings aside; one another worker moved already is fine.

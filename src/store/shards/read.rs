@@ -12,6 +12,7 @@ use super::{
 use crate::error::RunError;
 use crate::record::{COL_VIDEO_ID, META_VIDEOS};
 use crate::store::Store;
+use crate::store::commits::{META_DATA, META_OBJECTS, ObjectSum, check_data};
 use arrow::array::{RecordBatch, StringArray};
 use arrow::datatypes::DataType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -19,6 +20,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+
+/// Appended to a reader's error about a shard it cannot use.
+pub const DAMAGE_HINT: &str = " (`vidcurate verify RUN` lists what is damaged and what depends on it; `--repair` sets it aside, and the next run computes its videos again)";
 
 /// A shard read back: its footer and its batches.
 pub struct ShardContents {
@@ -30,6 +34,8 @@ pub struct ShardContents {
     /// The reject rows the commit carries (JSON), in slots written since they do.
     pub(super) reject_rows: Option<String>,
     pub fingerprint: Option<String>,
+    /// Objects the commit depends on, with their sizes and BLAKE3 (`commits::META_OBJECTS`).
+    pub objects: Vec<ObjectSum>,
     pub batches: Vec<RecordBatch>,
 }
 
@@ -40,10 +46,16 @@ pub enum DecodeError {
     Parquet(#[from] parquet::errors::ParquetError),
     #[error("{0}")]
     Arrow(#[from] arrow::error::ArrowError),
+    /// The footer parses but the bytes it covers are not the committed ones.
+    #[error("damaged: {0}")]
+    Damaged(String),
 }
 
+/// A shard's footer (and with `with_rows` its rows), after checking its bytes against the BLAKE3
+/// its footer recorded at commit: a changed byte is an error here, never a wrong value in a table.
 pub fn decode_parquet(data: Vec<u8>, with_rows: bool) -> Result<ShardContents, DecodeError> {
-    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(data))?;
+    let data = bytes::Bytes::from(data);
+    let builder = ParquetRecordBatchReaderBuilder::try_new(data.clone())?;
     let kv = builder
         .metadata()
         .file_metadata()
@@ -60,6 +72,12 @@ pub fn decode_parquet(data: Vec<u8>, with_rows: bool) -> Result<ShardContents, D
     let rejects_file = get(META_REJECTS_FILE);
     let reject_rows = get(META_REJECT_ROWS);
     let fingerprint = get(META_FINGERPRINT);
+    if let Some(why) = get(META_DATA).and_then(|sum| check_data(&data, &sum)) {
+        return Err(DecodeError::Damaged(why));
+    }
+    let objects = get(META_OBJECTS)
+        .and_then(|v| serde_json::from_str(&v).ok())
+        .unwrap_or_default();
     let mut batches = vec![];
     if with_rows {
         let reader = builder.build()?;
@@ -73,6 +91,7 @@ pub fn decode_parquet(data: Vec<u8>, with_rows: bool) -> Result<ShardContents, D
         rejects_file,
         reject_rows,
         fingerprint,
+        objects,
         batches,
     })
 }
@@ -166,7 +185,7 @@ pub(super) async fn read_shard(
         .map_err(|e| RunError::io(format!("{}/{path}", store.location()), e))?;
     decode_parquet(data, with_rows).map_err(|e| {
         RunError::Internal(format!(
-            "{}/{path}: unreadable shard: {e}",
+            "{}/{path}: unreadable shard: {e}{DAMAGE_HINT}",
             store.location()
         ))
     })
@@ -209,8 +228,9 @@ pub async fn read_table(
         let Some(data) = get_unless_moved(store.as_ref(), &path).await? else {
             continue;
         };
-        let c = decode_parquet(data, with_rows && !is_reject)
-            .map_err(|e| RunError::Internal(format!("{path}: unreadable shard: {e}")))?;
+        let c = decode_parquet(data, with_rows && !is_reject).map_err(|e| {
+            RunError::Internal(format!("{path}: unreadable shard: {e}{DAMAGE_HINT}"))
+        })?;
         if c.fingerprint.as_deref() != Some(fingerprint) {
             continue;
         }
@@ -249,7 +269,7 @@ pub async fn read_new_slots(
         };
         let c = decode_parquet(data, true).map_err(|e| {
             RunError::Internal(format!(
-                "{}/{path}: unreadable shard: {e}",
+                "{}/{path}: unreadable shard: {e}{DAMAGE_HINT}",
                 store.location()
             ))
         })?;
@@ -317,8 +337,20 @@ pub fn text_column(batch: &RecordBatch, name: &str) -> Option<StringArray> {
 
 /// The batches of a whole Parquet file held in memory (a table written with `encode_table`).
 pub fn table_batches(path: &str, data: Vec<u8>) -> Result<Vec<RecordBatch>, RunError> {
-    ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(data))
-        .and_then(|b| b.build())
+    let data = bytes::Bytes::from(data);
+    let builder = ParquetRecordBatchReaderBuilder::try_new(data.clone())
+        .map_err(|e| RunError::Internal(format!("{path}: {e}")))?;
+    let sum = builder
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|kv| kv.iter().find(|e| e.key == META_DATA))
+        .and_then(|e| e.value.clone());
+    if let Some(why) = sum.and_then(|s| check_data(&data, &s)) {
+        return Err(RunError::Internal(format!("{path}: damaged: {why}")));
+    }
+    builder
+        .build()
         .map_err(|e| RunError::Internal(format!("{path}: {e}")))?
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| RunError::Internal(format!("{path}: {e}")))

@@ -14,6 +14,7 @@ use super::{
 use crate::error::RunError;
 use crate::record::{COL_FINGERPRINT, COL_VIDEO_ID, Extras, META_STAGE, META_VIDEOS, VideoRecord};
 use crate::store::Store;
+use crate::store::commits::{self, CommitRecord, META_OBJECTS, ObjectSum};
 use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, FieldRef, Schema};
 use parquet::arrow::ArrowWriter;
@@ -33,6 +34,8 @@ struct Pending<T> {
     extra: Vec<Vec<Option<String>>>,
     rows: Vec<T>,
     videos: Vec<String>,
+    /// Objects the rows refer to (frames' JPEGs), each tagged with its video.
+    objects: Vec<ObjectSum>,
 }
 
 impl<T> Pending<T> {
@@ -42,6 +45,7 @@ impl<T> Pending<T> {
             extra: vec![],
             rows: vec![],
             videos: vec![],
+            objects: vec![],
         }
     }
 
@@ -50,11 +54,14 @@ impl<T> Pending<T> {
         self.extra.clear();
         self.rows.clear();
         self.videos.clear();
+        self.objects.clear();
     }
 
     /// Drops the videos another worker has committed (and their rows).
     fn drop_videos(&mut self, done: &HashSet<String>) {
         self.videos.retain(|v| !done.contains(v));
+        self.objects
+            .retain(|o| o.video.as_ref().is_none_or(|v| !done.contains(v)));
         let mut i = 0;
         let keep: Vec<bool> = self.ids.iter().map(|v| !done.contains(v)).collect();
         self.rows.retain(|_| {
@@ -95,6 +102,7 @@ impl FooterRejects {
             rejected: &[],
             rejects_file: None,
             reject_rows: None,
+            objects: &[],
         };
         encode_parquet(&batch, &footer, stage, fingerprint)
     }
@@ -250,6 +258,12 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
         self.rows.videos.push(rec.video_id.clone());
     }
 
+    /// Records the objects a computed video's rows refer to (its frames' JPEGs), so its commit
+    /// records their sizes and BLAKE3.
+    pub fn add_objects(&mut self, objects: Vec<ObjectSum>) {
+        self.rows.objects.extend(objects);
+    }
+
     /// Records a rejected video.
     pub fn reject(
         &mut self,
@@ -323,14 +337,32 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
                 &t.extras,
                 &t.fingerprint,
             )?;
+            let mut objects = self.rows.objects.clone();
+            if let Some((rpath, rbytes, _)) = &rejects {
+                objects.push(ObjectSum::of(rpath, rbytes, None));
+            }
             let footer = Footer {
                 videos: &self.rows.videos,
                 rejected: &self.rejects.videos,
                 rejects_file: rejects.as_ref().map(|(p, _, _)| p.as_str()),
                 reject_rows: rejects.as_ref().map(|(_, _, j)| j.as_str()),
+                objects: &objects,
             };
             let bytes = encode_parquet(&batch, &footer, &t.stage_id, &t.fingerprint)?;
             let path = t.slot_path(slot);
+            let record = CommitRecord {
+                object: ObjectSum::of(&path, &bytes, None),
+                stage: Some(t.stage_id.clone()),
+                videos: self
+                    .rows
+                    .videos
+                    .iter()
+                    .chain(&self.rejects.videos)
+                    .cloned()
+                    .collect(),
+                objects,
+                committed_at: crate::store::manifest::now(),
+            };
             if t.store
                 .put_if_absent(&path, bytes)
                 .await
@@ -344,6 +376,11 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
                         .await
                         .map_err(|e| io(&rpath, e))?;
                 }
+                // After the commit: a crash before this leaves a slot without a record, which
+                // its footer still checks and the next resume records (`load_prior`).
+                commits::write_record(t.store.as_ref(), &record)
+                    .await
+                    .map_err(|e| io(&commits::record_path(&path), e))?;
                 self.next_slot += 1;
                 self.buffered_bytes = 0;
                 self.rows.clear();
@@ -432,6 +469,8 @@ struct Footer<'a> {
     rejects_file: Option<&'a str>,
     /// `FooterRejects` as JSON.
     reject_rows: Option<&'a str>,
+    /// The objects the commit depends on.
+    objects: &'a [ObjectSum],
 }
 
 fn encode_parquet(
@@ -460,6 +499,12 @@ fn encode_parquet(
     if let Some(r) = footer.reject_rows {
         meta.push(KeyValue::new(META_REJECT_ROWS.to_string(), r.to_string()));
     }
+    if !footer.objects.is_empty() {
+        meta.push(KeyValue::new(
+            META_OBJECTS.to_string(),
+            serde_json::to_string(footer.objects).unwrap_or_default(),
+        ));
+    }
     parquet_bytes(batch, Some(meta))
 }
 
@@ -473,6 +518,18 @@ fn parquet_bytes(batch: &RecordBatch, meta: Option<Vec<KeyValue>>) -> Result<Vec
         .map_err(|e| RunError::Internal(format!("parquet writer: {e}")))?;
     w.write(batch)
         .map_err(|e| RunError::Internal(format!("parquet write: {e}")))?;
+    // The rows are all written before the footer: the footer records their BLAKE3, so every
+    // reader can tell a changed byte from a value.
+    w.flush()
+        .map_err(|e| RunError::Internal(format!("parquet write: {e}")))?;
+    // Out of the writer's buffer into the Vec, so `inner` holds every byte before the footer.
+    w.sync()
+        .map_err(|e| RunError::Internal(format!("parquet write: {e}")))?;
+    let sum = crate::store::commits::data_sum(w.inner());
+    w.append_key_value_metadata(KeyValue::new(
+        crate::store::commits::META_DATA.to_string(),
+        sum,
+    ));
     w.into_inner()
         .map_err(|e| RunError::Internal(format!("parquet close: {e}")))
 }
