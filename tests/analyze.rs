@@ -221,7 +221,15 @@ fn copy_shard_with_fingerprint(src: &std::path::Path, dst: &std::path::Path, fp:
         .cloned()
         .unwrap_or_default()
         .into_iter()
-        .filter(|kv| kv.key != "vidcurate.fingerprint" && kv.key != "ARROW:schema")
+        // Rewritten by another writer, so the rows' bytes (and their recorded BLAKE3) change.
+        .filter(|kv| {
+            ![
+                "vidcurate.fingerprint",
+                "ARROW:schema",
+                "vidcurate.data_blake3",
+            ]
+            .contains(&kv.key.as_str())
+        })
         .chain(std::iter::once(KeyValue::new(
             "vidcurate.fingerprint".to_string(),
             fp.to_string(),

@@ -225,6 +225,23 @@ fn damaged_shards_are_named_set_aside_and_computed_again() {
     );
     let (code, stdout, _) = verify(&out, &[]);
     assert_eq!(code, Some(0), "{stdout}");
+
+    // A selection is recorded like a shard.
+    let o = run(&["rethreshold", out.to_str().unwrap()], d.path());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let sel = files(&out.join("selections"));
+    assert_eq!(sel.len(), 2, "the pipeline's and the new one: {sel:?}");
+    let mut data = std::fs::read(&sel[0]).unwrap();
+    let at = middle_of_rows(&data);
+    data[at] ^= 0x01;
+    std::fs::write(&sel[0], &data).unwrap();
+    let (code, stdout, _) = verify(&out, &[]);
+    assert_eq!(code, Some(1), "{stdout}");
+    names(
+        &stdout,
+        &format!("{} (selection)", rel(&out, &sel[0])),
+        "damaged",
+    );
 }
 
 #[test]
