@@ -67,6 +67,11 @@ pub(crate) fn moto() -> &'static Moto {
     M.get_or_init(|| start_moto(false))
 }
 
+/// The moto server's endpoint (for a proxy put in front of it).
+pub(crate) fn moto_endpoint() -> String {
+    moto().endpoint.clone()
+}
+
 /// Creates a bucket (moto accepts the unsigned call).
 pub(crate) fn bucket(name: &str) -> String {
     let m = moto();

@@ -24,6 +24,7 @@ mod ocr_truth;
 mod questions;
 mod release;
 mod resume;
+mod s3faults;
 mod shots;
 mod soak;
 mod split;

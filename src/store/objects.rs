@@ -5,8 +5,11 @@
 //! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`,
 //! `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_ACCOUNT_NAME` …), never from the pipeline file, so they
 //! never reach the manifest. Transient errors (5xx such as S3's 503 SlowDown, timeouts, dropped
-//! connections) are retried by the crate's client with backoff, so that client is the one owner
-//! of attempts for store calls; a refused credential is not retried and stops the run.
+//! connections) are retried by the crate's client with backoff; a refused credential is not
+//! retried and stops the run. The client does not retry an answer whose body breaks after its
+//! headers arrived, except for GET: a LIST (or a multipart create/complete) answer cut in the
+//! middle, or a connection reset while it is read, comes out as an error. `attempts` retries
+//! exactly those here (`unretried_transport_fault`), so every kind of request survives them.
 
 use super::{ObjectInfo, Store};
 use async_trait::async_trait;
@@ -45,6 +48,57 @@ fn retry_config() -> RetryConfig {
         retry_timeout: Duration::from_secs(300),
         ..Default::default()
     }
+}
+
+/// Attempts of a call whose answer broke while it was read (see the module comment).
+const BODY_ATTEMPTS: u32 = 6;
+
+/// Whether `e` is a transport fault the crate's client has not retried itself: an HTTP error of a
+/// transient kind (connection reset, incomplete body, timeout) that no retry loop wrapped (the
+/// client's own retries wrap theirs in a "Error performing …" error, and have been spent).
+fn unretried_transport_fault(e: &object_store::Error) -> bool {
+    use object_store::client::{HttpError, HttpErrorKind as K};
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.to_string().starts_with("Error performing ") {
+            return false;
+        }
+        if let Some(h) = err.downcast_ref::<HttpError>() {
+            return matches!(
+                h.kind(),
+                K::Connect | K::Request | K::Timeout | K::Interrupted | K::Decode
+            );
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// Runs `call` again, with backoff, while it fails with a fault the client did not retry.
+async fn attempts<T, F, Fut>(what: &str, call: F) -> Result<T, object_store::Error>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, object_store::Error>>,
+{
+    let mut delay = Duration::from_millis(200);
+    let mut attempt = 1;
+    loop {
+        match call().await {
+            Err(e) if attempt < BODY_ATTEMPTS && unretried_transport_fault(&e) => {
+                tracing::debug!(what, attempt, error = %e, "An answer broke while it was read; retrying.");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+                attempt += 1;
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Why a streamed transfer failed: the store (a transport fault may be retried) or the local file.
+enum Upload {
+    Store(object_store::Error),
+    Local(io::Error),
 }
 
 /// Environment variables that hold credentials: their values are scrubbed from error text.
@@ -191,6 +245,66 @@ impl ObjectStoreRun {
             .fold(self.prefix.clone(), |key, part| key.join(part)))
     }
 
+    /// One multipart upload of a local file (aborted on failure).
+    async fn put_file_once(&self, key: &ObjPath, file: &Path) -> Result<(), Upload> {
+        let upload = self.inner.put_multipart(key).await.map_err(Upload::Store)?;
+        let mut w = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+        let mut f = tokio::fs::File::open(file).await.map_err(Upload::Local)?;
+        let mut buf = vec![0u8; 1 << 20];
+        let result: Result<(), Upload> = async {
+            loop {
+                let n = f.read(&mut buf).await.map_err(Upload::Local)?;
+                if n == 0 {
+                    break;
+                }
+                // Bounds memory to a few parts in flight.
+                w.wait_for_capacity(2).await.map_err(Upload::Store)?;
+                w.write(&buf[..n]);
+            }
+            Ok(())
+        }
+        .await;
+        match result {
+            Ok(()) => w.finish().await.map(|_| ()).map_err(Upload::Store),
+            Err(e) => {
+                let _ = w.abort().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// One download into a temp file beside `file`, renamed into place when whole.
+    async fn get_file_once(&self, key: &ObjPath, file: &Path) -> Result<(), Upload> {
+        let got = self.inner.get(key).await.map_err(Upload::Store)?;
+        let local = Upload::Local;
+        let dir = file
+            .parent()
+            .ok_or_else(|| local(io::Error::other("no parent")))?;
+        tokio::fs::create_dir_all(dir).await.map_err(local)?;
+        // Unique per process and call: two workers may fetch the same media into one folder.
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let tmp = dir.join(format!(
+            ".{}.tmp-{}-{}",
+            file.file_name().unwrap_or_default().to_string_lossy(),
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let mut out = tokio::fs::File::create(&tmp).await.map_err(local)?;
+        let mut stream = got.into_stream();
+        let copied: Result<(), Upload> = async {
+            while let Some(chunk) = stream.try_next().await.map_err(Upload::Store)? {
+                out.write_all(&chunk).await.map_err(local)?;
+            }
+            out.sync_all().await.map_err(local)
+        }
+        .await;
+        if copied.is_err() {
+            let _ = tokio::fs::remove_file(&tmp).await;
+        }
+        copied?;
+        tokio::fs::rename(&tmp, file).await.map_err(local)
+    }
+
     fn relative(&self, key: &ObjPath) -> Option<String> {
         let parts: Vec<_> = key.prefix_match(&self.prefix)?.collect();
         Some(
@@ -206,11 +320,13 @@ impl ObjectStoreRun {
 #[async_trait]
 impl Store for ObjectStoreRun {
     async fn put(&self, path: &str, data: Vec<u8>) -> io::Result<()> {
-        self.inner
-            .put(&self.key(path)?, PutPayload::from(data))
-            .await
-            .map(|_| ())
-            .map_err(|e| self.to_io(e))
+        let (key, data) = (self.key(path)?, bytes::Bytes::from(data));
+        attempts("put", || {
+            self.inner.put(&key, PutPayload::from(data.clone()))
+        })
+        .await
+        .map(|_| ())
+        .map_err(|e| self.to_io(e))
     }
 
     async fn put_if_absent(&self, path: &str, data: Vec<u8>) -> io::Result<bool> {
@@ -220,91 +336,82 @@ impl Store for ObjectStoreRun {
         };
         let key = self.key(path)?;
         let data = bytes::Bytes::from(data);
-        match self
-            .inner
-            .put_opts(&key, PutPayload::from(data.clone()), opts)
-            .await
-        {
+        // A retry here that finds the first try applied is handled like the client's own below.
+        let put = || {
+            self.inner
+                .put_opts(&key, PutPayload::from(data.clone()), opts.clone())
+        };
+        match attempts("put_if_absent", put).await {
             Ok(_) => Ok(true),
             // The client retries a create whose answer was lost (a 5xx, a timeout); if the first
             // try was applied, the retry finds our own object. Same bytes means it is ours (or a
             // twin's identical commit, which is the same commit).
-            Err(object_store::Error::AlreadyExists { .. }) => match self.inner.get(&key).await {
-                Ok(got) => Ok(got.bytes().await.map_err(|e| self.to_io(e))? == data),
-                Err(object_store::Error::NotFound { .. }) => Ok(false),
-                Err(e) => Err(self.to_io(e)),
-            },
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                match attempts("get", || async {
+                    self.inner.get(&key).await?.bytes().await
+                })
+                .await
+                {
+                    Ok(got) => Ok(got == data),
+                    Err(object_store::Error::NotFound { .. }) => Ok(false),
+                    Err(e) => Err(self.to_io(e)),
+                }
+            }
             Err(e) => Err(self.to_io(e)),
         }
     }
 
     async fn put_file(&self, path: &str, file: &Path) -> io::Result<()> {
-        let upload = self
-            .inner
-            .put_multipart(&self.key(path)?)
-            .await
-            .map_err(|e| self.to_io(e))?;
-        let mut w = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
-        let mut f = tokio::fs::File::open(file).await?;
-        let mut buf = vec![0u8; 1 << 20];
-        let result: io::Result<()> = async {
-            loop {
-                let n = f.read(&mut buf).await?;
-                if n == 0 {
-                    break;
+        let key = self.key(path)?;
+        let mut attempt = 1;
+        loop {
+            match self.put_file_once(&key, file).await {
+                Err(Upload::Store(e))
+                    if attempt < BODY_ATTEMPTS && unretried_transport_fault(&e) =>
+                {
+                    tracing::debug!(path, attempt, error = %e, "A multipart answer broke while it was read; uploading again.");
+                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                    attempt += 1;
                 }
-                // Bounds memory to a few parts in flight.
-                w.wait_for_capacity(2).await.map_err(|e| self.to_io(e))?;
-                w.write(&buf[..n]);
-            }
-            Ok(())
-        }
-        .await;
-        match result {
-            Ok(()) => w.finish().await.map(|_| ()).map_err(|e| self.to_io(e)),
-            Err(e) => {
-                let _ = w.abort().await;
-                Err(e)
+                Err(Upload::Store(e)) => return Err(self.to_io(e)),
+                Err(Upload::Local(e)) => return Err(e),
+                Ok(()) => return Ok(()),
             }
         }
     }
 
     async fn get_file(&self, path: &str, file: &Path) -> io::Result<()> {
-        let got = self
-            .inner
-            .get(&self.key(path)?)
-            .await
-            .map_err(|e| self.to_io(e))?;
-        let dir = file.parent().ok_or_else(|| io::Error::other("no parent"))?;
-        tokio::fs::create_dir_all(dir).await?;
-        // Unique per process and call: two workers may fetch the same media into one folder.
-        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let tmp = dir.join(format!(
-            ".{}.tmp-{}-{}",
-            file.file_name().unwrap_or_default().to_string_lossy(),
-            std::process::id(),
-            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
-        let mut out = tokio::fs::File::create(&tmp).await?;
-        let mut stream = got.into_stream();
-        while let Some(chunk) = stream.try_next().await.map_err(|e| self.to_io(e))? {
-            out.write_all(&chunk).await?;
+        let key = self.key(path)?;
+        let mut attempt = 1;
+        loop {
+            match self.get_file_once(&key, file).await {
+                Err(Upload::Store(e))
+                    if attempt < BODY_ATTEMPTS && unretried_transport_fault(&e) =>
+                {
+                    tracing::debug!(path, attempt, error = %e, "A download broke while it was read; fetching again.");
+                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                    attempt += 1;
+                }
+                Err(Upload::Store(e)) => return Err(self.to_io(e)),
+                Err(Upload::Local(e)) => return Err(e),
+                Ok(()) => return Ok(()),
+            }
         }
-        out.sync_all().await?;
-        tokio::fs::rename(&tmp, file).await
     }
 
     async fn get(&self, path: &str) -> io::Result<Vec<u8>> {
-        let got = self
-            .inner
-            .get(&self.key(path)?)
-            .await
-            .map_err(|e| self.to_io(e))?;
-        Ok(got.bytes().await.map_err(|e| self.to_io(e))?.to_vec())
+        let key = self.key(path)?;
+        let got = attempts("get", || async {
+            self.inner.get(&key).await?.bytes().await
+        })
+        .await
+        .map_err(|e| self.to_io(e))?;
+        Ok(got.to_vec())
     }
 
     async fn delete(&self, path: &str) -> io::Result<()> {
-        match self.inner.delete(&self.key(path)?).await {
+        let key = self.key(path)?;
+        match attempts("delete", || self.inner.delete(&key)).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.to_io(e)),
         }
@@ -316,10 +423,8 @@ impl Store for ObjectStoreRun {
         } else {
             self.key(prefix.trim_end_matches('/'))?
         };
-        let metas: Vec<_> = self
-            .inner
-            .list(Some(&under))
-            .try_collect()
+        // The answer that S3 cuts in the middle most often in practice: a LIST page.
+        let metas: Vec<_> = attempts("list", || self.inner.list(Some(&under)).try_collect())
             .await
             .map_err(|e| self.to_io(e))?;
         let mut out: Vec<ObjectInfo> = metas
@@ -337,14 +442,15 @@ impl Store for ObjectStoreRun {
     }
 
     async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-        self.inner
-            .rename(&self.key(from)?, &self.key(to)?)
+        let (from, to) = (self.key(from)?, self.key(to)?);
+        attempts("rename", || self.inner.rename(&from, &to))
             .await
             .map_err(|e| self.to_io(e))
     }
 
     async fn exists(&self, path: &str) -> io::Result<bool> {
-        match self.inner.head(&self.key(path)?).await {
+        let key = self.key(path)?;
+        match attempts("head", || self.inner.head(&key)).await {
             Ok(_) => Ok(true),
             Err(object_store::Error::NotFound { .. }) => Ok(false),
             Err(e) => Err(self.to_io(e)),
