@@ -2,6 +2,7 @@
 # Installs what vidcurate needs to build, run the demo and run the tests, idempotently:
 # FFmpeg's -dev libraries (ffmpeg-next links them), libjpeg-turbo (fast JPEG), clang (bindgen), the ffmpeg CLI and a font
 # (demo/test media generation with drawtext), espeak-ng (the transcript tests' speech at known times),
+# munge and slurm-wlm (a real Slurm for the array-job test; the test starts the daemons),
 # yt-dlp and moto's S3 server (tests), the dataset readers (release tests), pyarrow (tests prove pyarrow reads our Parquet), Pillow
 # (the corpus generator measures drawn text with the same font), and
 # the OCR models with ONNX Runtime (scripts/fetch_models.sh).
@@ -11,7 +12,9 @@ cd "$(dirname "$0")/.."
 
 APT_PKGS=(libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev
   libavfilter-dev libavdevice-dev clang libclang-dev pkg-config ffmpeg fonts-dejavu-core
-  libturbojpeg0-dev espeak-ng)
+  libturbojpeg0-dev espeak-ng
+  # munge and Slurm: tests/slurm.rs starts a one-node Slurm on 127.0.0.1 and submits the array script
+  munge slurm-wlm)
 
 missing=()
 for p in "${APT_PKGS[@]}"; do

@@ -118,7 +118,7 @@ pub(crate) fn download(url: &str, to: &Path) {
     });
 }
 
-fn corpus(dir: &Path) -> PathBuf {
+pub(crate) fn corpus(dir: &Path) -> PathBuf {
     let v = dir.join("v");
     std::fs::create_dir_all(&v).unwrap();
     let mut csv = String::from("path,id,label\n");
@@ -175,7 +175,7 @@ fn finish(c: Child) -> std::process::Output {
     o
 }
 
-fn snapshot(run: &Path) -> Vec<Vec<String>> {
+pub(crate) fn snapshot(run: &Path) -> Vec<Vec<String>> {
     crate::util::snapshot(run, TABLES, VOLATILE)
 }
 

@@ -26,6 +26,7 @@ mod release;
 mod resume;
 mod s3faults;
 mod shots;
+mod slurm;
 mod soak;
 mod split;
 mod transcript;
