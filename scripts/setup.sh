@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 
 APT_PKGS=(libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev
   libavfilter-dev libavdevice-dev clang libclang-dev pkg-config ffmpeg fonts-dejavu-core
-  libturbojpeg0-dev espeak-ng)
+  libturbojpeg0-dev espeak-ng
+  fonts-wqy-microhei)  # CJK font for the OCR bench strips (scripts/bench/make_images.py --real)
 
 missing=()
 for p in "${APT_PKGS[@]}"; do
