@@ -14,7 +14,9 @@ APT_PKGS=(libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresam
   libavfilter-dev libavdevice-dev clang libclang-dev pkg-config ffmpeg fonts-dejavu-core
   libturbojpeg0-dev espeak-ng
   # munge and Slurm: tests/slurm.rs starts a one-node Slurm on 127.0.0.1 and submits the array script
-  munge slurm-wlm)
+  munge slurm-wlm
+  # CJK font for the OCR bench strips (scripts/bench/make_images.py --real)
+  fonts-wqy-microhei)
 
 missing=()
 for p in "${APT_PKGS[@]}"; do

@@ -8,11 +8,28 @@ of paragraphs), word crops (small RGB images of one word), RGBA text on a transp
 and JPEGs with an EXIF orientation tag. 16-bit greyscale files are made too (`i16_*`), but the
 benchmark reports them apart: RapidOCR 1.4.4 hands their raw 16-bit values to the models.
 
-Usage: make_images.py OUT_DIR [--seed K]
+`--real` makes the real-image set instead, the three kinds on which RapidOCR and vidcurate
+were seen to disagree on public images (issue 27):
+- `street_*.jpg`: 1280x720 views of photos with small, low-contrast signs, saved as a camera does
+  (JPEG quality 75-85, 4:2:0 chroma). The photos are scikit-image 0.26.0's data files, taken from its PyPI
+  wheel (`pip download`, kept in data/bench/skimage/): astronaut, rocket and hubble_deep_field
+  (public domain: NASA, SpaceX), chelsea, coffee, brick and gravel (CC0), as its
+  `skimage/data/_fetchers.py` documents them.
+- `page_*.jpg`: an English book page (DejaVu Serif, punctuation followed directly by words, as
+  in "book;their") stored as an 8-bit palette PNG under a `.jpg` name, with a grey palette,
+  half of them with a transparent palette entry (tRNS), as page scanners and optimisers write.
+- `strip_*.{jpg,png}`: 1167x54 strips of mixed Chinese/English text (WenQuanYi Micro Hei, from
+  Debian's fonts-wqy-microhei, installed by scripts/setup.sh).
+
+Usage: make_images.py OUT_DIR [--seed K] [--real]
 """
 import argparse
+import glob
 import os
 import random
+import subprocess
+import sys
+import zipfile
 
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
@@ -88,13 +105,131 @@ def text_card(rng, i, size=(700, 220)):
     return img
 
 
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SKIMAGE = "scikit-image==0.26.0"
+PHOTOS = ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "brick.png", "gravel.png",
+          "hubble_deep_field.jpg"]
+SERIF = "/usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf"
+CJK = "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc"
+SIGNS = ["No Parking", "Main St", "Pharmacy", "Exit 3", "Open 9-18", "Cafe Lumen", "Bus 42", "One Way",
+         "Hotel Ria", "Taxi", "Gate B", "Sale 30%", "Rue Verte", "Bakery", "Wi-Fi free", "Platform 7",
+         "Keep Left", "Books & Maps", "Ticket Office", "Dental Clinic"]
+PAGE = ("It was the best book;their friends said so,and the reader,who had come far,sat down:the page "
+        "was dry;the ink,old and brown,ran into words like (this) and 'that'.He wrote:\"never again\";she "
+        "laughed.Chapter 3.The end;or so they thought,until the letter came:it said,in short,that the "
+        "house was sold;their garden,the trees,the old well,all of it.Nobody knew why;nobody asked.The "
+        "next morning,at six,they left;the road was long,the rain was cold,and the book stayed behind.")
+STRIPS = ["2024年第3季度 Revenue 增长12.5%", "北京 Beijing 上海 Shanghai 广州 Guangzhou",
+          "订单号 Order No. A39217 已发货 Shipped", "温度 Temperature 23°C 湿度 Humidity 45%",
+          "欢迎光临 Welcome to Café 小熊 Little Bear", "第一章 Chapter One 开始 The Start",
+          "《哈利波特》Harry Potter 第7部 Part 7", "会议室 Room 301 下午3点 3 PM 开会",
+          "深圳 Shenzhen 地铁1号线 Metro Line 1", "价格 Price ¥199 包邮 Free shipping"]
+
+
+def skimage_photos():
+    """The photos of scikit-image's wheel, downloaded once into data/bench/skimage/ (pip's cache and
+    the registry are the only sources; nothing is committed)."""
+    d = os.path.join(ROOT, "data", "bench", "skimage")
+    out = os.path.join(d, "photos")
+    if not all(os.path.exists(os.path.join(out, p)) for p in PHOTOS):
+        os.makedirs(d, exist_ok=True)
+        if not glob.glob(os.path.join(d, "scikit_image-*.whl")):
+            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                            SKIMAGE, "-d", d], check=True)
+        wheel = sorted(glob.glob(os.path.join(d, "scikit_image-*.whl")))[0]
+        os.makedirs(out, exist_ok=True)
+        with zipfile.ZipFile(wheel) as z:
+            for p in PHOTOS:
+                with open(os.path.join(out, p), "wb") as f:
+                    f.write(z.read(f"skimage/data/{p}"))
+    return [os.path.join(out, p) for p in PHOTOS]
+
+
+def cover(img, w, h, zoom, rng):
+    s = max(w / img.width, h / img.height) * zoom
+    img = img.resize((round(img.width * s), round(img.height * s)), Image.LANCZOS)
+    left, top = rng.randint(0, img.width - w), rng.randint(0, img.height - h)
+    return img.crop((left, top, left + w, top + h))
+
+
+def street(rng, photo, zoom):
+    """Small signs a little lighter or darker than the wall they hang on, then a camera's blur."""
+    img = cover(Image.open(photo).convert("RGB"), 1280, 720, zoom, rng)
+    d = ImageDraw.Draw(img)
+    for _ in range(8):
+        f = font(rng.randint(11, 18), rng.random() < 0.5)
+        text = rng.choice(SIGNS)
+        x, y = rng.randint(20, 1050), rng.randint(20, 670)
+        bb = d.textbbox((x, y), text, font=f)
+        plate = (bb[0] - 6, bb[1] - 4, bb[2] + 6, bb[3] + 4)
+        wall = img.crop(plate).resize((1, 1), Image.BOX).getpixel((0, 0))
+        bg = tuple(max(0, min(255, c + rng.randint(-25, 25))) for c in wall)
+        delta = rng.choice([-1, 1]) * rng.randint(25, 60)
+        d.rectangle(plate, fill=bg)
+        d.text((x, y), text, font=f, fill=tuple(max(0, min(255, c + delta)) for c in bg))
+    return img.filter(ImageFilter.GaussianBlur(0.6))
+
+
+def page(rng, i):
+    """A book page: justified-looking lines of a serif text on off-white, dark grey ink."""
+    f = ImageFont.truetype(SERIF, rng.choice([24, 26, 28]))
+    img = Image.new("L", (1000, 900), rng.randint(236, 250))
+    d = ImageDraw.Draw(img)
+    words = PAGE.split(" ")
+    start = rng.randrange(len(words))
+    words = words[start:] + words[:start]
+    lines, cur = [], ""
+    for w in words:
+        if d.textlength(cur + " " + w, font=f) > 900 and cur:
+            lines.append(cur)
+            cur = w
+        else:
+            cur = (cur + " " + w).strip()
+    lines.append(cur)
+    ink = rng.randint(10, 50)
+    for k, line in enumerate(lines[:12]):
+        d.text((50, 40 + 70 * k), line, font=f, fill=ink)
+    return img
+
+
+def strip(rng, text):
+    img = Image.new("RGB", (1167, 54), tuple(rng.randint(238, 255) for _ in range(3)))
+    ImageDraw.Draw(img).text((rng.randint(0, 3), rng.randint(6, 14)), text,
+                             font=ImageFont.truetype(CJK, rng.choice([24, 28, 32])),
+                             fill=tuple(rng.randint(0, 60) for _ in range(3)))
+    return img
+
+
+def make_real(out, rng):
+    n = 0
+    for i, photo in enumerate(skimage_photos()):
+        for k, (zoom, quality) in enumerate([(1.0, 80), (1.4, 75), (1.2, 85)]):
+            street(rng, photo, zoom).save(os.path.join(out, f"street_{3 * i + k}.jpg"), quality=quality,
+                                          subsampling="4:2:0")
+            n += 1
+    for i in range(6):
+        # A grey page saved as palette ("P") keeps a grey palette; half get a tRNS entry for an
+        # index the page does not use, as PNG optimisers leave it.
+        p = page(rng, i).convert("P")
+        kw = {"transparency": 0} if i % 2 else {}
+        p.save(os.path.join(out, f"page_{i}.jpg"), format="PNG", **kw)
+        n += 1
+    for i, text in enumerate(STRIPS + STRIPS[::-1]):
+        strip(rng, text).save(os.path.join(out, f"strip_{i}." + ("jpg" if i % 2 == 0 else "png")), quality=75)
+        n += 1
+    print(f"images: {n} in {out}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--real", action="store_true", help="the real-image set (street, page, strip)")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     os.makedirs(a.out, exist_ok=True)
+    if a.real:
+        return make_real(a.out, rng)
     n = 0
     for i in range(4):
         photo(rng, i).save(os.path.join(a.out, f"photo_{i}.jpg"), quality=88)

@@ -14,7 +14,11 @@ scans, word crops, RGBA/grey+alpha text on transparent, palette PNG/GIF, 1-bit, 
 per kind and in all; 16-bit greyscale files are listed apart (RapidOCR hands their raw values to
 the models and reads nothing).
 
-Usage: scripts/bench/ocr.py [--slides-frames N] [--threads T]
+Then the real-image set (`make_images.py --real`: 1280x720 camera JPEGs of real photos with
+small low-contrast signs, English book pages stored as 8-bit palette PNG under a `.jpg` name,
+1167x54 mixed Chinese/English strips), per kind and in all.
+
+Usage: scripts/bench/ocr.py [--slides-frames N] [--threads T] [--sets frames,images,real] [--bin PATH]
 """
 import argparse
 import glob
@@ -46,12 +50,25 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--slides-frames", type=int, default=60)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--sets", default="frames,images,real", help="which image sets to read")
+    ap.add_argument("--bin", default=BIN, help="the vidcurate binary (default: the release build)")
     a = ap.parse_args()
-    if not os.path.exists(BIN):
+    sets = set(a.sets.split(","))
+    if a.bin == BIN and not os.path.exists(BIN):
         subprocess.run(["cargo", "build", "--release", "--locked"], cwd=ROOT, check=True)
     if not os.path.exists(RAPID_PY):
         sys.exit("RapidOCR reference missing: run scripts/setup.sh")
     work = tempfile.mkdtemp(prefix="vidcurate-ocr-bench-")
+    if "frames" in sets:
+        frames(a, work)
+    if "images" in sets:
+        per_kind(a, os.path.join(work, "images"), [], "non-frame images", apart={"i16"})
+    if "real" in sets:
+        per_kind(a, os.path.join(work, "real"), ["--real"], "real images")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def frames(a, work):
     subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-i", SLIDES, "-vf", "fps=1", "-frames:v",
                     str(a.slides_frames), "-q:v", "2", os.path.join(work, "slides_%04d.jpg")], check=True)
     truth = os.path.join(ROOT, "data", "bench", "truth")
@@ -66,7 +83,7 @@ def main():
     runs = {}
     for reuse in ("off", "on"):
         t0 = time.perf_counter()
-        r = subprocess.run([BIN, "ocr", "--threads", str(a.threads), "--reuse", reuse, *files],
+        r = subprocess.run([a.bin, "ocr", "--threads", str(a.threads), "--reuse", reuse, *files],
                            capture_output=True, text=True, check=True)
         runs[reuse] = (time.perf_counter() - t0, r)
     t0 = time.perf_counter()
@@ -85,11 +102,14 @@ def main():
             if line.startswith("reuse:"):
                 print("    " + line)
 
-    images = os.path.join(work, "images")
-    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench", "make_images.py"), images],
+
+def per_kind(a, images, make_args, title, apart=()):
+    """Identical share on a set made by make_images.py, per kind (the name before the last `_`)
+    and in all, kinds in `apart` left out of the total."""
+    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench", "make_images.py"), images, *make_args],
                    check=True, stdout=subprocess.DEVNULL)
     files = sorted(glob.glob(os.path.join(images, "*")))
-    ours = subprocess.run([BIN, "ocr", "--threads", str(a.threads), *files], capture_output=True, text=True)
+    ours = subprocess.run([a.bin, "ocr", "--threads", str(a.threads), *files], capture_output=True, text=True)
     theirs = subprocess.run([RAPID_PY, "-c", RAPID, str(a.threads), *files], capture_output=True, text=True,
                             check=True)
     ours_by = {json.loads(l)["source"]: l for l in ours.stdout.splitlines()}
@@ -98,18 +118,20 @@ def main():
         kind = os.path.basename(f).rsplit("_", 1)[0]
         s, n = identical(ours_by.get(f, '{"regions": []}'), t)
         ours_n = len(json.loads(ours_by.get(f, '{"regions": []}'))["regions"])
-        k = kinds.setdefault(kind, [0, 0, 0])
+        k = kinds.setdefault(kind, [0, 0, 0, 0])
         k[0] += s
         k[1] += n
         k[2] += ours_n
-    same = sum(v[0] for k, v in kinds.items() if k != "i16")
-    total = sum(v[1] for k, v in kinds.items() if k != "i16")
-    print("non-frame images, per kind (identical / RapidOCR regions; regions vidcurate read):")
-    for k, (s_, n_, o_) in sorted(kinds.items()):
-        print(f"  {k:12} {s_:3}/{n_:<3} ours {o_}")
-    print(f"non-frame images: {len(files)}; identical text: {same}/{total} RapidOCR regions = "
-          f"{100 * same / max(1, total):.1f} %   (target >= 98 %; i16 apart)")
-    shutil.rmtree(work, ignore_errors=True)
+        k[3] += 1
+    same = sum(v[0] for k, v in kinds.items() if k not in apart)
+    total = sum(v[1] for k, v in kinds.items() if k not in apart)
+    print(f"{title}, per kind (identical / RapidOCR regions; regions vidcurate read):")
+    for k, (s_, n_, o_, files_) in sorted(kinds.items()):
+        share = f"{100 * s_ / n_:5.1f} %" if n_ else "    -  "
+        print(f"  {k:12} {files_:3} files  {s_:3}/{n_:<3} {share}  ours {o_}")
+    note = f"; {', '.join(sorted(apart))} apart" if apart else ""
+    print(f"{title}: {len(files)}; identical text: {same}/{total} RapidOCR regions = "
+          f"{100 * same / max(1, total):.1f} %   (target >= 98 %{note})")
 
 
 def identical(ours_lines, theirs_lines):

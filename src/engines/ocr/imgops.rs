@@ -1,15 +1,18 @@
-//! Pixel operations the OCR pipeline needs, written to match OpenCV's where RapidOCR uses it
-//! (`cv2.resize` INTER_LINEAR with half-pixel centres, `warpPerspective` INTER_CUBIC with
-//! replicated borders), so boxes and crops compare one to one with RapidOCR 1.4.4.
+//! Pixel operations the OCR pipeline needs, written to match what RapidOCR 1.4.4 gets from Pillow
+//! and OpenCV: image files read by content (image, libjpeg-turbo for JPEG as Pillow does),
+//! `cv2.resize` INTER_LINEAR bit for bit, `warpPerspective` INTER_CUBIC with replicated borders,
+//! so boxes and crops compare one to one with RapidOCR. Reads image files; calls libturbojpeg.
 
 use super::OcrError;
-use image::{DynamicImage, ImageDecoder, RgbImage};
+use image::{DynamicImage, ImageDecoder, ImageFormat, RgbImage};
 use std::path::Path;
 
 /// Loads an image by its content (not its extension), applies EXIF orientation, and turns it
 /// into RGB the way RapidOCR 1.4.4's `LoadImage` does where that reads text (see `flatten`).
+/// JPEGs are decoded by libjpeg-turbo (`decode_jpeg`), as Pillow decodes them for RapidOCR.
 /// Where RapidOCR's loader loses the text, we do not copy it: palette images are expanded to
-/// their colours (RapidOCR reads the palette indices as grey), CMYK is converted (RapidOCR takes
+/// their colours (RapidOCR reads the palette indices as grey: the same pixels for a grey ramp
+/// palette, the usual one of a page saved as 8-bit palette), CMYK is converted (RapidOCR takes
 /// it for RGBA), 16-bit grey is scaled to 8 bits (RapidOCR passes the raw 16-bit values on), and
 /// the EXIF orientation is applied (RapidOCR ignores it; both read upright text the same, and a
 /// phone photo stored sideways is read here the way it is shown).
@@ -26,8 +29,9 @@ pub fn load_image(path: &Path) -> Result<RgbImage, OcrError> {
         .map_err(io)?;
     // GIFs decode with an alpha channel but are palette pictures (PIL's mode "P"), not RGBA:
     // they keep their colours, transparent pixels over white.
-    let gif = reader.format() == Some(image::ImageFormat::Gif);
-    if reader.format().is_none() {
+    let format = reader.format();
+    let gif = format == Some(ImageFormat::Gif);
+    if format.is_none() {
         return Err(OcrError::NotAnImage {
             path: path.to_path_buf(),
         });
@@ -36,9 +40,59 @@ pub fn load_image(path: &Path) -> Result<RgbImage, OcrError> {
     let orientation = decoder
         .orientation()
         .unwrap_or(image::metadata::Orientation::NoTransforms);
-    let mut img = DynamicImage::from_decoder(decoder).map_err(err)?;
+    let turbo = match format {
+        Some(ImageFormat::Jpeg) => decode_jpeg(&std::fs::read(path).map_err(io)?),
+        _ => None,
+    };
+    let mut img = match turbo {
+        Some(rgb) => DynamicImage::ImageRgb8(rgb),
+        None => DynamicImage::from_decoder(decoder).map_err(err)?,
+    };
+    // Pillow opens a palette PNG as indices ("P") whatever its tRNS chunk says, and RapidOCR
+    // never sees an alpha channel there; image-png expands a tRNS palette to RGBA, which
+    // `flatten` would invert like a transparent RGBA picture.
+    if format == Some(ImageFormat::Png) && png_is_palette(path) && img.color().has_alpha() {
+        img = DynamicImage::ImageRgb8(img.to_rgb8());
+    }
     img.apply_orientation(orientation);
     Ok(if gif { over_white(&img) } else { flatten(img) })
+}
+
+/// A YCbCr, RGB or grey JPEG decoded by libjpeg-turbo with its defaults (accurate integer IDCT,
+/// "fancy" triangular chroma upsampling), which is what Pillow's bundled libjpeg-turbo gives
+/// RapidOCR. image's own decoder (zune-jpeg) upsamples 4:2:0 chroma differently and is off by a
+/// few levels on many pixels, enough to lose small low-contrast text that RapidOCR reads.
+/// `None` for CMYK/YCCK and for files libjpeg-turbo rejects or warns about (truncated data):
+/// those are left to image's decoder, as before.
+pub fn decode_jpeg(data: &[u8]) -> Option<RgbImage> {
+    let mut d = turbojpeg::Decompressor::new().ok()?;
+    let header = d.read_header(data).ok()?;
+    use turbojpeg::Colorspace as Cs;
+    if !matches!(header.colorspace, Cs::YCbCr | Cs::RGB | Cs::Gray) {
+        return None;
+    }
+    let (w, h) = (header.width, header.height);
+    let mut pixels = vec![0u8; w * h * 3];
+    let out = turbojpeg::Image {
+        pixels: pixels.as_mut_slice(),
+        width: w,
+        pitch: w * 3,
+        height: h,
+        format: turbojpeg::PixelFormat::RGB,
+    };
+    d.decompress(data, out).ok()?;
+    RgbImage::from_raw(w as u32, h as u32, pixels)
+}
+
+/// Whether a PNG file's header says colour type 3 (palette).
+fn png_is_palette(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 26];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok()
+        && &head[12..16] == b"IHDR"
+        && head[25] == 3
 }
 
 fn over_white(img: &DynamicImage) -> RgbImage {
@@ -90,74 +144,83 @@ fn flatten(img: DynamicImage) -> RgbImage {
     }
 }
 
-/// Source index and weight of the second tap, per destination coordinate (OpenCV INTER_LINEAR).
-fn linear_taps(src: u32, dst: u32) -> Vec<(usize, f32)> {
-    let scale = src as f64 / dst as f64;
+/// OpenCV's fixed-point weights: 11 fractional bits (`INTER_RESIZE_COEF_BITS`).
+const COEF_SCALE: f32 = 2048.0;
+
+/// First source index and the two fixed-point weights per destination coordinate, computed as
+/// OpenCV 5.1's `resize` does (single-precision position, weights rounded half to even). Columns
+/// are clamped to the image (`clamp`: both index and weight); rows are not — their taps are
+/// clamped when read, so a border row keeps both weights, and the truncations that follow give a
+/// different last bit than a clamped weight would.
+fn linear_coefs(src: u32, dst: u32, clamp: bool) -> Vec<(i64, [i32; 2])> {
+    let scale = 1.0 / (dst as f64 / src as f64);
     (0..dst)
         .map(|d| {
-            let f = (d as f64 + 0.5) * scale - 0.5;
-            let mut s = f.floor();
-            let mut w = f - s;
-            if s < 0.0 {
-                s = 0.0;
-                w = 0.0;
+            let mut f = ((d as f64 + 0.5) * scale - 0.5) as f32;
+            let floor = f.floor();
+            f -= floor;
+            let mut s = floor as i64;
+            if clamp && s < 0 {
+                s = 0;
+                f = 0.0;
             }
-            if s >= (src - 1) as f64 {
-                s = (src - 1) as f64;
-                w = 0.0;
+            if clamp && s >= src as i64 - 1 {
+                s = src as i64 - 1;
+                f = 0.0;
             }
-            (s as usize, w as f32)
+            let w = |v: f32| (v * COEF_SCALE).round_ties_even() as i32;
+            (s, [w(1.0 - f), w(f)])
         })
         .collect()
 }
 
-/// Bilinear resize as `cv2.resize(img, (w, h))`.
+/// Bilinear resize, bit for bit `cv2.resize(img, (w, h))` of opencv-python 5.1 (the one RapidOCR
+/// 1.4.4 runs here): fixed-point horizontal pass, then the vertical pass in its SIMD form —
+/// each row's product truncated to 16 bits before the sum is rounded — which OpenCV uses for
+/// every pixel. A float resize differs by one on ~12 % of pixels, enough to move a space in a
+/// recognised line. Checked against cv2 by `tests/fixtures/ocr/make_reference.py`.
 pub fn resize_linear(src: &RgbImage, w: u32, h: u32) -> RgbImage {
     let (sw, sh) = src.dimensions();
     if (sw, sh) == (w, h) {
         return src.clone();
     }
-    let xs = linear_taps(sw, w);
-    let ys = linear_taps(sh, h);
+    let xs = linear_coefs(sw, w, true);
+    let ys = linear_coefs(sh, h, false);
     let s = src.as_raw();
     let stride = sw as usize * 3;
-    let mut out = vec![0u8; w as usize * h as usize * 3];
-    // Horizontal pass into a float row buffer per source row as needed.
-    let mut row_cache: Vec<Option<Vec<f32>>> = vec![None; sh as usize];
-    let hrow = |y: usize| -> Vec<f32> {
-        let mut r = vec![0f32; w as usize * 3];
+    let row_len = w as usize * 3;
+    let hrow = |y: usize| -> Vec<i32> {
         let base = y * stride;
-        for (dx, &(sx, wx)) in xs.iter().enumerate() {
-            let sx1 = (sx + 1).min(sw as usize - 1);
+        let mut r = vec![0i32; row_len];
+        for (dx, &(sx, [a0, a1])) in xs.iter().enumerate() {
+            let (x0, x1) = (sx as usize, (sx as usize + 1).min(sw as usize - 1));
             for c in 0..3 {
-                let a = s[base + sx * 3 + c] as f32;
-                let b = s[base + sx1 * 3 + c] as f32;
-                r[dx * 3 + c] = a + (b - a) * wx;
+                r[dx * 3 + c] = s[base + x0 * 3 + c] as i32 * a0 + s[base + x1 * 3 + c] as i32 * a1;
             }
         }
         r
     };
-    for (dy, &(sy, wy)) in ys.iter().enumerate() {
-        let sy1 = (sy + 1).min(sh as usize - 1);
-        if row_cache[sy].is_none() {
-            row_cache[sy] = Some(hrow(sy));
+    let mut out = vec![0u8; row_len * h as usize];
+    // Each source row's horizontal pass, kept while rows below still need it.
+    let mut cache: Vec<Option<Vec<i32>>> = vec![None; sh as usize];
+    let last = sh as i64 - 1;
+    let mut kept_from = 0;
+    for (dy, &(sy, [b0, b1])) in ys.iter().enumerate() {
+        let (y0, y1) = (sy.clamp(0, last) as usize, (sy + 1).clamp(0, last) as usize);
+        for y in [y0, y1] {
+            if cache[y].is_none() {
+                cache[y] = Some(hrow(y));
+            }
         }
-        if row_cache[sy1].is_none() {
-            row_cache[sy1] = Some(hrow(sy1));
-        }
-        let (r0, r1) = (
-            row_cache[sy].as_ref().unwrap(),
-            row_cache[sy1].as_ref().unwrap(),
-        );
-        let o = &mut out[dy * w as usize * 3..(dy + 1) * w as usize * 3];
-        for i in 0..o.len() {
-            let v = r0[i] + (r1[i] - r0[i]) * wy;
-            o[i] = v.round().clamp(0.0, 255.0) as u8;
+        let (r0, r1) = (cache[y0].as_ref().unwrap(), cache[y1].as_ref().unwrap());
+        let o = &mut out[dy * row_len..(dy + 1) * row_len];
+        for i in 0..row_len {
+            let v = (((r0[i] >> 4) * b0) >> 16) + (((r1[i] >> 4) * b1) >> 16);
+            o[i] = ((v + 2) >> 2).clamp(0, 255) as u8;
         }
         // Rows above are never needed again.
-        if sy > 0 {
-            row_cache[sy - 1] = None;
-        }
+        cache[kept_from..y0].iter_mut().for_each(|r| *r = None);
+        kept_from = kept_from.max(y0);
     }
     RgbImage::from_raw(w, h, out).expect("sized above")
 }
@@ -312,6 +375,63 @@ mod tests {
         let out = flatten(DynamicImage::ImageRgba8(black_text));
         assert_eq!(out.get_pixel(0, 0).0, [0, 0, 0]);
         assert_eq!(out.get_pixel(1, 0).0, [255, 255, 255]);
+    }
+
+    fn fixture(name: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/ocr")
+            .join(name)
+    }
+
+    fn png(name: &str) -> RgbImage {
+        image::open(fixture(name)).unwrap().to_rgb8()
+    }
+
+    fn differing(a: &RgbImage, b: &RgbImage) -> usize {
+        assert_eq!(a.dimensions(), b.dimensions());
+        a.as_raw()
+            .iter()
+            .zip(b.as_raw())
+            .filter(|(x, y)| x != y)
+            .count()
+    }
+
+    /// cv2.resize's own output (tests/fixtures/ocr/make_reference.py), up, down, to line height
+    /// and by an exact half.
+    #[test]
+    fn resize_is_bit_exact_with_opencv() {
+        let src = png("resize_src.png");
+        for (w, h) in [(160, 64), (141, 48), (30, 48), (32, 12), (61, 48), (7, 5)] {
+            let want = png(&format!("resize_{w}x{h}.png"));
+            assert_eq!(differing(&resize_linear(&src, w, h), &want), 0, "{w}x{h}");
+        }
+        let half = png("resize_half_src.png");
+        assert_eq!(
+            differing(&resize_linear(&half, 31, 12), &png("resize_half_31x12.png")),
+            0
+        );
+    }
+
+    /// A 4:2:0 camera JPEG decodes to the pixels RapidOCR's loader (Pillow, libjpeg-turbo) gives;
+    /// image's own decoder does not, which is what lost small low-contrast signs.
+    #[test]
+    fn camera_jpeg_decodes_as_rapidocr_loads_it() {
+        let path = fixture("camera_420.jpg");
+        let want = png("camera_420.rapidocr.png");
+        assert_eq!(differing(&load_image(&path).unwrap(), &want), 0);
+        let zune = image::open(&path).unwrap().to_rgb8();
+        assert!(
+            differing(&zune, &want) > 0,
+            "the fixture no longer tells the decoders apart"
+        );
+    }
+
+    /// A grey palette PNG with a tRNS entry, named .jpg: RapidOCR reads it as the grey page it
+    /// is; expanding the tRNS to alpha made us read its negative.
+    #[test]
+    fn palette_png_with_transparency_loads_as_rapidocr_loads_it() {
+        let got = load_image(&fixture("palette_trns_png.jpg")).unwrap();
+        assert_eq!(differing(&got, &png("palette_trns_png.rapidocr.png")), 0);
     }
 
     #[test]
