@@ -161,32 +161,8 @@ fn everything_under(dir: &Path, out: &mut Vec<u8>) {
 fn a_run_through_slow_downs_500s_cut_bodies_and_a_stall_equals_a_local_run() {
     need_ffmpeg!();
     let d = tempfile::tempdir().unwrap();
-    make_corpus(
-        &d.path().join("demo"),
-        &["--clips", "8", "--seconds", "2", "--seed", "9"],
-    );
-    let p = d.path().join("p.toml");
-    write(
-        &p,
-        &pipeline_with(
-            "manifest = \"demo/manifest.csv\"",
-            "{ count = 3 }",
-            &[("ocr_regions", "ocr")],
-        )
-        .replace(
-            "name = \"t\"\n",
-            "name = \"t\"\n[output]\nflush_secs = 0\nmax_rows_per_shard = 3\n",
-        ),
-    );
-    let reference = d.path().join("ref");
-    let o = run_into(&p, &reference, d.path());
-    assert_eq!(
-        o.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let want = snapshot(&reference, TABLES, VOLATILE);
+    let p = crate::verify::demo_pipeline(d.path());
+    let want = reference_run(&p, d.path(), TABLES, VOLATILE);
 
     let url = bucket("faulty");
     let (endpoint, faults) = start_proxy();

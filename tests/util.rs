@@ -342,3 +342,17 @@ pub fn snapshot(run: &Path, tables: &[&str], skip: &[&str]) -> Vec<Vec<String>> 
     all.push(jpegs);
     all
 }
+
+/// Runs pipeline `p` into `dir/ref` as one local process (exit 3: the test corpora hold a broken
+/// file) and returns the snapshot of `tables`: what a run elsewhere must equal.
+pub fn reference_run(p: &Path, dir: &Path, tables: &[&str], skip: &[&str]) -> Vec<Vec<String>> {
+    let reference = dir.join("ref");
+    let o = run_into(p, &reference, dir);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    snapshot(&reference, tables, skip)
+}

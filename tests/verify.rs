@@ -47,7 +47,7 @@ fn rel(run_dir: &Path, p: &Path) -> String {
 
 /// probe → frames → ocr over the demo generator's clips (text drawn on them, one broken upload),
 /// in small shards: several per stage.
-fn demo_pipeline(dir: &Path) -> PathBuf {
+pub(crate) fn demo_pipeline(dir: &Path) -> PathBuf {
     make_corpus(
         &dir.join("demo"),
         &["--clips", "8", "--seconds", "2", "--seed", "5"],
@@ -251,15 +251,7 @@ fn damage_in_an_object_store_run_is_named_and_computed_again() {
     use vidcurate::store::Store;
     let d = tempfile::tempdir().unwrap();
     let p = demo_pipeline(d.path());
-    let reference = d.path().join("ref");
-    let o = run_into(&p, &reference, d.path());
-    assert_eq!(
-        o.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let want = snapshot(&reference, TABLES, VOLATILE);
+    let want = reference_run(&p, d.path(), TABLES, VOLATILE);
     let url = bucket("verify-damage");
     let s3 = |args: &[&str]| {
         let mut c = std::process::Command::new(bin());

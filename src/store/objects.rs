@@ -245,6 +245,30 @@ impl ObjectStoreRun {
             .fold(self.prefix.clone(), |key, part| key.join(part)))
     }
 
+    /// Runs a streamed transfer again from its start while it fails with a fault the client did
+    /// not retry (`attempts`, for calls that stream to or from a local file).
+    async fn transfer<F, Fut>(&self, path: &str, call: F) -> io::Result<()>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<(), Upload>>,
+    {
+        let mut attempt = 1;
+        loop {
+            match call().await {
+                Err(Upload::Store(e))
+                    if attempt < BODY_ATTEMPTS && unretried_transport_fault(&e) =>
+                {
+                    tracing::debug!(path, attempt, error = %e, "A transfer broke while it ran; starting it again.");
+                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                    attempt += 1;
+                }
+                Err(Upload::Store(e)) => return Err(self.to_io(e)),
+                Err(Upload::Local(e)) => return Err(e),
+                Ok(()) => return Ok(()),
+            }
+        }
+    }
+
     /// One multipart upload of a local file (aborted on failure).
     async fn put_file_once(&self, key: &ObjPath, file: &Path) -> Result<(), Upload> {
         let upload = self.inner.put_multipart(key).await.map_err(Upload::Store)?;
@@ -363,40 +387,12 @@ impl Store for ObjectStoreRun {
 
     async fn put_file(&self, path: &str, file: &Path) -> io::Result<()> {
         let key = self.key(path)?;
-        let mut attempt = 1;
-        loop {
-            match self.put_file_once(&key, file).await {
-                Err(Upload::Store(e))
-                    if attempt < BODY_ATTEMPTS && unretried_transport_fault(&e) =>
-                {
-                    tracing::debug!(path, attempt, error = %e, "A multipart answer broke while it was read; uploading again.");
-                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
-                    attempt += 1;
-                }
-                Err(Upload::Store(e)) => return Err(self.to_io(e)),
-                Err(Upload::Local(e)) => return Err(e),
-                Ok(()) => return Ok(()),
-            }
-        }
+        self.transfer(path, || self.put_file_once(&key, file)).await
     }
 
     async fn get_file(&self, path: &str, file: &Path) -> io::Result<()> {
         let key = self.key(path)?;
-        let mut attempt = 1;
-        loop {
-            match self.get_file_once(&key, file).await {
-                Err(Upload::Store(e))
-                    if attempt < BODY_ATTEMPTS && unretried_transport_fault(&e) =>
-                {
-                    tracing::debug!(path, attempt, error = %e, "A download broke while it was read; fetching again.");
-                    tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
-                    attempt += 1;
-                }
-                Err(Upload::Store(e)) => return Err(self.to_io(e)),
-                Err(Upload::Local(e)) => return Err(e),
-                Ok(()) => return Ok(()),
-            }
-        }
+        self.transfer(path, || self.get_file_once(&key, file)).await
     }
 
     async fn get(&self, path: &str) -> io::Result<Vec<u8>> {
