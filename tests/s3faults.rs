@@ -4,6 +4,8 @@
 //! promise a Content-Length the bytes never reach), and stalls one request for seconds. The
 //! probe → frames → ocr pipeline on `s3://` through it must end with the tables of a local run,
 //! every kind of fault must have been injected, and the credential must appear in no output.
+//! A worker killed with -9 in the middle of a multipart upload leaves nothing a reader sees, and
+//! `vidcurate gc` lists and aborts the upload it left (and no other run's).
 
 use crate::cluster::{bucket, download, moto_endpoint};
 use crate::need_ffmpeg;
@@ -70,6 +72,17 @@ fn s3_error(c: &mut TcpStream, status: &str, code: &str) {
     );
 }
 
+/// Sends one request upstream as a close-delimited exchange; returns the whole answer.
+fn forward(upstream: &str, head: &str, body: &[u8]) -> Option<Vec<u8>> {
+    let mut up = TcpStream::connect(upstream).ok()?;
+    let (first, rest) = head.split_once("\r\n").unwrap_or((head, ""));
+    let _ = write!(up, "{first}\r\nConnection: close\r\n{rest}");
+    let _ = up.write_all(body);
+    let mut answer = vec![];
+    let _ = up.read_to_end(&mut answer);
+    Some(answer)
+}
+
 fn handle(mut c: TcpStream, upstream: &str, f: &Faults) {
     let Some((head, body)) = read_request(&mut c) else {
         return;
@@ -97,14 +110,9 @@ fn handle(mut c: TcpStream, upstream: &str, f: &Faults) {
         f.internal.fetch_add(1, Ordering::SeqCst);
         return s3_error(&mut c, "500 Internal Server Error", "InternalError");
     }
-    let Ok(mut up) = TcpStream::connect(upstream) else {
+    let Some(answer) = forward(upstream, &head, &body) else {
         return;
     };
-    let (first, rest) = head.split_once("\r\n").unwrap_or((&head, ""));
-    let _ = write!(up, "{first}\r\nConnection: close\r\n{rest}");
-    let _ = up.write_all(&body);
-    let mut answer = vec![];
-    let _ = up.read_to_end(&mut answer);
     let split = answer
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -130,20 +138,27 @@ fn handle(mut c: TcpStream, upstream: &str, f: &Faults) {
     let _ = c.write_all(&answer);
 }
 
-/// Starts the proxy in front of moto; returns its endpoint and its counters.
-fn start_proxy() -> (String, Arc<Faults>) {
+/// Starts a proxy in front of moto that gives each connection to `handler` with moto's
+/// address; returns the proxy's endpoint.
+fn proxy(handler: impl Fn(TcpStream, &str) + Send + Sync + 'static) -> String {
     let upstream = moto_endpoint().trim_start_matches("http://").to_string();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", l.local_addr().unwrap());
-    let faults = Arc::new(Faults::default());
-    let f = faults.clone();
+    let handler = Arc::new(handler);
     std::thread::spawn(move || {
         for c in l.incoming().flatten() {
-            let (f, up) = (f.clone(), upstream.clone());
-            std::thread::spawn(move || handle(c, &up, &f));
+            let (h, up) = (handler.clone(), upstream.clone());
+            std::thread::spawn(move || h(c, &up));
         }
     });
-    (endpoint, faults)
+    endpoint
+}
+
+/// Starts the fault-injecting proxy; returns its endpoint and its counters.
+fn start_proxy() -> (String, Arc<Faults>) {
+    let faults = Arc::new(Faults::default());
+    let f = faults.clone();
+    (proxy(move |c, up| handle(c, up, &f)), faults)
 }
 
 fn everything_under(dir: &Path, out: &mut Vec<u8>) {
@@ -220,4 +235,197 @@ fn a_run_through_slow_downs_500s_cut_bodies_and_a_stall_equals_a_local_run() {
         "secret in output"
     );
     assert!(!leaked(&files), "secret in the run directory");
+}
+
+/// The incomplete uploads moto holds in `bucket` (its own listing, not ours): (key, upload id,
+/// initiated).
+fn moto_uploads(bucket: &str) -> Vec<(String, String, String)> {
+    let out = std::process::Command::new("curl")
+        .args(["-sf", &format!("{}/{bucket}?uploads", moto_endpoint())])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "listing uploads of {bucket}");
+    let xml = String::from_utf8_lossy(&out.stdout).to_string();
+    let tag = |u: &str, t: &str| {
+        let from = u.find(&format!("<{t}>")).unwrap() + t.len() + 2;
+        u[from..from + u[from..].find('<').unwrap()].to_string()
+    };
+    xml.split("<Upload>")
+        .skip(1)
+        .map(|u| (tag(u, "Key"), tag(u, "UploadId"), tag(u, "Initiated")))
+        .collect()
+}
+
+#[test]
+fn a_worker_killed_mid_upload_leaves_nothing_readers_see_and_gc_aborts_its_upload() {
+    use crate::cluster::{s3_env, store};
+    use crate::fake_http::{FakeServer, Request, Response};
+    use std::process::{Command, Stdio};
+    use vidcurate::store::Store;
+    let d = tempfile::tempdir().unwrap();
+    // 20 MiB: three parts of the store's 8 MiB multipart upload.
+    let media: Vec<u8> = (0..20u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let served = media.clone();
+    let server = FakeServer::start(move |r: &Request| match r.path.as_str() {
+        "/media/big.mp4" => Response::bytes(200, "video/mp4", served.clone()),
+        _ => Response::bytes(404, "text/plain", b"no".to_vec()),
+    });
+    write(
+        &d.path().join("m.csv"),
+        &format!("id,path\nbig,{}media/big.mp4\n", server.url()),
+    );
+    let p = d.path().join("p.toml");
+    write(
+        &p,
+        "name = \"orphans\"\n[source]\ntype = \"local\"\nmanifest = \"m.csv\"\nurls = true\n\n[[stages]]\nid = \"download\"\ntype = \"download\"\n",
+    );
+    let url = crate::cluster::bucket("orphans");
+    // Another run's upload in the same bucket: gc of this run must not touch it.
+    let other = Command::new("curl")
+        .args(["-sf", "-X", "POST"])
+        .arg(format!(
+            "{}/orphans/runs/other/keep.bin?uploads",
+            moto_endpoint()
+        ))
+        .output()
+        .unwrap();
+    assert!(other.status.success(), "creating another run's upload");
+
+    // The proxy passes everything to moto but holds the second part of a multipart upload
+    // unanswered, and says so: the worker is killed while its upload is under way.
+    let (held_tx, held_rx) = std::sync::mpsc::channel::<String>();
+    let held_tx = std::sync::Mutex::new(held_tx);
+    let endpoint = proxy(move |mut c, up| {
+        let Some((head, body)) = read_request(&mut c) else {
+            return;
+        };
+        let line = head.lines().next().unwrap_or_default().to_string();
+        let query = line
+            .split(' ')
+            .nth(1)
+            .and_then(|target| target.split_once('?'))
+            .map_or("", |(_, q)| q);
+        if line.starts_with("PUT ") && query.split('&').any(|kv| kv == "partNumber=2") {
+            let _ = held_tx.lock().unwrap().send(line);
+            std::thread::sleep(Duration::from_secs(600));
+            return;
+        }
+        if let Some(answer) = forward(up, &head, &body) {
+            let _ = c.write_all(&answer);
+        }
+    });
+    let worker = |endpoint: &str| {
+        let mut c = Command::new(bin());
+        c.args(["run", p.to_str().unwrap(), "--out", &url, "-q"])
+            .args(["--work-dir", d.path().join("w").to_str().unwrap()])
+            .current_dir(d.path())
+            .env("RUST_LOG", "warn");
+        s3_env(&mut c).env("AWS_ENDPOINT_URL", endpoint);
+        c
+    };
+    let mut child = worker(&endpoint)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let held = held_rx.recv_timeout(Duration::from_secs(180));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let held = held.expect("the worker never uploaded a second part");
+    assert!(held.contains("uploadId="), "{held}");
+
+    let hash = blake3::hash(&media).to_hex().to_string();
+    let key = format!("media/objects/{}/{hash}.mp4", &hash[..2]);
+    let s3 = store(&url);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let listed = rt.block_on(s3.list("")).unwrap();
+    assert!(
+        !listed
+            .iter()
+            .any(|p| p.starts_with("media/objects/") || p.starts_with("download/")),
+        "a reader sees what the killed worker was uploading: {listed:?}"
+    );
+    let ours = |ups: &[(String, String, String)]| {
+        ups.iter()
+            .filter(|(k, _, _)| k.starts_with("runs/demo/"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let orphans = ours(&moto_uploads("orphans"));
+    assert_eq!(orphans.len(), 1, "{orphans:?}");
+    assert_eq!(orphans[0].0, format!("runs/demo/{key}"));
+
+    let gc = |args: &[&str]| {
+        let mut c = Command::new(bin());
+        c.arg("gc").arg(&url).args(args);
+        let o = s3_env(&mut c).output().unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    // moto 5 dates every upload 2010-11-10T20:48:33Z (a constant in its templates), so the age
+    // that keeps it is counted from there: an upload younger than --older-than is kept, since a
+    // live worker may be uploading it right now.
+    let initiated = chrono::DateTime::parse_from_rfc3339(&orphans[0].2).unwrap();
+    let days = (chrono::Utc::now() - initiated.with_timezone(&chrono::Utc)).num_days() + 1;
+    let young = gc(&["--dry-run", "--older-than", &format!("{days}d")]);
+    assert!(
+        young.contains(&format!(
+            "would abort 0 incomplete uploads; kept 1 younger than {}s",
+            days * 86400
+        )),
+        "{young}"
+    );
+    let dry = gc(&["--older-than", "0", "--dry-run"]);
+    let line = format!(
+        "would abort incomplete upload of {key} (begun {}, upload id {})",
+        initiated
+            .with_timezone(&chrono::Utc)
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        orphans[0].1
+    );
+    assert!(dry.contains(&line), "{dry}");
+    assert!(
+        dry.contains("would abort 1 incomplete uploads; kept 0"),
+        "{dry}"
+    );
+    assert!(
+        !dry.contains("keep.bin"),
+        "another run's upload listed: {dry}"
+    );
+    assert_eq!(ours(&moto_uploads("orphans")).len(), 1, "a dry run aborted");
+
+    let done = gc(&["--older-than", "0"]);
+    assert!(
+        done.contains(&format!("aborted incomplete upload of {key} (begun ")),
+        "{done}"
+    );
+    assert!(
+        done.contains("aborted 1 incomplete uploads; kept 0"),
+        "{done}"
+    );
+    let left = moto_uploads("orphans");
+    assert_eq!(ours(&left), vec![], "the upload is still there");
+    assert!(
+        left.iter().any(|(k, _, _)| k == "runs/other/keep.bin"),
+        "another run's upload was aborted: {left:?}"
+    );
+    assert!(gc(&["--older-than", "0", "--dry-run"]).contains("would abort 0 incomplete uploads"));
+
+    // The rerun, with nothing in its way, stores the media whole.
+    let o = worker(&moto_endpoint()).output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(rt.block_on(s3.get(&key)).unwrap(), media);
+    assert_eq!(ours(&moto_uploads("orphans")), vec![]);
 }

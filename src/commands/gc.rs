@@ -4,14 +4,14 @@
 //! Removes: partial downloads (`media/partial/`), temp files of a local run directory (ranked
 //! workers sweep only old ones at start, since another rank may be writing one), and with
 //! `--superseded` the shards set aside when settings changed. Shards need no collecting: a slot is
-//! created whole or not at all, and only its winner writes its rejects shard. Incomplete multipart
-//! uploads of an object store are not listed by its API: a bucket lifecycle rule
-//! (AbortIncompleteMultipartUpload) removes those.
+//! created whole or not at all, and only its winner writes its rejects shard. Aborts: incomplete
+//! multipart uploads under the run on S3 (a worker killed while it uploaded downloaded media
+//! leaves one: no reader sees it, but its parts are stored and billed until it is aborted).
 
 use crate::error::BadArgument;
 use crate::error::RunError;
 use crate::store::shards::SUPERSEDED_DIR;
-use crate::store::{ObjectInfo, Store};
+use crate::store::{ObjectInfo, PendingUpload, Store};
 use std::time::{Duration, SystemTime};
 
 #[derive(Debug, Default)]
@@ -20,6 +20,12 @@ pub struct GcReport {
     pub removed: Vec<(String, u64)>,
     /// Candidates younger than the age limit, kept.
     pub young: usize,
+    /// Incomplete multipart uploads aborted (or, dry, that would be).
+    pub aborted: Vec<PendingUpload>,
+    /// Incomplete uploads younger than the age limit, kept: a live worker may be uploading.
+    pub young_uploads: usize,
+    /// Why incomplete uploads were not looked at, where this store cannot list them.
+    pub uploads_not_listed: Option<String>,
 }
 
 pub async fn gc(
@@ -57,6 +63,24 @@ pub async fn gc(
         }
         report.removed.push((o.path.clone(), o.size));
     }
+    let uploads = match store.pending_uploads().await {
+        Ok(u) => u,
+        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+            report.uploads_not_listed = Some(e.to_string());
+            vec![]
+        }
+        Err(e) => return Err(io("", e)),
+    };
+    for u in uploads {
+        if now.duration_since(u.initiated).unwrap_or_default() < older_than {
+            report.young_uploads += 1;
+            continue;
+        }
+        if !dry_run {
+            store.abort_upload(&u).await.map_err(|e| io(&u.path, e))?;
+        }
+        report.aborted.push(u);
+    }
     Ok(report)
 }
 
@@ -85,9 +109,10 @@ pub fn parse_age(s: &str) -> Result<Duration, BadArgument> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// Remove leftovers no reader uses: partial downloads, temp files of a crashed writer, and
-/// with --superseded the shards of old settings set aside in RUN/_superseded/. Committed
-/// shards are never touched.
+/// Remove leftovers no reader uses: partial downloads, temp files of a crashed writer,
+/// incomplete multipart uploads on S3 (a worker killed while it uploaded media), and with
+/// --superseded the shards of old settings set aside in RUN/_superseded/. Committed shards are
+/// never touched. Run with --dry-run first to see the list.
 #[derive(clap::Args)]
 pub struct Args {
     /// A run directory or object-store URL (s3://bucket/prefix, …).
@@ -117,6 +142,15 @@ pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
     for (path, size) in &r.removed {
         println!("{verb} {path} ({size} bytes)");
     }
+    let abort = if a.dry_run { "would abort" } else { "aborted" };
+    for u in &r.aborted {
+        let begun = chrono::DateTime::<chrono::Utc>::from(u.initiated)
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        println!(
+            "{abort} incomplete upload of {} (begun {begun}, upload id {})",
+            u.path, u.id
+        );
+    }
     let bytes: u64 = r.removed.iter().map(|(_, s)| s).sum();
     println!(
         "{verb} {} objects, {bytes} bytes; kept {} younger than {}s",
@@ -124,6 +158,15 @@ pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
         r.young,
         a.older_than.as_secs()
     );
+    match &r.uploads_not_listed {
+        Some(why) => println!("incomplete uploads not listed: {why}"),
+        None => println!(
+            "{abort} {} incomplete uploads; kept {} younger than {}s",
+            r.aborted.len(),
+            r.young_uploads,
+            a.older_than.as_secs()
+        ),
+    }
     Ok(crate::error::Exit::Done)
 }
 

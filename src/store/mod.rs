@@ -29,6 +29,18 @@ pub struct ObjectInfo {
     pub modified: SystemTime,
 }
 
+/// A multipart upload begun under the run directory and neither completed nor aborted: what a
+/// writer killed while it uploaded leaves. No reader sees it (the object does not exist until
+/// the upload completes), but its parts are stored, and billed, until it is aborted.
+#[derive(Debug, Clone)]
+pub struct PendingUpload {
+    /// The object it would have created, relative to the run directory.
+    pub path: String,
+    /// The store's upload id.
+    pub id: String,
+    pub initiated: SystemTime,
+}
+
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Writes `data` at `path`, atomically replacing any previous object.
@@ -56,6 +68,15 @@ pub trait Store: Send + Sync + 'static {
             .into_iter()
             .map(|o| o.path)
             .collect())
+    }
+    /// Incomplete multipart uploads under the run directory (`gc` aborts the old ones). A local
+    /// folder has none; a store whose API we do not list them through answers `Unsupported`.
+    async fn pending_uploads(&self) -> io::Result<Vec<PendingUpload>> {
+        Ok(vec![])
+    }
+    /// Aborts one incomplete upload, dropping its stored parts; one already gone is not an error.
+    async fn abort_upload(&self, _upload: &PendingUpload) -> io::Result<()> {
+        Ok(())
     }
     /// Moves an object (used to set aside shards of superseded settings).
     async fn rename(&self, from: &str, to: &str) -> io::Result<()>;

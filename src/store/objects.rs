@@ -10,8 +10,12 @@
 //! headers arrived, except for GET: a LIST (or a multipart create/complete) answer cut in the
 //! middle, or a connection reset while it is read, comes out as an error. `attempts` retries
 //! exactly those here (`unretried_transport_fault`), so every kind of request survives them.
+//!
+//! The crate has no call that lists incomplete multipart uploads; on S3 `pending_uploads` sends
+//! ListMultipartUploads itself, as a URL the crate signs with the store's own credentials, so
+//! that `gc` can abort what a killed writer left.
 
-use super::{ObjectInfo, Store};
+use super::{ObjectInfo, PendingUpload, Store};
 use async_trait::async_trait;
 use futures::TryStreamExt;
 use object_store::path::Path as ObjPath;
@@ -38,6 +42,8 @@ pub struct ObjectStoreRun {
     url: String,
     /// Credential values in use, scrubbed from every error this store returns.
     secrets: Vec<String>,
+    /// The same store as S3, for the calls only S3 has here (incomplete uploads).
+    s3: Option<Arc<object_store::aws::AmazonS3>>,
 }
 
 const PART_SIZE: usize = 8 << 20;
@@ -80,11 +86,25 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<T, object_store::Error>>,
 {
+    attempts_while(what, unretried_transport_fault, call).await
+}
+
+/// Runs `call` again, with backoff, while it fails with an error `transient` accepts.
+async fn attempts_while<T, E, F, Fut>(
+    what: &str,
+    transient: impl Fn(&E) -> bool,
+    call: F,
+) -> Result<T, E>
+where
+    E: std::fmt::Display,
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
     let mut delay = Duration::from_millis(200);
     let mut attempt = 1;
     loop {
         match call().await {
-            Err(e) if attempt < BODY_ATTEMPTS && unretried_transport_fault(&e) => {
+            Err(e) if attempt < BODY_ATTEMPTS && transient(&e) => {
                 tracing::debug!(what, attempt, error = %e, "An answer broke while it was read; retrying.");
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(5));
@@ -156,18 +176,23 @@ impl ObjectStoreRun {
         let bad = |e: object_store::Error| {
             io::Error::new(io::ErrorKind::InvalidInput, format!("{url}: {e}"))
         };
+        let mut s3 = None;
         let inner: Arc<dyn ObjectStore> = match scheme {
-            "s3" | "s3a" => Arc::new({
+            "s3" | "s3a" => {
                 let mut b = object_store::aws::AmazonS3Builder::from_env();
                 for (k, v) in s3_options {
                     let key = k.parse().map_err(bad)?;
                     b = b.with_config(key, *v);
                 }
-                b.with_url(url)
-                    .with_retry(retry_config())
-                    .build()
-                    .map_err(bad)?
-            }),
+                let built = Arc::new(
+                    b.with_url(url)
+                        .with_retry(retry_config())
+                        .build()
+                        .map_err(bad)?,
+                );
+                s3 = Some(built.clone());
+                built
+            }
             "gs" => Arc::new(
                 object_store::gcp::GoogleCloudStorageBuilder::from_env()
                     .with_url(url)
@@ -192,6 +217,7 @@ impl ObjectStoreRun {
         };
         let prefix = ObjPath::from(prefix);
         let mut run = Self::with(inner, prefix, url.trim_end_matches('/').to_string());
+        run.s3 = s3;
         run.secrets = SECRET_VARS
             .iter()
             .filter_map(|v| std::env::var(v).ok())
@@ -213,6 +239,7 @@ impl ObjectStoreRun {
             prefix,
             url,
             secrets: vec![],
+            s3: None,
         }
     }
 
@@ -329,6 +356,55 @@ impl ObjectStoreRun {
         tokio::fs::rename(&tmp, file).await.map_err(local)
     }
 
+    /// One page of S3's ListMultipartUploads under the run's prefix, from a marker.
+    async fn uploads_page(
+        &self,
+        s3: &object_store::aws::AmazonS3,
+        marker: Option<&(String, String)>,
+    ) -> Result<UploadsPage, ListFault> {
+        use object_store::signer::{SignedUrlOptions, Signer};
+        let prefix = if self.prefix.as_ref().is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.prefix)
+        };
+        let mut query = vec![("uploads", String::new()), ("prefix", prefix)];
+        if let Some((key, id)) = marker {
+            query.push(("key-marker", key.clone()));
+            query.push(("upload-id-marker", id.clone()));
+        }
+        let options = SignedUrlOptions::new().with_query(query);
+        let url = s3
+            .signed_url_opts(
+                reqwest::Method::GET,
+                &ObjPath::from(""),
+                Duration::from_secs(300),
+                &options,
+            )
+            .await
+            .map_err(|e| ListFault::fatal(self.to_io(e).to_string()))?;
+        static CLIENT: std::sync::LazyLock<reqwest::Client> = std::sync::LazyLock::new(|| {
+            crate::tls::ensure_provider();
+            reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .expect("an HTTP client with default settings")
+        });
+        // The URL carries the signature and key id: errors are reported without it.
+        let sent = CLIENT.get(url).send().await.map_err(ListFault::http)?;
+        let status = sent.status();
+        let body = sent.text().await.map_err(ListFault::http)?;
+        if !status.is_success() {
+            let secrets: Vec<&str> = self.secrets.iter().map(String::as_str).collect();
+            let text = crate::secrets::scrub(&scrub_body(&body), &secrets);
+            return Err(ListFault {
+                transient: status.is_server_error() || status.as_u16() == 429,
+                text: format!("ListMultipartUploads answered {status}: {text}"),
+            });
+        }
+        parse_uploads(&body).map_err(ListFault::fatal)
+    }
+
     fn relative(&self, key: &ObjPath) -> Option<String> {
         let parts: Vec<_> = key.prefix_match(&self.prefix)?.collect();
         Some(
@@ -437,6 +513,60 @@ impl Store for ObjectStoreRun {
         Ok(out)
     }
 
+    async fn pending_uploads(&self) -> io::Result<Vec<PendingUpload>> {
+        let Some(s3) = &self.s3 else {
+            if self.url.starts_with("memory://") {
+                return Ok(vec![]);
+            }
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "{}: incomplete multipart uploads are listed on s3:// only (on GCS a lifecycle rule removes them; on Azure uncommitted blocks expire after 7 days)",
+                    self.url
+                ),
+            ));
+        };
+        let mut out = vec![];
+        let mut marker = None;
+        loop {
+            let page = attempts_while(
+                "list uploads",
+                |f: &ListFault| f.transient,
+                || self.uploads_page(s3, marker.as_ref()),
+            )
+            .await
+            .map_err(|f| io::Error::other(format!("{}: {}", self.url, f.text)))?;
+            for u in page.uploads {
+                let key = ObjPath::from(u.key.as_str());
+                if let Some(path) = self.relative(&key).filter(|p| !p.is_empty()) {
+                    out.push(PendingUpload {
+                        path,
+                        id: u.id,
+                        initiated: u.initiated,
+                    });
+                }
+            }
+            match page.next {
+                Some(next) if Some(&next) != marker.as_ref() => marker = Some(next),
+                _ => break,
+            }
+        }
+        out.sort_by(|a, b| (&a.path, a.initiated).cmp(&(&b.path, b.initiated)));
+        Ok(out)
+    }
+
+    async fn abort_upload(&self, upload: &PendingUpload) -> io::Result<()> {
+        use object_store::multipart::MultipartStore;
+        let Some(s3) = &self.s3 else {
+            return Ok(());
+        };
+        let key = self.key(&upload.path)?;
+        match attempts("abort upload", || s3.abort_multipart(&key, &upload.id)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.to_io(e)),
+        }
+    }
+
     async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         let (from, to) = (self.key(from)?, self.key(to)?);
         attempts("rename", || self.inner.rename(&from, &to))
@@ -460,6 +590,102 @@ impl Store for ObjectStoreRun {
     fn local_path(&self, _path: &str) -> Option<PathBuf> {
         None
     }
+}
+
+/// Why listing incomplete uploads failed, and whether trying again may help.
+struct ListFault {
+    transient: bool,
+    text: String,
+}
+
+impl ListFault {
+    fn fatal(text: String) -> Self {
+        Self {
+            transient: false,
+            text,
+        }
+    }
+
+    /// A transport fault is worth another try; its text leaves out the signed URL.
+    fn http(e: reqwest::Error) -> Self {
+        Self {
+            transient: e.is_timeout()
+                || e.is_connect()
+                || e.is_request()
+                || e.is_body()
+                || e.is_decode(),
+            text: e.without_url().to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for ListFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+struct ListedUpload {
+    key: String,
+    id: String,
+    initiated: std::time::SystemTime,
+}
+
+struct UploadsPage {
+    uploads: Vec<ListedUpload>,
+    /// (key-marker, upload-id-marker) of the next page, when the answer was truncated.
+    next: Option<(String, String)>,
+}
+
+/// Reads a ListMultipartUploadsResult (the elements we use; keys are not URL-encoded, since we
+/// do not ask for `encoding-type`).
+fn parse_uploads(xml: &str) -> Result<UploadsPage, String> {
+    static UPLOAD: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"(?s)<Upload>(.*?)</Upload>").expect("valid regex")
+    });
+    if !xml.contains("<ListMultipartUploadsResult") {
+        let start: String = xml.chars().take(200).collect();
+        return Err(format!("not a ListMultipartUploads answer: {start:?}"));
+    }
+    let field = |within: &str, name: &str| -> Option<String> {
+        let open = format!("<{name}>");
+        let from = within.find(&open)? + open.len();
+        let to = within[from..].find(&format!("</{name}>"))? + from;
+        Some(unescape_xml(&within[from..to]))
+    };
+    let mut uploads = vec![];
+    for m in UPLOAD.captures_iter(xml) {
+        let u = &m[1];
+        let (Some(key), Some(id), Some(at)) =
+            (field(u, "Key"), field(u, "UploadId"), field(u, "Initiated"))
+        else {
+            return Err(format!(
+                "an <Upload> without Key, UploadId or Initiated: {u:?}"
+            ));
+        };
+        let initiated = chrono::DateTime::parse_from_rfc3339(&at)
+            .map_err(|e| format!("upload {key}: Initiated {at:?}: {e}"))?;
+        uploads.push(ListedUpload {
+            key,
+            id,
+            initiated: initiated.with_timezone(&chrono::Utc).into(),
+        });
+    }
+    let truncated = field(xml, "IsTruncated").is_some_and(|t| t == "true");
+    let next = match (truncated, field(xml, "NextKeyMarker")) {
+        (true, Some(key)) => Some((key, field(xml, "NextUploadIdMarker").unwrap_or_default())),
+        (true, None) => return Err("a truncated answer without NextKeyMarker".into()),
+        (false, _) => None,
+    };
+    Ok(UploadsPage { uploads, next })
+}
+
+fn unescape_xml(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
 }
 
 #[cfg(test)]
@@ -515,6 +741,37 @@ mod tests {
         store.delete("media/x.mp4").await.unwrap();
         assert!(!store.exists("media/x.mp4").await.unwrap());
         assert!(store.get("nothing").await.unwrap_err().kind() == io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn uploads_answers_parse_with_their_next_page() {
+        // The shape of AWS's documented example answer, truncated after two uploads.
+        let xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListMultipartUploadsResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
+            <Bucket>b</Bucket><KeyMarker></KeyMarker><UploadIdMarker></UploadIdMarker>\
+            <NextKeyMarker>runs/a/media/x&amp;y.mp4</NextKeyMarker><NextUploadIdMarker>id-2</NextUploadIdMarker>\
+            <MaxUploads>2</MaxUploads><IsTruncated>true</IsTruncated>\
+            <Upload><Key>runs/a/media/w.mp4</Key><UploadId>id-1</UploadId><Initiator><ID>i</ID></Initiator>\
+            <StorageClass>STANDARD</StorageClass><Initiated>2026-12-03T10:00:00.000Z</Initiated></Upload>\
+            <Upload><Key>runs/a/media/x&amp;y.mp4</Key><UploadId>id-2</UploadId>\
+            <Initiated>2026-12-03T11:30:00.000Z</Initiated></Upload></ListMultipartUploadsResult>";
+        let page = parse_uploads(xml).unwrap();
+        assert_eq!(page.uploads.len(), 2);
+        assert_eq!(page.uploads[1].key, "runs/a/media/x&y.mp4");
+        assert_eq!(page.uploads[1].id, "id-2");
+        let secs =
+            |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        assert_eq!(
+            secs(page.uploads[1].initiated) - secs(page.uploads[0].initiated),
+            5400
+        );
+        assert_eq!(
+            page.next,
+            Some(("runs/a/media/x&y.mp4".to_string(), "id-2".to_string()))
+        );
+        let last = xml.replace("<IsTruncated>true", "<IsTruncated>false");
+        assert_eq!(parse_uploads(&last).unwrap().next, None);
+        assert!(parse_uploads("<Error><Code>AccessDenied</Code></Error>").is_err());
+        assert!(parse_uploads(&xml.replace("<UploadId>id-1</UploadId>", "")).is_err());
     }
 
     #[test]
