@@ -2,7 +2,8 @@
 //! started here on 127.0.0.1 (one node with the machine's CPUs, its own ports and folders),
 //! `sbatch --array=0-2 deploy/slurm/array.sbatch` over moto, one task cancelled while it runs and
 //! resubmitted as the script's comment says. `vidcurate status` shows the ranks' progress and
-//! names the rank to run again; the final tables equal a local run's.
+//! names the rank to run again; `verify` finds every committed object as recorded, and the final
+//! tables equal a local run's.
 //!
 //! Optional only where slurmd cannot start (a sandbox without the rights it needs): the test
 //! then says so, with the daemon's last log lines. Missing programs are a failed setup, not a skip.
@@ -324,6 +325,18 @@ fn an_array_job_with_a_cancelled_and_resubmitted_task_equals_a_local_run() {
     let (code, text) = status(&url, work);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("every rank is complete"), "{text}");
+    // Every object the four tasks committed (the cancelled one's too) is as recorded.
+    let mut c = Command::new(bin());
+    c.args(["verify", &url]).current_dir(work);
+    let o = s3_env(&mut c).output().unwrap();
+    let checked = String::from_utf8_lossy(&o.stdout).to_string();
+    eprintln!("$ vidcurate verify {url}\n{checked}");
+    assert_eq!(o.status.code(), Some(0), "{checked}");
+    assert!(
+        checked.contains(&format!("verify {url}: "))
+            && checked.contains("every object is as committed"),
+        "{checked}"
+    );
     let local = d.path().join("copy");
     download(&url, &local);
     assert_eq!(snapshot(&local), want, "tables as a local run's");
