@@ -24,6 +24,8 @@ pub struct GcReport {
     pub aborted: Vec<PendingUpload>,
     /// Incomplete uploads younger than the age limit, kept: a live worker may be uploading.
     pub young_uploads: usize,
+    /// Whether this store has incomplete uploads at all (object stores do, folders do not).
+    pub uploads_listed: bool,
     /// Why incomplete uploads were not looked at, where this store cannot list them.
     pub uploads_not_listed: Option<String>,
 }
@@ -64,7 +66,10 @@ pub async fn gc(
         report.removed.push((o.path.clone(), o.size));
     }
     let uploads = match store.pending_uploads().await {
-        Ok(u) => u,
+        Ok(u) => {
+            report.uploads_listed = u.is_some();
+            u.unwrap_or_default()
+        }
         Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
             report.uploads_not_listed = Some(e.to_string());
             vec![]
@@ -160,6 +165,7 @@ pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
     );
     match &r.uploads_not_listed {
         Some(why) => println!("incomplete uploads not listed: {why}"),
+        None if !r.uploads_listed => {}
         None => println!(
             "{abort} {} incomplete uploads; kept {} younger than {}s",
             r.aborted.len(),
@@ -181,5 +187,45 @@ mod tests {
         assert_eq!(parse_age("1.5d").unwrap(), Duration::from_secs(129600));
         assert!(parse_age("-1h").is_err());
         assert!(parse_age("2w").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_folder_loses_partial_downloads_and_set_aside_shards_only() {
+        use crate::store::LocalStore;
+        let d = tempfile::tempdir().unwrap();
+        let files = [
+            ("media/partial/abc.mp4.part", 7),
+            ("_superseded/probe/part-00000.parquet", 5),
+            ("probe/part-00000.parquet", 3),
+        ];
+        for (path, len) in files {
+            let p = d.path().join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, vec![0u8; len]).unwrap();
+        }
+        let store = LocalStore::open_read_only(d.path()).unwrap();
+        let exists = |p: &str| d.path().join(p).exists();
+        let r = gc(&store, Duration::from_secs(3600), true, false)
+            .await
+            .unwrap();
+        assert_eq!((r.removed.len(), r.young), (0, 2), "fresh files are kept");
+        let r = gc(&store, Duration::ZERO, false, true).await.unwrap();
+        assert_eq!(
+            r.removed,
+            vec![("media/partial/abc.mp4.part".to_string(), 7)]
+        );
+        assert!(exists("media/partial/abc.mp4.part"), "a dry run removed");
+        let r = gc(&store, Duration::ZERO, true, false).await.unwrap();
+        assert_eq!(r.removed.len(), 2, "{:?}", r.removed);
+        assert!(
+            !exists("media/partial/abc.mp4.part")
+                && !exists("_superseded/probe/part-00000.parquet")
+        );
+        assert!(
+            exists("probe/part-00000.parquet"),
+            "a committed shard was removed"
+        );
+        // A folder has no multipart uploads: nothing listed, nothing said about them.
+        assert!(!r.uploads_listed && r.uploads_not_listed.is_none() && r.aborted.is_empty());
     }
 }

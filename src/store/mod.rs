@@ -69,10 +69,11 @@ pub trait Store: Send + Sync + 'static {
             .map(|o| o.path)
             .collect())
     }
-    /// Incomplete multipart uploads under the run directory (`gc` aborts the old ones). A local
-    /// folder has none; a store whose API we do not list them through answers `Unsupported`.
-    async fn pending_uploads(&self) -> io::Result<Vec<PendingUpload>> {
-        Ok(vec![])
+    /// Incomplete multipart uploads under the run directory (`gc` aborts the old ones). None
+    /// where there are no such things (a local folder, memory); a store whose API we do not list
+    /// them through answers `Unsupported`.
+    async fn pending_uploads(&self) -> io::Result<Option<Vec<PendingUpload>>> {
+        Ok(None)
     }
     /// Aborts one incomplete upload, dropping its stored parts; one already gone is not an error.
     async fn abort_upload(&self, _upload: &PendingUpload) -> io::Result<()> {

@@ -513,10 +513,10 @@ impl Store for ObjectStoreRun {
         Ok(out)
     }
 
-    async fn pending_uploads(&self) -> io::Result<Vec<PendingUpload>> {
+    async fn pending_uploads(&self) -> io::Result<Option<Vec<PendingUpload>>> {
         let Some(s3) = &self.s3 else {
             if self.url.starts_with("memory://") {
-                return Ok(vec![]);
+                return Ok(None);
             }
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -552,7 +552,7 @@ impl Store for ObjectStoreRun {
             }
         }
         out.sort_by(|a, b| (&a.path, a.initiated).cmp(&(&b.path, b.initiated)));
-        Ok(out)
+        Ok(Some(out))
     }
 
     async fn abort_upload(&self, upload: &PendingUpload) -> io::Result<()> {
