@@ -12,6 +12,38 @@ pub const META_VIDEOS: &str = "vidcurate.videos";
 /// Parquet footer key naming the stage that wrote a shard.
 pub const META_STAGE: &str = "vidcurate.stage";
 
+/// Longest video id, in bytes: ids name files (frames, media), and 200 leaves room under the
+/// usual 255-byte file-name limit for the suffixes added to them.
+pub const MAX_VIDEO_ID_BYTES: usize = 200;
+
+/// Why `id` cannot be a video id, or `None` when it can. Ids become parts of file names in the
+/// run folder (frames, media), so one that is empty, too long, or holds a `/`, a `\`, a NUL or
+/// another control character, or is `.` or `..`, is refused where it enters (every source), and
+/// the other videos go on.
+pub fn video_id_problem(id: &str) -> Option<String> {
+    if id.is_empty() {
+        return Some("the video id is empty".into());
+    }
+    if id.len() > MAX_VIDEO_ID_BYTES {
+        return Some(format!(
+            "the video id is {} bytes long; at most {MAX_VIDEO_ID_BYTES} can name a file",
+            id.len()
+        ));
+    }
+    if id == "." || id == ".." {
+        return Some(format!("the video id {id:?} names a folder, not a file"));
+    }
+    if let Some(c) = id
+        .chars()
+        .find(|c| matches!(c, '/' | '\\') || c.is_control())
+    {
+        return Some(format!(
+            "the video id {id:?} holds {c:?}, which cannot be part of a file name"
+        ));
+    }
+    None
+}
+
 /// What a stage fills in; the planner checks each stage's `requires()` against the slots filled
 /// by the stages before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -318,3 +350,26 @@ impl VideoRecord {
 
 /// Names of the extra manifest columns carried through every output table.
 pub type Extras = Arc<Vec<String>>;
+
+#[cfg(test)]
+mod tests {
+    use super::video_id_problem;
+
+    #[test]
+    fn ids_that_cannot_name_a_file_are_refused_with_the_reason() {
+        for ok in ["dQw4w9WgXcQ", "b..1", "..x", "x..", "7f3a_9c-2", "视频01"] {
+            assert_eq!(video_id_problem(ok), None, "{ok}");
+        }
+        let why = |id: &str| video_id_problem(id).unwrap_or_default();
+        assert!(why("../../x").contains("'/'"), "{}", why("../../x"));
+        assert!(why("/etc").contains("'/'"));
+        assert!(why("a\\b").contains("'\\\\'"), "{}", why("a\\b"));
+        assert!(why("..").contains("folder"));
+        assert!(why(".").contains("folder"));
+        assert!(why("tab\there").contains("'\\t'"), "{}", why("tab\there"));
+        assert!(why("nul\0").contains("'\\0'"), "{}", why("nul\0"));
+        assert!(why("").contains("empty"));
+        assert!(why(&"x".repeat(201)).contains("201 bytes"));
+        assert_eq!(video_id_problem(&"x".repeat(200)), None);
+    }
+}

@@ -88,6 +88,7 @@ fn manifest_problems_are_rejects_with_the_line() {
     need_ffmpeg!();
     let d = tempfile::tempdir().unwrap();
     plain_clip(&d.path().join("a.mp4"), 1.0, "160x120");
+    plain_clip(&d.path().join("b.mp4"), 1.0, "160x120");
     write(
         &d.path().join("m.jsonl"),
         "{\"path\": \"a.mp4\", \"label\": \"fake\", \"lang\": \"en\"}\n\
@@ -95,7 +96,12 @@ fn manifest_problems_are_rejects_with_the_line() {
          not json\n\
          {\"path\": \"https://example.com/v.mp4\", \"label\": \"real\"}\n\
          {\"label\": \"real\"}\n\
-         {\"path\": \"a.mp4\", \"label\": \"dup\", \"score\": 3}\n",
+         {\"path\": \"a.mp4\", \"label\": \"dup\", \"score\": 3}\n\
+         {\"path\": \"b.mp4\", \"id\": \"../../x\", \"label\": \"fake\"}\n\
+         {\"path\": \"b.mp4\", \"id\": \"a/b\", \"label\": \"fake\"}\n\
+         {\"path\": \"b.mp4\", \"id\": \"tab\\there\", \"label\": \"fake\"}\n\
+         {\"path\": \"b.mp4\", \"id\": \"..\", \"label\": \"fake\"}\n\
+         {\"path\": \"b.mp4\", \"id\": \"b..1\", \"label\": \"fake\", \"lang\": \"en\"}\n",
     );
     let p = d.path().join("p.toml");
     write(&p, &pipeline("manifest = \"m.jsonl\"", "{ count = 2 }", ""));
@@ -121,9 +127,20 @@ fn manifest_problems_are_rejects_with_the_line() {
     assert!(has(4, "url_not_local"), "{rejects:#?}");
     assert!(has(5, "missing_path"), "{rejects:#?}");
     assert!(has(6, "duplicate_id"), "{rejects:#?}");
+    // Ids that cannot name a file are refused at their line; the run goes on (it used to stop
+    // at the frames stage with "bad store path").
+    for line in 7..=10 {
+        assert!(has(line, "unsafe_id"), "line {line}: {rejects:#?}");
+    }
+    assert_eq!(rejects.len(), 9, "{rejects:#?}");
     // Extra columns (union of keys, in first-seen order) are carried into every table.
     let frames = table_rows(&run_dir.join("frames"), &[]);
-    assert_eq!(frames.len(), 2);
+    // a.mp4 and b.mp4 (id `b..1`: dots inside an id are fine), two frames each.
+    assert_eq!(frames.len(), 4, "{frames:#?}");
+    assert!(
+        frames.iter().any(|r| r.contains("video_id=b..1")),
+        "{frames:#?}"
+    );
     assert!(
         frames
             .iter()

@@ -70,6 +70,7 @@ pub async fn run_source(
                 None => { ended = true; break }
             },
         };
+        let item = refuse_unsafe_id(item);
         let id = match &item {
             Ok(rec) => &rec.video_id,
             Err(rej) => &rej.video_id,
@@ -109,6 +110,21 @@ pub async fn run_source(
     let mut counts = table.counts;
     counts.tally = cx.tally.snapshot();
     Ok(counts)
+}
+
+/// A record whose id cannot name a file becomes a reject (`unsafe_id`), whatever the source: the
+/// sources that know a file and line refuse such ids themselves, and this catches the rest
+/// before any stage builds a path from one.
+fn refuse_unsafe_id(item: stage::SourceItem) -> stage::SourceItem {
+    let rec = item?;
+    match crate::record::video_id_problem(&rec.video_id) {
+        None => Ok(rec),
+        Some(why) => Err(stage::SourceReject {
+            video_id: rec.video_id,
+            extra: rec.extra,
+            error: crate::error::StageError::data("unsafe_id", why),
+        }),
+    }
 }
 
 /// The context the source table is opened with: with `for_all_ranks` the table keeps every

@@ -218,6 +218,8 @@ fn make_entry(
     let id = id
         .filter(|s| !s.trim().is_empty())
         .map(|s| s.trim().to_string());
+    // An id that cannot name a file is refused here, where the line is known; the rest go on.
+    let unsafe_id = id.as_deref().and_then(crate::record::video_id_problem);
     let mut e = Entry {
         origin,
         line,
@@ -229,6 +231,13 @@ fn make_entry(
         extra,
         problem: None,
     };
+    if let Some(why) = unsafe_id {
+        e.problem = Some(StageError::data(
+            "unsafe_id",
+            format!("{}: {why}", e.origin),
+        ));
+        return e;
+    }
     match path.map(|p| p.trim().to_string()).filter(|p| !p.is_empty()) {
         None => {
             e.problem = Some(StageError::data(
