@@ -4,6 +4,7 @@
 //! chain of tasks joined by bounded channels, persisting every stage's rows as Parquet shards in a
 //! run directory. See README.md for the run directory layout.
 
+pub mod benchmark;
 pub mod clients;
 pub mod commands;
 pub mod config;

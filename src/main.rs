@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use vidcurate::commands::{
     analyze, annotate, batch, cache, evaluate, gc, ocr, queries, questions, release, rethreshold,
-    run, split, status, validate, verify,
+    run, split, status, tasks, validate, verify,
 };
 use vidcurate::error::{Exit, RunError};
 
@@ -66,6 +66,7 @@ enum Cmd {
     },
     Queries(queries::Args),
     Questions(questions::Args),
+    Tasks(tasks::Args),
     Analyze(analyze::Args),
     Ocr(ocr::Args),
 }
@@ -99,6 +100,7 @@ fn dispatch(cmd: Cmd) -> Result<Exit, RunError> {
         Cmd::Batch { cmd } => batch::run(cmd),
         Cmd::Queries(a) => queries::run(a),
         Cmd::Questions(a) => questions::run(a),
+        Cmd::Tasks(a) => tasks::run(a),
         Cmd::Analyze(a) => analyze::run(a),
         Cmd::Ocr(a) => ocr::run(a),
     }

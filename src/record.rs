@@ -241,6 +241,19 @@ pub struct QuestionItem {
     pub model: String,
 }
 
+/// One shot of a video (the `shots` stage's rows).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Shot {
+    pub shot_index: u32,
+    pub start_secs: f64,
+    pub end_secs: f64,
+    /// In frames of the video's own rate (video2dataset's unit).
+    pub start_frame: i64,
+    pub end_frame: i64,
+    /// Shots in the whole video (repeated on each row, for easy grouping).
+    pub shots_in_video: u32,
+}
+
 /// One text region found on one sampled frame, with its colour and layout (the `ocr` stage).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct TextRegion {

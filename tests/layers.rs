@@ -10,8 +10,20 @@ use std::path::{Path, PathBuf};
 /// handed; `plan` (the planner) builds that chain from `config` and the `stages` registry;
 /// `commands` sit on top and `main.rs` dispatches to them.
 const LAYERS: &[&str] = &[
-    "error", "secrets", "tls", "paths", "record", "config", "store", "runtime", "engines",
-    "clients", "stages", "plan", "commands",
+    "error",
+    "secrets",
+    "tls",
+    "paths",
+    "record",
+    "config",
+    "store",
+    "runtime",
+    "engines",
+    "clients",
+    "benchmark",
+    "stages",
+    "plan",
+    "commands",
 ];
 
 fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -127,5 +139,80 @@ fn the_import_scanner_sees_paths_and_skips_comments() {
     assert_eq!(
         imports(text, "crate::"),
         vec![(1, "store".to_string()), (3, "runtime".to_string())]
+    );
+}
+
+/// Command pairs (importer, imported) that still share code through `commands/` instead of a
+/// layer below it: debt to fold (issue 35, part 7). The list may only shrink: a new pair fails
+/// the test, and so does a listed pair that no longer occurs.
+const COMMAND_IMPORTS_TO_FOLD: &[(&str, &str)] = &[
+    ("annotate", "analyze"),
+    ("annotate", "split"),
+    ("evaluate", "analyze"),
+    ("release", "annotate"),
+    ("release", "rethreshold"),
+    ("release", "split"),
+    ("run", "estimate"),
+];
+
+#[test]
+fn no_command_imports_another() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/commands");
+    let mut files = vec![];
+    rs_files(&dir, &mut files);
+    files.sort();
+    let command_of = |f: &Path| top_module(&dir, f);
+    let commands: std::collections::BTreeSet<String> = files
+        .iter()
+        .map(|f| command_of(f))
+        .filter(|c| c != "mod")
+        .collect();
+    let mut pairs = std::collections::BTreeMap::<(String, String), String>::new();
+    for f in &files {
+        let own = command_of(f);
+        if own == "mod" {
+            continue;
+        }
+        let text = std::fs::read_to_string(f).unwrap();
+        // `crate::commands::X`, and `super::X` from a file directly under commands/.
+        let mut found: Vec<(usize, String)> = vec![];
+        for (line, l) in text.lines().enumerate() {
+            let code = l.split("//").next().unwrap_or("");
+            for (prefix, top_level_only) in [("crate::commands::", false), ("super::", true)] {
+                if top_level_only && f.parent() != Some(dir.as_path()) {
+                    continue;
+                }
+                for (_, name) in imports(code, prefix) {
+                    found.push((line + 1, name));
+                }
+            }
+        }
+        for (line, target) in found {
+            if target != own && commands.contains(&target) {
+                pairs
+                    .entry((own.clone(), target))
+                    .or_insert(format!("{}:{line}", f.display()));
+            }
+        }
+    }
+    let listed: std::collections::BTreeSet<(String, String)> = COMMAND_IMPORTS_TO_FOLD
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    let new: Vec<String> = pairs
+        .iter()
+        .filter(|(p, _)| !listed.contains(*p))
+        .map(|((a, b), at)| format!("{at}: command `{a}` imports command `{b}`"))
+        .collect();
+    assert!(
+        new.is_empty(),
+        "shared logic belongs in a layer below commands/ (src/benchmark, store, stages):\n{}",
+        new.join("\n")
+    );
+    let folded: Vec<&(String, String)> =
+        listed.iter().filter(|p| !pairs.contains_key(*p)).collect();
+    assert!(
+        folded.is_empty(),
+        "folded, so take them off COMMAND_IMPORTS_TO_FOLD: {folded:?}"
     );
 }

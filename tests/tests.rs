@@ -29,6 +29,7 @@ mod shots;
 mod slurm;
 mod soak;
 mod split;
+mod tasks;
 mod transcript;
 mod verify;
 mod youtube;

@@ -16,6 +16,7 @@ pub mod rethreshold;
 pub mod run;
 pub mod split;
 pub mod status;
+pub mod tasks;
 pub mod validate;
 pub mod verify;
 

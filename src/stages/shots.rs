@@ -54,17 +54,8 @@ impl Default for ShotsConfig {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Shot {
-    pub shot_index: u32,
-    pub start_secs: f64,
-    pub end_secs: f64,
-    /// In frames of the video's own rate (video2dataset's unit).
-    pub start_frame: i64,
-    pub end_frame: i64,
-    /// Shots in the whole video (repeated on each row, for easy grouping).
-    pub shots_in_video: u32,
-}
+/// One row of the table (in `record`, where the benchmark's derived items read its columns).
+pub use crate::record::Shot;
 
 pub struct ShotsStage {
     cfg: ShotsConfig,
