@@ -69,6 +69,8 @@ pub enum Slot {
     Language,
     /// A model's answer under a schema of the pipeline's (`ask` stages).
     Answers,
+    /// Benchmark items of a task file (`items` stages; several may run, one per task).
+    Items,
 }
 
 impl Slot {
@@ -93,6 +95,7 @@ impl Slot {
             Slot::LevelCheck => "level_check",
             Slot::Language => "language",
             Slot::Answers => "answers",
+            Slot::Items => "items",
         }
     }
 }
@@ -241,6 +244,63 @@ pub struct QuestionItem {
     pub model: String,
 }
 
+/// One benchmark item of a task file (an `items` stage's rows): what it asks, its typed
+/// reference in the columns of its format, and where the reference came from.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BenchItem {
+    /// `<video>:<task>:<k>`.
+    pub item_id: String,
+    pub task: String,
+    pub format: String,
+    pub k: u32,
+    /// The task's question with the item's target text in place.
+    pub question: String,
+    /// The creator-added text the item asks about (derived text tasks).
+    pub target_text: String,
+    /// The key frame shown with the item (0-based among the sampled frames) and its time.
+    pub key_frame: Option<u32>,
+    pub key_time_secs: Option<f64>,
+    /// Options in shown order (choice formats).
+    pub options: Vec<String>,
+    /// The reference, in the columns of its format (the others empty): the label shown for a
+    /// choice ("C"; "A,C"; "7" past 26 options), the chosen indices, a count, time ranges as
+    /// parallel start and end lists, a text (open text; a tagged answer's reasoning), a label
+    /// (tagged reasoning), and reference lists as parallel field names and items.
+    pub answer: String,
+    pub answer_choices: Vec<u32>,
+    pub answer_count: Option<u32>,
+    pub answer_starts: Vec<f64>,
+    pub answer_ends: Vec<f64>,
+    pub answer_text: String,
+    pub answer_label: String,
+    pub reference_fields: Vec<String>,
+    pub reference_items: Vec<Vec<String>>,
+    pub rationale: String,
+    /// People must confirm the reference before it is one (SAC's shot count).
+    pub for_review: bool,
+    pub kept: bool,
+    pub reject_reason: String,
+    pub reject_codes: Vec<String>,
+    /// `derived` or `drafted`.
+    pub origin: String,
+    /// Derived: `stage.column` of every column read. Drafted: empty.
+    pub from_columns: Vec<String>,
+    /// The task file's fingerprint (its text and its prompts').
+    pub task_fingerprint: String,
+    /// Every round of a drafted item, in order: who wrote it (`draft` by model A, `refine` by
+    /// model B), with which model, the text, and the judge's scores (null before a judgment)
+    /// and reasons.
+    pub round_roles: Vec<String>,
+    pub round_models: Vec<String>,
+    pub round_texts: Vec<String>,
+    pub round_factual: Vec<Option<u8>>,
+    pub round_logical: Vec<Option<u8>>,
+    pub round_reasons: Vec<String>,
+    /// The round whose text is the item (kept items), and the judge's model.
+    pub final_round: Option<u32>,
+    pub judge_model: String,
+}
+
 /// One shot of a video (the `shots` stage's rows).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Shot {
@@ -325,6 +385,8 @@ pub struct VideoRecord {
     /// Drafted multiple-choice items, kept and rejected (a question stage), for the stages
     /// that check them.
     pub questions: Option<Vec<QuestionItem>>,
+    /// Benchmark items of the task stages so far (every task's, in stage order).
+    pub items: Option<Vec<BenchItem>>,
 }
 
 impl VideoRecord {
@@ -343,6 +405,7 @@ impl VideoRecord {
             transcript: None,
             caption: None,
             questions: None,
+            items: None,
         }
     }
 

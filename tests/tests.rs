@@ -15,6 +15,7 @@ mod cluster;
 mod config;
 mod dryrun;
 mod frames;
+mod items;
 mod judge;
 mod language;
 mod layers;

@@ -12,6 +12,7 @@ pub mod committee;
 pub mod dedup;
 pub mod download;
 pub mod frames;
+pub mod items;
 pub mod judge;
 pub mod language;
 pub mod local;
@@ -275,6 +276,7 @@ pub const STAGE_KINDS: &[StageKind] = &[
     questions::blind::KIND,
     questions::level_check::KIND,
     ask::KIND,
+    items::KIND,
 ];
 
 /// The kind a pipeline names, if there is one.

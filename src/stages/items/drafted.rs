@@ -1,0 +1,335 @@
+//! Drafted references (MVFNDB Figure 4): model A drafts, model B refines, a judge scores each
+//! refinement's factual consistency and logical rationality 0–5, and a score under the
+//! threshold sends the item back to model B with the judge's reasons (`benchmark::rounds`).
+//!
+//! Every answer follows a schema built here from the task's format, is checked by the format's
+//! own parser (`benchmark::formats`), and gets one repair naming the problem; an answer still
+//! wrong rejects the item, not the video. Every round is returned for the row.
+
+use crate::benchmark::formats::{AnswerContext, Format, Problem, option_label};
+use crate::benchmark::rounds::{Judgment, LoopRule, Next, Round, next};
+use crate::benchmark::task::Task;
+use crate::clients::llm::{ChatRequest, ImageInput, LlmService};
+use crate::error::StageError;
+use crate::stages::structured::OutputSchema;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::sync::Arc;
+
+/// A model a drafted task calls.
+pub struct Caller {
+    pub svc: Arc<LlmService>,
+    pub model: String,
+}
+
+/// The reference's schema for a task's format: what model A drafts and model B refines.
+pub fn draft_schema(task: &Task) -> OutputSchema {
+    let strings = json!({"type": "array", "items": {"type": "string"}});
+    let mut props = serde_json::Map::new();
+    let mut required: Vec<String> = vec![];
+    let mut add = |k: &str, v: Value| {
+        props.insert(k.to_string(), v);
+        required.push(k.to_string());
+    };
+    let fields = &task.file.reference.fields;
+    match task.format {
+        Format::SingleChoice => add(
+            "answer",
+            json!({"type": "string", "description": "the option's label"}),
+        ),
+        Format::MultipleChoice => add(
+            "answer",
+            json!({"type": "array", "items": {"type": "string"}, "description": "every right option's letter"}),
+        ),
+        Format::Count => add("answer", json!({"type": "integer"})),
+        Format::TimeRanges => add(
+            "answer",
+            json!({"type": "array", "items": {"type": "array", "items": {"type": "number"}}, "description": "[[start, end], ...] in seconds"}),
+        ),
+        Format::ReferenceList => {}
+        Format::OpenText => {
+            if fields.is_empty() {
+                add("answer", json!({"type": "string"}));
+            }
+        }
+        Format::TaggedReasoning => add(
+            "answer",
+            json!({"type": "string", "description": "<think>...</think><result>label</result>"}),
+        ),
+    }
+    for f in fields {
+        let v = if task.format == Format::OpenText {
+            json!({"type": "string"})
+        } else {
+            strings.clone()
+        };
+        add(f, v);
+    }
+    add("rationale", json!({"type": "string"}));
+    let schema = json!({
+        "type": "object",
+        "properties": props,
+        "required": required,
+        "additionalProperties": false,
+    });
+    OutputSchema::new(
+        &format!("{}_reference", task.file.name),
+        schema,
+        Path::new("(built from the task file)"),
+    )
+    .expect("a valid schema")
+}
+
+/// The judge's schema: two scores 0–5, each with its reason.
+pub fn judge_schema() -> OutputSchema {
+    let score = json!({"type": "integer", "minimum": 0, "maximum": 5});
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "factual_consistency": score,
+            "factual_reason": {"type": "string"},
+            "logical_rationality": score,
+            "logical_reason": {"type": "string"},
+        },
+        "required": ["factual_consistency", "factual_reason", "logical_rationality", "logical_reason"],
+        "additionalProperties": false,
+    });
+    OutputSchema::new("item_judgment", schema, Path::new("(built in)")).expect("a valid schema")
+}
+
+/// What a draft is checked against: the options, the video's duration, the dataset's label.
+pub struct DraftContext<'a> {
+    pub options: &'a [String],
+    pub duration_secs: Option<f64>,
+    /// The right label of a tagged_reasoning task (its `label_column`), when the video has one.
+    pub label: Option<&'a str>,
+}
+
+/// Checks a draft beyond its schema: the answer in the format's terms, the reference lists not
+/// empty, a tagged result equal to the dataset's label.
+pub fn check_draft(task: &Task, v: &Value, cx: &DraftContext) -> Result<(), Problem> {
+    let labels = &task.file.labels;
+    let acx = AnswerContext {
+        options: cx.options,
+        duration_secs: cx.duration_secs,
+        labels,
+    };
+    if let Some(answer) = v.get("answer") {
+        let parsed = task.format.parse(answer, &acx)?;
+        if let (crate::benchmark::formats::Answer::Tagged { result, .. }, Some(want)) =
+            (&parsed, cx.label)
+            && !result.eq_ignore_ascii_case(want)
+        {
+            return Err(Problem {
+                code: "wrong_label",
+                message: format!(
+                    "<result>{result}</result> is not the video's verified label {want}"
+                ),
+            });
+        }
+    }
+    for f in &task.file.reference.fields {
+        let empty = match &v[f.as_str()] {
+            Value::Array(a) => a
+                .iter()
+                .all(|x| x.as_str().is_none_or(|s| s.trim().is_empty())),
+            Value::String(s) => s.trim().is_empty(),
+            _ => true,
+        };
+        if empty {
+            return Err(Problem {
+                code: "empty_reference",
+                message: format!("`{f}` is empty: the reference needs at least one entry"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The options as a prompt lists them ("A. …").
+pub fn options_text(options: &[String]) -> String {
+    options
+        .iter()
+        .enumerate()
+        .map(|(i, o)| format!("{}. {o}", option_label(i, options.len())))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One item's loop, from the draft to a decision.
+pub struct Loop<'a> {
+    pub task: &'a Task,
+    pub drafter: &'a Caller,
+    pub refiner: &'a Caller,
+    pub judge: &'a Caller,
+    pub rule: LoopRule,
+    pub schema: &'a OutputSchema,
+    pub judge_schema: &'a OutputSchema,
+    pub images: Vec<ImageInput>,
+    pub max_tokens: u32,
+    pub temperature: f32,
+}
+
+/// How a loop ended: its rounds and the decision (the kept round, or the rejection).
+pub struct Ended {
+    pub rounds: Vec<Round>,
+    pub kept: Option<u32>,
+    /// (code, reason) of a rejection.
+    pub rejected: Option<(String, String)>,
+}
+
+impl Loop<'_> {
+    fn request(
+        &self,
+        c: &Caller,
+        prompt: String,
+        images: bool,
+        schema: &OutputSchema,
+    ) -> ChatRequest {
+        ChatRequest {
+            model: c.model.clone(),
+            prompt,
+            images: if images { self.images.clone() } else { vec![] },
+            temperature: self.temperature,
+            max_tokens: self.max_tokens,
+            json: true,
+            schema: Some(schema.request.clone()),
+            seed: None,
+            repair: false,
+        }
+    }
+
+    /// Runs the loop. `fill` fills a prompt's places for this video (`[draft]` and `[reasons]`
+    /// are filled here); `dcx` checks each draft.
+    pub async fn run(
+        &self,
+        fill: &(dyn Fn(&str) -> String + Sync),
+        dcx: &DraftContext<'_>,
+        cx: &crate::runtime::stage::StageContext,
+    ) -> Result<Ended, StageError> {
+        // The round is in the text: a refinement or judgment repeated word for word is a new
+        // request, not the response cache's answer to the round before.
+        let prompt = |role: &str, draft: &str, reasons: &str, round: usize| {
+            let p = fill(self.task.prompt(role).unwrap_or_default())
+                .replace("[draft]", draft)
+                .replace("[reasons]", reasons);
+            if round == 0 {
+                p
+            } else {
+                format!("{p}\n\n(Round {round}.)")
+            }
+        };
+        let mut rounds: Vec<Round> = vec![];
+        let check = |t: &str| -> Result<String, String> {
+            let v = self.schema.check(t).map_err(|e| e.to_string())?;
+            check_draft(self.task, &v, dcx).map_err(|p| p.message)?;
+            Ok(v.to_string())
+        };
+        loop {
+            let step = next(&rounds, &self.rule);
+            let (caller, role, req) = match &step {
+                Next::Keep { round } => {
+                    return Ok(Ended {
+                        rounds,
+                        kept: Some(*round),
+                        rejected: None,
+                    });
+                }
+                Next::Reject { reasons } => {
+                    let why = ("judged_below".to_string(), reasons.clone());
+                    return Ok(Ended {
+                        rounds,
+                        kept: None,
+                        rejected: Some(why),
+                    });
+                }
+                Next::Judge => {
+                    let last = rounds.last().map(|r| r.text.clone()).unwrap_or_default();
+                    let j = self
+                        .ask_judge(&prompt("judge", &last, "", rounds.len() - 1), cx)
+                        .await;
+                    match j {
+                        Ok(j) => {
+                            if let Some(r) = rounds.last_mut() {
+                                r.judgment = Some(j);
+                            }
+                            continue;
+                        }
+                        Err(e) => return rejected(rounds, e),
+                    }
+                }
+                Next::Refine { reasons } if rounds.is_empty() => {
+                    let _ = reasons;
+                    (
+                        self.drafter,
+                        "draft",
+                        self.request(self.drafter, prompt("draft", "", "", 0), true, self.schema),
+                    )
+                }
+                Next::Refine { reasons } => {
+                    let last = rounds.last().map(|r| r.text.clone()).unwrap_or_default();
+                    let p = prompt("refine", &last, reasons, rounds.len());
+                    (
+                        self.refiner,
+                        "refine",
+                        self.request(self.refiner, p, true, self.schema),
+                    )
+                }
+            };
+            let a = super::super::judge::ask_validated(
+                &caller.svc,
+                req,
+                cx,
+                "invalid_reference",
+                check,
+                |problem| format!("Your previous answer was invalid: {problem}. Reply with only the JSON object the schema describes, the problem fixed."),
+            )
+            .await;
+            match a {
+                Ok(a) => rounds.push(Round {
+                    round: rounds.len() as u32,
+                    role: role.into(),
+                    model: caller.model.clone(),
+                    text: a.value,
+                    judgment: None,
+                }),
+                Err(e) => return rejected(rounds, e),
+            }
+        }
+    }
+
+    async fn ask_judge(
+        &self,
+        prompt: &str,
+        cx: &crate::runtime::stage::StageContext,
+    ) -> Result<Judgment, StageError> {
+        let req = self.request(self.judge, prompt.to_string(), false, self.judge_schema);
+        let a = super::super::judge::ask_validated(
+            &self.judge.svc,
+            req,
+            cx,
+            "invalid_judgment",
+            |t| {
+                let v = self.judge_schema.check(t).map_err(|e| e.to_string())?;
+                serde_json::from_value::<Judgment>(v).map_err(|e| e.to_string())
+            },
+            |problem| format!("Your previous answer was invalid: {problem}. Reply with only the JSON object of the two scores and their reasons."),
+        )
+        .await?;
+        Ok(a.value)
+    }
+}
+
+/// A loop that ended on a call's error: a data error (an answer still invalid after its repair,
+/// a refusal) rejects the item with its reason; any other error (a service that stays down) is
+/// the video's, for the runtime to retry.
+fn rejected(rounds: Vec<Round>, e: StageError) -> Result<Ended, StageError> {
+    if e.kind != crate::error::ErrorKind::Data {
+        return Err(e);
+    }
+    Ok(Ended {
+        rounds,
+        kept: None,
+        rejected: Some((e.reason.clone(), e.detail.clone())),
+    })
+}
