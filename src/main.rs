@@ -5,8 +5,8 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use vidcurate::commands::{
-    analyze, annotate, batch, cache, evaluate, gc, ocr, queries, questions, release, rethreshold,
-    run, split, status, tasks, validate, verify,
+    analyze, annotate, batch, cache, evaluate, gc, items, ocr, queries, questions, release,
+    rethreshold, run, split, status, tasks, validate, verify,
 };
 use vidcurate::error::{Exit, RunError};
 
@@ -67,6 +67,7 @@ enum Cmd {
     Queries(queries::Args),
     Questions(questions::Args),
     Tasks(tasks::Args),
+    Items(items::Args),
     Analyze(analyze::Args),
     Ocr(ocr::Args),
 }
@@ -101,6 +102,7 @@ fn dispatch(cmd: Cmd) -> Result<Exit, RunError> {
         Cmd::Queries(a) => queries::run(a),
         Cmd::Questions(a) => questions::run(a),
         Cmd::Tasks(a) => tasks::run(a),
+        Cmd::Items(a) => items::run(a),
         Cmd::Analyze(a) => analyze::run(a),
         Cmd::Ocr(a) => ocr::run(a),
     }

@@ -295,7 +295,8 @@ pub struct BenchItem {
     pub round_texts: Vec<String>,
     pub round_factual: Vec<Option<u8>>,
     pub round_logical: Vec<Option<u8>>,
-    pub round_reasons: Vec<String>,
+    pub round_factual_reasons: Vec<String>,
+    pub round_logical_reasons: Vec<String>,
     /// The round whose text is the item (kept items), and the judge's model.
     pub final_round: Option<u32>,
     pub judge_model: String,

@@ -329,6 +329,36 @@ fn drafted_items_go_through_refine_and_judge_and_keep_every_round() {
     let o = run_with_key(&p, &out);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     assert_eq!((openai.requests().len(), gemini.requests().len()), (oa, ge));
+
+    // The item table, and the same items under other thresholds, with no call.
+    let table = |set: &[&str]| {
+        let mut args = vec!["items", out.to_str().unwrap()];
+        for s in set {
+            args.extend(["--set", s]);
+        }
+        let o = run(&args, d.path());
+        assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let t = table(&[]);
+    assert!(
+        t.contains("| kep | reference_list | drafted | 2 | 2 | 1 | 1 | 0 | 2.50 | judged_below 1 |"),
+        "{t}"
+    );
+    let t = table(&["kep.min_score=2"]);
+    assert!(t.contains("| kep | reference_list | drafted | 2 | 2 | 2 | 0 | 0 | 2.50 |  |"), "{t}");
+    // Stricter than any stored score: hopeless ran every round and fails; steady stopped
+    // early (kept at 4), so only a run can refine it further.
+    let t = table(&["kep.min_score=5"]);
+    assert!(t.contains("| 2 | 2 | 0 | 2 | 0 | 2.50 | judged_below 1, needs_rounds 1 |"), "{t}");
+    assert!(t.contains("1 drafted item(s) stopped before the rounds"), "{t}");
+    // One round allowed: steady's first judgment (3) fails.
+    let t = table(&["kep.max_rounds=0"]);
+    assert!(t.contains("| 2 | 2 | 0 | 2 | 0 | 2.50 | judged_below 2 |"), "{t}");
+    let o = run(&["items", out.to_str().unwrap(), "--set", "nope.min_score=1"], d.path());
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("no items stage \"nope\""), "{}", err(&o));
+    assert_eq!((openai.requests().len(), gemini.requests().len()), (oa, ge));
 }
 
 #[test]

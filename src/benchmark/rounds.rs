@@ -10,6 +10,7 @@
 //! Reads and writes nothing, calls nothing, caches nothing: the stage that calls the models
 //! stores the rounds and asks `next` what to do after each judgment.
 
+use crate::record::BenchItem;
 use serde::{Deserialize, Serialize};
 
 /// The loop's `select` settings.
@@ -162,6 +163,47 @@ pub fn reselect(rounds: &[Round], rule: &LoopRule) -> Reselected {
         // The loop ended earlier (kept under a milder rule, or rejected under fewer rounds).
         None => Reselected::NeedsRounds,
     }
+}
+
+/// Puts the rounds of a drafted item into its row's columns (`rounds_of` reads them back).
+pub fn fill_row(row: &mut BenchItem, rounds: &[Round]) {
+    for r in rounds {
+        row.round_roles.push(r.role.clone());
+        row.round_models.push(r.model.clone());
+        row.round_texts.push(r.text.clone());
+        let j = r.judgment.as_ref();
+        row.round_factual.push(j.map(|j| j.factual_consistency));
+        row.round_logical.push(j.map(|j| j.logical_rationality));
+        row.round_factual_reasons
+            .push(j.map(|j| j.factual_reason.clone()).unwrap_or_default());
+        row.round_logical_reasons
+            .push(j.map(|j| j.logical_reason.clone()).unwrap_or_default());
+    }
+}
+
+/// The rounds stored in a row, as the loop had them (what `rethreshold` and `items` re-decide).
+pub fn rounds_of(row: &BenchItem) -> Vec<Round> {
+    (0..row.round_texts.len())
+        .map(|i| {
+            let at = |v: &Vec<String>| v.get(i).cloned().unwrap_or_default();
+            let judgment = match (row.round_factual.get(i), row.round_logical.get(i)) {
+                (Some(Some(f)), Some(Some(l))) => Some(Judgment {
+                    factual_consistency: *f,
+                    factual_reason: at(&row.round_factual_reasons),
+                    logical_rationality: *l,
+                    logical_reason: at(&row.round_logical_reasons),
+                }),
+                _ => None,
+            };
+            Round {
+                round: i as u32,
+                role: at(&row.round_roles),
+                model: at(&row.round_models),
+                text: at(&row.round_texts),
+                judgment,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ pub mod cache;
 pub mod estimate;
 pub mod evaluate;
 pub mod gc;
+pub mod items;
 pub mod ocr;
 pub mod queries;
 pub mod questions;

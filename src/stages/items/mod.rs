@@ -22,7 +22,7 @@ mod drafted;
 
 use crate::benchmark::derive::{DeriveInput, DerivedItem, shot_item, text_items};
 use crate::benchmark::formats::{Answer, Format, option_label};
-use crate::benchmark::rounds::{LoopRule, Round};
+use crate::benchmark::rounds::LoopRule;
 use crate::benchmark::task::Task;
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
@@ -238,7 +238,8 @@ impl ItemsStage {
             round_texts: vec![],
             round_factual: vec![],
             round_logical: vec![],
-            round_reasons: vec![],
+            round_factual_reasons: vec![],
+            round_logical_reasons: vec![],
             final_round: None,
             judge_model: String::new(),
         }
@@ -337,22 +338,6 @@ fn fill_answer(row: &mut BenchItem, a: &Answer) {
             row.answer_label = result.clone();
             row.answer_text = think.clone();
         }
-    }
-}
-
-/// Puts the rounds of a drafted item into its row's columns.
-fn fill_rounds(row: &mut BenchItem, rounds: &[Round], rule: &LoopRule) {
-    for r in rounds {
-        row.round_roles.push(r.role.clone());
-        row.round_models.push(r.model.clone());
-        row.round_texts.push(r.text.clone());
-        let j = r.judgment.as_ref();
-        row.round_factual.push(j.map(|j| j.factual_consistency));
-        row.round_logical.push(j.map(|j| j.logical_rationality));
-        row.round_reasons.push(
-            j.map(|j| j.reasons(rule.min_score.max(6)))
-                .unwrap_or_default(),
-        );
     }
 }
 
@@ -547,7 +532,7 @@ impl ItemsStage {
             let mut row = self.blank_row(id, k as u32);
             row.options = options.clone();
             row.judge_model = m.judge.model.clone();
-            fill_rounds(&mut row, &ended.rounds, &self.rule);
+            crate::benchmark::rounds::fill_row(&mut row, &ended.rounds);
             match (ended.kept, ended.rejected) {
                 (Some(round), _) => {
                     let text = &ended.rounds[round as usize].text;
