@@ -342,20 +342,37 @@ fn drafted_items_go_through_refine_and_judge_and_keep_every_round() {
     };
     let t = table(&[]);
     assert!(
-        t.contains("| kep | reference_list | drafted | 2 | 2 | 1 | 1 | 0 | 2.50 | judged_below 1 |"),
+        t.contains(
+            "| kep | reference_list | drafted | 2 | 2 | 1 | 1 | 0 | 2.50 | judged_below 1 |"
+        ),
         "{t}"
     );
     let t = table(&["kep.min_score=2"]);
-    assert!(t.contains("| kep | reference_list | drafted | 2 | 2 | 2 | 0 | 0 | 2.50 |  |"), "{t}");
+    assert!(
+        t.contains("| kep | reference_list | drafted | 2 | 2 | 2 | 0 | 0 | 2.50 |  |"),
+        "{t}"
+    );
     // Stricter than any stored score: hopeless ran every round and fails; steady stopped
     // early (kept at 4), so only a run can refine it further.
     let t = table(&["kep.min_score=5"]);
-    assert!(t.contains("| 2 | 2 | 0 | 2 | 0 | 2.50 | judged_below 1, needs_rounds 1 |"), "{t}");
-    assert!(t.contains("1 drafted item(s) stopped before the rounds"), "{t}");
+    assert!(
+        t.contains("| 2 | 2 | 0 | 2 | 0 | 2.50 | judged_below 1, needs_rounds 1 |"),
+        "{t}"
+    );
+    assert!(
+        t.contains("1 drafted item(s) stopped before the rounds"),
+        "{t}"
+    );
     // One round allowed: steady's first judgment (3) fails.
     let t = table(&["kep.max_rounds=0"]);
-    assert!(t.contains("| 2 | 2 | 0 | 2 | 0 | 2.50 | judged_below 2 |"), "{t}");
-    let o = run(&["items", out.to_str().unwrap(), "--set", "nope.min_score=1"], d.path());
+    assert!(
+        t.contains("| 2 | 2 | 0 | 2 | 0 | 2.50 | judged_below 2 |"),
+        "{t}"
+    );
+    let o = run(
+        &["items", out.to_str().unwrap(), "--set", "nope.min_score=1"],
+        d.path(),
+    );
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     assert!(err(&o).contains("no items stage \"nope\""), "{}", err(&o));
     assert_eq!((openai.requests().len(), gemini.requests().len()), (oa, ge));
@@ -433,4 +450,197 @@ fn items_settings_that_cannot_work_exit_2_at_the_key_and_the_dry_run_prices_ever
     let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), err(&o));
     assert_eq!(o.status.code(), Some(0), "{out}");
     assert!(out.contains("total: 14 model calls"), "{out}");
+}
+
+/// A drafted task file of `format` with the lines `extra`, and its three prompts.
+fn drafted_task(dir: &Path, name: &str, format: &str, metric: &str, extra: &str) -> String {
+    for (role, text) in [
+        ("draft", "DRAFT for [title]"),
+        ("refine", "REFINE [draft]"),
+        ("judge", "JUDGE [draft]"),
+    ] {
+        write(&dir.join(format!("prompts/{role}.txt")), text);
+    }
+    let path = dir.join(format!("{name}.toml"));
+    write(
+        &path,
+        &format!(
+            "name = \"{name}\"\ncategory = \"perception\"\ntargets = [\"original_footage\"]\nformat = \"{format}\"\n\
+             definition = \"d\"\nquestion = \"q\"\nmetrics = [\"{metric}\"]\n{extra}\n\
+             [reference]\nfrom = \"drafted\"\n\n[prompts]\ndraft = \"prompts/draft.txt\"\n\
+             refine = \"prompts/refine.txt\"\njudge = \"prompts/judge.txt\"\n"
+        ),
+    );
+    path.display().to_string()
+}
+
+/// Model A's answers per task and video: a first draft that breaks the format, then (after
+/// the repair request) the second.
+fn format_draft(task: &str, fake: bool, repair: bool) -> Value {
+    let a = match (task, fake, repair) {
+        ("one", _, false) => json!("D"),
+        ("one", _, true) => json!("(b)"),
+        ("many", _, false) => json!([]),
+        ("many", _, true) => json!(["a", "C"]),
+        ("count", _, false) => json!(-1),
+        ("count", _, true) => json!(-2),
+        ("ranges", true, false) => json!([[0.8, 0.2]]),
+        ("ranges", true, true) => json!([[0.1, 0.9]]),
+        ("ranges", false, _) => json!([[0.5, 9]]),
+        ("tagged", true, false) => json!("<think>calm</think><result>real</result>"),
+        ("tagged", true, true) => json!("<think>red captions</think><result>Fake</result>"),
+        ("tagged", false, _) => json!("it looks real"),
+        _ => panic!("{task}"),
+    };
+    json!({"answer": a, "rationale": "seen"})
+}
+
+#[test]
+fn every_answer_format_is_drafted_validated_repaired_or_rejected_with_its_code() {
+    need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(d.path().join("v")).unwrap();
+    for (t, size) in [("fakeclip", "160x120"), ("realclip", "192x108")] {
+        plain_clip(&d.path().join(format!("v/{t}.mp4")), 1.0, size);
+    }
+    write(
+        &d.path().join("m.csv"),
+        "path,id,title,label\nv/fakeclip.mp4,fakeclip,fakeclip,fake\nv/realclip.mp4,realclip,realclip,real\n",
+    );
+    let server = FakeServer::start(|r: &Request| {
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        let prompt = prompt_of(r);
+        let schema = v["response_format"]["json_schema"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        if schema == "item_judgment" {
+            return openai_structured(
+                &json!({"factual_consistency": 5, "factual_reason": "ok", "logical_rationality": 5, "logical_reason": "ok"}).to_string(),
+            );
+        }
+        if let Some(rest) = prompt.strip_prefix("REFINE ") {
+            // Model B hands the draft back as it is.
+            return openai_structured(rest.split("\n\n(Round").next().unwrap());
+        }
+        let task = schema.trim_end_matches("_reference");
+        let fake = prompt.contains("fakeclip");
+        let repair = prompt.contains("previous answer was invalid");
+        openai_structured(&format_draft(task, fake, repair).to_string())
+    });
+    let t = d.path().join("t");
+    let tasks = [
+        (
+            "one",
+            drafted_task(
+                &t,
+                "one",
+                "single_choice",
+                "accuracy",
+                "options = [\"alpha\", \"beta\", \"gamma\"]",
+            ),
+        ),
+        (
+            "many",
+            drafted_task(
+                &t,
+                "many",
+                "multiple_choice",
+                "jaccard",
+                "options = [\"w\", \"x\", \"y\", \"z\"]",
+            ),
+        ),
+        (
+            "count",
+            drafted_task(&t, "count", "count", "abs_distance", ""),
+        ),
+        (
+            "ranges",
+            drafted_task(&t, "ranges", "time_ranges", "mean_iou", ""),
+        ),
+        (
+            "tagged",
+            drafted_task(
+                &t,
+                "tagged",
+                "tagged_reasoning",
+                "macro_f1",
+                "labels = [\"real\", \"fake\"]",
+            ),
+        ),
+    ];
+    // The tagged task's result must be the manifest's label.
+    let tagged = std::fs::read_to_string(&tasks[4].1).unwrap().replace(
+        "from = \"drafted\"",
+        "from = \"drafted\"\nlabel_column = \"label\"",
+    );
+    write(Path::new(&tasks[4].1), &tagged);
+    let services = format!(
+        "[services.openai]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 6000\n",
+        server.url()
+    );
+    let m = |r: &str| format!("{r} = {{ service = \"openai\", model = \"m-{r}\" }}");
+    let models = [m("drafter"), m("refiner"), m("judge")].join(", ");
+    let mut text = pipeline(
+        "manifest = \"m.csv\"",
+        "{ mode = \"uniform\", count = 2 }",
+        &services,
+    );
+    for (name, path) in &tasks {
+        text += &items_stage(name, &format!("task = \"{path}\", {models}"));
+    }
+    let p = d.path().join("p.toml");
+    write(&p, &text);
+    let out = d.path().join("run");
+    let o = run_with_key(&p, &out);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let rows = |task: &str| by_video(&table_rows_file_all(&out.join(task)));
+
+    let one = rows("one");
+    for r in one.values() {
+        assert_eq!(
+            (r["kept"].as_str(), r["answer"].as_str()),
+            ("true", "B"),
+            "{r:?}"
+        );
+        assert_eq!(r["answer_choices"], "[1]");
+        assert_eq!(r["round_factual"], "[null, 5]");
+    }
+    let many = rows("many");
+    for r in many.values() {
+        assert_eq!(
+            (r["kept"].as_str(), r["answer"].as_str()),
+            ("true", "A,C"),
+            "{r:?}"
+        );
+        assert_eq!(r["answer_choices"], "[0, 2]");
+    }
+    // A negative count twice: rejected with the format's code and the reason.
+    for r in rows("count").values() {
+        assert_eq!(r["kept"], "false", "{r:?}");
+        assert_eq!(r["reject_codes"], "[negative_count]");
+        assert!(
+            r["reject_reason"].contains("a count cannot be negative (got -2)"),
+            "{r:?}"
+        );
+        assert_eq!(r["round_roles"], "[]", "no round was accepted: {r:?}");
+    }
+    let ranges = rows("ranges");
+    let f = &ranges["fakeclip"];
+    assert_eq!(f["kept"], "true", "{f:?}");
+    assert_eq!(
+        (f["answer_starts"].as_str(), f["answer_ends"].as_str()),
+        ("[0.1]", "[0.9]")
+    );
+    let r = &ranges["realclip"];
+    assert_eq!(r["reject_codes"], "[range_outside]", "{r:?}");
+    assert!(r["reject_reason"].contains("outside the video"), "{r:?}");
+    let tagged = rows("tagged");
+    let f = &tagged["fakeclip"];
+    assert_eq!(f["kept"], "true", "a wrong label is repaired: {f:?}");
+    assert_eq!(
+        (f["answer_label"].as_str(), f["answer_text"].as_str()),
+        ("fake", "red captions")
+    );
+    let r = &tagged["realclip"];
+    assert_eq!(r["reject_codes"], "[missing_result_tag]", "{r:?}");
 }

@@ -220,9 +220,19 @@ impl Loop<'_> {
             }
         };
         let mut rounds: Vec<Round> = vec![];
+        // The format's code of the last problem: what a rejected item's row names.
+        let last_code = std::sync::Mutex::new("breaks_schema");
         let check = |t: &str| -> Result<String, String> {
-            let v = self.schema.check(t).map_err(|e| e.to_string())?;
-            check_draft(self.task, &v, dcx).map_err(|p| p.message)?;
+            let note =
+                |code: &'static str| *last_code.lock().unwrap_or_else(|e| e.into_inner()) = code;
+            let v = self.schema.check(t).map_err(|e| {
+                note("breaks_schema");
+                e.to_string()
+            })?;
+            check_draft(self.task, &v, dcx).map_err(|p| {
+                note(p.code);
+                p.message
+            })?;
             Ok(v.to_string())
         };
         loop {
@@ -293,7 +303,15 @@ impl Loop<'_> {
                     text: a.value,
                     judgment: None,
                 }),
-                Err(e) => return rejected(rounds, e),
+                Err(mut e) => {
+                    if e.reason == "invalid_reference" {
+                        e.reason = last_code
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .to_string();
+                    }
+                    return rejected(rounds, e);
+                }
             }
         }
     }
