@@ -293,3 +293,102 @@ fn near_duplicates_stay_together_or_are_dropped() {
         serde_json::json!(["b_reupload"])
     );
 }
+
+/// A dataset's own splits kept as they are, and MVFNDB's category-test-split: the same number
+/// of test videos in every label × category cell.
+#[test]
+fn a_datasets_own_splits_and_the_balanced_category_test_split() {
+    need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    plain_clip(&d.path().join("c.mp4"), 1.0, "64x36");
+    let cats = ["event_hp", "event_np", "knowledge"];
+    let mut csv = String::from("path,id,label,category,split\n");
+    let mut truth = BTreeMap::new();
+    for i in 0..60 {
+        let label = if i % 2 == 0 { "fake" } else { "real" };
+        // Six label × category cells of 10 videos each.
+        let cat = cats[(i / 2) % 3];
+        let split = ["train", "train", "train", "valid", "test"][i % 5];
+        csv += &format!("c.mp4,v{i:02},{label},{cat},{split}\n");
+        truth.insert(format!("v{i:02}"), split.to_string());
+    }
+    write(&d.path().join("m.csv"), &csv);
+    let p = d.path().join("p.toml");
+    write(
+        &p,
+        "name = \"s\"\n[source]\ntype = \"local\"\nmanifest = \"m.csv\"\n\n[[stages]]\nid = \"probe\"\ntype = \"probe\"\n",
+    );
+    let run = d.path().join("run");
+    let o = run_into(&p, &run, d.path());
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    let o = split(&run, &["--from-column", "split", "--name", "own"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let own = read_split(&run, "own");
+    assert_eq!(own.len(), 60);
+    for (id, (s, _, _)) in &own {
+        assert_eq!(s, &truth[id], "{id}");
+    }
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("splits/own.json")).unwrap()).unwrap();
+    assert_eq!(
+        report["names"],
+        serde_json::json!(["train", "test", "valid"])
+    );
+
+    let o = split(
+        &run,
+        &[
+            "--stratify",
+            "label,category",
+            "--balanced-test",
+            "max",
+            "--ratios",
+            "90/0/10",
+            "--name",
+            "cat",
+        ],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let cat = read_split(&run, "cat");
+    let mut test: BTreeMap<String, usize> = BTreeMap::new();
+    for (s, stratum, _) in cat.values() {
+        if s == "test" {
+            *test.entry(stratum.clone()).or_default() += 1;
+        }
+    }
+    assert_eq!(test.len(), 6, "{test:?}\n{out}");
+    assert!(
+        test.values().all(|n| *n == 10),
+        "every cell has 10 test videos: {test:?}"
+    );
+    // Asked for more than a cell has: the error names the cell.
+    let o = split(
+        &run,
+        &[
+            "--stratify",
+            "label,category",
+            "--balanced-test",
+            "11",
+            "--name",
+            "x",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("has only 10 video(s)"), "{e}");
+    // A column with a missing value cannot keep its splits.
+    let o = split(&run, &["--from-column", "nope", "--name", "y"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

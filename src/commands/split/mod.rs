@@ -14,6 +14,8 @@
 //! the squared distance of the per-stratum counts from their targets; with groups of one video
 //! that keeps every split × stratum count within one video of its target.
 
+mod modes;
+
 use crate::error::BadArgument;
 use crate::error::RunError;
 use crate::runtime::chain::SOURCE_STAGE_ID;
@@ -60,6 +62,16 @@ pub struct SplitOptions {
     /// are near-duplicates when half the frames of the shorter one match.
     #[arg(long, default_value_t = 10)]
     pub max_distance: u32,
+    /// Keep a dataset's own splits: each video's split is its value in this source column
+    /// (e.g. the `split` column of a dataset source). The split names are the --names that
+    /// occur, then any other value; --ratios is not used; a video with no value is an error.
+    #[arg(long, conflicts_with_all = ["balanced_test", "group", "dedup", "drop_duplicates"])]
+    pub from_column: Option<String>,
+    /// MVFNDB's category-test-split: the last of --names (test) gets this many videos of every
+    /// --stratify stratum (e.g. label,category), or `max` (as many as the smallest stratum
+    /// has); the rest are split over the other names by their --ratios.
+    #[arg(long, value_parser = modes::parse_per_cell, conflicts_with_all = ["group", "dedup", "drop_duplicates"])]
+    pub balanced_test: Option<modes::PerCell>,
 }
 
 /// Split shares, summing to 1 (an alias, so the command line takes them as one value).
@@ -442,7 +454,9 @@ pub async fn split(run_dir: &Path, opts: &SplitOptions) -> Result<SplitReport, R
     let (store, m) = (run.store, run.manifest);
     let fp = crate::commands::source_fingerprint(&m);
     let view = read_table(&store, SOURCE_STAGE_ID, &fp, true).await?;
-    let staged = stage_values(&store, &m, &view.batches, &opts.stratify).await?;
+    let mut wanted = opts.stratify.clone();
+    wanted.extend(opts.from_column.clone());
+    let staged = stage_values(&store, &m, &view.batches, &wanted).await?;
     let values = source_values(&view.batches, opts, &staged)?;
     let items: Vec<Item> = selected
         .iter()
@@ -470,12 +484,47 @@ pub async fn split(run_dir: &Path, opts: &SplitOptions) -> Result<SplitReport, R
     } else {
         (items, 0, vec![])
     };
-    let placed = assign(&items, &opts.ratios, opts.seed);
+    let (placed, opts) = place(&items, &view.batches, &staged, opts)?;
+    let opts = &opts;
     let mut report = report(opts, &items, &placed, run_dir);
     report.duplicate_clusters = clusters;
     report.dropped_duplicates = dropped;
     write(&store, opts, &items, &placed, &report).await?;
     Ok(report)
+}
+
+/// Where each item goes, and the options as applied (`--from-column` names the splits by the
+/// column's values and sets the ratios to the shares found).
+fn place(
+    items: &[Item],
+    source: &[RecordBatch],
+    staged: &StageValues,
+    opts: &SplitOptions,
+) -> Result<(Vec<usize>, SplitOptions), RunError> {
+    let mut opts = opts.clone();
+    if let Some(column) = opts.from_column.clone() {
+        let mut by = opts.clone();
+        by.stratify = vec![column.clone()];
+        by.group = None;
+        let values: HashMap<String, Option<String>> = source_values(source, &by, staged)?
+            .into_iter()
+            .map(|(id, (v, _))| (id, (v != "(none)" && !v.trim().is_empty()).then_some(v)))
+            .collect();
+        let (placed, names) = modes::from_column(items, &values, &column, &opts)?;
+        let n = items.len().max(1) as f64;
+        opts.ratios = (0..names.len())
+            .map(|s| placed.iter().filter(|p| **p == s).count() as f64 / n)
+            .collect();
+        opts.names = names;
+        return Ok((placed, opts));
+    }
+    if let Some(per_cell) = opts.balanced_test {
+        return Ok((
+            modes::balanced_test(items, per_cell, &opts.ratios, opts.seed)?,
+            opts,
+        ));
+    }
+    Ok((assign(items, &opts.ratios, opts.seed), opts))
 }
 
 /// video → its near-duplicate cluster (the smallest id in it), from the run's `dedup` stage.
@@ -679,7 +728,7 @@ async fn write(
 /// the counts.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  vidcurate split data/runs/demo --stratify label --group channel_id\n  vidcurate split data/runs/x --ratios 80/20 --names train,test --stratify domain,label --seed 7"
+    after_help = "Examples:\n  vidcurate split data/runs/demo --stratify label --group channel_id\n  vidcurate split data/runs/x --ratios 80/20 --names train,test --stratify domain,label --seed 7\n  vidcurate split data/runs/fakesv --from-column split            (the dataset's own splits)\n  vidcurate split data/runs/fakesv --stratify label,category --balanced-test 60   (MVFNDB's category-test-split)"
 )]
 pub struct Args {
     /// A run directory or object-store URL (s3://bucket/prefix, …).
