@@ -147,12 +147,8 @@ fn the_import_scanner_sees_paths_and_skips_comments() {
 /// the test, and so does a listed pair that no longer occurs.
 const COMMAND_IMPORTS_TO_FOLD: &[(&str, &str)] = &[
     ("annotate", "analyze"),
-    ("annotate", "split"),
     ("evaluate", "analyze"),
     ("release", "annotate"),
-    ("release", "rethreshold"),
-    ("release", "split"),
-    ("run", "estimate"),
 ];
 
 #[test]

@@ -5,7 +5,6 @@ pub mod analyze;
 pub mod annotate;
 pub mod batch;
 pub mod cache;
-pub mod estimate;
 pub mod evaluate;
 pub mod gc;
 pub mod items;

@@ -231,3 +231,37 @@ impl RunStages {
 pub async fn pipeline_selection(run: &RunView) -> Result<(Vec<String>, Vec<FunnelRow>), RunError> {
     Ok(read_stages(run, &[]).await?.selected())
 }
+
+/// A split made before: video id → split name, and the split's report (`NAME.json`, Null when
+/// missing). The error says how to make it.
+pub async fn read_split(
+    store: &std::sync::Arc<dyn crate::store::Store>,
+    name: &str,
+) -> Result<(BTreeMap<String, String>, serde_json::Value), RunError> {
+    let path = format!("splits/{name}.parquet");
+    let data = store.get(&path).await.map_err(|e| {
+        RunError::Config(format!(
+            "{}/{path}: {e}: make the split first, e.g. `vidcurate split RUN --name {name} --stratify label`",
+            store.location()
+        ))
+    })?;
+    let mut out = BTreeMap::new();
+    for b in crate::store::shards::table_batches(&path, data)? {
+        let (Some(ids), Some(splits)) = (
+            crate::store::shards::text_column(&b, "video_id"),
+            crate::store::shards::text_column(&b, "split"),
+        ) else {
+            return Err(RunError::Internal(format!(
+                "{path}: no video_id or split column"
+            )));
+        };
+        for i in 0..b.num_rows() {
+            out.insert(ids.value(i).to_string(), splits.value(i).to_string());
+        }
+    }
+    let report = match store.get(&format!("splits/{name}.json")).await {
+        Ok(d) => serde_json::from_slice(&d).unwrap_or_default(),
+        Err(_) => serde_json::Value::Null,
+    };
+    Ok((out, report))
+}

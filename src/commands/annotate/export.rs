@@ -112,7 +112,7 @@ pub async fn export(run_dir: &Path, opts: &ExportOptions) -> Result<usize, RunEr
     let (mut videos, _) = crate::stages::selection::pipeline_selection(&run).await?;
     let (store, m) = (run.store, run.manifest);
     if let Some(split) = &opts.split {
-        let keep = crate::commands::split::read_split(&store, split).await?.0;
+        let keep = crate::stages::selection::read_split(&store, split).await?.0;
         videos.retain(|v| keep.contains_key(v));
     }
     if let Some(expr) = &opts.filter {

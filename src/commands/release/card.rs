@@ -3,7 +3,7 @@
 
 use super::questions::QuestionsWritten;
 use super::*;
-use crate::commands::rethreshold::FunnelRow;
+use crate::stages::selection::FunnelRow;
 use crate::runtime::chain::SOURCE_STAGE_ID;
 use crate::store::manifest::Manifest;
 use arrow::datatypes::{DataType, Field, Fields, Schema};

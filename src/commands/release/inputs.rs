@@ -293,7 +293,7 @@ pub(super) async fn read_split(
     ),
     RunError,
 > {
-    let (placed, report) = crate::commands::split::read_split(store, name).await?;
+    let (placed, report) = crate::stages::selection::read_split(store, name).await?;
     let mut by_split: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (id, split) in placed {
         by_split.entry(split).or_default().push(id);

@@ -19,7 +19,7 @@ mod modes;
 use crate::error::BadArgument;
 use crate::error::RunError;
 use crate::runtime::chain::SOURCE_STAGE_ID;
-use crate::store::shards::{read_table, table_batches, text_column};
+use crate::store::shards::{read_table, text_column};
 use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use serde::Serialize;
@@ -407,37 +407,7 @@ fn source_values(
     Ok(out)
 }
 
-/// A split made before: video id → split name, and the split's report (`NAME.json`, Null when
-/// missing). The error says how to make it.
-pub async fn read_split(
-    store: &Arc<dyn crate::store::Store>,
-    name: &str,
-) -> Result<(BTreeMap<String, String>, serde_json::Value), RunError> {
-    let path = format!("splits/{name}.parquet");
-    let data = store.get(&path).await.map_err(|e| {
-        RunError::Config(format!(
-            "{}/{path}: {e}: make the split first, e.g. `vidcurate split RUN --name {name} --stratify label`",
-            store.location()
-        ))
-    })?;
-    let mut out = BTreeMap::new();
-    for b in table_batches(&path, data)? {
-        let (Some(ids), Some(splits)) = (text_column(&b, "video_id"), text_column(&b, "split"))
-        else {
-            return Err(RunError::Internal(format!(
-                "{path}: no video_id or split column"
-            )));
-        };
-        for i in 0..b.num_rows() {
-            out.insert(ids.value(i).to_string(), splits.value(i).to_string());
-        }
-    }
-    let report = match store.get(&format!("splits/{name}.json")).await {
-        Ok(d) => serde_json::from_slice(&d).unwrap_or_default(),
-        Err(_) => serde_json::Value::Null,
-    };
-    Ok((out, report))
-}
+pub use crate::stages::selection::read_split;
 
 /// Splits the videos `run_dir`'s pipeline selected and writes `splits/<name>.{parquet,json}`.
 pub async fn split(run_dir: &Path, opts: &SplitOptions) -> Result<SplitReport, RunError> {

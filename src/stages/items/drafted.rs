@@ -286,7 +286,7 @@ impl Loop<'_> {
                     )
                 }
             };
-            let a = super::super::judge::ask_validated(
+            let a = crate::stages::judge::ask_validated(
                 &caller.svc,
                 req,
                 cx,
@@ -322,7 +322,7 @@ impl Loop<'_> {
         cx: &crate::runtime::stage::StageContext,
     ) -> Result<Judgment, StageError> {
         let req = self.request(self.judge, prompt.to_string(), false, self.judge_schema);
-        let a = super::super::judge::ask_validated(
+        let a = crate::stages::judge::ask_validated(
             &self.judge.svc,
             req,
             cx,

@@ -1,6 +1,8 @@
 //! `vidcurate run`: plan a pipeline file and run it (or, with `--dry-run`, estimate it), then
 //! print the per-stage summary.
 
+pub mod estimate;
+
 use crate::error::{Exit, RunError};
 use crate::runtime::runner::{self, RunOptions, RunStatus};
 use std::path::PathBuf;
@@ -74,8 +76,8 @@ pub fn run(a: Args) -> Result<Exit, RunError> {
         work_dir: a.ranks.work_dir,
     };
     if a.dry_run {
-        let d = rt.block_on(super::estimate::dry_run(plan, &opts))?;
-        print!("{}", super::estimate::render(&d));
+        let d = rt.block_on(estimate::dry_run(plan, &opts))?;
+        print!("{}", estimate::render(&d));
         return Ok(Exit::Done);
     }
     let (file, text) = (plan.file.clone(), plan.text.clone());
