@@ -13,6 +13,7 @@ mod budget;
 mod caption;
 mod cluster;
 mod config;
+mod dataset;
 mod dryrun;
 mod frames;
 mod items;

@@ -69,20 +69,20 @@ fn default_id_col() -> String {
     "id".into()
 }
 
-/// One listed entry before hashing.
+/// One listed entry before hashing (the `dataset` source makes them too, and shares the rest).
 #[derive(Debug, Clone)]
-struct Entry {
+pub(crate) struct Entry {
     /// Where it was listed (file:line), for messages and ids of broken lines.
-    origin: String,
+    pub(crate) origin: String,
     /// Manifest line (folder mode: position in the listing, from 1): what a duplicate names.
-    line: u32,
-    id: Option<String>,
-    path: Option<PathBuf>,
-    url: Option<String>,
-    title: Option<String>,
-    description: Option<String>,
-    extra: Vec<Option<String>>,
-    problem: Option<StageError>,
+    pub(crate) line: u32,
+    pub(crate) id: Option<String>,
+    pub(crate) path: Option<PathBuf>,
+    pub(crate) url: Option<String>,
+    pub(crate) title: Option<String>,
+    pub(crate) description: Option<String>,
+    pub(crate) extra: Vec<Option<String>>,
+    pub(crate) problem: Option<StageError>,
 }
 
 impl Entry {
@@ -266,7 +266,7 @@ fn make_entry(
     e
 }
 
-fn json_text(v: Option<&serde_json::Value>) -> Option<String> {
+pub(crate) fn json_text(v: Option<&serde_json::Value>) -> Option<String> {
     match v {
         None | Some(serde_json::Value::Null) => None,
         Some(serde_json::Value::String(s)) => Some(s.clone()),
@@ -575,7 +575,7 @@ impl Source for LocalSource {
 /// Gives an entry listed without an id its content id (hashed on the CPU pool), or the problem
 /// its file has (missing, unreadable). Entries with a problem, or with an id and an existing
 /// file, are left as they are.
-async fn identify(cpu: crate::runtime::stage::CpuPool, e: Entry) -> Entry {
+pub(crate) async fn identify(cpu: crate::runtime::stage::CpuPool, e: Entry) -> Entry {
     if e.problem.is_some() || e.id.is_some() && e.path.as_ref().is_some_and(|p| p.is_file()) {
         return e;
     }
@@ -613,7 +613,7 @@ async fn identify(cpu: crate::runtime::stage::CpuPool, e: Entry) -> Entry {
 
 /// An identified entry as the source's item: a reject for a problem or an id listed before
 /// (`seen`: id key → where it was first listed), else its record.
-fn source_item(
+pub(crate) fn source_item(
     e: Entry,
     seen: &mut HashMap<u64, u32>,
     from_manifest: bool,

@@ -9,6 +9,7 @@
 pub mod ask;
 pub mod caption;
 pub mod committee;
+pub mod dataset;
 pub mod dedup;
 pub mod download;
 pub mod frames;
@@ -300,6 +301,11 @@ pub const SOURCE_KINDS: &[SourceKind] = &[
         name: "local",
         about: "a folder of video files, or a CSV/JSONL manifest with extra columns carried through",
         build: local::build,
+    },
+    SourceKind {
+        name: "dataset",
+        about: "an existing dataset's annotation files (FakeSV data.json, MultiHateClip TSVs): its labels mapped, events, splits and folds, media from a folder or a URL template",
+        build: dataset::build,
     },
     SourceKind {
         name: "youtube",
