@@ -51,6 +51,11 @@ placeholder so that a value appearing, disappearing or changing its format still
     `vidcurate.videos`/`rejected`/`reject_rows` are merged over a table's shards: which shard
     holds which video depends on flush timing (`flush_secs`); the rows and their union do not.
     Rows are sorted by their text for the same reason.
+  * Per-shard checksums (`vidcurate.data_blake3`) and the commit records of shards
+    (`_commits/<table>/part-*.json`) depend on which rows a shard holds: the footers' checksums
+    are masked and a table's shard commit records are merged into the union of their videos.
+    Checksums of objects holding times (rejects shards, JSON reports) are masked; frames' and
+    tables' are kept.
   * Periodic progress lines of `run` ("a log line per stage every 10 s") are dropped: how many
     there are depends on timing. Everything else on stderr is kept.
   * Columns: see TIME_COLUMNS. Columns named like times or paths were checked by recording twice
@@ -259,15 +264,42 @@ def footer_lines(meta: dict, norm: Norm):
                 j = json.loads(v)
             except ValueError:
                 j = v
-            if k == "vidcurate.reject_rows" and isinstance(j, dict):
+            if k == "vidcurate.data_blake3":
+                # A checksum of one shard's rows: which rows a shard holds depends on timing.
+                merged.append("<per-shard checksums>")
+            elif k == "vidcurate.objects" and isinstance(j, dict):
+                merged.append(json.dumps(timed_object(j), sort_keys=True))
+            elif k == "vidcurate.reject_rows" and isinstance(j, dict):
                 merged += reject_rows(j)
             elif isinstance(j, list):
-                merged += [json.dumps(x, sort_keys=True) if not isinstance(x, str) else x for x in j]
+                merged += [json.dumps(timed_object(x) if isinstance(x, dict) else x, sort_keys=True)
+                           if not isinstance(x, str) else x for x in j]
             else:
                 merged.append(norm.name(j if isinstance(j, str) else json.dumps(j, sort_keys=True)))
         merged = sorted(set(TIME_RE.sub("<TIME>", norm.paths(m)) for m in merged))
         lines.append(f"  {k}: {merged}")
     return lines
+
+
+def timed_object(o: dict) -> dict:
+    """An object a commit or footer records (path, size, blake3): a rejects shard and a JSON
+    report hold their own times, so their checksum is masked; frames and tables keep theirs."""
+    path = o.get("path", "")
+    if isinstance(path, str) and (path.startswith("rejects/") or path.endswith(".json")) and "blake3" in o:
+        # Its shard number depends on timing too, as in file listings.
+        return {**o, "blake3": "<checksum of timed bytes>", "path": re.sub(r"part-\d+", "part-<N>", path)}
+    return o
+
+
+def commit_record(j: dict, norm: "Norm") -> dict:
+    """A `_commits/` record with its timed objects' checksums masked."""
+    out = dict(j)
+    if isinstance(out.get("object"), dict):
+        out["object"] = timed_object(out["object"])
+    for k, v in list(out.items()):
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            out[k] = [timed_object(x) for x in v]
+    return out
 
 
 def reject_rows(j: dict):
@@ -322,14 +354,32 @@ def dump_tree(rec: Recorder, root: Path, prefix: str):
     for name, fs in sorted(tables.items()):
         rec.write(f"{prefix}/tables/{name.replace('/', '__')}.txt", dump_parquet(fs, rec.norm))
     hashes = []
+    # Commit records of shards: which videos a shard commits depends on timing, so a table's
+    # records are merged into the union of their videos (the rest of each record, sizes and
+    # checksums of one shard, is the shard's and is left out).
+    shard_commits = {}
     for p in files:
         r = rel(p)
         if p.suffix == ".parquet" or p.name.startswith(".") or "/cache/" in f"/{r}":
+            continue
+        if r.startswith("_commits/") and "part-" in p.name and p.suffix == ".json":
+            j = json.loads(p.read_text())
+            table = rel(p.parent)
+            shard_commits.setdefault(table, set()).update(
+                norm_v for norm_v in (rec.norm.text(v) for v in j.get("videos", [])))
+            continue
+        if r.startswith("_commits/") and p.suffix == ".json":
+            j = commit_record(json.loads(p.read_text()), rec.norm)
+            text = json.dumps(canon_json(j, rec.norm), indent=1, ensure_ascii=False)
+            rec.write(f"{prefix}/text/{rec.norm.name(r).replace('/', '__')}", text)
             continue
         if p.suffix in TEXT_EXT:
             rec.write(f"{prefix}/text/{rec.norm.name(r).replace('/', '__')}", dump_text_file(p, rec.norm))
         else:
             hashes.append(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {rec.norm.name(r)}")
+    for table, videos in sorted(shard_commits.items()):
+        rec.write(f"{prefix}/text/{table.replace('/', '__')}__shard_commits.txt",
+                  "videos committed (all shards): " + ", ".join(sorted(videos)))
     rec.write(f"{prefix}/binary_sha256.txt", "\n".join(sorted(hashes, key=lambda l: l.split("  ", 1)[1])))
 
 
