@@ -31,6 +31,26 @@ fn split(run: &Path, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// Runs `m.csv` in `dir` through the local source and `stages`, expecting exit `code`.
+fn run_manifest(dir: &Path, stages: &str, code: i32) -> std::path::PathBuf {
+    let p = dir.join("p.toml");
+    write(
+        &p,
+        &format!("name = \"s\"\n[source]\ntype = \"local\"\nmanifest = \"m.csv\"\n{stages}"),
+    );
+    let run = dir.join("run");
+    let o = run_into(&p, &run, dir);
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    run
+}
+
+const PROBE: &str = "\n[[stages]]\nid = \"probe\"\ntype = \"probe\"\n";
+
 #[test]
 fn grouped_stratified_splits_of_the_selected_videos() {
     need_ffmpeg!();
@@ -46,19 +66,7 @@ fn grouped_stratified_splits_of_the_selected_videos() {
     }
     csv += "broken.mp4,bad0,fake,ch00\nbroken.mp4,bad1,real,ch99\n";
     write(&d.path().join("m.csv"), &csv);
-    let p = d.path().join("p.toml");
-    write(
-        &p,
-        "name = \"s\"\n[source]\ntype = \"local\"\nmanifest = \"m.csv\"\n\n[[stages]]\nid = \"probe\"\ntype = \"probe\"\n",
-    );
-    let run = d.path().join("run");
-    let o = run_into(&p, &run, d.path());
-    assert_eq!(
-        o.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let run = run_manifest(d.path(), PROBE, 3);
 
     let args = [
         "--stratify",
@@ -233,19 +241,8 @@ fn near_duplicates_stay_together_or_are_dropped() {
         csv += &format!("v/{n}.mp4,{n}\n");
     }
     write(&d.path().join("m.csv"), &csv);
-    let p = d.path().join("p.toml");
-    write(
-        &p,
-        "name = \"dd\"\n[source]\ntype = \"local\"\nmanifest = \"m.csv\"\n\n[[stages]]\nid = \"probe\"\ntype = \"probe\"\n\n[[stages]]\nid = \"frames\"\ntype = \"frames\"\ncompute = { count = 6 }\n\n[[stages]]\nid = \"dedup\"\ntype = \"dedup\"\n",
-    );
-    let run = d.path().join("run");
-    let o = run_into(&p, &run, d.path());
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let stages = "\n[[stages]]\nid = \"frames\"\ntype = \"frames\"\ncompute = { count = 6 }\n\n[[stages]]\nid = \"dedup\"\ntype = \"dedup\"\n";
+    let run = run_manifest(d.path(), &format!("{PROBE}{stages}"), 0);
 
     let cluster = |name: &str| -> BTreeMap<String, (String, String)> {
         table_rows_file(&run.join(format!("splits/{name}.parquet")))
@@ -313,19 +310,7 @@ fn a_datasets_own_splits_and_the_balanced_category_test_split() {
         truth.insert(format!("v{i:02}"), split.to_string());
     }
     write(&d.path().join("m.csv"), &csv);
-    let p = d.path().join("p.toml");
-    write(
-        &p,
-        "name = \"s\"\n[source]\ntype = \"local\"\nmanifest = \"m.csv\"\n\n[[stages]]\nid = \"probe\"\ntype = \"probe\"\n",
-    );
-    let run = d.path().join("run");
-    let o = run_into(&p, &run, d.path());
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let run = run_manifest(d.path(), PROBE, 0);
 
     let o = split(&run, &["--from-column", "split", "--name", "own"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -24,6 +24,7 @@
 //! does not follow the palette's order.
 
 use super::formats::Answer;
+use super::seeded_permutation;
 use crate::record::TextRegion;
 use std::collections::BTreeMap;
 
@@ -84,26 +85,6 @@ fn key_region<'a>(t: &Target<'a>) -> &'a TextRegion {
         .copied()
         .max_by_key(|r| (r.stroke_pixels, std::cmp::Reverse(r.frame_index)))
         .expect("a target has a region")
-}
-
-/// A permutation of 0..n seeded by `seed` (splitmix64 and Fisher–Yates): stable across runs and
-/// platforms, unlike a library RNG whose stream may change between versions.
-pub fn seeded_permutation(n: usize, seed: &str) -> Vec<usize> {
-    let h = blake3::hash(seed.as_bytes());
-    let mut state = u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap_or_default());
-    let mut next = || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
-    let mut p: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        let j = (next() % (i as u64 + 1)) as usize;
-        p.swap(i, j);
-    }
-    p
 }
 
 /// The options shown for a colour item: the answer and `shown - 1` distractors.

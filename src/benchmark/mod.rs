@@ -18,5 +18,27 @@ pub mod formats;
 pub mod rounds;
 pub mod task;
 
+/// A permutation of 0..n seeded by `seed` (Fisher–Yates on splitmix64 from the seed's BLAKE3):
+/// stable across runs and platforms, unlike a library RNG whose stream may change between
+/// versions. The one shuffle of the project: options of items (drafted and derived) and the
+/// frame-order perturbations of a release.
+pub fn seeded_permutation(n: usize, seed: &str) -> Vec<usize> {
+    let h = blake3::hash(seed.as_bytes());
+    let mut state = u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap_or_default());
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let mut p: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        let j = (next() % (i as u64 + 1)) as usize;
+        p.swap(i, j);
+    }
+    p
+}
+
 #[cfg(test)]
 mod task_tests;

@@ -180,13 +180,7 @@ pub struct Task {
 
 impl Task {
     pub fn load(path: &Path) -> Result<Task, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: path.to_path_buf(),
-            line: None,
-            column: None,
-            key: None,
-            message: format!("cannot read: {e}"),
-        })?;
+        let text = crate::config::read_file(path)?;
         Self::parse(path, text)
     }
 
@@ -495,13 +489,8 @@ fn read_prompts(
 
 /// Every task file (`*.toml`) in `dir`, in name order, loaded and checked.
 pub fn load_dir(dir: &Path) -> Result<Vec<Task>, ConfigError> {
-    let cannot = |e: std::io::Error| ConfigError {
-        file: dir.to_path_buf(),
-        line: None,
-        column: None,
-        key: None,
-        message: format!("cannot list the task folder: {e}"),
-    };
+    let cannot =
+        |e: std::io::Error| ConfigError::file(dir, format!("cannot list the task folder: {e}"));
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(cannot)?
         .filter_map(|e| e.ok().map(|e| e.path()))

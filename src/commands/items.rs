@@ -158,25 +158,64 @@ fn mean_judgments(l: &TaskLine) -> String {
     }
 }
 
-/// The table as printed (Markdown, so it pastes into a card or a README).
+/// Column names and one line's cells, shared by the printed table and the CSV.
+const HEAD: [&str; 12] = [
+    "stage",
+    "task",
+    "format",
+    "origin",
+    "videos",
+    "items",
+    "kept",
+    "rejected",
+    "for review",
+    "needs rounds",
+    "judgments per item",
+    "rejected by reason",
+];
+
+fn cells(l: &TaskLine) -> [String; 12] {
+    [
+        l.stage.clone(),
+        l.task.clone(),
+        l.format.clone(),
+        l.origin.clone(),
+        l.videos.to_string(),
+        l.items.to_string(),
+        l.kept.to_string(),
+        l.rejected.to_string(),
+        l.for_review.to_string(),
+        l.needs_rounds.to_string(),
+        mean_judgments(l),
+        reasons(l),
+    ]
+}
+
+/// The table as printed (Markdown, so it pastes into a card or a README): every column but the
+/// stage id and the needs-rounds count, which the note under it gives.
 pub fn render(t: &[TaskLine]) -> String {
-    let mut s = String::from(
-        "| task | format | origin | videos | items | kept | rejected | for review | judgments per item | rejected by reason |\n|---|---|---|---:|---:|---:|---:|---:|---:|---|\n",
+    let shown: Vec<usize> = (1..12).filter(|i| *i != 9).collect();
+    let row = |c: &[String]| {
+        format!(
+            "| {} |\n",
+            shown
+                .iter()
+                .map(|i| c[*i].as_str())
+                .collect::<Vec<_>>()
+                .join(" | ")
+        )
+    };
+    let head: Vec<String> = HEAD.iter().map(|h| h.to_string()).collect();
+    let mut s = row(&head);
+    s += &format!(
+        "|{}\n",
+        shown
+            .iter()
+            .map(|i| if *i < 4 || *i == 11 { "---|" } else { "---:|" })
+            .collect::<String>()
     );
     for l in t {
-        s += &format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            l.task,
-            l.format,
-            l.origin,
-            l.videos,
-            l.items,
-            l.kept,
-            l.rejected,
-            l.for_review,
-            mean_judgments(l),
-            reasons(l)
-        );
+        s += &row(&cells(l));
     }
     let needs: usize = t.iter().map(|l| l.needs_rounds).sum();
     if needs > 0 {
@@ -188,25 +227,26 @@ pub fn render(t: &[TaskLine]) -> String {
 }
 
 fn csv(t: &[TaskLine]) -> String {
-    let mut s = String::from(
-        "stage,task,format,origin,videos,items,kept,rejected,for_review,needs_rounds,judgments,rejected_by_reason\n",
-    );
+    let quote = |c: &str| {
+        if c.contains([',', '"']) {
+            format!("\"{}\"", c.replace('"', "\"\""))
+        } else {
+            c.to_string()
+        }
+    };
+    let mut s = HEAD
+        .iter()
+        .map(|h| h.replace(' ', "_"))
+        .collect::<Vec<_>>()
+        .join(",")
+        + "\n";
     for l in t {
-        s += &format!(
-            "{},{},{},{},{},{},{},{},{},{},{},\"{}\"\n",
-            l.stage,
-            l.task,
-            l.format,
-            l.origin,
-            l.videos,
-            l.items,
-            l.kept,
-            l.rejected,
-            l.for_review,
-            l.needs_rounds,
-            l.judgments,
-            reasons(l)
-        );
+        s += &(cells(l)
+            .iter()
+            .map(|c| quote(c))
+            .collect::<Vec<_>>()
+            .join(",")
+            + "\n");
     }
     s
 }

@@ -299,6 +299,25 @@ impl From<ConfigError> for crate::error::RunError {
     }
 }
 
+impl ConfigError {
+    /// An error about a whole file (no line or key): it cannot be read or listed.
+    pub fn file(path: &Path, message: impl Into<String>) -> Self {
+        Self {
+            file: path.to_path_buf(),
+            line: None,
+            column: None,
+            key: None,
+            message: message.into(),
+        }
+    }
+}
+
+/// The text of a configuration file (pipeline, query, taxonomy or task file), or the error
+/// that names it.
+pub fn read_file(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigError::file(path, format!("cannot read: {e}")))
+}
+
 /// One step of a key path inside the file.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Seg {

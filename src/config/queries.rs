@@ -133,13 +133,7 @@ pub const PARAMS: &[(&str, &str)] = &[
 
 impl QueryFile {
     pub fn load(path: &Path) -> Result<(QueryFile, SourceText), ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: path.to_path_buf(),
-            line: None,
-            column: None,
-            key: None,
-            message: format!("cannot read: {e}"),
-        })?;
+        let text = super::read_file(path)?;
         let src = SourceText::new(path, text);
         let doc: toml::Table = src.parse()?;
         let qf: QueryFile = src.typed(&doc, &[])?;

@@ -59,13 +59,7 @@ pub const HARMVIDEOBENCH: &str = include_str!("../../pipelines/taxonomies/harmvi
 impl Taxonomy {
     /// Reads and checks a taxonomy file.
     pub fn load(path: &Path) -> Result<(Taxonomy, SourceText), ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: path.to_path_buf(),
-            line: None,
-            column: None,
-            key: None,
-            message: format!("cannot read: {e}"),
-        })?;
+        let text = super::read_file(path)?;
         Self::parse(path, text)
     }
 

@@ -3,8 +3,8 @@
 
 use super::questions::QuestionsWritten;
 use super::*;
-use crate::stages::selection::FunnelRow;
 use crate::runtime::chain::SOURCE_STAGE_ID;
+use crate::stages::selection::FunnelRow;
 use crate::store::manifest::Manifest;
 use arrow::datatypes::{DataType, Field, Fields, Schema};
 use std::collections::{BTreeMap, HashMap};

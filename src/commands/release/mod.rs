@@ -72,21 +72,11 @@ pub struct ReleaseReport {
 /// The frame order of each perturbation variant (RiskCue §3.4), as indices into the frames.
 pub fn perturbations(n: usize, seed: u64, video_id: &str) -> Vec<(&'static str, Vec<u32>)> {
     let original: Vec<u32> = (0..n as u32).collect();
-    let mut shuffled = original.clone();
-    // Fisher–Yates on splitmix64, seeded by the seed and the video: stable across runs.
-    let h = blake3::hash(format!("{seed}:{video_id}").as_bytes());
-    let mut state = u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap_or_default());
-    let mut next = || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
-    for i in (1..n).rev() {
-        let j = (next() % (i as u64 + 1)) as usize;
-        shuffled.swap(i, j);
-    }
+    // Seeded by the seed and the video: stable across runs.
+    let shuffled: Vec<u32> = crate::benchmark::seeded_permutation(n, &format!("{seed}:{video_id}"))
+        .into_iter()
+        .map(|i| i as u32)
+        .collect();
     let half = n / 2;
     let swapped: Vec<u32> = original[half..]
         .iter()

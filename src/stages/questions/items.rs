@@ -297,28 +297,15 @@ pub fn balance_p(counts: &[u64]) -> Option<f64> {
         .map(|d| d.sf(chi))
 }
 
-/// splitmix64: a tiny, well-mixed generator; the same seed gives the same shuffle on every
-/// machine and in every version (unlike a library RNG whose stream may change).
-fn splitmix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// The order the options are shown in, seeded by the item id: `perm[i]` is the drafted index
 /// of the option shown at position i (a Fisher–Yates shuffle). The model tends to put the
 /// correct answer first or second; a uniform shuffle balances the letters across a release.
+/// (`benchmark::seeded_permutation`: the same on every machine and in every version.)
 pub fn permutation(item_id: &str, n: usize) -> Vec<u32> {
-    let seed = blake3::hash(item_id.as_bytes());
-    let mut state = u64::from_le_bytes(seed.as_bytes()[..8].try_into().expect("8 bytes"));
-    let mut perm: Vec<u32> = (0..n as u32).collect();
-    for i in (1..n).rev() {
-        let j = (splitmix(&mut state) % (i as u64 + 1)) as usize;
-        perm.swap(i, j);
-    }
-    perm
+    crate::benchmark::seeded_permutation(n, item_id)
+        .into_iter()
+        .map(|i| i as u32)
+        .collect()
 }
 
 #[cfg(test)]
