@@ -50,9 +50,11 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
 import pyarrow.dataset as ds
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pacing  # noqa: E402  (beside this file)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.path.join(ROOT, "target", "release", "vidcurate")
@@ -134,12 +136,6 @@ class Fake(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def rate(log):
-    return (len(log) - 1) / (log[-1] - log[0]) * 60 if len(log) >= 2 else 0.0
-
-
-def span(log):
-    return log[-1] - log[0] if len(log) >= 2 else 0.0
 
 
 def reset():
@@ -249,40 +245,19 @@ def bench(binary, n, port, tmp, out):
 
     # The peer: a thread pool of the stage's width, submissions paced at the limit, the same bodies.
     reset()
-    url = f"http://127.0.0.1:{port}/v1/chat/completions"
-
-    def call(body):
-        req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json",
-                                                              "Authorization": f"Bearer {KEY}"})
-        try:
-            urllib.request.urlopen(req, timeout=30).read()
-        except Exception:
-            pass
-
-    with concurrent.futures.ThreadPoolExecutor(WIDTH) as pool:
-        start = time.monotonic()
-        futs = []
-        for i, body in enumerate(bodies):
-            wait = start + i * 60 / LIMIT - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-            futs.append(pool.submit(call, body))
-        for f in futs:
-            f.result()
+    pacing.paced_peer(f"http://127.0.0.1:{port}/v1/chat/completions", KEY, bodies, WIDTH, LIMIT)
     with Fake.lock:
         peer_log, peer_429 = list(Fake.log), Fake.throttled
 
-    ours, peer = rate(ours_log), rate(peer_log)
+    ours, peer = pacing.rate(ours_log), pacing.rate(peer_log)
     err = abs(estimated - made) / made if made else float("inf")
     res = {
         "videos": n, "limit_per_min": LIMIT, "latency_ms": int(LATENCY * 1000),
-        "vidcurate": {"requests": len(ours_log), "seconds": round(span(ours_log), 2), "per_min": round(ours, 1),
-                      "share": round(ours / LIMIT, 4), "http_429": ours_429, "run_seconds": round(wall, 2),
+        "vidcurate": {**pacing.tool_result(ours_log, ours_429, LIMIT), "run_seconds": round(wall, 2),
                       "exit": o.returncode, "repairs": repairs, "other_requests": odd,
                       "by_model": {role: roles.get(m, 0) for role, m in MODELS.items()},
                       "items": len(rows), "items_by_outcome": dict(reasons)},
-        "python": {"requests": len(peer_log), "seconds": round(span(peer_log), 2), "per_min": round(peer, 1),
-                   "share": round(peer / LIMIT, 4), "http_429": peer_429, "width": WIDTH},
+        "python": {**pacing.tool_result(peer_log, peer_429, LIMIT), "width": WIDTH},
         "ratio": round(ours / peer, 4) if peer else None,
         "dry_run": {"estimated_calls": estimated, "calls_made": made, "made_over_estimated": round(made / estimated, 4)
                     if estimated else None, "error": round(err, 4), "calls_during_dry_run": dry_calls, "line": dry_line},
@@ -291,11 +266,7 @@ def bench(binary, n, port, tmp, out):
 
     print(f"items stage (kep: draft -> refine -> judge, judge always 3), {n} videos, 200 ms latency, "
           f"limit {LIMIT}/min over all requests:", file=out)
-    print(f"  {'tool':10} {'requests':>8} {'seconds':>8} {'req/min':>8} {'of limit':>9} {'429s':>5}", file=out)
-    for tool, log, r, t429 in (("vidcurate", ours_log, ours, ours_429), ("python", peer_log, peer, peer_429)):
-        print(f"  {tool:10} {len(log):8d} {span(log):8.1f} {r:8.1f} {r / LIMIT:9.1%} {t429:5d}", file=out)
-    print(f"  ratio vidcurate / python: {res['ratio']:.3f}   (target: vidcurate >= 95 % of the limit, no 429)",
-          file=out)
+    pacing.print_rates(out, LIMIT, ours_log, ours_429, peer_log, peer_429)
     by = ", ".join(f"{role} ({m}) {roles.get(m, 0)}" for role, m in MODELS.items())
     print(f"  vidcurate whole run {wall:.1f} s (exit {o.returncode}); calls by model: {by}; repair requests "
           f"{repairs}; other requests {odd}", file=out)
