@@ -644,3 +644,66 @@ fn every_answer_format_is_drafted_validated_repaired_or_rejected_with_its_code()
     let r = &tagged["realclip"];
     assert_eq!(r["reject_codes"], "[missing_result_tag]", "{r:?}");
 }
+
+/// The judge over Gemini (model A and B over OpenAI): its scores come back under the judgment
+/// schema as `responseJsonSchema`, and the item is kept at the first judgment.
+#[test]
+fn the_judge_answers_over_gemini() {
+    need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(d.path().join("v")).unwrap();
+    plain_clip(&d.path().join("v/one.mp4"), 1.0, "160x120");
+    write(
+        &d.path().join("m.csv"),
+        "path,id,title\nv/one.mp4,one,one\n",
+    );
+    let openai = FakeServer::start(|_r: &Request| {
+        openai_structured(&json!({"elements": ["a street"], "rationale": "seen"}).to_string())
+    });
+    let gemini = FakeServer::start(|r: &Request| {
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        let props = &v["generationConfig"]["responseJsonSchema"]["properties"];
+        assert!(props.get("factual_consistency").is_some(), "{v}");
+        assert!(
+            v["contents"][0]["parts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|p| p.get("inline_data").is_none()),
+            "the judge sees no frames: {v}"
+        );
+        gemini_structured(
+            &json!({"factual_consistency": 4, "factual_reason": "shown", "logical_rationality": 5, "logical_reason": "follows"}).to_string(),
+        )
+    });
+    let services = format!(
+        "[services.openai]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\n\
+         [services.gemini]\nbase_url = \"{}v1beta/\"\napi = \"gemini\"\napi_key_env = \"VIDCURATE_TEST_GEMINI_KEY\"\n",
+        openai.url(),
+        gemini.url()
+    );
+    let mut text = pipeline(
+        "manifest = \"m.csv\"",
+        "{ mode = \"uniform\", count = 2 }",
+        &services,
+    );
+    text += &items_stage(
+        "kep",
+        &format!(
+            "task = \"{}/kep.toml\", drafter = {{ service = \"openai\", model = \"a\" }}, refiner = {{ service = \"openai\", model = \"b\" }}, judge = {{ service = \"gemini\", model = \"gemini-2.5-flash\" }}",
+            tasks().display()
+        ),
+    );
+    let p = d.path().join("p.toml");
+    write(&p, &text);
+    let out = d.path().join("run");
+    let o = run_with_key(&p, &out);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let rows = by_video(&table_rows_file_all(&out.join("kep")));
+    let r = &rows["one"];
+    assert_eq!(r["kept"], "true", "{r:?}");
+    assert_eq!(r["round_factual"], "[null, 4]");
+    assert_eq!(r["round_logical"], "[null, 5]");
+    assert_eq!(r["judge_model"], "gemini-2.5-flash");
+    assert_eq!((openai.requests().len(), gemini.requests().len()), (2, 1));
+}
