@@ -54,27 +54,43 @@ struct Target<'a> {
     regions: Vec<&'a TextRegion>,
 }
 
-fn normalise(s: &str) -> String {
+/// A reading with its whitespace collapsed: the target text as shown in the question.
+fn normalise_spaces(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Creator-added texts of a video, longest on screen first (ties: first seen).
+/// Creator-added texts of a video, longest on screen first (ties: first seen). Readings whose
+/// letters and digits are at least 80 % alike (`engines::ocr::text::similarity`, the rule the
+/// creator-added verdict uses for "the same text") are one target, named by its most frequent
+/// reading: a misread character on one frame does not split a target or its ranges.
 fn targets(regions: &[TextRegion]) -> Vec<Target<'_>> {
+    use crate::engines::ocr::text::{normalise, similarity};
     let mut by_text: BTreeMap<String, Vec<&TextRegion>> = BTreeMap::new();
     for r in regions.iter().filter(|r| r.creator_added) {
-        let t = normalise(&r.text);
+        let t = normalise_spaces(&r.text);
         if !t.is_empty() {
             by_text.entry(t).or_default().push(r);
         }
     }
-    let mut out: Vec<Target> = by_text
-        .into_iter()
-        .map(|(text, mut regions)| {
-            regions.sort_by_key(|r| r.frame_index);
-            regions.dedup_by_key(|r| r.frame_index);
-            Target { text, regions }
-        })
-        .collect();
+    // Most frequent reading first (ties by text, for a stable choice), then each reading joins
+    // the first target it is alike.
+    let mut readings: Vec<(String, Vec<&TextRegion>)> = by_text.into_iter().collect();
+    readings.sort_by_key(|(t, rs)| (std::cmp::Reverse(rs.len()), t.clone()));
+    let mut out: Vec<Target> = vec![];
+    for (text, regions) in readings {
+        let key = normalise(&text);
+        match out
+            .iter_mut()
+            .find(|t| similarity(&normalise(&t.text), &key) >= 0.8)
+        {
+            Some(t) => t.regions.extend(regions),
+            None => out.push(Target { text, regions }),
+        }
+    }
+    for t in &mut out {
+        t.regions.sort_by_key(|r| r.frame_index);
+        t.regions.dedup_by_key(|r| r.frame_index);
+    }
     out.sort_by_key(|t| (std::cmp::Reverse(t.regions.len()), t.regions[0].frame_index));
     out
 }
@@ -378,6 +394,38 @@ mod tests {
             items[0].answer,
             Answer::Ranges(vec![[0.0, 1.0], [7.0, 8.0]])
         );
+    }
+
+    #[test]
+    fn a_misread_frame_stays_in_its_target_and_range() {
+        // "BREAKING NEWS" on frames 0-3, read "BREAKING NEVS" on frame 2.
+        let times: Vec<f64> = (0..4).map(|i| i as f64 + 0.5).collect();
+        let regions: Vec<TextRegion> = [
+            (0, "BREAKING NEWS"),
+            (1, "BREAKING NEWS"),
+            (2, "BREAKING NEVS"),
+            (3, "BREAKING NEWS"),
+        ]
+        .iter()
+        .map(|(f, t)| region(*f, times[*f as usize], t, "red", "c", 5))
+        .collect();
+        let t = targets(&regions);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].text, "BREAKING NEWS");
+        assert_eq!(t[0].regions.len(), 4);
+        let cx = DeriveInput {
+            video_id: "v",
+            task: "keg",
+            options: &[],
+            shown: None,
+            pool: &[],
+            frame_times: &times,
+            duration_secs: Some(4.0),
+            per_video: 2,
+        };
+        let (items, _) = text_items("text_ranges", &regions, &cx);
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0].answer, Answer::Ranges(vec![[0.0, 4.0]]));
     }
 
     #[test]

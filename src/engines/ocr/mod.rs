@@ -11,6 +11,7 @@
 pub mod det;
 pub mod imgops;
 pub mod reuse;
+pub mod text;
 
 use det::{DbParams, Quad};
 use image::RgbImage;
