@@ -11,6 +11,7 @@
 pub mod batch;
 pub mod cache;
 pub mod commits;
+pub mod filter;
 pub mod manifest;
 pub mod objects;
 pub mod run;

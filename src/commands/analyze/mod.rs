@@ -6,7 +6,6 @@
 //! n, p and an effect size. Creator-added regions only, as the paper counts them.
 //! Each analysis is also a PNG plot, and `report.html` shows them all with the statistics.
 
-pub mod filter;
 pub mod plot;
 pub mod stats;
 mod tables;
@@ -18,6 +17,7 @@ use tables::{
 
 use crate::error::RunError;
 use crate::record::COL_VIDEO_ID;
+use crate::store::filter;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Float64Type, UInt32Type};
 use serde::{Deserialize, Serialize};
@@ -112,6 +112,15 @@ impl AnalyzeError {
         AnalyzeError::Io {
             path: path.display().to_string(),
             source,
+        }
+    }
+}
+
+impl From<filter::FilterError> for AnalyzeError {
+    fn from(e: filter::FilterError) -> Self {
+        match e {
+            filter::FilterError::Syntax(m) => AnalyzeError::Filter(m),
+            filter::FilterError::Arrow(e) => AnalyzeError::Arrow(e),
         }
     }
 }
@@ -295,7 +304,7 @@ fn apply_where(
     b: RecordBatch,
 ) -> Result<Option<RecordBatch>, AnalyzeError> {
     match filter {
-        Some(f) => f.apply(&b),
+        Some(f) => Ok(f.apply(&b)?),
         None => Ok(Some(b)),
     }
 }

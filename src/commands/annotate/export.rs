@@ -88,7 +88,7 @@ pub(super) async fn passing(
     m: &Manifest,
     expr: &str,
 ) -> Result<std::collections::HashSet<String>, RunError> {
-    let filter = crate::commands::analyze::filter::Filter::parse(expr)?;
+    let filter = crate::store::filter::Filter::parse(expr)?;
     let fp = crate::commands::source_fingerprint(&m);
     let view = read_table(store, SOURCE_STAGE_ID, &fp, true).await?;
     let mut keep = std::collections::HashSet::new();

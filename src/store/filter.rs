@@ -1,12 +1,31 @@
-//! `--where`: a small filter language over table columns, so an analysis can be restricted
+//! `--where`: a small filter language over table columns, so an analysis (or an annotation
+//! export) can be restricted
 //! (`domain = "demo-news" and score >= 0.8`, `language in (en, fr)`).
 //!
 //! Conditions are joined by `and`; each is `column op value` with op one of `=`, `!=`, `<`,
 //! `<=`, `>`, `>=`, or `column in (v1, v2, ...)`. Values may be quoted; numeric comparisons
 //! apply when both sides are numbers, string equality otherwise.
 
-use super::AnalyzeError;
 use arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+
+/// A filter that does not parse (invalid input: exit 2 where a command reports it), or a
+/// column that cannot be read as text.
+#[derive(Debug, thiserror::Error)]
+pub enum FilterError {
+    #[error("{0}")]
+    Syntax(String),
+    #[error("{0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+}
+
+impl From<FilterError> for crate::error::RunError {
+    fn from(e: FilterError) -> Self {
+        match e {
+            FilterError::Syntax(m) => crate::error::RunError::Config(m),
+            FilterError::Arrow(e) => crate::error::RunError::Internal(e.to_string()),
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq)]
 enum Op {
@@ -42,12 +61,12 @@ fn unquote(s: &str) -> String {
 }
 
 impl Filter {
-    pub fn parse(text: &str) -> Result<Self, AnalyzeError> {
+    pub fn parse(text: &str) -> Result<Self, FilterError> {
         let mut conds = vec![];
         for part in split_and(text) {
             let part = part.trim();
             if part.is_empty() {
-                return Err(AnalyzeError::Filter(format!(
+                return Err(FilterError::Syntax(format!(
                     "--where {text:?}: empty condition"
                 )));
             }
@@ -59,7 +78,7 @@ impl Filter {
                     .strip_prefix('(')
                     .and_then(|r| r.strip_suffix(')'))
                     .ok_or_else(|| {
-                        AnalyzeError::Filter(format!(
+                        FilterError::Syntax(format!(
                             "--where {text:?}: `in` needs a list in parentheses"
                         ))
                     })?;
@@ -83,13 +102,13 @@ impl Filter {
                 .filter_map(|(s, op)| part.find(s).map(|p| (p, s.len(), op.clone())))
                 .min_by_key(|(p, l, _)| (*p, usize::MAX - l))
                 .ok_or_else(|| {
-                    AnalyzeError::Filter(format!(
+                    FilterError::Syntax(format!(
                         "--where {text:?}: no operator in {part:?} (use =, !=, <, <=, >, >= or in)"
                     ))
                 })?;
             let column = part[..pos].trim().to_string();
             if column.is_empty() {
-                return Err(AnalyzeError::Filter(format!(
+                return Err(FilterError::Syntax(format!(
                     "--where {text:?}: no column before the operator in {part:?}"
                 )));
             }
@@ -110,7 +129,7 @@ impl Filter {
     }
 
     /// The rows of `b` that pass, or None when `b` lacks a column the filter names.
-    pub fn apply(&self, b: &RecordBatch) -> Result<Option<RecordBatch>, AnalyzeError> {
+    pub fn apply(&self, b: &RecordBatch) -> Result<Option<RecordBatch>, FilterError> {
         let mut keep = vec![true; b.num_rows()];
         for c in &self.conds {
             let Some(col) = b.column_by_name(&c.column) else {
