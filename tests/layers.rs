@@ -145,10 +145,8 @@ fn the_import_scanner_sees_paths_and_skips_comments() {
 /// Command pairs (importer, imported) that still share code through `commands/` instead of a
 /// layer below it: debt to fold (issue 35, part 7). The list may only shrink: a new pair fails
 /// the test, and so does a listed pair that no longer occurs.
-const COMMAND_IMPORTS_TO_FOLD: &[(&str, &str)] = &[
-    ("evaluate", "analyze"),
-    ("release", "annotate"),
-];
+const COMMAND_IMPORTS_TO_FOLD: &[(&str, &str)] =
+    &[("evaluate", "analyze"), ("release", "annotate")];
 
 #[test]
 fn no_command_imports_another() {
