@@ -250,6 +250,43 @@ fn answer(r: &Request, gemini: bool) -> crate::fake_http::Response {
     openai_structured(&json!({"elements": [], "rationale": "nothing"}).to_string())
 }
 
+/// A pipeline over `m.csv` in `dir` with one drafted KEP stage (`models`: its drafter, refiner
+/// and judge) on the fake OpenAI and Gemini servers, run: the pipeline file, the run folder and
+/// the KEP rows by video.
+fn run_kep(
+    dir: &Path,
+    openai: &FakeServer,
+    gemini: &FakeServer,
+    models: &str,
+) -> (
+    std::path::PathBuf,
+    std::path::PathBuf,
+    BTreeMap<String, BTreeMap<String, String>>,
+) {
+    let services = format!(
+        "[services.openai]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 6000\n\
+         [services.gemini]\nbase_url = \"{}v1beta/\"\napi = \"gemini\"\napi_key_env = \"VIDCURATE_TEST_GEMINI_KEY\"\nrequests_per_minute = 6000\n",
+        openai.url(),
+        gemini.url()
+    );
+    let mut text = pipeline(
+        "manifest = \"m.csv\"",
+        "{ mode = \"uniform\", count = 2 }",
+        &services,
+    );
+    text += &items_stage(
+        "kep",
+        &format!("task = \"{}/kep.toml\", {models}", tasks().display()),
+    );
+    let p = dir.join("p.toml");
+    write(&p, &text);
+    let out = dir.join("run");
+    let o = run_with_key(&p, &out);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let rows = by_video(&table_rows_file_all(&out.join("kep")));
+    (p, out, rows)
+}
+
 #[test]
 fn drafted_items_go_through_refine_and_judge_and_keep_every_round() {
     need_ffmpeg!();
@@ -265,30 +302,12 @@ fn drafted_items_go_through_refine_and_judge_and_keep_every_round() {
     );
     let openai = FakeServer::start(|r: &Request| answer(r, false));
     let gemini = FakeServer::start(|r: &Request| answer(r, true));
-    let services = format!(
-        "[services.openai]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 6000\n\
-         [services.gemini]\nbase_url = \"{}v1beta/\"\napi = \"gemini\"\napi_key_env = \"VIDCURATE_TEST_GEMINI_KEY\"\nrequests_per_minute = 6000\n",
-        openai.url(),
-        gemini.url()
+    let (p, out, rows) = run_kep(
+        d.path(),
+        &openai,
+        &gemini,
+        "drafter = { service = \"openai\", model = \"gpt-4o\" }, refiner = { service = \"gemini\", model = \"gemini-2.5-flash\" }, judge = { service = \"openai\", model = \"o1\" }",
     );
-    let mut text = pipeline(
-        "manifest = \"m.csv\"",
-        "{ mode = \"uniform\", count = 2 }",
-        &services,
-    );
-    text += &items_stage(
-        "kep",
-        &format!(
-            "task = \"{}/kep.toml\", drafter = {{ service = \"openai\", model = \"gpt-4o\" }}, refiner = {{ service = \"gemini\", model = \"gemini-2.5-flash\" }}, judge = {{ service = \"openai\", model = \"o1\" }}",
-            tasks().display()
-        ),
-    );
-    let p = d.path().join("p.toml");
-    write(&p, &text);
-    let out = d.path().join("run");
-    let o = run_with_key(&p, &out);
-    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    let rows = by_video(&table_rows_file_all(&out.join("kep")));
 
     // steady: draft (repaired once) → refine → judged 3 → refine with the reason → judged 4: kept.
     let s = &rows["steady"];
@@ -676,30 +695,12 @@ fn the_judge_answers_over_gemini() {
             &json!({"factual_consistency": 4, "factual_reason": "shown", "logical_rationality": 5, "logical_reason": "follows"}).to_string(),
         )
     });
-    let services = format!(
-        "[services.openai]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\n\
-         [services.gemini]\nbase_url = \"{}v1beta/\"\napi = \"gemini\"\napi_key_env = \"VIDCURATE_TEST_GEMINI_KEY\"\n",
-        openai.url(),
-        gemini.url()
+    let (_, _, rows) = run_kep(
+        d.path(),
+        &openai,
+        &gemini,
+        "drafter = { service = \"openai\", model = \"a\" }, refiner = { service = \"openai\", model = \"b\" }, judge = { service = \"gemini\", model = \"gemini-2.5-flash\" }",
     );
-    let mut text = pipeline(
-        "manifest = \"m.csv\"",
-        "{ mode = \"uniform\", count = 2 }",
-        &services,
-    );
-    text += &items_stage(
-        "kep",
-        &format!(
-            "task = \"{}/kep.toml\", drafter = {{ service = \"openai\", model = \"a\" }}, refiner = {{ service = \"openai\", model = \"b\" }}, judge = {{ service = \"gemini\", model = \"gemini-2.5-flash\" }}",
-            tasks().display()
-        ),
-    );
-    let p = d.path().join("p.toml");
-    write(&p, &text);
-    let out = d.path().join("run");
-    let o = run_with_key(&p, &out);
-    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    let rows = by_video(&table_rows_file_all(&out.join("kep")));
     let r = &rows["one"];
     assert_eq!(r["kept"], "true", "{r:?}");
     assert_eq!(r["round_factual"], "[null, 4]");
