@@ -12,11 +12,16 @@
 //!   new threshold re-selects with no call.
 //! - `derive.rs`: items whose reference vidcurate measured (CCP's colour, CPP's cell, KEG's
 //!   ranges from the OCR stage; SAC's shot count, a draft for people).
+//! - `review/`: what people decided (video annotations, item reviews, the decision rule and
+//!   the reviewers' agreement), read by the commands that annotate, release and score.
+//! - `text.rs`: how options and questions are compared (normalised text, trigram similarity).
 
 pub mod derive;
 pub mod formats;
+pub mod review;
 pub mod rounds;
 pub mod task;
+pub mod text;
 
 /// A permutation of 0..n seeded by `seed` (Fisher–Yates on splitmix64 from the seed's BLAKE3):
 /// stable across runs and platforms, unlike a library RNG whose stream may change between

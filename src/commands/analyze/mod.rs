@@ -6,7 +6,6 @@
 //! n, p and an effect size. Creator-added regions only, as the paper counts them.
 //! Each analysis is also a PNG plot, and `report.html` shows them all with the statistics.
 
-pub mod plot;
 pub mod stats;
 mod tables;
 
@@ -17,57 +16,14 @@ use tables::{
 
 use crate::error::RunError;
 use crate::record::COL_VIDEO_ID;
+use crate::report::plot;
+pub use crate::report::{DistRow, StatRow};
 use crate::store::filter;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Float64Type, UInt32Type};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct DistRow {
-    pub group: String,
-    pub bin: u32,
-    pub lo: f64,
-    pub hi: f64,
-    pub label: String,
-    pub count: f64,
-    pub share: f64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct StatRow {
-    pub analysis: String,
-    pub group_a: String,
-    pub group_b: String,
-    pub test: String,
-    pub n_a: u64,
-    pub n_b: u64,
-    pub statistic: f64,
-    pub p_value: f64,
-    pub effect_size: f64,
-}
-
-impl StatRow {
-    /// The row as display cells: analysis, groups, test, n, statistic, p, effect size (for the
-    /// terminal summary and the HTML report alike).
-    pub fn cells(&self) -> [String; 7] {
-        [
-            self.analysis.clone(),
-            format!("{} vs {}", self.group_a, self.group_b),
-            self.test.clone(),
-            format!("n={}/{}", self.n_a, self.n_b),
-            format!("stat={:.4}", self.statistic),
-            if self.p_value == 0.0 {
-                // Below what a double holds: say so rather than print an exact-looking zero.
-                "p<1e-300".to_string()
-            } else {
-                format!("p={:.3e}", self.p_value)
-            },
-            format!("effect={:.3}", self.effect_size),
-        ]
-    }
-}
 
 pub struct Analysis {
     pub out_dir: PathBuf,
@@ -99,9 +55,9 @@ pub enum AnalyzeError {
     Arrow(#[from] arrow::error::ArrowError),
     #[error("{0}")]
     Parquet(#[from] parquet::errors::ParquetError),
-    /// Drawing a figure (plotters' errors carry no type worth keeping).
+    /// Drawing a figure or writing the report.
     #[error("{0}")]
-    Plot(String),
+    Plot(#[from] crate::report::PlotError),
     /// Reading the run: its store, manifest or tables.
     #[error("{0}")]
     Run(#[from] RunError),
@@ -634,7 +590,7 @@ fn draw(
         )?;
         plots.push((title, file));
     }
-    plot::report(out_dir, &plots, &sizes, stats_rows)
+    Ok(plot::report(out_dir, &plots, &sizes, stats_rows)?)
 }
 
 /// The first two groups compared on each answer field: KS on numbers, chi-square on categories.

@@ -3,16 +3,14 @@
 //! store. What is kept out is reported with its task id and field.
 
 use super::*;
+use crate::benchmark::review::ANNOTATIONS;
 use crate::error::RunError;
 use crate::runtime::chain::SOURCE_STAGE_ID;
 use crate::stages;
-use crate::store::Store;
-use crate::store::shards::table_batches;
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::sync::Arc;
 
 /// Why one annotation was kept out.
 #[derive(Debug, Clone, Serialize)]
@@ -337,8 +335,6 @@ pub(super) fn from_csv(
     Ok(out)
 }
 
-pub(super) const ANNOTATIONS: &str = "annotations/annotations.parquet";
-
 /// A Label Studio JSON export: its tasks.
 pub(super) fn read_export(export: &Path) -> Result<Vec<Value>, RunError> {
     let shown = export.display().to_string();
@@ -442,27 +438,6 @@ pub async fn import(
         .await
         .map_err(|e| RunError::io(format!("{}/{path}", store.location()), e))?;
     Ok(report)
-}
-
-/// The run's annotations (empty before the first import).
-pub async fn read_annotations(store: &Arc<dyn Store>) -> Result<Vec<Annotation>, RunError> {
-    let data = match store.get(ANNOTATIONS).await {
-        Ok(d) => d,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => {
-            return Err(RunError::io(
-                format!("{}/{ANNOTATIONS}", store.location()),
-                e,
-            ));
-        }
-    };
-    let mut out = vec![];
-    for b in table_batches(ANNOTATIONS, data)? {
-        let rows: Vec<Annotation> = serde_arrow::from_record_batch(&b)
-            .map_err(|e| RunError::Internal(format!("{ANNOTATIONS}: {e}")))?;
-        out.extend(rows);
-    }
-    Ok(out)
 }
 
 /// The report as text.

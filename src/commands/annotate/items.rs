@@ -12,96 +12,19 @@
 //! retention and edit shares, what was kept out and why). Calls nothing; caches nothing.
 
 use super::Rule;
-use super::agreement::{cohen_kappa, fleiss_kappa};
+use crate::benchmark::formats::letter;
+use crate::benchmark::review::items::*;
+use crate::benchmark::text::norm;
 use crate::error::RunError;
 use crate::record::QuestionItem;
 use crate::stages::questions::blind::BlindRow;
-use crate::stages::questions::items::{letter, norm, similarity};
 use crate::stages::questions::level_check::LevelRow;
 use crate::store::Store;
 use crate::store::manifest::Manifest;
-use crate::store::shards::{read_table, table_batches};
-use serde::{Deserialize, Serialize};
+use crate::store::shards::read_table;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-
-pub(super) const ITEMS: &str = "annotations/items.parquet";
-pub(super) const ITEMS_REPORT: &str = "annotations/items_report.json";
-
-/// What a reviewer decided of one item.
-pub const DECISIONS: [&str; 3] = ["accept", "edit", "reject"];
-
-/// One review of one item (or, with annotator `adjudicated`, the decided item).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ItemReview {
-    pub item_id: String,
-    pub video_id: String,
-    /// Label Studio's user email (or id); `adjudicated` for the decided row.
-    pub annotator: String,
-    pub task_id: Option<i64>,
-    pub annotation_id: Option<i64>,
-    pub updated_at: Option<String>,
-    /// accept, edit or reject.
-    pub decision: String,
-    pub question: String,
-    pub options: Vec<String>,
-    pub answer: String,
-    pub level: String,
-    /// The drafted item's level (what the agreement is computed per).
-    pub drafted_level: String,
-    pub reject_reason: String,
-    /// Against the drafted item: accepted, minor_edit, rewritten or rejected.
-    pub edit_class: String,
-    /// The decided row: the rule and the reviewers it was decided from.
-    pub decided_by: Option<String>,
-}
-
-/// One level's (or all levels') review shares.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct ReviewShares {
-    pub decided: usize,
-    pub accepted: usize,
-    pub minor_edit: usize,
-    pub rewritten: usize,
-    pub rejected: usize,
-    /// Kept items whose level the review changed.
-    pub reassigned: usize,
-    /// Kept of decided.
-    pub retained: f64,
-    /// Of the kept items, those edited a little and those rewritten.
-    pub minor_share: f64,
-    pub rewritten_share: f64,
-    /// Agreement of the reviewers (not the senior) on the decision (accept / edit / reject):
-    /// Cohen's kappa for two, Fleiss' for more; None when no item has two reviewers.
-    pub kappa: Option<f64>,
-    pub kappa_items: usize,
-}
-
-/// Why one review was kept out.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ItemProblem {
-    pub task_id: Option<i64>,
-    pub item_id: Option<String>,
-    pub annotator: Option<String>,
-    pub field: String,
-    pub reason: String,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ItemImportReport {
-    pub reviews: usize,
-    pub changed: usize,
-    pub cancelled: usize,
-    pub problems: Vec<ItemProblem>,
-    /// Items whose reviewers disagree and no senior decided (the rule's name for them).
-    pub pending: Vec<String>,
-    pub rule: String,
-    pub minor_at: f64,
-    /// Per drafted level, in the stage's order, then over all.
-    pub levels: Vec<(String, ReviewShares)>,
-    pub all: ReviewShares,
-}
 
 /// The label config: the video, caption and checks shown; decision, question, options (A to
 /// the most options an item has), answer, level and reason to fill in.
@@ -164,28 +87,6 @@ pub(super) async fn run_items(
         }
     }
     Ok((q.id.clone(), items, levels))
-}
-
-/// The rows of the first stage of kind `kind` at or after stage `after`, by `id` (an item id).
-pub(crate) async fn rows_after<T: serde::de::DeserializeOwned + Serialize + Clone>(
-    store: &Arc<dyn Store>,
-    m: &Manifest,
-    after: &str,
-    kind: &str,
-    id: impl Fn(&T) -> String,
-) -> Result<HashMap<String, T>, RunError> {
-    let Some(st) = m
-        .stages
-        .iter()
-        .skip_while(|s| s.id != after)
-        .find(|s| s.kind == kind)
-    else {
-        return Ok(HashMap::new());
-    };
-    let rows: HashMap<String, Vec<T>> = read_table(store, &st.id, &st.fingerprint, true)
-        .await?
-        .rows()?;
-    Ok(rows.into_values().flatten().map(|r| (id(&r), r)).collect())
 }
 
 /// What the pipeline's checks say of an item, for the reviewer.
@@ -310,40 +211,6 @@ pub(super) async fn export_items(
         label_config(options.max(2), &levels).into_bytes(),
     )?;
     Ok(tasks.len())
-}
-
-/// How a kept review changed the drafted item: accepted (nothing), minor_edit (the question
-/// and the correct option's text stay at least `minor_at` alike, character trigrams), or
-/// rewritten.
-pub fn edit_class(drafted: &QuestionItem, r: &ItemReview, minor_at: f64) -> &'static str {
-    if r.decision == "reject" {
-        return "rejected";
-    }
-    if r.question == drafted.question
-        && r.options == drafted.options
-        && r.answer == drafted.answer
-        && r.level == drafted.level
-    {
-        return "accepted";
-    }
-    let correct = |opts: &[String], a: &str| {
-        a.bytes()
-            .next()
-            .and_then(|b| opts.get((b - b'A') as usize))
-            .cloned()
-            .unwrap_or_default()
-    };
-    let same_answer = norm(&correct(&r.options, &r.answer))
-        == norm(&correct(&drafted.options, &drafted.answer))
-        || similarity(
-            &correct(&r.options, &r.answer),
-            &correct(&drafted.options, &drafted.answer),
-        ) >= minor_at;
-    if same_answer && similarity(&r.question, &drafted.question) >= minor_at {
-        "minor_edit"
-    } else {
-        "rewritten"
-    }
 }
 
 /// The fields of one annotation's results, by control name (texts joined, the choices).
@@ -522,177 +389,6 @@ fn letters(shown: &[(String, String)]) -> String {
         .map(|(l, _)| l.as_str())
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// The decided review of each item under `rule`: the senior's (reviewer:NAME) where they
-/// reviewed it; else the reviewers' common decision (the latest of them); else pending.
-pub fn decide(
-    reviews: &[ItemReview],
-    rule: &Rule,
-    report: &mut ItemImportReport,
-) -> Vec<ItemReview> {
-    let mut by_item: BTreeMap<&str, Vec<&ItemReview>> = BTreeMap::new();
-    for r in reviews {
-        by_item.entry(r.item_id.as_str()).or_default().push(r);
-    }
-    let mut out = vec![];
-    for (item, rs) in by_item {
-        let latest = |set: &[&ItemReview]| -> Option<ItemReview> {
-            set.iter()
-                .max_by(|a, b| a.updated_at.cmp(&b.updated_at))
-                .map(|r| (*r).clone())
-        };
-        let names = |set: &[&ItemReview]| {
-            set.iter()
-                .map(|r| r.annotator.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let pick = match rule {
-            Rule::Single => latest(&rs).map(|r| {
-                let how = format!("single: {}", r.annotator);
-                (r, how)
-            }),
-            Rule::Reviewer(s) if rs.iter().any(|r| &r.annotator == s) => rs
-                .iter()
-                .find(|r| &r.annotator == s)
-                .map(|r| ((*r).clone(), format!("senior: {s}"))),
-            _ => {
-                let mut count: BTreeMap<&str, usize> = BTreeMap::new();
-                for r in &rs {
-                    *count.entry(r.decision.as_str()).or_default() += 1;
-                }
-                let top = count.values().copied().max().unwrap_or(0);
-                let tops: Vec<&str> = count
-                    .iter()
-                    .filter(|(_, n)| **n == top)
-                    .map(|(d, _)| *d)
-                    .collect();
-                if tops.len() == 1 {
-                    let with: Vec<&ItemReview> = rs
-                        .iter()
-                        .copied()
-                        .filter(|r| r.decision == tops[0])
-                        .collect();
-                    latest(&with).map(|r| {
-                        let how = format!(
-                            "{} of {} reviewers ({}): {}",
-                            top,
-                            rs.len(),
-                            names(&rs),
-                            tops[0]
-                        );
-                        (r, how)
-                    })
-                } else {
-                    report.pending.push(item.to_string());
-                    None
-                }
-            }
-        };
-        if let Some((mut d, how)) = pick {
-            d.annotator = "adjudicated".into();
-            d.decided_by = Some(how);
-            out.push(d);
-        }
-    }
-    out
-}
-
-/// Retention and edit shares of decided items, and the reviewers' kappa on their decisions.
-pub fn shares(
-    decided: &[&ItemReview],
-    reviews: &[&ItemReview],
-    senior: Option<&str>,
-) -> ReviewShares {
-    let mut s = ReviewShares {
-        decided: decided.len(),
-        ..Default::default()
-    };
-    for d in decided {
-        match d.edit_class.as_str() {
-            "accepted" => s.accepted += 1,
-            "minor_edit" => s.minor_edit += 1,
-            "rewritten" => s.rewritten += 1,
-            _ => s.rejected += 1,
-        }
-        if d.decision != "reject" && d.level != d.drafted_level {
-            s.reassigned += 1;
-        }
-    }
-    let kept = s.decided - s.rejected;
-    let share = |n: usize, of: usize| if of == 0 { 0.0 } else { n as f64 / of as f64 };
-    s.retained = share(kept, s.decided);
-    s.minor_share = share(s.minor_edit, kept);
-    s.rewritten_share = share(s.rewritten, kept);
-    // The reviewers' decisions, without the senior's.
-    let mut by_item: BTreeMap<&str, BTreeMap<&str, &str>> = BTreeMap::new();
-    for r in reviews
-        .iter()
-        .filter(|r| Some(r.annotator.as_str()) != senior)
-    {
-        by_item
-            .entry(r.item_id.as_str())
-            .or_default()
-            .insert(r.annotator.as_str(), r.decision.as_str());
-    }
-    let multi: Vec<&BTreeMap<&str, &str>> = by_item.values().filter(|m| m.len() >= 2).collect();
-    let mut who: Vec<&str> = multi.iter().flat_map(|m| m.keys().copied()).collect();
-    who.sort_unstable();
-    who.dedup();
-    if who.len() == 2 {
-        let (a, b): (Vec<&str>, Vec<&str>) = multi
-            .iter()
-            .filter_map(|m| Some((*m.get(who[0])?, *m.get(who[1])?)))
-            .unzip();
-        s.kappa_items = a.len();
-        s.kappa = cohen_kappa(&a, &b);
-    } else if who.len() > 2 {
-        let most = multi.iter().map(|m| m.len()).max().unwrap_or(0);
-        let counts: Vec<Vec<f64>> = multi
-            .iter()
-            .filter(|m| m.len() == most)
-            .map(|m| {
-                DECISIONS
-                    .iter()
-                    .map(|d| m.values().filter(|x| *x == d).count() as f64)
-                    .collect()
-            })
-            .collect();
-        s.kappa_items = counts.len();
-        s.kappa = fleiss_kappa(&counts);
-    }
-    s
-}
-
-/// The run's item reviews (empty before the first import).
-pub async fn read_reviews(store: &Arc<dyn Store>) -> Result<Vec<ItemReview>, RunError> {
-    let data = match store.get(ITEMS).await {
-        Ok(d) => d,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => return Err(RunError::io(format!("{}/{ITEMS}", store.location()), e)),
-    };
-    let mut out = vec![];
-    for b in table_batches(ITEMS, data)? {
-        let rows: Vec<ItemReview> = serde_arrow::from_record_batch(&b)
-            .map_err(|e| RunError::Internal(format!("{ITEMS}: {e}")))?;
-        out.extend(rows);
-    }
-    Ok(out)
-}
-
-/// The run's item review report, when items were reviewed.
-pub async fn read_report(store: &Arc<dyn Store>) -> Result<Option<ItemImportReport>, RunError> {
-    match store.get(ITEMS_REPORT).await {
-        Ok(d) => serde_json::from_slice(&d)
-            .map(Some)
-            .map_err(|e| RunError::Internal(format!("{ITEMS_REPORT}: {e}"))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(RunError::io(
-            format!("{}/{ITEMS_REPORT}", store.location()),
-            e,
-        )),
-    }
 }
 
 /// Imports a Label Studio export of item tasks.

@@ -21,13 +21,12 @@ pub mod items;
 #[cfg(test)]
 mod tests;
 
+pub use crate::benchmark::review::{Annotation, Rule, read_annotations};
 use crate::error::RunError;
 use agreement::*;
-pub use agreement::{cohen_kappa, fleiss_kappa};
 pub use export::export;
 use export::*;
-pub use import::{ImportReport, Problem, import, read_annotations, render};
-use serde::{Deserialize, Serialize};
+pub use import::{ImportReport, Problem, import, render};
 use std::path::PathBuf;
 
 /// What `annotate export` is asked for.
@@ -52,57 +51,6 @@ pub struct ExportOptions {
     /// edit the question, options or answer, move it to another level, or reject with a reason).
     #[arg(long)]
     pub items: bool,
-}
-
-/// How one video's annotations are decided when several annotators labelled it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Rule {
-    /// The one annotator (with several, the most recent annotation).
-    Single,
-    /// The label most annotators chose; the spans and texts of the first of them. A tie is not
-    /// adjudicated (listed in the report).
-    Majority,
-    /// This annotator's annotation wins; majority where they did not annotate.
-    Reviewer(String),
-}
-
-impl std::str::FromStr for Rule {
-    type Err = crate::error::BadArgument;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "single" => Ok(Rule::Single),
-            "majority" => Ok(Rule::Majority),
-            _ => match s.strip_prefix("reviewer:") {
-                Some(name) if !name.is_empty() => Ok(Rule::Reviewer(name.to_string())),
-                _ => Err(crate::error::BadArgument(format!(
-                    "{s:?}: expected single, majority or reviewer:NAME (e.g. reviewer:lead@lab.org)"
-                ))),
-            },
-        }
-    }
-}
-
-/// One annotation of one video: RiskCue's 8 fields (times in seconds).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Annotation {
-    pub video_id: String,
-    /// Who annotated (Label Studio's user email or id; `adjudicated` for the decided row).
-    pub annotator: String,
-    pub task_id: Option<i64>,
-    pub annotation_id: Option<i64>,
-    pub updated_at: Option<String>,
-    pub risk_signal_start: Option<f64>,
-    pub risk_signal_end: Option<f64>,
-    pub risk_visual_indicators: Option<String>,
-    /// "First, …; Then, …; Afterwards, …" as the annotator wrote the three parts.
-    pub risk_signal_description: Option<String>,
-    pub accident_start: Option<f64>,
-    pub accident_end: Option<f64>,
-    pub accident_description: Option<String>,
-    /// "yes" or "no".
-    pub risk_label: String,
-    /// The adjudicated row: the rule and the annotators it was decided from.
-    pub decided_by: Option<String>,
 }
 
 /// The label config for the 8 fields: spans on the video's timeline, texts, the yes/no label.

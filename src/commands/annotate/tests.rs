@@ -109,7 +109,8 @@ fn results(pairs: &[(&str, &[&str])]) -> Vec<Value> {
 
 #[test]
 fn item_reviews_are_checked_and_classed_against_the_drafted_item() {
-    use super::items::{edit_class, review_of};
+    use super::items::review_of;
+    use crate::benchmark::review::items::edit_class;
     let d = drafted();
     let levels = vec![
         "observable_evidence".to_string(),

@@ -491,7 +491,7 @@ pub fn evaluate(
 
 /// The histogram of risk-signal lengths per group (1-second bins), drawn as the analyses are.
 fn lengths_plot(png: &Path, lengths: &BTreeMap<String, SignalLengths>) -> Result<(), RunError> {
-    use crate::commands::analyze::DistRow;
+    use crate::report::DistRow;
     let groups: Vec<String> = lengths
         .keys()
         .filter(|g| lengths.len() == 1 || *g != "all")
@@ -519,7 +519,7 @@ fn lengths_plot(png: &Path, lengths: &BTreeMap<String, SignalLengths>) -> Result
         }
     }
     let sizes = groups.iter().map(|g| (g.clone(), lengths[g].n)).collect();
-    crate::commands::analyze::plot::bars(png, "risk-signal length", &rows, &groups, &sizes, None)
+    crate::report::plot::bars(png, "risk-signal length", &rows, &groups, &sizes, None)
         .map_err(|e| RunError::Internal(format!("{}: {e}", png.display())))
 }
 

@@ -95,7 +95,7 @@ fn ascii(c: char) -> char {
     }
 }
 
-use crate::stages::questions::items::norm;
+use crate::benchmark::text::norm;
 
 /// Words after which a lone letter is an answer, wherever they stand.
 const CUES: &[&str] = &[

@@ -351,7 +351,7 @@ fn questions_section(q: &QuestionsWritten) -> String {
 
 /// What people made of the items (`annotate import` of an item review), or that nobody did.
 fn review_section(q: &QuestionsWritten) -> String {
-    use crate::commands::annotate::items::shares;
+    use crate::benchmark::review::items::shares;
     if q.decided.is_empty() {
         return "\nNo person has reviewed these items: they are the candidates that passed the stage's checks.\n".into();
     }

@@ -218,8 +218,8 @@ fn stage_joined(
 
 /// The adjudicated human annotations (`vidcurate annotate import`) as `annotation_<field>`.
 pub(super) async fn annotation_columns(store: &Arc<dyn Store>) -> Result<Option<Joined>, RunError> {
-    let decided: Vec<crate::commands::annotate::Annotation> =
-        crate::commands::annotate::read_annotations(store)
+    let decided: Vec<crate::benchmark::review::Annotation> =
+        crate::benchmark::review::read_annotations(store)
             .await?
             .into_iter()
             .filter(|a| a.annotator == "adjudicated")
@@ -227,7 +227,7 @@ pub(super) async fn annotation_columns(store: &Arc<dyn Store>) -> Result<Option<
     if decided.is_empty() {
         return Ok(None);
     }
-    let fields = crate::store::shards::fields_of::<crate::commands::annotate::Annotation>()?;
+    let fields = crate::store::shards::fields_of::<crate::benchmark::review::Annotation>()?;
     let batch = serde_arrow::to_record_batch(&fields, &decided)
         .map_err(|e| RunError::Internal(format!("annotations: {e}")))?;
     const BOOKKEEPING: &[&str] = &[

@@ -6,7 +6,7 @@
 //! `questions/<split>-00000-of-00001.parquet`. What the card says of it is `QuestionsWritten`.
 
 use super::write_parquet;
-use crate::commands::annotate::items::{
+use crate::benchmark::review::items::{
     ItemImportReport, ItemReview, read_report, read_reviews, rows_after,
 };
 use crate::error::RunError;

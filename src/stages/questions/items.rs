@@ -59,18 +59,8 @@ impl Default for ItemRules {
     }
 }
 
-/// Letters of options: A, B, C…
-pub fn letter(i: usize) -> String {
-    char::from(b'A' + i as u8).to_string()
-}
-
-/// Lower-case letters and digits only: how options and questions are compared.
-pub fn norm(s: &str) -> String {
-    s.chars()
-        .filter(|c| c.is_alphanumeric())
-        .flat_map(char::to_lowercase)
-        .collect()
-}
+pub use crate::benchmark::formats::letter;
+pub use crate::benchmark::text::{norm, similarity};
 
 /// One rule an item breaks: a stable code (`reject_codes`, what a report groups by) and a
 /// sentence (what the repair request and `reject_reason` say).
@@ -241,26 +231,6 @@ pub fn check(
 pub fn item_id(video_id: &str, level: &str, k: usize) -> String {
     let h = blake3::hash(format!("{video_id}\u{1f}{level}\u{1f}{k}").as_bytes());
     h.to_hex()[..16].to_string()
-}
-
-/// How alike two questions are, 0 to 1: the Jaccard index of their character trigrams, after
-/// `norm` (so case, spaces and punctuation do not count). Characters rather than words, so that
-/// Chinese and Japanese questions, written without spaces, compare as well as English ones.
-/// Texts under three characters compare as equal or not.
-pub fn similarity(a: &str, b: &str) -> f64 {
-    fn grams(s: &str) -> std::collections::HashSet<Vec<char>> {
-        let c: Vec<char> = norm(s).chars().collect();
-        if c.len() < 3 {
-            return std::iter::once(c).filter(|c| !c.is_empty()).collect();
-        }
-        c.windows(3).map(<[char]>::to_vec).collect()
-    }
-    let (ga, gb) = (grams(a), grams(b));
-    let union = ga.union(&gb).count();
-    if union == 0 {
-        return 0.0;
-    }
-    ga.intersection(&gb).count() as f64 / union as f64
 }
 
 /// For each question, the most similar earlier one of the list (its index) and the similarity;

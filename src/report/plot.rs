@@ -1,8 +1,7 @@
 //! PNG plots of the analysis tables (plotters, bitmap backend) and the HTML report that shows
 //! them with the group sizes and the statistics, so a person looks rather than reads.
 
-use super::AnalyzeError;
-use super::{DistRow, StatRow};
+use super::{DistRow, PlotError, StatRow};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::collections::BTreeMap;
@@ -21,39 +20,39 @@ const COLOURS: [RGBColor; 4] = [
 ];
 
 /// Registers DejaVu Sans for plot text once (fonts-dejavu-core, installed by the setup).
-fn font() -> Result<(), AnalyzeError> {
+fn font() -> Result<(), PlotError> {
     // The outcome of the one registration, kept as its message for every later figure.
     static FONT: OnceLock<Option<String>> = OnceLock::new();
     let failed = FONT.get_or_init(|| register_font().err().map(|e| e.to_string()));
     match failed {
-        Some(m) => Err(AnalyzeError::Plot(m.clone())),
+        Some(m) => Err(PlotError::Draw(m.clone())),
         None => Ok(()),
     }
 }
 
-fn register_font() -> Result<(), AnalyzeError> {
+fn register_font() -> Result<(), PlotError> {
     {
         let path = FONT_PATHS
             .iter()
             .find(|p| Path::new(p).exists())
             .ok_or_else(|| {
-                AnalyzeError::Plot("DejaVuSans.ttf not found: install fonts-dejavu-core".into())
+                PlotError::Draw("DejaVuSans.ttf not found: install fonts-dejavu-core".into())
             })?;
         let bytes: &'static [u8] = Box::leak(
             std::fs::read(path)
-                .map_err(|e| AnalyzeError::Io {
+                .map_err(|e| PlotError::Io {
                     path: path.to_string(),
                     source: e,
                 })?
                 .into_boxed_slice(),
         );
         plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
-            .map_err(|_| AnalyzeError::Plot(format!("{path}: not a font")))
+            .map_err(|_| PlotError::Draw(format!("{path}: not a font")))
     }
 }
 
-fn err<E: std::fmt::Debug>(e: E) -> AnalyzeError {
-    AnalyzeError::Plot(format!("{e:?}"))
+fn err<E: std::fmt::Debug>(e: E) -> PlotError {
+    PlotError::Draw(format!("{e:?}"))
 }
 
 /// Grouped bars: one bar per group in each bin, heights = shares.
@@ -64,7 +63,7 @@ pub fn bars(
     groups: &[String],
     sizes: &BTreeMap<String, usize>,
     marker: Option<f64>,
-) -> Result<(), AnalyzeError> {
+) -> Result<(), PlotError> {
     font()?;
     let nbins = rows.iter().map(|r| r.bin + 1).max().unwrap_or(1) as usize;
     let ymax = rows.iter().map(|r| r.share).fold(0.0, f64::max).max(1e-9) * 1.1;
@@ -136,7 +135,7 @@ pub fn heatmaps(
     groups: &[String],
     grid: (u32, u32),
     sizes: &BTreeMap<String, usize>,
-) -> Result<(), AnalyzeError> {
+) -> Result<(), PlotError> {
     font()?;
     let (gr, gc) = grid;
     let root =
@@ -212,7 +211,7 @@ pub fn report(
     plots: &[(String, String)],
     sizes: &BTreeMap<String, usize>,
     stats: &[StatRow],
-) -> Result<(), AnalyzeError> {
+) -> Result<(), PlotError> {
     let mut h = String::from(
         "<!doctype html><meta charset=utf-8><title>vidcurate analysis</title>\n<style>body{font-family:sans-serif;max-width:1100px;margin:auto}img{max-width:100%}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}</style>\n<h1>On-screen text by group</h1>\n<p>Creator-added text regions per group: ",
     );
@@ -239,14 +238,15 @@ pub fn report(
         );
     }
     h += "</table>\n<p>KS: two-sample Kolmogorov–Smirnov on per-region values, effect size D. Chi-square: homogeneity of the binned counts, effect size Cramér's V.</p>\n";
-    std::fs::write(dir.join("report.html"), h)
-        .map_err(|e| AnalyzeError::io(&dir.join("report.html"), e))
+    std::fs::write(dir.join("report.html"), h).map_err(|e| PlotError::Io {
+        path: dir.join("report.html").display().to_string(),
+        source: e,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::analyze::StatRow;
 
     #[test]
     fn report_escapes_every_string_from_the_data() {
