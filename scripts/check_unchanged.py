@@ -5,6 +5,8 @@ Usage:
   scripts/check_unchanged.py record  --bin PATH --out DIR        # write a baseline
   scripts/check_unchanged.py compare --bin PATH --baseline DIR   # record anew into a temp dir, diff
   scripts/check_unchanged.py diff    DIR_A DIR_B                 # diff two recordings
+  scripts/check_unchanged.py tree    RUN_DIR --out DIR           # record one run folder as run/*
+                                                                 # (e.g. a questions_demo.py --keep run)
 
 `compare` and `diff` print every difference (a unified diff per item, and items missing on
 either side) and exit 1 if there is any; if none, they print one line saying how many items were
@@ -663,6 +665,9 @@ def main():
     c.add_argument("--bin", required=True, type=Path)
     c.add_argument("--baseline", required=True, type=Path)
     c.add_argument("--keep", type=Path, help="record into this folder instead of a temp dir")
+    t = sub.add_parser("tree", help="record the files of one run folder (tables, texts, hashes)")
+    t.add_argument("run", type=Path)
+    t.add_argument("--out", required=True, type=Path)
     d = sub.add_parser("diff", help="diff two recordings")
     d.add_argument("a", type=Path)
     d.add_argument("b", type=Path)
@@ -670,6 +675,18 @@ def main():
     if args.cmd == "record":
         n = record(args.bin, args.out)
         print(f"check_unchanged: recorded {n} items into {args.out}")
+    elif args.cmd == "tree":
+        if args.out.exists() and any(args.out.iterdir()):
+            sys.exit(f"check_unchanged: {args.out} exists and is not empty")
+        tmp = Path(tempfile.mkdtemp(prefix="vidcurate-tree-"))
+        try:
+            # No binary is run: the recorder only normalises and writes (its paths are the run's).
+            rec = Recorder(Path(sys.executable), args.out, tmp)
+            rec.norm = Norm(args.run)
+            dump_tree(rec, args.run, "run")
+            print(f"check_unchanged: recorded {rec.items} items of {args.run} into {args.out}")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     elif args.cmd == "diff":
         sys.exit(diff(args.a, args.b))
     else:

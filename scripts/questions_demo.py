@@ -228,6 +228,8 @@ def main():
     text = text.replace('dir = "../data/harmvideo"', f'dir = "{videos}"')
     text = text.replace('"taxonomies/harmvideobench.toml"',
                         json.dumps(os.path.join(ROOT, "pipelines", "taxonomies", "harmvideobench.toml")))
+    text = text.replace('"tasks/harmvideobench/levels.toml"',
+                        json.dumps(os.path.join(ROOT, "pipelines", "tasks", "harmvideobench", "levels.toml")))
     tmp = tempfile.mkdtemp(prefix="vc-questions-")
     try:
         p = os.path.join(tmp, "harmvideo-questions.toml")

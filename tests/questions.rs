@@ -11,6 +11,7 @@ use crate::need_ffmpeg;
 use crate::util::*;
 use serde_json::{Value, json};
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 fn item(level: &str, question: &str, options: [&str; 4], answer: &str, note: &str) -> Value {
@@ -221,6 +222,26 @@ fn items_are_checked_repaired_rejected_one_by_one_and_shuffled() {
     let o = run_with_key(&p, &out);
     assert!(o.status.success(), "{}", err(&o));
     assert_eq!(server.requests().len(), calls, "a rerun makes no call");
+
+    // The same items as a task file (the shipped levels task: the same taxonomy and prompt):
+    // the same fingerprint, so nothing is drafted again and the table stays as it is.
+    let task =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("pipelines/tasks/harmvideobench/levels.toml");
+    let text = std::fs::read_to_string(&p).unwrap();
+    let with_task = text.replace(
+        "id = \"questions\"\ntype = \"questions\"\ncompute = { service = \"openai\", model = \"gpt-4o-mini\", max_images = 4 }",
+        &format!("id = \"questions\"\ntype = \"questions\"\ncompute = {{ service = \"openai\", model = \"gpt-4o-mini\", max_images = 4, task = {:?} }}", task.to_str().unwrap()),
+    );
+    assert_ne!(text, with_task);
+    std::fs::write(&p, with_task).unwrap();
+    let o = run_with_key(&p, &out);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(
+        server.requests().len(),
+        calls,
+        "the task file drafts nothing again"
+    );
+    assert_eq!(table_rows_file_all(&out.join("questions")), rows);
 }
 
 #[test]
@@ -261,6 +282,79 @@ fn taxonomy_files_that_cannot_be_used_exit_2_at_the_line_and_key() {
             "{at} / {what} not in {e}"
         );
     }
+}
+
+/// A task drafted per taxonomy level belongs to the questions stage, and only there; the task
+/// file's taxonomy must be a single-choice drafted task's.
+#[test]
+fn a_levels_task_is_built_by_the_questions_stage_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = Path::new(env!("CARGO_MANIFEST_DIR")).join("pipelines/tasks");
+    let levels = tasks.join("harmvideobench/levels.toml");
+    let kep = tasks.join("mvfndb/kep.toml");
+    std::fs::create_dir_all(dir.path().join("v")).unwrap();
+    let head = "name = \"t\"\n[services.openai]\nbase_url = \"http://127.0.0.1:9/v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\n\n[source]\ntype = \"local\"\ndir = \"v\"\n\n[[stages]]\nid = \"probe\"\ntype = \"probe\"\n\n[[stages]]\nid = \"frames\"\ntype = \"frames\"\n\n[[stages]]\n";
+    let m = "drafter = { service = \"openai\", model = \"m\" }, refiner = { service = \"openai\", model = \"m\" }, judge = { service = \"openai\", model = \"m\" }";
+    let cases = [
+        (
+            format!(
+                "id = \"q\"\ntype = \"questions\"\ncompute = {{ service = \"openai\", model = \"m\", task = {levels:?}, taxonomy = \"x.toml\" }}\n"
+            ),
+            "p.toml:21",
+            "not both",
+        ),
+        (
+            format!(
+                "id = \"q\"\ntype = \"questions\"\ncompute = {{ service = \"openai\", model = \"m\", task = {kep:?} }}\n"
+            ),
+            "p.toml:21",
+            "task kep is not drafted per taxonomy level",
+        ),
+        (
+            format!("id = \"i\"\ntype = \"items\"\ncompute = {{ task = {levels:?}, {m} }}\n"),
+            "p.toml:21",
+            "a `questions` stage builds it",
+        ),
+    ];
+    for (stage, at, what) in cases {
+        write(&dir.path().join("p.toml"), &format!("{head}{stage}"));
+        let o = run(
+            &["validate", dir.path().join("p.toml").to_str().unwrap()],
+            dir.path(),
+        );
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{e}");
+        assert!(
+            e.contains(at) && e.contains(what),
+            "{at} / {what} not in {e}"
+        );
+    }
+    // A taxonomy on a task that is not single choice with drafted options.
+    let text = std::fs::read_to_string(&levels)
+        .unwrap()
+        .replace("format = \"single_choice\"", "format = \"multiple_choice\"")
+        .replace(
+            "\"../../taxonomies/",
+            &format!("\"{}/", tasks.join("../taxonomies").display()),
+        )
+        .replace(
+            "prompts/draft-levels.txt",
+            tasks
+                .join("harmvideobench/prompts/draft-levels.txt")
+                .to_str()
+                .unwrap(),
+        );
+    write(&dir.path().join("mc.toml"), &text);
+    let o = run(
+        &["tasks", dir.path().join("mc.toml").to_str().unwrap()],
+        dir.path(),
+    );
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("mc.toml:15") && e.contains("taxonomy") && e.contains("single_choice"),
+        "{e}"
+    );
 }
 
 /// `vidcurate rethreshold RUN --set S …` (one --set per entry): the summary's lines of `stage`.

@@ -13,6 +13,9 @@
 //! options = ["…"]                     # choice formats with fixed options (NTU, CPP)
 //! labels = ["real", "fake"]           # tagged_reasoning: what <result> may say
 //! metrics = ["hit_rate.elements"]     # what part 2 computes; each must fit the format
+//! taxonomy = "../../taxonomies/x.toml" # single_choice items drafted per level of a taxonomy
+//!                                     # file (HarmVideoBench's three levels): the `questions`
+//!                                     # stage builds such a task, with its checks
 //!
 //! [reference]
 //! from = "drafted"                    # drafted (models, Figure 4) | derived | people
@@ -30,6 +33,7 @@
 //! configuration error. Writes nothing, calls nothing, caches nothing.
 
 use super::formats::{Format, Metric};
+use crate::config::taxonomy::Taxonomy;
 use crate::config::{ConfigError, Seg, SourceText};
 use crate::record::{Shot, TextRegion};
 use serde::{Deserialize, Serialize};
@@ -74,6 +78,10 @@ pub struct TaskFile {
     #[serde(default)]
     pub labels: Vec<String>,
     pub metrics: Vec<String>,
+    /// Items drafted per level of this taxonomy file (relative to the task file), options and
+    /// all, by the `questions` stage.
+    #[serde(default)]
+    pub taxonomy: Option<PathBuf>,
     pub reference: Reference,
     #[serde(default)]
     pub prompts: Prompts,
@@ -173,6 +181,8 @@ pub struct Task {
     pub metrics: Vec<Metric>,
     /// (role, text) of each prompt file given: draft, refine, judge.
     pub prompts: Vec<(&'static str, String)>,
+    /// The taxonomy the items are drafted per level of, and its file's text.
+    pub taxonomy: Option<(Taxonomy, String)>,
     /// BLAKE3 of the task file's text and its prompts' texts (first 16 hex digits): what an
     /// item records as where it came from.
     pub fingerprint: String,
@@ -194,11 +204,15 @@ impl Task {
         let metrics = check_metrics(&file, format, &lists, &src)?;
         check_reference(&file, format, &src)?;
         let prompts = read_prompts(&file, path, &src)?;
+        let taxonomy = read_taxonomy(&file, format, path, &src)?;
         let mut h = blake3::Hasher::new();
         h.update(text.as_bytes());
         for (role, p) in &prompts {
             h.update(role.as_bytes());
             h.update(p.as_bytes());
+        }
+        if let Some((_, t)) = &taxonomy {
+            h.update(t.as_bytes());
         }
         Ok(Task {
             file,
@@ -206,6 +220,7 @@ impl Task {
             format,
             metrics,
             prompts,
+            taxonomy,
             fingerprint: h.finalize().to_hex()[..16].to_string(),
         })
     }
@@ -485,6 +500,28 @@ fn read_prompts(
         out.push((role, text));
     }
     Ok(out)
+}
+
+/// The taxonomy of a task drafted per level: single choice with drafted options, its file read
+/// and checked (its own errors name its file, line and key).
+fn read_taxonomy(
+    f: &TaskFile,
+    format: Format,
+    path: &Path,
+    src: &SourceText,
+) -> Result<Option<(Taxonomy, String)>, ConfigError> {
+    let Some(p) = &f.taxonomy else {
+        return Ok(None);
+    };
+    if format != Format::SingleChoice || f.reference.from != "drafted" || !f.options.is_empty() {
+        return Err(src.error_at(
+            &key("taxonomy"),
+            "items drafted per taxonomy level are single_choice, drafted (reference.from = \"drafted\"), with the options drafted too (no `options`)",
+        ));
+    }
+    let full = path.parent().unwrap_or(Path::new(".")).join(p);
+    let (t, text) = Taxonomy::load(&full)?;
+    Ok(Some((t, text.text)))
 }
 
 /// Every task file (`*.toml`) in `dir`, in name order, loaded and checked.

@@ -9,7 +9,9 @@ use std::path::PathBuf;
 /// Check benchmark task files and list them: one line per task with its category, target
 /// features, answer format, where its reference comes from, its metrics and its fingerprint.
 ///
-/// A task file is a TOML file (see pipelines/tasks/mvfndb/ for MVFNDB's ten); a folder means
+/// A task file is a TOML file (see pipelines/tasks/mvfndb/ for MVFNDB's ten, and
+/// pipelines/tasks/harmvideobench/levels.toml for HarmVideoBench's items, drafted per level of
+/// a taxonomy file by the questions stage); a folder means
 /// every *.toml in it. A file that cannot be used exits 2 naming file:line:key: an unknown
 /// format, a metric that does not fit the format (e.g. mean_iou on a count), a hit_rate.FIELD
 /// naming no reference list, a derived reference whose rule, stage type or columns do not exist,
@@ -87,6 +89,13 @@ fn line(t: &Task) -> String {
     if !f.labels.is_empty() {
         s += &format!(" | labels {}", f.labels.join("/"));
     }
+    if let Some((tx, _)) = &t.taxonomy {
+        s += &format!(
+            " | per level of {} ({}; built by a questions stage)",
+            tx.name,
+            levels(t).join(", ")
+        );
+    }
     s += &format!(" | {} | {}", f.metrics.join(", "), t.fingerprint);
     s
 }
@@ -96,6 +105,14 @@ fn json_name<T: serde::Serialize>(v: &T) -> String {
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default()
+}
+
+/// The level names of a task drafted per taxonomy level.
+fn levels(t: &Task) -> Vec<String> {
+    t.taxonomy
+        .iter()
+        .flat_map(|(tx, _)| tx.levels.iter().map(|l| l.name.clone()))
+        .collect()
 }
 
 fn describe(t: &Task) -> serde_json::Value {
@@ -113,6 +130,7 @@ fn describe(t: &Task) -> serde_json::Value {
         "metrics": f.metrics,
         "reference": f.reference,
         "prompts": prompts,
+        "levels": levels(t),
         "fingerprint": t.fingerprint,
     })
 }

@@ -1,7 +1,8 @@
 //! `ask` stage: one question to a vision model per video, answered under a JSON Schema file of
 //! the pipeline's own (MVFNDB A.1.2 and A.2.1: a model watches the news video as its audience
 //! would and scores arousal and dominance, or names the identities of the people shown). A new
-//! analysis of this kind is a prompt file and a schema file, no code.
+//! analysis of this kind is a prompt file and a schema file, no code. The generic preset of the
+//! model-call stage (`model_call.rs`, which does the calling).
 //!
 //! Reads: the video's sampled frames (up to `max_images`, evenly spread; MVFNDB: 16), its title,
 //! and its transcript when a `transcript` stage ran before (cut at `max_transcript_chars`).
@@ -14,20 +15,11 @@
 //! schema's full texts are in the fingerprint. `vidcurate analyze` plots the answer's fields by
 //! group: numbers as distributions, strings and lists of strings as shares of videos.
 
-use super::judge::{ask_validated, frame_inputs, text_hash};
-use super::structured::OutputSchema;
-use crate::clients::llm::{ChatRequest, LlmService};
-use crate::config::{ConfigError, Seg, StageCommon};
-use crate::error::StageError;
+use super::model_call::{Call, Preset, SchemaFrom, Settings, VideoAnswer};
+use super::structured::{OutputSchema, SchemaProblem};
 use crate::record::{Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
-use crate::runtime::stage::{Processor, StageContext, StageEstimate};
-use crate::stages::{BuildCx, Built, compute_settings};
-use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -77,127 +69,63 @@ pub struct AskAnswer {
     pub attempts: u32,
 }
 
-pub struct AskStage {
-    cfg: AskConfig,
-    prompt: String,
-    schema: OutputSchema,
-    svc: Arc<LlmService>,
-}
+/// The generic preset: the pipeline's prompt file and schema file, the checked object kept as
+/// JSON text.
+pub struct Ask;
 
 /// This stage in the registry (`stages::STAGE_KINDS`).
 pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     name: "ask",
     about: "one question per video to a vision model over its frames, answered under a JSON Schema file (MVFNDB's audience emotion and identities of the people shown; `analyze` plots the fields by group)",
-    build,
+    build: super::model_call::build::<Ask>,
     reselect: None,
     summary: None,
     release: crate::stages::Release::PerVideo,
 };
 
-pub fn build(
-    common: &StageCommon,
-    compute_at: &[Seg],
-    select_at: &[Seg],
-    bcx: &BuildCx,
-) -> Result<Built, ConfigError> {
-    let (cfg, mut compute): (AskConfig, _) = compute_settings(common, compute_at, bcx)?;
-    crate::stages::no_select(common, select_at, bcx)?;
-    let prompt = super::judge::prompt_text(&Some(cfg.prompt.clone()), "", compute_at, bcx)?;
-    let at = |k: &str| crate::config::key_at(compute_at, k);
-    if prompt.trim().is_empty() {
-        return Err(bcx.src.error_at(
-            &at("prompt"),
-            format!("{}: the prompt file is empty", cfg.prompt.display()),
-        ));
-    }
-    let schema_path = bcx.resolve(&cfg.schema);
-    let schema = OutputSchema::load(&schema_path)
-        .map_err(|e| bcx.src.error_at(&at("schema"), e.to_string()))?;
-    let schema_text = std::fs::read_to_string(&schema_path).unwrap_or_default();
-    // The texts, not the files' names, decide whether answers are asked again.
-    compute["prompt"] = json!(text_hash(&prompt));
-    compute["schema"] = json!(text_hash(&schema_text));
-    if cfg.max_images == 0 {
-        return Err(bcx
-            .src
-            .error_at(&at("max_images"), "max_images must be at least 1"));
-    }
-    let svc = bcx.llm_service(&cfg.service, &at("service"), common)?;
-    Ok(Built {
-        task: Box::new(ProcessorTask(Arc::new(AskStage {
-            cfg,
-            prompt,
-            schema,
-            svc,
-        }))),
-        compute,
-        version: 1,
-        default_in_flight: 16,
-    })
-}
-
-#[async_trait]
-impl Processor for AskStage {
+impl Preset for Ask {
+    type Config = AskConfig;
     type Row = AskAnswer;
+    const SLOT: Slot = Slot::Answers;
+    const INVALID: &'static str = "invalid_answer";
+    const DEFAULT_PROMPT: &'static str = "";
 
-    fn requires(&self) -> &'static [Slot] {
-        &[Slot::Frames]
+    fn settings(c: &AskConfig) -> Settings<'_> {
+        Settings {
+            service: &c.service,
+            model: &c.model,
+            prompt: Some(&c.prompt),
+            max_images: c.max_images,
+            max_transcript_chars: c.max_transcript_chars,
+            max_tokens: c.max_tokens,
+            temperature: c.temperature,
+        }
     }
-    fn provides(&self) -> Slot {
-        Slot::Answers
+    fn schema(c: &AskConfig) -> SchemaFrom {
+        SchemaFrom::File(c.schema.clone())
     }
-
-    fn estimate(&self) -> StageEstimate {
-        StageEstimate::one_call(
-            &self.svc.name,
-            &self.cfg.model,
-            self.prompt.len() + self.cfg.max_transcript_chars / 2,
-            self.cfg.max_images,
-            self.cfg.max_tokens,
+    fn read(schema: Option<&OutputSchema>, text: &str) -> Result<String, SchemaProblem> {
+        match schema {
+            Some(s) => s.check(text).map(|v| v.to_string()),
+            None => Ok(text.to_string()),
+        }
+    }
+    fn repair(problem: &str) -> String {
+        format!(
+            "Your previous answer was invalid: {problem}. Reply with only a JSON object that follows the schema."
         )
     }
-
-    async fn process(
-        &self,
-        rec: &VideoRecord,
-        cx: &StageContext,
-    ) -> Result<Vec<AskAnswer>, StageError> {
-        let images = frame_inputs(rec, cx, self.cfg.max_images, "the model").await?;
-        let (prompt, transcript_chars) =
-            super::caption::fill_prompt(&self.prompt, rec, self.cfg.max_transcript_chars);
-        let req = ChatRequest {
-            model: self.cfg.model.clone(),
-            prompt,
-            images: images.clone(),
-            temperature: self.cfg.temperature,
-            max_tokens: self.cfg.max_tokens,
-            json: true,
-            schema: Some(self.schema.request.clone()),
-            seed: None,
-            repair: false,
-        };
-        let a = ask_validated(
-            &self.svc,
-            req,
-            cx,
-            "invalid_answer",
-            |t| self.schema.check(t).map(|v| v.to_string()),
-            |problem| {
-                format!("Your previous answer was invalid: {problem}. Reply with only a JSON object that follows the schema.")
-            },
-        )
-        .await?;
-        Ok(vec![AskAnswer {
+    fn row(a: VideoAnswer<String>, call: &Call) -> AskAnswer {
+        AskAnswer {
             answer: a.value,
-            images: images.len() as u32,
-            transcript_chars,
+            images: a.images,
+            transcript_chars: a.transcript_chars,
             raw: a.raw,
-            provider: self.svc.name.clone(),
-            model: self.cfg.model.clone(),
+            provider: call.svc.name.clone(),
+            model: call.model.clone(),
             attempts: a.attempts,
-        }])
+        }
     }
-
     fn attach(_rec: &mut VideoRecord, _rows: Vec<AskAnswer>) {
         // No later stage reads an answer: analyses read the table.
     }

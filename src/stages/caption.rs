@@ -1,5 +1,6 @@
 //! `caption` stage: a vision model describes each video (HarmVideoBench §3.2: a detailed caption
-//! first, from which the candidate questions are drafted).
+//! first, from which the candidate questions are drafted). A preset of the model-call stage
+//! (`model_call.rs`): `ask` with a built-in prompt and schema.
 //!
 //! Reads: the video's sampled frames (up to `max_images`, evenly spread; the paper: 12), its
 //! title, and its transcript when a `transcript` stage ran before (cut at `max_transcript_chars`).
@@ -11,20 +12,12 @@
 //! rejected with it. The prompt's full text is part of the fingerprint: an edited prompt file
 //! redoes the stage (and the stages after it), nothing else.
 
-use super::judge::{ask_validated, frame_inputs, text_hash};
+use super::model_call::{Call, Preset, SchemaFrom, Settings, VideoAnswer};
 use super::structured::{OutputSchema, SchemaProblem};
-use crate::clients::llm::{ChatRequest, LlmService};
-use crate::config::{ConfigError, Seg, StageCommon};
-use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
-use crate::runtime::stage::{Processor, StageContext, StageEstimate};
-use crate::stages::{BuildCx, Built, compute_settings};
-use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// The default instruction, written for this project after HarmVideoBench §3.2 and B.1: describe
 /// what is observable first, then what the clip itself conveys, and never guess beyond the clip.
@@ -83,18 +76,14 @@ pub struct Caption {
     pub attempts: u32,
 }
 
-pub struct CaptionStage {
-    cfg: CaptionConfig,
-    prompt: String,
-    schema: Option<OutputSchema>,
-    svc: Arc<LlmService>,
-}
+/// `ask` with a built-in prompt and schema, and the caption as its column.
+pub struct CaptionPreset;
 
 /// This stage in the registry (`stages::STAGE_KINDS`).
 pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     name: "caption",
     about: "a detailed caption per video by a vision model from its sampled frames, title and transcript (HarmVideoBench's first step; structured output)",
-    build,
+    build: super::model_call::build::<CaptionPreset>,
     reselect: None,
     summary: None,
     release: crate::stages::Release::PerVideo,
@@ -111,60 +100,34 @@ fn caption_schema() -> OutputSchema {
     OutputSchema::new("caption", schema, Path::new("(built in)")).expect("a valid schema")
 }
 
-pub fn build(
-    common: &StageCommon,
-    compute_at: &[Seg],
-    select_at: &[Seg],
-    bcx: &BuildCx,
-) -> Result<Built, ConfigError> {
-    let (cfg, mut compute): (CaptionConfig, _) = compute_settings(common, compute_at, bcx)?;
-    crate::stages::no_select(common, select_at, bcx)?;
-    let prompt = super::judge::prompt_text(&cfg.prompt, CAPTION_PROMPT, compute_at, bcx)?;
-    // The text itself, not the file's name, decides whether captions are redone.
-    compute["prompt"] = json!(text_hash(&prompt));
-    let svc = bcx.llm_service(
-        &cfg.service,
-        &crate::config::key_at(compute_at, "service"),
-        common,
-    )?;
-    let schema = cfg.structured.then(caption_schema);
-    Ok(Built {
-        task: Box::new(ProcessorTask(Arc::new(CaptionStage {
-            cfg,
-            prompt,
-            schema,
-            svc,
-        }))),
-        compute,
-        version: 1,
-        default_in_flight: 16,
-    })
-}
+impl Preset for CaptionPreset {
+    type Config = CaptionConfig;
+    type Row = Caption;
+    const SLOT: Slot = Slot::Caption;
+    const INVALID: &'static str = "invalid_caption";
+    const DEFAULT_PROMPT: &'static str = CAPTION_PROMPT;
 
-/// `template` for one video: `[title]` and `[transcript]` filled in (the transcript cut at
-/// `max_chars`), and the characters of transcript shown. Shared by the stages that show a
-/// vision model a video's frames with its title and speech.
-pub fn fill_prompt(template: &str, rec: &VideoRecord, max_chars: usize) -> (String, u32) {
-    let title = rec.source.title.as_deref().unwrap_or("").trim();
-    let spoken = rec.transcript.as_deref().unwrap_or("").trim();
-    let shown: String = spoken.chars().take(max_chars).collect();
-    let block = if shown.is_empty() {
-        "(no transcript)".to_string()
-    } else if shown.len() < spoken.len() {
-        format!("{shown} […]")
-    } else {
-        shown.clone()
-    };
-    let prompt = template
-        .replace("[title]", if title.is_empty() { "(none)" } else { title })
-        .replace("[transcript]", &block);
-    (prompt, shown.chars().count() as u32)
-}
-
-impl CaptionStage {
+    fn settings(c: &CaptionConfig) -> Settings<'_> {
+        Settings {
+            service: &c.service,
+            model: &c.model,
+            prompt: c.prompt.as_ref(),
+            max_images: c.max_images,
+            max_transcript_chars: c.max_transcript_chars,
+            max_tokens: c.max_tokens,
+            temperature: c.temperature,
+        }
+    }
+    fn schema(c: &CaptionConfig) -> SchemaFrom {
+        if c.structured {
+            SchemaFrom::Builtin(caption_schema())
+        } else {
+            SchemaFrom::None
+        }
+    }
     /// The caption in an answer, or what is wrong with it.
-    fn read(&self, text: &str) -> Result<String, SchemaProblem> {
-        let caption = match &self.schema {
+    fn read(schema: Option<&OutputSchema>, text: &str) -> Result<String, SchemaProblem> {
+        let caption = match schema {
             Some(s) => s.check(text)?["caption"]
                 .as_str()
                 .unwrap_or_default()
@@ -177,63 +140,22 @@ impl CaptionStage {
         }
         Ok(caption)
     }
-}
-
-#[async_trait]
-impl Processor for CaptionStage {
-    type Row = Caption;
-
-    fn requires(&self) -> &'static [Slot] {
-        &[Slot::Frames]
-    }
-    fn provides(&self) -> Slot {
-        Slot::Caption
-    }
-
-    fn estimate(&self) -> StageEstimate {
-        StageEstimate::one_call(
-            &self.svc.name,
-            &self.cfg.model,
-            self.prompt.len() + self.cfg.max_transcript_chars / 2,
-            self.cfg.max_images,
-            self.cfg.max_tokens,
+    fn repair(problem: &str) -> String {
+        format!(
+            "Your previous answer was invalid: {problem}. Reply with only the JSON object {{\"caption\": \"...\"}}."
         )
     }
-
-    async fn process(
-        &self,
-        rec: &VideoRecord,
-        cx: &StageContext,
-    ) -> Result<Vec<Caption>, StageError> {
-        let images = frame_inputs(rec, cx, self.cfg.max_images, "the model").await?;
-        let (prompt, transcript_chars) =
-            fill_prompt(&self.prompt, rec, self.cfg.max_transcript_chars);
-        let req = ChatRequest {
-            model: self.cfg.model.clone(),
-            prompt,
-            images: images.clone(),
-            temperature: self.cfg.temperature,
-            max_tokens: self.cfg.max_tokens,
-            json: self.schema.is_some(),
-            schema: self.schema.as_ref().map(|s| s.request.clone()),
-            seed: None,
-            repair: false,
-        };
-        let a = ask_validated(&self.svc, req, cx, "invalid_caption", |t| self.read(t), |problem| {
-            format!("Your previous answer was invalid: {problem}. Reply with only the JSON object {{\"caption\": \"...\"}}.")
-        })
-        .await?;
-        Ok(vec![Caption {
+    fn row(a: VideoAnswer<String>, call: &Call) -> Caption {
+        Caption {
             caption: a.value,
-            images: images.len() as u32,
-            transcript_chars,
+            images: a.images,
+            transcript_chars: a.transcript_chars,
             raw: a.raw,
-            provider: self.svc.name.clone(),
-            model: self.cfg.model.clone(),
+            provider: call.svc.name.clone(),
+            model: call.model.clone(),
             attempts: a.attempts,
-        }])
+        }
     }
-
     fn attach(rec: &mut VideoRecord, rows: Vec<Caption>) {
         rec.caption = rows.into_iter().next().map(|c| c.caption);
     }

@@ -17,6 +17,7 @@ pub mod items;
 pub mod judge;
 pub mod language;
 pub mod local;
+pub mod model_call;
 pub mod ocr;
 pub mod overlays;
 pub mod prescreen;

@@ -10,13 +10,13 @@
 //! `select = { min_twos = 10 }`: keep a video when at least 10 of 12 criteria score 2.
 
 use super::judge::{CRITERIA, QUALITY_PROMPT, ask_validated, frame_inputs, span};
-use crate::clients::llm::{ChatRequest, LlmService};
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
 use crate::stages::BuildCx;
+use crate::stages::model_call::Call;
 use crate::stages::{Built, compute_settings};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -216,7 +216,8 @@ pub fn parse_rubric(text: &str) -> Result<[u8; 12], RubricError> {
 pub struct QualityStage {
     cfg: QualityConfig,
     select: QualitySelect,
-    svc: Arc<LlmService>,
+    /// The rubric prompt over the frames; no schema (the rubric is checked by `parse_rubric`).
+    call: Call,
 }
 
 /// This stage in the registry (`stages::STAGE_KINDS`).
@@ -245,7 +246,20 @@ pub fn build(
         common,
     )?;
     Ok(Built {
-        task: Box::new(ProcessorTask(Arc::new(QualityStage { cfg, select, svc }))),
+        task: Box::new(ProcessorTask(Arc::new(QualityStage {
+            call: Call {
+                svc,
+                model: cfg.model.clone(),
+                prompt: QUALITY_PROMPT.to_string(),
+                schema: None,
+                max_images: cfg.max_images,
+                max_transcript_chars: 0,
+                max_tokens: cfg.max_tokens,
+                temperature: cfg.temperature,
+            },
+            cfg,
+            select,
+        }))),
         compute,
         version: 1,
         default_in_flight: 16,
@@ -264,13 +278,7 @@ impl Processor for QualityStage {
     }
 
     fn estimate(&self) -> crate::runtime::stage::StageEstimate {
-        crate::runtime::stage::StageEstimate::one_call(
-            &self.svc.name,
-            &self.cfg.model,
-            QUALITY_PROMPT.len(),
-            self.cfg.max_images,
-            self.cfg.max_tokens,
-        )
+        self.call.estimate()
     }
 
     async fn process(
@@ -279,26 +287,18 @@ impl Processor for QualityStage {
         cx: &StageContext,
     ) -> Result<Vec<Quality>, StageError> {
         let images = frame_inputs(rec, cx, self.cfg.max_images, "the model").await?;
-        let req = ChatRequest {
-            model: self.cfg.model.clone(),
-            prompt: QUALITY_PROMPT.to_string(),
-            images: images.clone(),
-            temperature: self.cfg.temperature,
-            max_tokens: self.cfg.max_tokens,
-            json: self.cfg.json_mode,
-            schema: None,
-            seed: None,
-            repair: false,
-        };
-        let a = ask_validated(&self.svc, req, cx, "invalid_rubric", parse_rubric, |problem| {
+        let mut req = self.call.request(self.call.prompt.clone(), images.clone());
+        // JSON mode without a schema: the rubric's array is checked here.
+        req.json = self.cfg.json_mode;
+        let a = ask_validated(&self.call.svc, req, cx, "invalid_rubric", parse_rubric, |problem| {
             format!("Your previous answer was invalid: {problem}. Reply with only the JSON array of exactly 12 objects (category_number, category_name, score).")
         })
         .await?;
         let mut q = Quality::from_scores(a.value);
         q.images = images.len() as u32;
         q.raw = a.raw;
-        q.provider = self.svc.name.clone();
-        q.model = self.cfg.model.clone();
+        q.provider = self.call.svc.name.clone();
+        q.model = self.call.model.clone();
         q.attempts = a.attempts;
         Ok(vec![q])
     }

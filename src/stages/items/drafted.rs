@@ -9,18 +9,12 @@
 use crate::benchmark::formats::{AnswerContext, Format, Problem, option_label};
 use crate::benchmark::rounds::{Judgment, LoopRule, Next, Round, next};
 use crate::benchmark::task::Task;
-use crate::clients::llm::{ChatRequest, ImageInput, LlmService};
+use crate::clients::llm::{ChatRequest, ImageInput};
 use crate::error::StageError;
+use crate::stages::model_call::Call;
 use crate::stages::structured::OutputSchema;
 use serde_json::{Value, json};
 use std::path::Path;
-use std::sync::Arc;
-
-/// A model a drafted task calls.
-pub struct Caller {
-    pub svc: Arc<LlmService>,
-    pub model: String,
-}
 
 /// The reference's schema for a task's format: what model A drafts and model B refines.
 pub fn draft_schema(task: &Task) -> OutputSchema {
@@ -156,18 +150,15 @@ pub fn options_text(options: &[String]) -> String {
         .join("\n")
 }
 
-/// One item's loop, from the draft to a decision.
+/// One item's loop, from the draft to a decision. Each role is a `Call` with its own prompt
+/// and schema (drafter and refiner: the reference's; judge: the judgment's).
 pub struct Loop<'a> {
     pub task: &'a Task,
-    pub drafter: &'a Caller,
-    pub refiner: &'a Caller,
-    pub judge: &'a Caller,
+    pub drafter: &'a Call,
+    pub refiner: &'a Call,
+    pub judge: &'a Call,
     pub rule: LoopRule,
-    pub schema: &'a OutputSchema,
-    pub judge_schema: &'a OutputSchema,
     pub images: Vec<ImageInput>,
-    pub max_tokens: u32,
-    pub temperature: f32,
 }
 
 /// How a loop ended: its rounds and the decision (the kept round, or the rejection).
@@ -179,24 +170,8 @@ pub struct Ended {
 }
 
 impl Loop<'_> {
-    fn request(
-        &self,
-        c: &Caller,
-        prompt: String,
-        images: bool,
-        schema: &OutputSchema,
-    ) -> ChatRequest {
-        ChatRequest {
-            model: c.model.clone(),
-            prompt,
-            images: if images { self.images.clone() } else { vec![] },
-            temperature: self.temperature,
-            max_tokens: self.max_tokens,
-            json: true,
-            schema: Some(schema.request.clone()),
-            seed: None,
-            repair: false,
-        }
+    fn request(&self, c: &Call, prompt: String, images: bool) -> ChatRequest {
+        c.request(prompt, if images { self.images.clone() } else { vec![] })
     }
 
     /// Runs the loop. `fill` fills a prompt's places for this video (`[draft]` and `[reasons]`
@@ -225,7 +200,7 @@ impl Loop<'_> {
         let check = |t: &str| -> Result<String, String> {
             let note =
                 |code: &'static str| *last_code.lock().unwrap_or_else(|e| e.into_inner()) = code;
-            let v = self.schema.check(t).map_err(|e| {
+            let v = self.drafter.check(t).map_err(|e| {
                 note("breaks_schema");
                 e.to_string()
             })?;
@@ -273,17 +248,13 @@ impl Loop<'_> {
                     (
                         self.drafter,
                         "draft",
-                        self.request(self.drafter, prompt("draft", "", "", 0), true, self.schema),
+                        self.request(self.drafter, prompt("draft", "", "", 0), true),
                     )
                 }
                 Next::Refine { reasons } => {
                     let last = rounds.last().map(|r| r.text.clone()).unwrap_or_default();
                     let p = prompt("refine", &last, reasons, rounds.len());
-                    (
-                        self.refiner,
-                        "refine",
-                        self.request(self.refiner, p, true, self.schema),
-                    )
+                    (self.refiner, "refine", self.request(self.refiner, p, true))
                 }
             };
             let a = crate::stages::judge::ask_validated(
@@ -321,14 +292,14 @@ impl Loop<'_> {
         prompt: &str,
         cx: &crate::runtime::stage::StageContext,
     ) -> Result<Judgment, StageError> {
-        let req = self.request(self.judge, prompt.to_string(), false, self.judge_schema);
+        let req = self.request(self.judge, prompt.to_string(), false);
         let a = crate::stages::judge::ask_validated(
             &self.judge.svc,
             req,
             cx,
             "invalid_judgment",
             |t| {
-                let v = self.judge_schema.check(t).map_err(|e| e.to_string())?;
+                let v = self.judge.check(t).map_err(|e| e.to_string())?;
                 serde_json::from_value::<Judgment>(v).map_err(|e| e.to_string())
             },
             |problem| format!("Your previous answer was invalid: {problem}. Reply with only the JSON object of the two scores and their reasons."),

@@ -28,10 +28,11 @@ use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{BenchItem, Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
-use crate::runtime::stage::{CallEstimate, Processor, StageContext, StageEstimate};
+use crate::runtime::stage::{Processor, StageContext, StageEstimate};
+use crate::stages::model_call::Call;
 use crate::stages::{BuildCx, Built, compute_settings};
 use async_trait::async_trait;
-use drafted::{Caller, DraftContext, Loop};
+use drafted::{DraftContext, Loop};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::PathBuf;
@@ -91,13 +92,14 @@ impl crate::stages::Thresholds for LoopRule {
     }
 }
 
+/// The prompt each model of a drafted task answers, in the order drafter, refiner, judge.
+const ROLES: [&str; 3] = ["draft", "refine", "judge"];
+
 /// The models of a drafted task.
 struct Models {
-    drafter: Caller,
-    refiner: Caller,
-    judge: Caller,
-    schema: crate::stages::structured::OutputSchema,
-    judge_schema: crate::stages::structured::OutputSchema,
+    drafter: Call,
+    refiner: Call,
+    judge: Call,
 }
 
 pub struct ItemsStage {
@@ -127,6 +129,15 @@ pub fn build(
     let rule: LoopRule = crate::stages::select_settings(common, select_at, bcx)?;
     let at = |k: &str| crate::config::key_at(compute_at, k);
     let task = Task::load(&bcx.resolve(&cfg.task))?;
+    if task.taxonomy.is_some() {
+        return Err(bcx.src.error_at(
+            &at("task"),
+            format!(
+                "task {} is drafted per taxonomy level: a `questions` stage builds it (compute = {{ task = ... }})",
+                task.file.name
+            ),
+        ));
+    }
     if !(1..=10).contains(&cfg.per_video) {
         return Err(bcx.src.error_at(
             &at("per_video"),
@@ -163,9 +174,24 @@ pub fn build(
                 ));
             };
             let svc = bcx.llm_service(&m.service, &at(k), common)?;
-            callers.push(Caller {
+            // The judge reads the refined item, not the video.
+            let judge = k == "judge";
+            callers.push(Call {
                 svc,
                 model: m.model.clone(),
+                prompt: task
+                    .prompt(ROLES[callers.len()])
+                    .unwrap_or_default()
+                    .to_string(),
+                schema: Some(if judge {
+                    drafted::judge_schema()
+                } else {
+                    drafted::draft_schema(&task)
+                }),
+                max_images: if judge { 0 } else { cfg.max_images },
+                max_transcript_chars: cfg.max_transcript_chars,
+                max_tokens: cfg.max_tokens,
+                temperature: cfg.temperature,
             });
         }
         let judge = callers.pop().expect("three callers");
@@ -175,8 +201,6 @@ pub fn build(
             drafter,
             refiner,
             judge,
-            schema: drafted::draft_schema(&task),
-            judge_schema: drafted::judge_schema(),
         })
     };
     // The texts decide whether items are made again, not the files' names.
@@ -403,24 +427,13 @@ impl Processor for ItemsStage {
         };
         let n = self.cfg.per_video as u32;
         let rounds = self.rule.max_rounds + 1;
-        let prompt = |role: &str| {
-            self.task.prompt(role).unwrap_or_default().len()
-                + self.cfg.max_transcript_chars / 2
-                + 500
-        };
-        let call = |c: &Caller, role: &str, images: usize| CallEstimate {
-            service: c.svc.name.clone(),
-            model: c.model.clone(),
-            prompt_chars: prompt(role) as u64,
-            images: images as u32,
-            max_tokens: self.cfg.max_tokens,
-        };
+        // Each prompt also carries the options and the evidence line, about 500 characters.
         let mut calls = vec![];
         for _ in 0..n {
-            calls.push(call(&m.drafter, "draft", self.cfg.max_images));
+            calls.push(m.drafter.call_estimate(500));
             for _ in 0..rounds {
-                calls.push(call(&m.refiner, "refine", self.cfg.max_images));
-                calls.push(call(&m.judge, "judge", 0));
+                calls.push(m.refiner.call_estimate(500));
+                calls.push(m.judge.call_estimate(500));
             }
         }
         StageEstimate {
@@ -512,11 +525,7 @@ impl ItemsStage {
             refiner: &m.refiner,
             judge: &m.judge,
             rule: self.rule,
-            schema: &m.schema,
-            judge_schema: &m.judge_schema,
             images,
-            max_tokens: self.cfg.max_tokens,
-            temperature: self.cfg.temperature,
         };
         let mut rows = vec![];
         for k in 0..self.cfg.per_video {

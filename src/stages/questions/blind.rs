@@ -13,13 +13,13 @@
 //! from the stored counts with no call.
 
 use super::items::{letter, parse_letter};
-use crate::clients::llm::{ChatRequest, LlmService};
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::{ErrorKind, StageError};
 use crate::record::{QuestionItem, Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
-use crate::runtime::stage::{CallEstimate, Processor, StageContext, StageEstimate};
+use crate::runtime::stage::{Processor, StageContext, StageEstimate};
 use crate::stages::judge::ask_text;
+use crate::stages::model_call::Call;
 use crate::stages::{BuildCx, Built, ThresholdError, compute_settings};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -116,7 +116,8 @@ pub struct BlindRow {
 pub struct BlindStage {
     cfg: BlindConfig,
     select: BlindSelect,
-    svc: Arc<LlmService>,
+    /// Text only, no schema: the answer is a letter.
+    call: Call,
 }
 
 /// This stage in the registry (`stages::STAGE_KINDS`).
@@ -150,7 +151,20 @@ pub fn build(
         common,
     )?;
     Ok(Built {
-        task: Box::new(ProcessorTask(Arc::new(BlindStage { cfg, select, svc }))),
+        task: Box::new(ProcessorTask(Arc::new(BlindStage {
+            call: Call {
+                svc,
+                model: cfg.model.clone(),
+                prompt: BLIND_PROMPT.to_string(),
+                schema: None,
+                max_images: 0,
+                max_transcript_chars: 0,
+                max_tokens: cfg.max_tokens,
+                temperature: cfg.temperature,
+            },
+            cfg,
+            select,
+        }))),
         compute,
         // 2: the `refused` column (a refusal no longer rejects the video).
         version: 2,
@@ -179,13 +193,8 @@ impl Processor for BlindStage {
     }
 
     fn estimate(&self) -> StageEstimate {
-        let one = CallEstimate {
-            service: self.svc.name.clone(),
-            model: self.cfg.model.clone(),
-            prompt_chars: (BLIND_PROMPT.len() + 400) as u64,
-            images: 0,
-            max_tokens: self.cfg.max_tokens,
-        };
+        // The question and its options, about 400 characters.
+        let one = self.call.call_estimate(400);
         StageEstimate {
             calls: vec![one; (self.cfg.items_per_video * self.cfg.samples) as usize],
             frames: None,
@@ -203,15 +212,9 @@ impl Processor for BlindStage {
             let prompt = blind_prompt(item);
             let (mut correct, mut unparsed, mut refused, mut answers) = (0, 0, 0, vec![]);
             for seed in 0..self.cfg.samples {
-                let req = ChatRequest {
-                    model: self.cfg.model.clone(),
-                    prompt: prompt.clone(),
-                    temperature: self.cfg.temperature,
-                    max_tokens: self.cfg.max_tokens,
-                    seed: Some(seed),
-                    ..Default::default()
-                };
-                let a = match ask_text(&self.svc, &req, cx).await {
+                let mut req = self.call.request(prompt.clone(), vec![]);
+                req.seed = Some(seed);
+                let a = match ask_text(&self.call.svc, &req, cx).await {
                     Ok(a) => a,
                     // A refusal answers this sample only: the item and the video go on.
                     Err(e) if e.kind == ErrorKind::Data => {
@@ -242,8 +245,8 @@ impl Processor for BlindStage {
                 refused,
                 answers: answers.join(","),
                 flagged: false,
-                provider: self.svc.name.clone(),
-                model: self.cfg.model.clone(),
+                provider: self.call.svc.name.clone(),
+                model: self.call.model.clone(),
             };
             row.flagged = self.select.flagged(&row);
             rows.push(row);

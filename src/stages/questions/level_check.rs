@@ -12,14 +12,14 @@
 //! more disagreeing items is dropped (default: none dropped, record only).
 
 use super::items::letter;
-use crate::clients::llm::{ChatRequest, LlmService};
 use crate::config::taxonomy::{HARMVIDEOBENCH, Taxonomy};
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::{ErrorKind, StageError};
 use crate::record::{QuestionItem, Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
-use crate::runtime::stage::{CallEstimate, Processor, StageContext, StageEstimate};
+use crate::runtime::stage::{Processor, StageContext, StageEstimate};
 use crate::stages::judge::{ask_validated, text_hash};
+use crate::stages::model_call::Call;
 use crate::stages::structured::{OutputSchema, SchemaProblem};
 use crate::stages::{BuildCx, Built, ThresholdError, compute_settings};
 use async_trait::async_trait;
@@ -91,8 +91,8 @@ pub struct LevelCheckStage {
     cfg: LevelCheckConfig,
     select: LevelCheckSelect,
     taxonomy: Taxonomy,
-    schema: OutputSchema,
-    svc: Arc<LlmService>,
+    /// Text only; the prompt is the taxonomy's text (each item's prompt adds the item).
+    call: Call,
 }
 
 /// This stage in the registry (`stages::STAGE_KINDS`).
@@ -135,13 +135,22 @@ pub fn build(
         &crate::config::key_at(compute_at, "service"),
         common,
     )?;
+    let call = Call {
+        svc,
+        model: cfg.model.clone(),
+        prompt: taxonomy.prompt_text(),
+        schema: Some(schema),
+        max_images: 0,
+        max_transcript_chars: 0,
+        max_tokens: cfg.max_tokens,
+        temperature: 0.0,
+    };
     Ok(Built {
         task: Box::new(ProcessorTask(Arc::new(LevelCheckStage {
             cfg,
             select,
             taxonomy,
-            schema,
-            svc,
+            call,
         }))),
         compute,
         // 2: the `problem` column (a refusal no longer rejects the video).
@@ -180,13 +189,8 @@ impl Processor for LevelCheckStage {
     }
 
     fn estimate(&self) -> StageEstimate {
-        let one = CallEstimate {
-            service: self.svc.name.clone(),
-            model: self.cfg.model.clone(),
-            prompt_chars: (self.taxonomy.prompt_text().len() + 600) as u64,
-            images: 0,
-            max_tokens: self.cfg.max_tokens,
-        };
+        // The instruction and the item, about 600 characters.
+        let one = self.call.call_estimate(600);
         StageEstimate {
             calls: vec![one; self.cfg.items_per_video as usize],
             frames: None,
@@ -200,21 +204,14 @@ impl Processor for LevelCheckStage {
     ) -> Result<Vec<LevelRow>, StageError> {
         let mut rows = vec![];
         for item in rec.questions.iter().flatten().filter(|q| q.kept) {
-            let req = ChatRequest {
-                model: self.cfg.model.clone(),
-                prompt: self.prompt(item),
-                max_tokens: self.cfg.max_tokens,
-                json: true,
-                schema: Some(self.schema.request.clone()),
-                ..Default::default()
-            };
+            let req = self.call.request(self.prompt(item), vec![]);
             let read = |t: &str| -> Result<String, SchemaProblem> {
-                Ok(self.schema.check(t)?["level"]
+                Ok(self.call.check(t)?["level"]
                     .as_str()
                     .unwrap_or_default()
                     .to_string())
             };
-            let asked = ask_validated(&self.svc, req, cx, "invalid_level", read, |problem| {
+            let asked = ask_validated(&self.call.svc, req, cx, "invalid_level", read, |problem| {
                 format!("Your previous answer was invalid: {problem}. Reply with only the JSON object {{\"level\": NAME}}.")
             })
             .await;
@@ -236,8 +233,8 @@ impl Processor for LevelCheckStage {
                 checked_level: checked,
                 problem,
                 raw,
-                provider: self.svc.name.clone(),
-                model: self.cfg.model.clone(),
+                provider: self.call.svc.name.clone(),
+                model: self.call.model.clone(),
                 attempts,
             });
         }

@@ -24,13 +24,13 @@ pub mod level_check;
 
 use super::judge::{ask_text, frame_inputs, text_hash};
 use super::structured::{OutputSchema, SchemaProblem};
-use crate::clients::llm::{ChatRequest, LlmService};
 use crate::config::taxonomy::{HARMVIDEOBENCH, Taxonomy};
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{QuestionItem, Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext, StageEstimate};
+use crate::stages::model_call::Call;
 use crate::stages::{BuildCx, Built, compute_settings};
 use async_trait::async_trait;
 use items::{Draft, ItemProblems, ItemRules};
@@ -42,7 +42,8 @@ use std::sync::Arc;
 /// The drafting instruction, written for this project after HarmVideoBench A.2's description
 /// of its candidate-generation prompt (grounded, evidence-based items; no unsupported normative
 /// claims or moral commentary).
-pub const QUESTIONS_PROMPT: &str = include_str!("prompt.txt");
+pub const QUESTIONS_PROMPT: &str =
+    include_str!("../../../pipelines/tasks/harmvideobench/prompts/draft-levels.txt");
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -50,6 +51,11 @@ pub struct QuestionsConfig {
     /// A `[services.<name>]` entry (a vision model; the paper: Qwen-2.5-VL-72B).
     pub service: String,
     pub model: String,
+    /// A task file drafted per taxonomy level (relative to the pipeline file;
+    /// pipelines/tasks/harmvideobench/levels.toml): its taxonomy and draft prompt, instead of
+    /// `taxonomy` and `prompt`. Left out of the fingerprint, which holds the two texts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<PathBuf>,
     /// A taxonomy file (relative to the pipeline file); default: HarmVideoBench's levels.
     #[serde(default)]
     pub taxonomy: Option<PathBuf>,
@@ -141,10 +147,9 @@ pub struct QuestionsStage {
     cfg: QuestionsConfig,
     select: QuestionsSelect,
     taxonomy: Taxonomy,
-    prompt: String,
-    schema: OutputSchema,
+    /// The prompt (`[…]` places unfilled) and the items' schema.
+    call: Call,
     rules: ItemRules,
-    svc: Arc<LlmService>,
 }
 
 /// This stage in the registry (`stages::STAGE_KINDS`).
@@ -240,17 +245,23 @@ pub fn build(
     let (cfg, mut compute): (QuestionsConfig, _) = compute_settings(common, compute_at, bcx)?;
     let select: QuestionsSelect = crate::stages::select_settings(common, select_at, bcx)?;
     let at = |k: &str| crate::config::key_at(compute_at, k);
-    let (taxonomy, taxonomy_text) = match &cfg.taxonomy {
-        Some(p) => {
-            let (t, src) = Taxonomy::load(&bcx.resolve(p))?;
-            (t, src.text)
-        }
-        None => {
-            let (t, src) = Taxonomy::parse(Path::new("(built in)"), HARMVIDEOBENCH.to_string())?;
-            (t, src.text)
-        }
+    let ((taxonomy, taxonomy_text), prompt) = match &cfg.task {
+        Some(p) => from_task(&cfg, &bcx.resolve(p), compute_at, bcx)?,
+        None => (
+            match &cfg.taxonomy {
+                Some(p) => {
+                    let (t, src) = Taxonomy::load(&bcx.resolve(p))?;
+                    (t, src.text)
+                }
+                None => {
+                    let (t, src) =
+                        Taxonomy::parse(Path::new("(built in)"), HARMVIDEOBENCH.to_string())?;
+                    (t, src.text)
+                }
+            },
+            super::judge::prompt_text(&cfg.prompt, QUESTIONS_PROMPT, compute_at, bcx)?,
+        ),
     };
-    let prompt = super::judge::prompt_text(&cfg.prompt, QUESTIONS_PROMPT, compute_at, bcx)?;
     if !(1..=5).contains(&cfg.per_level) {
         return Err(bcx.src.error_at(
             &at("per_level"),
@@ -269,27 +280,68 @@ pub fn build(
     // The texts themselves decide whether items are drafted again, not the files' names.
     compute["taxonomy"] = json!(text_hash(&taxonomy_text));
     compute["prompt"] = json!(text_hash(&prompt));
+    // Where the texts came from is not what they say: a task file with the same taxonomy and
+    // prompt drafts the same items, under the same fingerprint.
+    if let Some(o) = compute.as_object_mut() {
+        o.remove("task");
+    }
     let svc = bcx.llm_service(&cfg.service, &at("service"), common)?;
     let rules = ItemRules {
         max_length_ratio: cfg.max_length_ratio,
         ..ItemRules::default()
     };
-    let schema = answer_schema(&taxonomy);
+    let call = Call {
+        svc,
+        model: cfg.model.clone(),
+        prompt,
+        schema: Some(answer_schema(&taxonomy)),
+        max_images: cfg.max_images,
+        max_transcript_chars: cfg.max_transcript_chars,
+        max_tokens: cfg.max_tokens,
+        temperature: cfg.temperature,
+    };
     Ok(Built {
         task: Box::new(ProcessorTask(Arc::new(QuestionsStage {
             cfg,
             select,
             taxonomy,
-            prompt,
-            schema,
+            call,
             rules,
-            svc,
         }))),
         compute,
         // 2: rows gained the near-duplicate columns; 3: `reject_codes`.
         version: 3,
         default_in_flight: 8,
     })
+}
+
+/// The taxonomy (with its text) and the draft prompt of a task file drafted per level.
+fn from_task(
+    cfg: &QuestionsConfig,
+    path: &Path,
+    compute_at: &[Seg],
+    bcx: &BuildCx,
+) -> Result<((Taxonomy, String), String), ConfigError> {
+    let at = crate::config::key_at(compute_at, "task");
+    if cfg.taxonomy.is_some() || cfg.prompt.is_some() {
+        return Err(bcx.src.error_at(
+            &at,
+            "the task file names the taxonomy and the draft prompt: give `task`, or `taxonomy` and `prompt`, not both",
+        ));
+    }
+    let task = crate::benchmark::task::Task::load(path)?;
+    let Some(levels) = task.taxonomy.clone() else {
+        return Err(bcx.src.error_at(
+            &at,
+            format!(
+                "task {} is not drafted per taxonomy level (it names no `taxonomy`): an `items` stage builds it",
+                task.file.name
+            ),
+        ));
+    };
+    // A drafted task always has its draft prompt (the task file's own check).
+    let prompt = task.prompt("draft").unwrap_or_default().to_string();
+    Ok((levels, prompt))
 }
 
 /// One slot (level, k) of a video's items after an answer: the draft and its check.
@@ -310,7 +362,8 @@ impl QuestionsStage {
             .enumerate()
             .map(|(i, t)| format!("frame {i} at {t:.1} s"))
             .collect();
-        self.prompt
+        self.call
+            .prompt
             .replace("[taxonomy]", &self.taxonomy.prompt_text())
             .replace("[per_level]", &self.cfg.per_level.to_string())
             .replace("[options]", &self.taxonomy.options.to_string())
@@ -339,7 +392,7 @@ impl QuestionsStage {
         text: &str,
         frames: usize,
     ) -> Result<(Vec<Slotted>, Vec<String>), SchemaProblem> {
-        let v = self.schema.check(text)?;
+        let v = self.call.check(text)?;
         let drafts: Vec<Draft> = serde_json::from_value(v["items"].clone())
             .map_err(|e| SchemaProblem::Breaks(format!("the items do not read: {e}")))?;
         let n = self.cfg.per_level;
@@ -489,8 +542,8 @@ impl QuestionsStage {
             reject_reason,
             reject_codes,
             attempts,
-            provider: self.svc.name.clone(),
-            model: self.cfg.model.clone(),
+            provider: self.call.svc.name.clone(),
+            model: self.call.model.clone(),
         }
     }
 }
@@ -516,16 +569,13 @@ impl Processor for QuestionsStage {
     }
 
     fn estimate(&self) -> StageEstimate {
-        StageEstimate::one_call(
-            &self.svc.name,
-            &self.cfg.model,
-            self.prompt.len()
-                + self.taxonomy.prompt_text().len()
-                + self.cfg.max_transcript_chars / 2
-                + 1500,
-            self.cfg.max_images,
-            self.cfg.max_tokens,
-        )
+        // The taxonomy's text and the frame times fill the prompt's places (about 1,500
+        // characters besides).
+        let extra = self.taxonomy.prompt_text().len() + 1500;
+        StageEstimate {
+            calls: vec![self.call.call_estimate(extra)],
+            frames: None,
+        }
     }
 
     async fn process(
@@ -563,19 +613,9 @@ impl QuestionsStage {
         let images = frame_inputs(rec, cx, self.cfg.max_images, "the model").await?;
         let times = super::judge::frame_times(rec, self.cfg.max_images);
         let base = self.prompt_for(rec, &times);
-        let mut req = ChatRequest {
-            model: self.cfg.model.clone(),
-            prompt: base.clone(),
-            images,
-            temperature: self.cfg.temperature,
-            max_tokens: self.cfg.max_tokens,
-            json: true,
-            schema: Some(self.schema.request.clone()),
-            seed: None,
-            repair: false,
-        };
+        let mut req = self.call.request(base.clone(), images);
         let frames = times.len();
-        let a = ask_text(&self.svc, &req, cx).await?;
+        let a = ask_text(&self.call.svc, &req, cx).await?;
         let text = a.text.unwrap_or_default();
         let problems = match self.slot(&text, frames) {
             Ok((slots, notes)) => {
@@ -603,7 +643,7 @@ impl QuestionsStage {
             None => None,
         };
         req.repair = true;
-        let a = ask_text(&self.svc, &req, cx).await?;
+        let a = ask_text(&self.call.svc, &req, cx).await?;
         let text2 = a.text.unwrap_or_default();
         match (self.slot(&text2, frames), first) {
             (Ok((last, _)), Some(first)) => Ok(self.rows(rec, &first, &last, 2)),
