@@ -394,6 +394,56 @@ fn drafted_items_go_through_refine_and_judge_and_keep_every_round() {
     );
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     assert!(err(&o).contains("no items stage \"nope\""), "{}", err(&o));
+
+    // rethreshold decides the same, keeps every video, and stores each item's decision.
+    let o = run(
+        &[
+            "rethreshold",
+            out.to_str().unwrap(),
+            "--set",
+            "kep.min_score=2",
+        ],
+        d.path(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("| kep | reference_list | drafted | 2 | 2 | 2 | 0 | 0 | 2.50 |  |"),
+        "{text}"
+    );
+    let funnels: Vec<&str> = text.split("funnel with the new thresholds:").collect();
+    assert_eq!(
+        funnels[0]
+            .replace("funnel with the pipeline's thresholds:", "")
+            .trim(),
+        funnels[1].split("selection:").next().unwrap().trim(),
+        "no video moves: {text}"
+    );
+    let file = text
+        .lines()
+        .find_map(|l| l.strip_prefix("item decisions: "))
+        .expect("the decisions file");
+    let rows = table_rows_file(Path::new(file));
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(
+        rows.iter()
+            .all(|r| r["kept"] == "true" && r["stage"] == "kep"),
+        "{rows:?}"
+    );
+    let settings =
+        std::fs::read_to_string(file.replace(".items.parquet", ".settings.json")).unwrap();
+    assert!(settings.contains("\"min_score\": 2"), "{settings}");
+    let o = run(
+        &[
+            "rethreshold",
+            out.to_str().unwrap(),
+            "--set",
+            "kep.min_score=9",
+        ],
+        d.path(),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("kep.min_score"), "{}", err(&o));
     assert_eq!((openai.requests().len(), gemini.requests().len()), (oa, ge));
 }
 

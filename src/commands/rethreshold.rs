@@ -1,7 +1,9 @@
 //! `vidcurate rethreshold`: re-applies the scoring stages' `select` thresholds to the stored
 //! scores, with new values, and prints the funnel before and after — no model is called, no stage
 //! runs. The selection is written to `selections/` beside the one of the pipeline's own settings.
-//! The funnel itself is `stages::selection`'s.
+//! The funnel itself is `stages::selection`'s. An `items` stage never drops a video: `--set` on
+//! one decides its drafted items again from their stored rounds (`stages::items::table`),
+//! printed as the item table and stored as `selections/<name>.items.parquet`.
 
 use crate::error::RunError;
 pub use crate::stages::selection::{FunnelRow, Override};
@@ -21,7 +23,12 @@ pub struct Rethreshold {
     pub after: Vec<FunnelRow>,
     pub selection_file: std::path::PathBuf,
     pub settings: BTreeMap<String, serde_json::Value>,
+    /// The item table under the new thresholds, when `--set` named an items stage.
+    pub items: Vec<crate::stages::items::table::TaskLine>,
 }
+
+/// The kind of the stages whose items, not videos, `--set` decides again.
+const ITEMS: &str = "items";
 
 pub async fn rethreshold(run_dir: &Path, overrides: &[Override]) -> Result<Rethreshold, RunError> {
     let run = RunView::open(run_dir).await?;
@@ -30,16 +37,44 @@ pub async fn rethreshold(run_dir: &Path, overrides: &[Override]) -> Result<Rethr
     let (before, kept_before) = data.funnel_of(&data.sources, false);
     let (after, kept_after) = data.funnel_of(&data.sources, true);
     let (store, sources, stages) = (&run.store, &data.sources, &data.stages);
+    let mut settings = data.settings.clone();
+    let item_sets: Vec<Override> = overrides
+        .iter()
+        .filter(|o| {
+            run.manifest
+                .stages
+                .iter()
+                .any(|s| s.id == o.stage && s.kind == ITEMS)
+        })
+        .cloned()
+        .collect();
+    let (items, decisions) = if item_sets.is_empty() {
+        (vec![], vec![])
+    } else {
+        crate::stages::items::table::table(&run, &item_sets).await?
+    };
+    for o in &item_sets {
+        let v = serde_json::to_value(&o.value).unwrap_or_default();
+        if let serde_json::Value::Object(m) = settings
+            .entry(o.stage.clone())
+            .or_insert_with(|| serde_json::json!({}))
+        {
+            m.insert(o.key.clone(), v);
+        }
+    }
 
     write_selection(store, "pipeline", sources, stages, &kept_before, &before).await?;
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3fZ").to_string();
     let name = format!("rethreshold-{stamp}");
     write_selection(store, &name, sources, stages, &kept_after, &after).await?;
+    if !item_sets.is_empty() {
+        write_items(store, &name, &decisions).await?;
+    }
     let settings_path = format!("{SELECTIONS}/{name}.settings.json");
     store
         .put(
             &settings_path,
-            serde_json::to_vec_pretty(&data.settings).unwrap_or_default(),
+            serde_json::to_vec_pretty(&settings).unwrap_or_default(),
         )
         .await
         .map_err(|e| RunError::io(settings_path.clone(), e))?;
@@ -48,7 +83,8 @@ pub async fn rethreshold(run_dir: &Path, overrides: &[Override]) -> Result<Rethr
         before,
         after,
         selection_file,
-        settings: data.settings,
+        settings,
+        items,
     })
 }
 
@@ -71,7 +107,7 @@ fn check_overrides(
                     .join(", ")
             )));
         };
-        if !scoring(&st.kind) {
+        if !scoring(&st.kind) && st.kind != ITEMS {
             return Err(RunError::Config(format!(
                 "--set {}.{}: stage {} ({}) has no thresholds",
                 o.stage, o.key, o.stage, st.kind
@@ -141,6 +177,35 @@ async fn write_selection(
     Ok(())
 }
 
+/// `selections/<name>.items.parquet`: each item of the items stages `--set` named, kept or not
+/// and why, under the new thresholds; committed like a shard, so `verify` checks it.
+async fn write_items(
+    store: &Arc<dyn Store>,
+    name: &str,
+    decisions: &[crate::stages::items::table::ItemDecision],
+) -> Result<(), RunError> {
+    let fields = crate::store::shards::fields_of::<crate::stages::items::table::ItemDecision>()?;
+    let batch = serde_arrow::to_record_batch(&fields, &decisions)
+        .map_err(|e| RunError::Internal(format!("item decisions: {e}")))?;
+    let path = format!("{SELECTIONS}/{name}.items.parquet");
+    let table = crate::store::shards::encode_table(&batch)?;
+    let sum = ObjectSum::of(&path, &table, None);
+    store
+        .put(&path, table)
+        .await
+        .map_err(|e| RunError::io(path.clone(), e))?;
+    let record = CommitRecord {
+        object: sum,
+        stage: None,
+        videos: vec![],
+        objects: vec![],
+        committed_at: manifest::now(),
+    };
+    commits::write_record(store.as_ref(), &record)
+        .await
+        .map_err(|e| RunError::io(commits::record_path(&path), e))
+}
+
 /// The funnel as text: one line per stage.
 pub fn render(rows: &[FunnelRow]) -> String {
     let mut s = format!(
@@ -195,7 +260,8 @@ pub struct Args {
     /// A run directory (with manifest.json).
     pub run_dir: std::path::PathBuf,
     /// STAGE.KEY=VALUE, e.g. relevance.min_score=8, quality.min_twos=9,
-    /// committee.rule=entropy, committee.min_entropy=0.9 (repeatable).
+    /// committee.rule=entropy, committee.min_entropy=0.9, kep.min_score=3 (an items stage:
+    /// its drafted items decided again from their stored rounds) (repeatable).
     #[arg(long = "set", value_name = "STAGE.KEY=VALUE")]
     pub set: Vec<Override>,
 }
@@ -207,6 +273,14 @@ pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
     println!("funnel with the new thresholds:");
     print!("{}", render(&r.after));
     println!("selection: {}", r.selection_file.display());
+    if !r.items.is_empty() {
+        println!("items with the new thresholds (no video is dropped by an items stage):");
+        print!("{}", crate::stages::items::table::render(&r.items));
+        println!(
+            "item decisions: {}",
+            r.selection_file.with_extension("items.parquet").display()
+        );
+    }
     if r.after.iter().any(|f| f.pending > 0) {
         println!(
             "pending videos were never scored by that stage: run the pipeline with the new select settings to score them"

@@ -19,6 +19,7 @@
 //! call.
 
 mod drafted;
+pub mod table;
 
 use crate::benchmark::derive::{DeriveInput, DerivedItem, shot_item, text_items};
 use crate::benchmark::formats::{Answer, Format, option_label};
