@@ -178,6 +178,89 @@ fn derived_items_answer_the_drawn_colour_cell_and_times() {
         assert_eq!(sac[id]["for_review"], "true");
         assert_eq!(sac[id]["from_columns"], "[shots.shots_in_video]");
     }
+
+    // Released: one config per task, its items in their video's split, the format's columns.
+    let o = run(
+        &["split", run_dir.to_str().unwrap(), "--ratios", "50/0/50"],
+        d.path(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let rel = d.path().join("release");
+    let o = run(
+        &[
+            "release",
+            run_dir.to_str().unwrap(),
+            "--out",
+            rel.to_str().unwrap(),
+            "--frames",
+            "none",
+        ],
+        d.path(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let script = "import json, sys\nfrom datasets import load_dataset\nout = {}\nfor c in ['ccp', 'cpp', 'keg', 'sac']:\n    ds = load_dataset(sys.argv[1], c)\n    out[c] = {s: [dict(r) for r in ds[s]] for s in ds}\nprint(json.dumps(out))\n";
+    let o = std::process::Command::new(crate::release::readers_python())
+        .args(["-c", script, rel.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let loaded: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let split_of = |id: &str| -> String {
+        let rows = table_rows_file(&run_dir.join("splits/default.parquet"));
+        rows.iter().find(|r| r["video_id"] == id).unwrap()["split"].clone()
+    };
+    for (task, columns, absent) in [
+        ("ccp", vec!["options", "answer"], "answer_starts"),
+        ("keg", vec!["answer_starts", "answer_ends"], "options"),
+        ("sac", vec!["answer_count", "for_review"], "answer"),
+    ] {
+        let table = by_video(&table_rows_file_all(&run_dir.join(task)));
+        for id in [alert, storm] {
+            let split = split_of(id);
+            let rows = loaded[task][&split].as_array().unwrap();
+            let r = rows
+                .iter()
+                .find(|r| r["video_id"] == *id)
+                .unwrap_or_else(|| panic!("{task} {id} in {split}: {rows:?}"));
+            assert_eq!(r["item_id"], table[id]["item_id"]);
+            assert!(r.get(absent).is_none(), "{task} has no {absent}: {r}");
+            for c in &columns {
+                let want = &table[id][*c];
+                let got = &r[*c];
+                let same = match got {
+                    Value::String(s) => s == want,
+                    Value::Array(_) | Value::Number(_) | Value::Bool(_) => {
+                        got.to_string().replace(',', ", ").replace('"', "") == *want
+                            || serde_json::from_str::<Value>(&json_list(want))
+                                .ok()
+                                .as_ref()
+                                == Some(got)
+                            || got.to_string() == *want
+                    }
+                    _ => false,
+                };
+                assert!(same, "{task} {id} {c}: {got} vs {want}");
+            }
+        }
+    }
+    assert_eq!(
+        loaded["ccp"]["train"].as_array().unwrap().len()
+            + loaded["ccp"]["test"].as_array().unwrap().len(),
+        2
+    );
+    let card = std::fs::read_to_string(rel.join("README.md")).unwrap();
+    assert!(
+        card.contains(
+            "| sac | Shooting Angles Counting (SAC) | perception | count | abs_distance | derived |"
+        ),
+        "{card}"
+    );
+    let infos: Value =
+        serde_json::from_str(&std::fs::read_to_string(rel.join("tasks/tasks.json")).unwrap())
+            .unwrap();
+    assert_eq!(infos.as_array().unwrap().len(), 4);
+    assert_eq!(infos[0]["name"], "ccp");
+    assert_eq!(infos[0]["format"], "single_choice");
 }
 
 /// A formatted list (`[a, b]`) as JSON, its items quoted where they are text.

@@ -18,6 +18,7 @@
 
 pub mod derive;
 pub mod formats;
+pub mod metrics;
 pub mod review;
 pub mod rounds;
 pub mod task;

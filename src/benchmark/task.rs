@@ -32,7 +32,8 @@
 //! Reads the file and its prompt files; errors name file:line:key and exit 2 like every
 //! configuration error. Writes nothing, calls nothing, caches nothing.
 
-use super::formats::{Format, Metric};
+use super::formats::Format;
+use super::metrics::Metric;
 use crate::config::taxonomy::Taxonomy;
 use crate::config::{ConfigError, Seg, SourceText};
 use crate::record::{Shot, TextRegion};

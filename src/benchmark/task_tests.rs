@@ -1,6 +1,7 @@
 //! Task files: the shipped ones load, and every bad one names its line and key.
 
-use super::formats::{Format, MetricKind};
+use super::formats::Format;
+use super::metrics::MetricKind;
 use super::task::{Task, load_dir};
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,7 @@
 //! `vidcurate tasks`: check benchmark task files and list what each declares.
 
-use crate::benchmark::formats::{FORMATS, METRICS};
+use crate::benchmark::formats::FORMATS;
+use crate::benchmark::metrics::METRICS;
 use crate::benchmark::task::{DERIVED_RULES, Task, load_dir};
 use crate::error::{Exit, RunError};
 use serde_json::json;

@@ -2,6 +2,7 @@
 //! sizes), then the funnel, the settings, licence notes and provenance for people. Pure text.
 
 use super::questions::QuestionsWritten;
+use super::tasks::TaskWritten;
 use super::*;
 use crate::runtime::chain::SOURCE_STAGE_ID;
 use crate::stages::selection::FunnelRow;
@@ -99,13 +100,17 @@ pub(super) fn card(
     by_split: &BTreeMap<String, Vec<String>>,
     langs: Option<&(String, HashMap<String, String>)>,
     questions: Option<&QuestionsWritten>,
+    tasks: &[TaskWritten],
     opts: &ReleaseOptions,
 ) -> String {
-    let mut c = front_matter(schema, images, sizes, p_bytes, questions);
+    let mut c = front_matter(schema, images, sizes, p_bytes, questions, tasks);
     c += &how_it_was_built(m, sizes, split_report, funnel);
     c += &languages(langs, sizes, by_split);
     if let Some(q) = questions {
         c += &questions_section(q);
+    }
+    if !tasks.is_empty() {
+        c += &tasks_section(tasks);
     }
     c += "\nThe pipeline file as run:\n\n```toml\n";
     c += m.pipeline_toml.trim_end();
@@ -227,6 +232,7 @@ fn front_matter(
     sizes: &[(String, usize, usize)],
     p_bytes: &HashMap<String, usize>,
     questions: Option<&QuestionsWritten>,
+    tasks: &[TaskWritten],
 ) -> String {
     let mut y =
         String::from("---\nconfigs:\n- config_name: default\n  default: true\n  data_files:\n");
@@ -241,6 +247,15 @@ fn front_matter(
         y += "- config_name: questions\n  data_files:\n";
         for (s, _, _) in sizes {
             y += &format!("  - split: {s}\n    path: questions/{s}-*.parquet\n");
+        }
+    }
+    for t in tasks {
+        y += &format!("- config_name: {}\n  data_files:\n", t.info.name);
+        for (s, _, _) in &t.sizes {
+            y += &format!(
+                "  - split: {s}\n    path: tasks/{}/{s}-*.parquet\n",
+                t.info.name
+            );
         }
     }
     y += "dataset_info:\n- config_name: default\n  features:\n";
@@ -270,8 +285,61 @@ fn front_matter(
             y += &format!("  - name: {s}\n    num_bytes: {bytes}\n    num_examples: {n}\n");
         }
     }
+    for t in tasks {
+        y += &format!("- config_name: {}\n  features:\n", t.info.name);
+        if let Some(schema) = &t.schema {
+            fields_yaml(schema.fields(), 2, &mut y);
+        }
+        y += "  splits:\n";
+        for (s, n, bytes) in &t.sizes {
+            y += &format!("  - name: {s}\n    num_bytes: {bytes}\n    num_examples: {n}\n");
+        }
+    }
     y += "---\n\n";
     y
+}
+
+/// One line per task config: what it asks, its format and metrics, where its reference came
+/// from, its items per split.
+fn tasks_section(tasks: &[TaskWritten]) -> String {
+    let splits: Vec<&String> = tasks[0].sizes.iter().map(|(s, _, _)| s).collect();
+    let mut c = String::from(
+        "\n## Benchmark tasks\n\nOne config per task (`load_dataset(\"path/to/this/folder\", \"kep\")`), its items in the split of their video; `tasks/tasks.json` says what each task is. The reference is in the columns of the task's format (single choice: `options`, `answer`; multiple choice: `answer` letters and `answer_choices`; count: `answer_count`; time ranges: `answer_starts`, `answer_ends` in seconds; reference lists: `reference_fields` with `reference_items`; open text: `answer_text`; tagged reasoning: `answer_label`, the reasoning and the lists). `origin` says whether models drafted it (refined and judged; `judge_model`, `final_round`) or vidcurate derived it from measured columns (`from_columns`).\n\n| task | title | category | format | metrics | reference |",
+    );
+    for s in &splits {
+        c += &format!(" {s} |");
+    }
+    c += " to confirm |\n|---|---|---|---|---|---|";
+    c += &"---:|".repeat(splits.len() + 1);
+    c += "\n";
+    for t in tasks {
+        let i = &t.info;
+        let judges = if t.judges.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", judged by {}",
+                t.judges.iter().cloned().collect::<Vec<_>>().join(", ")
+            )
+        };
+        c += &format!(
+            "| {} | {} | {} | {} | {} | {}{judges} |",
+            i.name,
+            i.title,
+            i.category,
+            i.format,
+            i.metrics.join(", "),
+            i.reference
+        );
+        for (_, n, _) in &t.sizes {
+            c += &format!(" {n} |");
+        }
+        c += &format!(" {} |\n", t.for_review);
+    }
+    if tasks.iter().any(|t| t.for_review > 0) {
+        c += "\nItems to confirm (`for_review = true`) carry a derived draft people must check before it is a reference (a shot cut is not a camera angle).\n";
+    }
+    c
 }
 
 /// The card's title, the splits and the funnel with the stage settings as run.

@@ -14,6 +14,7 @@ mod card;
 mod inputs;
 mod questions;
 mod rows;
+mod tasks;
 #[cfg(test)]
 mod tests;
 
@@ -114,7 +115,7 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
     let (order, by_split, split_report) = read_split(&store, &opts.split).await?;
     let inputs = read_inputs(&store, &m).await?;
     let out = &opts.out;
-    for sub in ["data", "frames", "perturbations", "questions"] {
+    for sub in ["data", "frames", "perturbations", "questions", "tasks"] {
         let d = out.join(sub);
         if d.exists() {
             std::fs::remove_dir_all(&d).map_err(|e| RunError::io(d.display().to_string(), e))?;
@@ -173,6 +174,7 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
         out,
     )
     .await?;
+    let tasks = tasks::write_tasks(store, m, &order, &by_split, out).await?;
     let funnel = crate::stages::selection::pipeline_selection(&run).await?.1;
     let card = card(
         &m,
@@ -186,6 +188,7 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
         &by_split,
         langs.as_ref(),
         questions.as_ref(),
+        &tasks,
         opts,
     );
     let readme = out.join("README.md");
