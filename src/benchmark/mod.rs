@@ -14,6 +14,8 @@
 //!   ranges from the OCR stage; SAC's shot count, a draft for people).
 //! - `review/`: what people decided (video annotations, item reviews, the decision rule and
 //!   the reviewers' agreement), read by the commands that annotate, release and score.
+//! - `score.rs`: a task's predictions scored format by format (the metrics without a judge),
+//!   means with standard errors clustered by video, Macro-F1.
 //! - `text.rs`: how options and questions are compared (normalised text, trigram similarity).
 
 pub mod derive;
@@ -21,6 +23,7 @@ pub mod formats;
 pub mod metrics;
 pub mod review;
 pub mod rounds;
+pub mod score;
 pub mod task;
 pub mod text;
 

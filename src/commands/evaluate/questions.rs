@@ -95,6 +95,7 @@ fn ascii(c: char) -> char {
     }
 }
 
+use crate::benchmark::score::clustered;
 use crate::benchmark::text::norm;
 
 /// Words after which a lone letter is an answer, wherever they stand.
@@ -256,20 +257,6 @@ pub fn scores(
     }
     out.macro_se = clustered(&influence).0;
     out
-}
-
-/// sqrt(G / (G - 1) · Σ_g (Σ_{i∈g} w_i)²) over the videos g, and G.
-fn clustered(w: &[(&str, f64)]) -> (f64, usize) {
-    let mut sums: HashMap<&str, f64> = HashMap::new();
-    for (g, v) in w {
-        *sums.entry(g).or_default() += v;
-    }
-    let g = sums.len();
-    if g < 2 {
-        return (0.0, g);
-    }
-    let ss: f64 = sums.values().map(|e| e * e).sum();
-    ((g as f64 / (g as f64 - 1.0) * ss).sqrt(), g)
 }
 
 /// The released items (`questions/*.parquet`) and the levels in their order of appearance.
