@@ -15,6 +15,7 @@ mod cluster;
 mod config;
 mod dataset;
 mod dryrun;
+mod evaluate_tasks;
 mod frames;
 mod items;
 mod judge;

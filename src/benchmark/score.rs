@@ -63,6 +63,8 @@ pub struct ItemScore {
     pub values: BTreeMap<&'static str, f64>,
     /// Tagged reasoning: the predicted label (None: no readable `<result>`).
     pub label: Option<String>,
+    /// The answer as its format read it (None: unread or missing).
+    pub answer: Option<Answer>,
 }
 
 /// The metrics `score_item` computes for a format (the judged ones are not among them).
@@ -161,6 +163,7 @@ pub fn score_item(
         problem,
         values,
         label,
+        answer,
     }
 }
 

@@ -9,6 +9,7 @@
 //! An unknown video id or label in the predictions is an error naming the line.
 
 pub mod questions;
+pub mod tasks;
 
 use crate::error::RunError;
 use crate::store::shards::text_column;
@@ -36,6 +37,10 @@ pub struct EvaluateOptions {
     /// Also draw the histogram of the annotated risk-signal lengths per group to this PNG.
     #[arg(long)]
     pub lengths_plot: Option<PathBuf>,
+    /// Benchmark tasks: also write each item's score to this JSONL file (task, item, video, how
+    /// the answer was read and as what, the metric values), for error analysis.
+    #[arg(long)]
+    pub items_out: Option<PathBuf>,
 }
 
 /// Lengths of the annotated risk signals (end - start, seconds) of one group.
@@ -588,13 +593,27 @@ fn metrics_table(r: &Report) -> String {
 /// answer is B because…", "答案：B" or the option's own text; an answer that names no option, or
 /// an item without one, counts as wrong and is listed, never dropped from the denominator.
 ///
+/// Benchmark tasks (a release with `tasks/`, MVFNDB's ten; `item_id` and `prediction`): each
+/// answer read by its task's format, then per task and category, and per `--by` value: single
+/// choice accuracy; multiple choice exact-set accuracy and mean Jaccard; count |predicted −
+/// reference|; time ranges IoU of the union of the predicted ranges with the union of the
+/// reference ranges (overlaps merged, order free); ROUGE-L F-measure as the rouge-score package
+/// computes it on English (lower case, ASCII letters and digits, no stemming), each CJK character
+/// a token (rouge-score drops them); tagged reasoning the <result> label's accuracy and Macro-F1,
+/// ROUGE-L of the <think> part. An answer the format cannot read (no option, a word or a negative
+/// number for a count, a reversed range, no <result> tag) is wrong, stays in the denominator
+/// (a count read as 0) and is counted by reason; so is a missing one. Judged metrics (hit rates,
+/// factual consistency, theme relevance, completeness) are listed as not scored. An unknown or
+/// repeated item_id exits 2 at its line. `--items-out FILE.jsonl`: every item's reading and
+/// values.
+///
 /// CircularEval: `--rotations-out FILE.jsonl` writes every item once per rotation r = 0..n-1
 /// (letter i shows option (i + r) mod n; the answer left out). Have the model answer each line
 /// and give the answers back with their `item_id` and `rotation`: an item then counts only if
 /// every rotation is answered right.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  vidcurate evaluate data/releases/riskcue preds.csv --by domain\n  vidcurate evaluate data/releases/demo preds.jsonl --positive fake --json\n  vidcurate evaluate data/releases/harmvideo answers.csv --by language\n  vidcurate evaluate data/releases/harmvideo --rotations-out rotations.jsonl"
+    after_help = "Examples:\n  vidcurate evaluate data/releases/riskcue preds.csv --by domain\n  vidcurate evaluate data/releases/demo preds.jsonl --positive fake --json\n  vidcurate evaluate data/releases/harmvideo answers.csv --by language\n  vidcurate evaluate data/releases/harmvideo --rotations-out rotations.jsonl\n  vidcurate evaluate data/releases/mvfndb answers.jsonl --by label --items-out scored.jsonl"
 )]
 pub struct Args {
     /// A release folder (vidcurate release --out).
@@ -628,7 +647,16 @@ pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
             print!("{text}");
         }
     };
-    if answers_questions(preds)? {
+    if answers_questions(preds)? && tasks::answers_tasks(&a.release, preds)? {
+        let r = tasks::evaluate(
+            &a.release,
+            preds,
+            a.opts.by.as_deref(),
+            a.opts.items_out.as_deref(),
+        )?;
+        let json = serde_json::to_string_pretty(&r).expect("a report serialises");
+        print(json, tasks::render(&r));
+    } else if answers_questions(preds)? {
         let r = questions::evaluate(&a.release, preds, a.opts.by.as_deref())?;
         let json = serde_json::to_string_pretty(&r).expect("a report serialises");
         print(json, questions::render(&r));

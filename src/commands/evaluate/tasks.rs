@@ -1,0 +1,423 @@
+//! `vidcurate evaluate RELEASE PREDICTIONS` on a benchmark-task release (MVFNDB's ten tasks):
+//! each task's predictions scored by its format (`benchmark::score`), per task, per category
+//! (perception / understanding / reasoning) and per value of `--by` (a column of the release's
+//! videos), every mean with its standard error clustered by video.
+//!
+//! Reads: `tasks/tasks.json` and `tasks/<task>/*.parquet` of the release, `data/*.parquet` for
+//! `--by`, and the predictions (CSV, JSONL or Parquet: `item_id`, `prediction` or `answer`).
+//! Writes: its report only. Calls nothing: the judged metrics (hit rates, factual consistency,
+//! theme relevance, completeness) are listed as not scored rather than guessed.
+
+use super::read_rows;
+use crate::benchmark::formats::Format;
+use crate::benchmark::score::{
+    ItemScore, Mean, Reference, Status, clustered_mean, computed, macro_f1, score_item,
+};
+use crate::error::RunError;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// What `tasks/tasks.json` says of a task (the fields scoring uses).
+#[derive(Debug, Clone, Deserialize)]
+struct TaskInfo {
+    name: String,
+    #[serde(default)]
+    title: String,
+    category: String,
+    format: String,
+    metrics: Vec<String>,
+    #[serde(default)]
+    labels: Vec<String>,
+}
+
+/// A released task row: every format's reference columns, those of other formats absent.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+struct Row {
+    video_id: String,
+    item_id: String,
+    options: Vec<String>,
+    answer: String,
+    answer_choices: Vec<u32>,
+    answer_count: Option<u32>,
+    answer_starts: Vec<f64>,
+    answer_ends: Vec<f64>,
+    answer_text: String,
+    answer_label: String,
+    reference_fields: Vec<String>,
+    reference_items: Vec<Vec<String>>,
+}
+
+/// One task's scores.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TaskReport {
+    pub task: String,
+    pub title: String,
+    pub category: String,
+    pub format: String,
+    pub items: usize,
+    pub read: usize,
+    pub unread: usize,
+    pub missing: usize,
+    /// Why predictions could not be read: the format's problem codes.
+    pub unread_codes: BTreeMap<String, usize>,
+    /// metric → mean, clustered standard error, items, videos.
+    pub metrics: BTreeMap<String, Mean>,
+    /// Tagged reasoning: Macro-F1 of the result over the task's labels.
+    pub macro_f1: Option<f64>,
+    /// The task's metrics that need a judge, not scored here.
+    pub not_scored: Vec<String>,
+    /// `--by` value → metric → mean.
+    pub by: BTreeMap<String, BTreeMap<String, Mean>>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TasksReport {
+    pub tasks: Vec<TaskReport>,
+    pub by_column: Option<String>,
+    pub predictions: usize,
+}
+
+/// Whether the predictions answer the release's benchmark tasks (rather than its `questions`
+/// config, whose item ids are 16 hex digits; a task item's is `<video>:<task>:<k>`).
+pub fn answers_tasks(release: &Path, predictions: &Path) -> Result<bool, RunError> {
+    if !release.join("tasks/tasks.json").is_file() {
+        return Ok(false);
+    }
+    if !release.join("questions").is_dir() {
+        return Ok(true);
+    }
+    let (rows, _) = read_rows(predictions)?;
+    Ok(rows
+        .first()
+        .and_then(|r| r.get("item_id"))
+        .is_some_and(|id| id.contains(':')))
+}
+
+fn read_infos(release: &Path) -> Result<Vec<TaskInfo>, RunError> {
+    let p = release.join("tasks/tasks.json");
+    let text = std::fs::read_to_string(&p).map_err(|e| RunError::io(p.display().to_string(), e))?;
+    serde_json::from_str(&text).map_err(|e| RunError::Config(format!("{}: {e}", p.display())))
+}
+
+fn parquet_files(dir: &Path) -> Result<Vec<PathBuf>, RunError> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| RunError::io(dir.display().to_string(), e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// The task's released rows as references, in file order.
+fn read_references(release: &Path, t: &TaskInfo) -> Result<Vec<Reference>, RunError> {
+    let mut out = vec![];
+    for f in parquet_files(&release.join("tasks").join(&t.name))? {
+        for b in super::parquet_batches(&f)? {
+            let rows: Vec<Row> = serde_arrow::from_record_batch(&b)
+                .map_err(|e| RunError::Config(format!("{}: {e}", f.display())))?;
+            out.extend(rows.into_iter().map(reference));
+        }
+    }
+    Ok(out)
+}
+
+fn reference(r: Row) -> Reference {
+    let choices: Vec<usize> = if r.answer_choices.is_empty() {
+        // Single choice stores the label shown ("C"; "7" past 26 options).
+        let a = r.answer.trim();
+        match a.parse::<usize>() {
+            Ok(n) if n >= 1 => vec![n - 1],
+            _ => a
+                .bytes()
+                .next()
+                .map(|b| (b.to_ascii_uppercase().wrapping_sub(b'A')) as usize)
+                .into_iter()
+                .collect(),
+        }
+    } else {
+        r.answer_choices.iter().map(|c| *c as usize).collect()
+    };
+    Reference {
+        item_id: r.item_id,
+        video_id: r.video_id,
+        options: r.options,
+        choices,
+        count: r.answer_count,
+        ranges: r
+            .answer_starts
+            .iter()
+            .zip(&r.answer_ends)
+            .map(|(s, e)| [*s, *e])
+            .collect(),
+        text: r.answer_text,
+        label: r.answer_label,
+        lists: r
+            .reference_fields
+            .into_iter()
+            .zip(r.reference_items)
+            .collect(),
+    }
+}
+
+/// video → its value of `column` in the release's `data/*.parquet`.
+fn video_groups(release: &Path, column: &str) -> Result<HashMap<String, String>, RunError> {
+    let mut out = HashMap::new();
+    for f in parquet_files(&release.join("data"))? {
+        for b in super::parquet_batches(&f)? {
+            let missing = || {
+                RunError::Config(format!(
+                    "--by {column}: the release's videos have no such column"
+                ))
+            };
+            let ids = crate::store::shards::text_column(&b, "video_id").ok_or_else(missing)?;
+            let vals = crate::store::shards::text_column(&b, column).ok_or_else(missing)?;
+            for (id, v) in ids.iter().zip(vals.iter()) {
+                if let Some(id) = id {
+                    out.insert(id.to_string(), v.unwrap_or("(none)").to_string());
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// item → (prediction, where it was read); unknown and repeated items exit 2 at their line.
+fn read_answers(
+    path: &Path,
+    known: &HashMap<String, usize>,
+) -> Result<HashMap<String, String>, RunError> {
+    let (rows, columns) = read_rows(path)?;
+    let text_col = ["prediction", "answer"]
+        .into_iter()
+        .find(|c| columns.iter().any(|x| x == c))
+        .ok_or_else(|| {
+            RunError::Config(format!(
+                "{}:1: needs columns item_id and prediction (or answer); has: {}",
+                path.display(),
+                columns.join(", ")
+            ))
+        })?;
+    let mut out = HashMap::new();
+    let mut at: HashMap<String, String> = HashMap::new();
+    for r in &rows {
+        let id = r
+            .get("item_id")
+            .ok_or_else(|| RunError::Config(format!("{}: no item_id", r.at)))?;
+        if !known.contains_key(id) {
+            return Err(RunError::Config(format!(
+                "{}: item_id {id:?} is not in the release",
+                r.at
+            )));
+        }
+        if let Some(first) = at.insert(id.to_string(), r.at.clone()) {
+            return Err(RunError::Config(format!(
+                "{}: item {id:?} is answered twice (first at {first})",
+                r.at
+            )));
+        }
+        out.insert(id.to_string(), r.get(text_col).unwrap_or("").to_string());
+    }
+    Ok(out)
+}
+
+/// Scores every task of the release.
+pub fn evaluate(
+    release: &Path,
+    predictions: &Path,
+    by: Option<&str>,
+    items_out: Option<&Path>,
+) -> Result<TasksReport, RunError> {
+    let infos = read_infos(release)?;
+    let mut refs = vec![];
+    let mut known: HashMap<String, usize> = HashMap::new();
+    for (i, t) in infos.iter().enumerate() {
+        let r = read_references(release, t)?;
+        for x in &r {
+            known.insert(x.item_id.clone(), i);
+        }
+        refs.push(r);
+    }
+    let answers = read_answers(predictions, &known)?;
+    let groups = by.map(|c| video_groups(release, c)).transpose()?;
+    let mut report = TasksReport {
+        by_column: by.map(str::to_string),
+        predictions: answers.len(),
+        ..Default::default()
+    };
+    let mut lines = String::new();
+    for (t, refs) in infos.iter().zip(&refs) {
+        let (rep, scores) = score_task(t, refs, &answers, groups.as_ref())?;
+        for s in &scores {
+            let mut v = serde_json::to_value(s).unwrap_or_default();
+            v["task"] = serde_json::json!(t.name);
+            lines += &v.to_string();
+            lines.push('\n');
+        }
+        report.tasks.push(rep);
+    }
+    if let Some(p) = items_out {
+        std::fs::write(p, lines).map_err(|e| RunError::io(p.display().to_string(), e))?;
+    }
+    Ok(report)
+}
+
+fn score_task(
+    t: &TaskInfo,
+    refs: &[Reference],
+    answers: &HashMap<String, String>,
+    groups: Option<&HashMap<String, String>>,
+) -> Result<(TaskReport, Vec<ItemScore>), RunError> {
+    let format = Format::from_name(&t.format).ok_or_else(|| {
+        RunError::Config(format!(
+            "tasks.json: task {}: unknown format {:?}",
+            t.name, t.format
+        ))
+    })?;
+    let scores: Vec<ItemScore> = refs
+        .iter()
+        .map(|r| {
+            score_item(
+                format,
+                r,
+                &t.labels,
+                answers.get(&r.item_id).map(String::as_str),
+            )
+        })
+        .collect();
+    let mut rep = TaskReport {
+        task: t.name.clone(),
+        title: t.title.clone(),
+        category: t.category.clone(),
+        format: t.format.clone(),
+        items: scores.len(),
+        ..Default::default()
+    };
+    for s in &scores {
+        match s.status {
+            Status::Read => rep.read += 1,
+            Status::Unread => {
+                rep.unread += 1;
+                *rep.unread_codes.entry(s.problem.clone()).or_default() += 1;
+            }
+            Status::Missing => rep.missing += 1,
+        }
+    }
+    let wanted: Vec<&str> = computed(format)
+        .iter()
+        .copied()
+        .filter(|m| t.metrics.iter().any(|x| x == m))
+        .collect();
+    rep.not_scored = t
+        .metrics
+        .iter()
+        .filter(|m| !wanted.contains(&m.as_str()) && m.as_str() != "macro_f1")
+        .cloned()
+        .collect();
+    let means = |set: &[&ItemScore]| -> BTreeMap<String, Mean> {
+        wanted
+            .iter()
+            .map(|m| {
+                let v: Vec<(&str, f64)> = set
+                    .iter()
+                    .map(|s| (s.video_id.as_str(), s.values[*m]))
+                    .collect();
+                (m.to_string(), clustered_mean(&v))
+            })
+            .collect()
+    };
+    let all: Vec<&ItemScore> = scores.iter().collect();
+    rep.metrics = means(&all);
+    if t.metrics.iter().any(|m| m == "macro_f1") {
+        let pairs: Vec<(&str, Option<&str>)> = refs
+            .iter()
+            .zip(&scores)
+            .map(|(r, s)| (r.label.as_str(), s.label.as_deref()))
+            .collect();
+        rep.macro_f1 = Some(macro_f1(&pairs, &t.labels));
+    }
+    if let Some(g) = groups {
+        let mut by: BTreeMap<String, Vec<&ItemScore>> = BTreeMap::new();
+        for s in &scores {
+            let k = g
+                .get(&s.video_id)
+                .cloned()
+                .unwrap_or_else(|| "(none)".into());
+            by.entry(k).or_default().push(s);
+        }
+        rep.by = by.into_iter().map(|(k, set)| (k, means(&set))).collect();
+    }
+    Ok((rep, scores))
+}
+
+/// The report as text: one line per task and metric, grouped by category, then `--by`.
+pub fn render(r: &TasksReport) -> String {
+    let mut s = format!(
+        "{} predictions; standard errors clustered by video; unread and missing answers are wrong and stay in the denominator\n\n",
+        r.predictions
+    );
+    s += &format!(
+        "{:<14} {:<6} {:<17} {:>6} {:<20} {:>9} {:>8} {:>13}\n",
+        "category", "task", "format", "items", "metric", "value", "se", "read/unread/-"
+    );
+    let mut cats: Vec<&str> = r.tasks.iter().map(|t| t.category.as_str()).collect();
+    cats.dedup();
+    let mut seen = std::collections::BTreeSet::new();
+    for c in cats.into_iter().filter(|c| seen.insert(*c)) {
+        for t in r.tasks.iter().filter(|t| t.category == c) {
+            let counts = format!("{}/{}/{}", t.read, t.unread, t.missing);
+            let mut lines: Vec<(String, String, String)> = t
+                .metrics
+                .iter()
+                .map(|(m, v)| (m.clone(), format!("{:.4}", v.mean), format!("{:.4}", v.se)))
+                .collect();
+            if let Some(f) = t.macro_f1 {
+                lines.push(("macro_f1".into(), format!("{f:.4}"), "-".into()));
+            }
+            for m in &t.not_scored {
+                lines.push((m.clone(), "judge".into(), "-".into()));
+            }
+            for (m, v, se) in lines {
+                s += &format!(
+                    "{:<14} {:<6} {:<17} {:>6} {:<20} {:>9} {:>8} {:>13}\n",
+                    c, t.task, t.format, t.items, m, v, se, counts
+                );
+            }
+        }
+    }
+    let unread: Vec<String> = r
+        .tasks
+        .iter()
+        .filter(|t| !t.unread_codes.is_empty())
+        .map(|t| {
+            let codes: Vec<String> = t
+                .unread_codes
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
+            format!("{}: {}", t.task, codes.join(", "))
+        })
+        .collect();
+    if !unread.is_empty() {
+        s += &format!("\nunread answers by reason: {}\n", unread.join("; "));
+    }
+    if r.tasks.iter().any(|t| !t.not_scored.is_empty()) {
+        s += "\n`judge`: a judged metric (hit rates, factual consistency, theme relevance, completeness), not scored by this version: no number is guessed for it.\n";
+    }
+    if let Some(col) = &r.by_column {
+        s += &format!("\nby {col}:\n");
+        for t in &r.tasks {
+            for (g, ms) in &t.by {
+                for (m, v) in ms {
+                    s += &format!(
+                        "  {:<6} {:<16} {:<20} {:.4} ± {:.4} (n {})\n",
+                        t.task, g, m, v.mean, v.se, v.n
+                    );
+                }
+            }
+        }
+    }
+    s
+}
