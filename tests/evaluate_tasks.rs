@@ -99,6 +99,61 @@ fn every_format_scores_as_an_independent_implementation_does() {
 }
 
 #[test]
+fn prompt_variants_print_table_4_with_paired_differences() {
+    let d = tempfile::tempdir().unwrap();
+    let rel = d.path().join("rel");
+    let r = rel.to_str().unwrap();
+    py(&["make", r, "21"]);
+    py(&["variants", r, "22"]);
+    let mut args = vec!["evaluate".to_string(), r.to_string()];
+    for v in ["zero-shot", "mvfnd-cot", "all-mvfnd-cot"] {
+        args.push("--variant".into());
+        args.push(format!(
+            "{v}={}",
+            rel.join(format!("var_{v}.jsonl")).display()
+        ));
+    }
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut json = argv.clone();
+    json.push("--json");
+    let o = run(&json, d.path());
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::fs::write(rel.join("variants.json"), &o.stdout).unwrap();
+    let counts: Value = serde_json::from_str(py(&["check_variants", r]).trim()).unwrap();
+    // 2 models × 3 variants; 4 numbers each, 4 more for each of the 4 differences.
+    assert_eq!(counts["rows"], 6, "{counts}");
+    assert_eq!(counts["numbers"], 40, "{counts}");
+    let o = run(&argv, d.path());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("zero-shot ACC / M-F1"), "{text}");
+    assert!(
+        text.lines().filter(|l| l.starts_with("tg     m-")).count() == 2,
+        "one Table 4 line per model: {text}"
+    );
+    assert!(text.contains("paired differences from zero-shot"), "{text}");
+    // A variant named twice, or without its file.
+    for (bad, want) in [
+        (
+            format!("zero-shot={}", rel.join("var_zero-shot.jsonl").display()),
+            "named twice",
+        ),
+        ("mvfnd-cot".to_string(), "expected NAME=FILE"),
+    ] {
+        let mut a = argv.clone();
+        a.extend(["--variant", bad.as_str()]);
+        let o = run(&a, d.path());
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{e}");
+        assert!(e.contains(want), "{want} not in {e}");
+    }
+}
+
+#[test]
 fn predictions_for_unknown_or_repeated_items_exit_2_at_the_line() {
     let d = tempfile::tempdir().unwrap();
     let rel = d.path().join("rel");

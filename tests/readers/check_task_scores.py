@@ -5,6 +5,12 @@
                   per video), OUT/predictions.jsonl with messy answers (letters inside prose,
                   full-width forms, refusals, missing tags, reversed ranges, missing items) and
                   OUT/expect.json: how each planted answer must be read (status, problem code).
+  variants OUT SEED  writes OUT/var_<name>.jsonl for three prompt variants (two models each,
+                  `model` column) answering the release's tagged task `tg`, and OUT/planted.json
+                  (variant → model → item → the label planted, null for an answer without tags).
+  check_variants OUT  recomputes OUT/variants.json (`vidcurate evaluate --variant … --json`):
+                  accuracy and clustered standard errors, scikit-learn's Macro-F1, the paired
+                  differences, and delete-one-video jackknife errors for Macro-F1.
   check OUT       reads OUT/items.jsonl and OUT/report.json (written by `vidcurate evaluate
                   --items-out --json`) and recomputes every item's values from the reference and
                   the answer as vidcurate read it, and every mean, clustered standard error and
@@ -284,8 +290,82 @@ def check(out):
     print(json.dumps({"values": n_values, "means": n_means, "planted": len(expect)}))
 
 
+VARIANTS = ["zero-shot", "mvfnd-cot", "all-mvfnd-cot"]
+
+
+def make_variants(out, seed):
+    rng = random.Random(seed)
+    refs = pq.read_table(os.path.join(out, "tasks", "tg", "train-00000-of-00001.parquet")).to_pylist()
+    planted = {}
+    for k, v in enumerate(VARIANTS):
+        planted[v] = {}
+        with open(os.path.join(out, f"var_{v}.jsonl"), "w") as f:
+            for model in ["m-large", "m-small"]:
+                planted[v][model] = {}
+                for r in refs:
+                    right = rng.random() < 0.5 + 0.15 * k
+                    lab = r["answer_label"] if right else rng.choice(LABELS)
+                    lab = None if rng.random() < 0.1 else lab
+                    p = "it is hard to say" if lab is None else f"<think>{sentence(rng)}</think><result>{lab}</result>"
+                    planted[v][model][r["item_id"]] = lab
+                    f.write(json.dumps({"item_id": r["item_id"], "model": model, "prediction": p}) + "\n")
+    with open(os.path.join(out, "planted.json"), "w") as f:
+        json.dump(planted, f)
+
+
+def jackknife(videos, stat):
+    groups = sorted(set(videos))
+    thetas = np.array([stat(np.array([v != g for v in videos])) for g in groups])
+    g = len(groups)
+    return math.sqrt((g - 1) / g * float(np.sum((thetas - thetas.mean()) ** 2))) if g > 1 else 0.0
+
+
+def check_variants(out):
+    refs = pq.read_table(os.path.join(out, "tasks", "tg", "train-00000-of-00001.parquet")).to_pylist()
+    planted = json.load(open(os.path.join(out, "planted.json")))
+    report = json.load(open(os.path.join(out, "variants.json")))
+    truth = np.array([r["answer_label"] for r in refs])
+    videos = [r["video_id"] for r in refs]
+
+    def f1(pred, keep):
+        return f1_score(truth[keep], pred[keep], labels=LABELS, average="macro", zero_division=0)
+
+    bad, n = [], 0
+    for row in report["rows"]:
+        m, v = row["model"], row["variant"]
+        pred = np.array([planted[v][m][r["item_id"]] or "(none)" for r in refs])
+        acc = (pred == truth).astype(float)
+        all_ = np.ones(len(refs), dtype=bool)
+        mean, se = clustered(acc, videos)
+        want = {"acc": mean, "acc_se": se, "f1": f1(pred, all_), "f1_se": jackknife(videos, lambda k: f1(pred, k))}
+        got = {"acc": row["scores"]["accuracy"]["mean"], "acc_se": row["scores"]["accuracy"]["se"],
+               "f1": row["scores"]["macro_f1"], "f1_se": row["scores"]["macro_f1_se"]}
+        if row["difference"] is not None:
+            base = np.array([planted[VARIANTS[0]][m][r["item_id"]] or "(none)" for r in refs])
+            d = acc - (base == truth).astype(float)
+            dm, dse = clustered(d, videos)
+            want.update({"d_acc": dm, "d_acc_se": dse, "d_f1": f1(pred, all_) - f1(base, all_),
+                         "d_f1_se": jackknife(videos, lambda k: f1(pred, k) - f1(base, k))})
+            dd = row["difference"]
+            got.update({"d_acc": dd["accuracy"]["mean"], "d_acc_se": dd["accuracy"]["se"],
+                        "d_f1": dd["macro_f1"], "d_f1_se": dd["macro_f1_se"]})
+        for k in want:
+            n += 1
+            if abs(want[k] - got[k]) > 1e-9:
+                bad.append(f"{m} {v} {k}: vidcurate {got[k]}, here {want[k]}")
+    if bad:
+        print("\n".join(bad))
+        sys.exit(1)
+    print(json.dumps({"rows": len(report["rows"]), "numbers": n}))
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "make":
+    cmd = sys.argv[1]
+    if cmd == "make":
         make(sys.argv[2], int(sys.argv[3]))
+    elif cmd == "variants":
+        make_variants(sys.argv[2], int(sys.argv[3]))
+    elif cmd == "check_variants":
+        check_variants(sys.argv[2])
     else:
         check(sys.argv[2])

@@ -10,6 +10,7 @@
 
 pub mod questions;
 pub mod tasks;
+pub mod variants;
 
 use crate::error::RunError;
 use crate::store::shards::text_column;
@@ -618,9 +619,15 @@ fn metrics_table(r: &Report) -> String {
 pub struct Args {
     /// A release folder (vidcurate release --out).
     pub release: PathBuf,
-    /// The predictions file (.csv, .jsonl or .parquet); not needed with --rotations-out.
-    #[arg(required_unless_present = "rotations_out")]
+    /// The predictions file (.csv, .jsonl or .parquet); not needed with --rotations-out or
+    /// --variant.
+    #[arg(required_unless_present_any = ["rotations_out", "variant"])]
     pub predictions: Option<PathBuf>,
+    /// Benchmark tasks: a prompt variant's predictions, NAME=FILE (repeatable; the first is the
+    /// baseline): the final decision's ACC and Macro-F1 per variant and model (a `model` column
+    /// may hold several), as MVFNDB's Table 4, with paired differences and standard errors.
+    #[arg(long, value_name = "NAME=FILE", value_parser = variants::parse_variant)]
+    pub variant: Vec<(String, PathBuf)>,
     /// Write the questions' rotated variants (JSONL) to answer for CircularEval, and stop.
     #[arg(long)]
     pub rotations_out: Option<PathBuf>,
@@ -637,6 +644,18 @@ pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
     if let Some(out) = &a.rotations_out {
         let n = questions::write_rotations(&a.release, out)?;
         println!("{n} rotated items: {}", out.display());
+        return Ok(crate::error::Exit::Done);
+    }
+    if !a.variant.is_empty() {
+        let r = variants::evaluate(&a.release, &a.variant)?;
+        if a.opts.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&r).expect("a report serialises")
+            );
+        } else {
+            print!("{}", variants::render(&r));
+        }
         return Ok(crate::error::Exit::Done);
     }
     let preds = a.predictions.as_deref().expect("clap requires it");

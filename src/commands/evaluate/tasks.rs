@@ -184,11 +184,29 @@ fn video_groups(release: &Path, column: &str) -> Result<HashMap<String, String>,
     Ok(out)
 }
 
-/// item → (prediction, where it was read); unknown and repeated items exit 2 at their line.
+/// item → prediction; unknown and repeated items exit 2 at their line.
 fn read_answers(
     path: &Path,
     known: &HashMap<String, usize>,
 ) -> Result<HashMap<String, String>, RunError> {
+    let by_model = read_model_answers(path, known)?;
+    if by_model.len() > 1 {
+        return Err(RunError::Config(format!(
+            "{}: answers of {} models ({}): score one model per file, or compare prompt variants with --variant",
+            path.display(),
+            by_model.len(),
+            by_model.keys().cloned().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    Ok(by_model.into_values().next().unwrap_or_default())
+}
+
+/// model (the `model` column; `model` without one) → item → prediction; unknown items and an
+/// item a model answers twice exit 2 at their line.
+fn read_model_answers(
+    path: &Path,
+    known: &HashMap<String, usize>,
+) -> Result<BTreeMap<String, HashMap<String, String>>, RunError> {
     let (rows, columns) = read_rows(path)?;
     let text_col = ["prediction", "answer"]
         .into_iter()
@@ -200,8 +218,8 @@ fn read_answers(
                 columns.join(", ")
             ))
         })?;
-    let mut out = HashMap::new();
-    let mut at: HashMap<String, String> = HashMap::new();
+    let mut out: BTreeMap<String, HashMap<String, String>> = BTreeMap::new();
+    let mut at: HashMap<(String, String), String> = HashMap::new();
     for r in &rows {
         let id = r
             .get("item_id")
@@ -212,13 +230,90 @@ fn read_answers(
                 r.at
             )));
         }
-        if let Some(first) = at.insert(id.to_string(), r.at.clone()) {
+        let model = r.get("model").filter(|m| !m.is_empty()).unwrap_or("model");
+        if let Some(first) = at.insert((model.to_string(), id.to_string()), r.at.clone()) {
             return Err(RunError::Config(format!(
                 "{}: item {id:?} is answered twice (first at {first})",
                 r.at
             )));
         }
-        out.insert(id.to_string(), r.get(text_col).unwrap_or("").to_string());
+        out.entry(model.to_string())
+            .or_default()
+            .insert(id.to_string(), r.get(text_col).unwrap_or("").to_string());
+    }
+    Ok(out)
+}
+
+/// One item's final decision, for the prompt-variant comparison.
+#[derive(Debug, Clone)]
+pub struct DecisionItem {
+    pub video_id: String,
+    pub truth: String,
+    pub label: Option<String>,
+    pub accuracy: f64,
+}
+
+/// A tagged-reasoning task's decisions under one predictions file, items in release order.
+#[derive(Debug, Clone)]
+pub struct TaskScores {
+    pub task: String,
+    pub labels: Vec<String>,
+    pub items: Vec<DecisionItem>,
+}
+
+/// The decisions of every tagged-reasoning task of the release, per model of `predictions`.
+pub fn score_release(
+    release: &Path,
+    predictions: &Path,
+) -> Result<BTreeMap<String, Vec<TaskScores>>, RunError> {
+    let infos = read_infos(release)?;
+    let mut refs = vec![];
+    let mut known: HashMap<String, usize> = HashMap::new();
+    for (i, t) in infos.iter().enumerate() {
+        let r = read_references(release, t)?;
+        for x in &r {
+            known.insert(x.item_id.clone(), i);
+        }
+        refs.push(r);
+    }
+    let answers = read_model_answers(predictions, &known)?;
+    let mut out = BTreeMap::new();
+    for (model, answers) in &answers {
+        let mut tasks = vec![];
+        for (t, refs) in infos.iter().zip(&refs) {
+            if t.format != Format::TaggedReasoning.name() {
+                continue;
+            }
+            let items = refs
+                .iter()
+                .map(|r| {
+                    let s = score_item(
+                        Format::TaggedReasoning,
+                        r,
+                        &t.labels,
+                        answers.get(&r.item_id).map(String::as_str),
+                    );
+                    DecisionItem {
+                        video_id: r.video_id.clone(),
+                        truth: r.label.clone(),
+                        accuracy: s.values["accuracy"],
+                        label: s.label,
+                    }
+                })
+                .collect();
+            tasks.push(TaskScores {
+                task: t.name.clone(),
+                labels: t.labels.clone(),
+                items,
+            });
+        }
+        out.insert(model.clone(), tasks);
+    }
+    if out.values().all(Vec::is_empty) {
+        return Err(RunError::Config(format!(
+            "{}: the release has no tagged-reasoning task (FDR) whose decisions variants compare",
+            release.display()
+        )));
     }
     Ok(out)
 }
