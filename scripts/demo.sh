@@ -61,6 +61,8 @@ python3 scripts/questions_demo.py --videos 12 --bin ./target/release/vidcurate \
 # The MVFNDB benchmark items, offline: pipelines/mvfndb-benchmark.toml over 12 generated clips
 # (OCR, shots, four derived tasks and six drafted ones) against a local STAND-IN server playing
 # model A, model B and the judge (recorded response bodies, not models), then its item table
-# per task (scripts/mvfndb_demo.py).
-python3 scripts/mvfndb_demo.py --videos 12 --bin ./target/release/vidcurate --keep data/runs/demo-mvfndb
-echo "demo: done; the run directory is data/runs/demo (layout: README.md); report: data/runs/demo/analysis/label/report.html; release: data/releases/demo (card: data/releases/demo/README.md); questions: data/releases/demo-questions (load_dataset(DIR, \"questions\")); items: data/runs/demo-mvfndb (vidcurate items data/runs/demo-mvfndb)"
+# per task, then its release (one config per task) scored for a STAND-IN answerer in Table 1's
+# shape and FDR's prompt variants in Table 4's shape (scripts/mvfndb_demo.py).
+python3 scripts/mvfndb_demo.py --videos 12 --bin ./target/release/vidcurate --keep data/runs/demo-mvfndb \
+  --release data/releases/demo-mvfndb
+echo "demo: done; the run directory is data/runs/demo (layout: README.md); report: data/runs/demo/analysis/label/report.html; release: data/releases/demo (card: data/releases/demo/README.md); questions: data/releases/demo-questions (load_dataset(DIR, \"questions\")); items: data/runs/demo-mvfndb (vidcurate items data/runs/demo-mvfndb); tasks: data/releases/demo-mvfndb (load_dataset(DIR, \"kep\"))"

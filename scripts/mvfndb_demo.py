@@ -28,7 +28,14 @@ the paper describes, decided by a hash of the title and task (so the same on eve
 So the table shows what the stages and the loop do over a few videos, not how good any model's
 items are.
 
-Usage: scripts/mvfndb_demo.py [--videos N] [--bin PATH] [--keep DIR]
+With --release DIR it goes on to the scores: `split --stratify label`, `release` (one config
+per task), `evaluate` of a STAND-IN answerer (not a model: the first option, one angle, the
+first ten seconds, the question's own words, "fake" with its tags) in Table 1's shape by label,
+and `evaluate --variant` over FDR's five prompt variants answered by STAND-INs that are right
+with a set chance per variant and sometimes forget the tags (they read the reference: a
+simulation of Table 4's shape, not a result). The judged metrics print as `judge`.
+
+Usage: scripts/mvfndb_demo.py [--videos N] [--bin PATH] [--keep DIR] [--release DIR]
 """
 import argparse
 import collections
@@ -203,11 +210,81 @@ def pipeline(url, manifest):
     return text
 
 
+def first_option(t, r):
+    """The STAND-IN answerer's answer to one item of task info `t` (no model; no reference)."""
+    fmt = t["format"]
+    if fmt == "single_choice":
+        return "1" if len(r["options"]) > 26 else "A"
+    if fmt == "multiple_choice":
+        return "A"
+    if fmt == "count":
+        return "1"
+    if fmt == "time_ranges":
+        return "[[0, 10]]"
+    if fmt == "tagged_reasoning":
+        return "<think>The overlaid caption asserts more than the footage shows.</think><result>fake</result>"
+    return r["question"]
+
+
+VARIANTS = [("zero-shot", 0.55, 0.25), ("mvfnd-cot", 0.65, 0.1), ("cac-mvfnd-cot", 0.75, 0.05),
+            ("osf-mvfnd-cot", 0.7, 0.05), ("all-mvfnd-cot", 0.8, 0.05)]
+
+
+def variant_answer(variant, right_p, untagged_p, r, labels):
+    """A STAND-IN for one prompt variant: right with chance right_p, no tags with chance
+    untagged_p, decided by a hash of variant and item (the same on every run)."""
+    h = int(hashlib.sha256(f"{variant}|{r['item_id']}".encode()).hexdigest(), 16)
+    if (h % 1000) / 1000 < untagged_p:
+        return "The video looks staged to me."
+    right = ((h // 1000) % 1000) / 1000 < right_p
+    label = r["answer_label"] if right else next(l for l in labels if l != r["answer_label"])
+    return f"<think>Step by step: the claim, its consistency, the footage.</think><result>{label}</result>"
+
+
+def score(bin_, run, release, tmp):
+    """split -> release -> evaluate a stand-in answerer by label -> the prompt variants."""
+    def vc(*args):
+        r = subprocess.run([bin_, *args], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.stderr.write(r.stderr)
+            sys.exit(f"vidcurate {args[0]} exited {r.returncode}")
+        return r.stdout
+    vc("split", run, "--stratify", "label")
+    shutil.rmtree(release, ignore_errors=True)
+    print(vc("release", run, "--out", release, "--frames", "none").strip())
+    tasks = json.load(open(os.path.join(release, "tasks", "tasks.json")))
+    rows = {t["name"]: ds.dataset(os.path.join(release, "tasks", t["name"])).to_table().to_pylist() for t in tasks}
+    preds = os.path.join(tmp, "first-option.jsonl")
+    with open(preds, "w") as f:
+        for t in tasks:
+            for r in rows[t["name"]]:
+                f.write(json.dumps({"item_id": r["item_id"], "prediction": first_option(t, r)}, ensure_ascii=False) + "\n")
+    rel = os.path.relpath(release, ROOT)
+    print(f"\n$ vidcurate evaluate {rel} first-option.jsonl --by label   # STAND-IN answerer (not a model)")
+    print(vc("evaluate", release, preds, "--by", "label"), end="")
+    fdr = [t for t in tasks if t["format"] == "tagged_reasoning"]
+    if not fdr:
+        return
+    args = []
+    for name, right_p, untagged_p in VARIANTS:
+        p = os.path.join(tmp, f"fdr-{name}.jsonl")
+        with open(p, "w") as f:
+            for t in fdr:
+                for r in rows[t["name"]]:
+                    f.write(json.dumps({"item_id": r["item_id"], "model": "stand-in",
+                                        "prediction": variant_answer(name, right_p, untagged_p, r, t["labels"])}) + "\n")
+        args += ["--variant", f"{name}={p}"]
+    print(f"\n$ vidcurate evaluate {rel} " + " ".join(f"--variant {n}=fdr-{n}.jsonl" for n, _, _ in VARIANTS)
+          + "   # STAND-INs right with a set chance per variant (a simulation of Table 4's shape)")
+    print(vc("evaluate", release, *args), end="")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--videos", type=int, default=12)
     ap.add_argument("--bin", default=BIN)
     ap.add_argument("--keep", help="write the run directory here (default: a temporary folder)")
+    ap.add_argument("--release", help="then split, release into this folder and score stand-in answerers")
     a = ap.parse_args()
     corpus = os.path.join(ROOT, "data", "bench", f"mvfndb-{a.videos}")
     subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_demo_corpus.py"), corpus,
@@ -259,6 +336,8 @@ def main():
               "with one reference text ask the same request, answered by the run's response cache")
         print(f"\n$ vidcurate items {os.path.relpath(run, ROOT) if a.keep else 'RUN'}")
         print(t.stdout, end="")
+        if a.release:
+            score(a.bin, run, os.path.abspath(a.release), tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         server.shutdown()

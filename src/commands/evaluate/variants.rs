@@ -189,9 +189,10 @@ pub fn evaluate(release: &Path, variants: &[(String, PathBuf)]) -> Result<Varian
 /// Table 4's shape: one line per task and model, ACC and M-F1 per variant; then the paired
 /// differences from the first variant with their standard errors.
 pub fn render(r: &VariantReport) -> String {
+    let width = |v: &str| (v.len() + 12).max(15);
     let mut s = format!("{:<6} {:<20}", "task", "model");
     for v in &r.variants {
-        s += &format!(" {:>22}", format!("{v} ACC / M-F1"));
+        s += &format!(" {:>w$}", format!("{v} ACC / M-F1"), w = width(v));
     }
     s += "\n";
     let mut keys: Vec<(&str, &str)> = r
@@ -214,7 +215,7 @@ pub fn render(r: &VariantReport) -> String {
                         100.0 * x.scores.macro_f1
                     )
                 });
-            s += &format!(" {cell:>22}");
+            s += &format!(" {cell:>w$}", w = width(v));
         }
         s += "\n";
     }
