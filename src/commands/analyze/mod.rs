@@ -150,7 +150,10 @@ pub fn analyze(
     out: Option<&Path>,
     filter: Option<&filter::Filter>,
 ) -> Result<Analysis, RunError> {
-    let run_tables = RunTables::open(run)?;
+    let mut run_tables = RunTables::open(run)?;
+    run_tables.filter_columns = filter
+        .map(|f| f.columns().into_iter().map(String::from).collect())
+        .unwrap_or_default();
     analyze_tables(&run_tables, run, by, out, filter).map_err(RunError::from)
 }
 
@@ -273,7 +276,14 @@ fn read_regions(
     filter: Option<&filter::Filter>,
 ) -> Result<Vec<Region>, AnalyzeError> {
     let mut regions = vec![];
-    for b in run_tables.batches(ocr)? {
+    for b in run_tables.batches(
+        ocr,
+        &REGION_COLUMNS
+            .iter()
+            .copied()
+            .chain([by])
+            .collect::<Vec<_>>(),
+    )? {
         // Unlike the frames and shots tables, the regions are what every analysis counts: a
         // filter this table cannot apply is an error, not a skipped analysis.
         let b = apply_where(filter, b)?.ok_or_else(|| {
@@ -287,6 +297,23 @@ fn read_regions(
     }
     Ok(regions)
 }
+
+/// The columns of the `ocr` table the analyses read (with the `--by` column).
+const REGION_COLUMNS: &[&str] = &[
+    COL_VIDEO_ID,
+    "creator_added",
+    "frame_index",
+    "grid_row",
+    "grid_col",
+    "hue_hist",
+    "sat_hist",
+    "val_hist",
+    "text_h",
+    "text_s",
+    "text_v",
+    "area_frac",
+    "aspect_ratio",
+];
 
 /// The creator-added regions of one batch of the `ocr` table (stage `ocr`), grouped by `by`.
 fn creator_added_regions(

@@ -12,6 +12,8 @@ pub(super) struct RunTables {
     pub(super) rt: tokio::runtime::Runtime,
     pub(super) store: std::sync::Arc<dyn crate::store::Store>,
     pub(super) manifest: crate::store::manifest::Manifest,
+    /// The columns `--where` reads: decoded with every table, so the filter sees them.
+    pub(super) filter_columns: Vec<String>,
 }
 
 impl RunTables {
@@ -40,6 +42,7 @@ impl RunTables {
             rt,
             store: view.store,
             manifest: view.manifest,
+            filter_columns: vec![],
         })
     }
 
@@ -52,8 +55,13 @@ impl RunTables {
             .map(|s| s.id.clone())
     }
 
-    /// The rows of stage `id` under its current fingerprint.
-    pub(super) fn batches(&self, id: &str) -> Result<Vec<RecordBatch>, AnalyzeError> {
+    /// The rows of stage `id` under its current fingerprint: only `columns` (and the filter's)
+    /// decoded, those the table has.
+    pub(super) fn batches(
+        &self,
+        id: &str,
+        columns: &[&str],
+    ) -> Result<Vec<RecordBatch>, AnalyzeError> {
         let st = self
             .manifest
             .stages
@@ -61,11 +69,15 @@ impl RunTables {
             .find(|s| s.id == id)
             .ok_or_else(|| AnalyzeError::Column(format!("no stage {id} in the manifest")))?;
         self.rt
-            .block_on(crate::store::shards::read_table(
+            .block_on(crate::store::shards::read_table_columns(
                 &self.store,
                 &st.id,
                 &st.fingerprint,
-                true,
+                &columns
+                    .iter()
+                    .copied()
+                    .chain(self.filter_columns.iter().map(String::as_str))
+                    .collect::<Vec<_>>(),
             ))
             .map(|v| v.batches)
             .map_err(AnalyzeError::Run)
@@ -89,7 +101,7 @@ pub(super) fn segment_rows(
 ) -> Result<Vec<DistRow>, AnalyzeError> {
     let mut out = vec![];
     let mut duration: HashMap<String, f64> = HashMap::new();
-    for b in run_tables.batches(pid)? {
+    for b in run_tables.batches(pid, &[COL_VIDEO_ID, "video_duration_secs"])? {
         let (ids, d) = (
             col_str(&b, COL_VIDEO_ID)?,
             col_f64(&b, "video_duration_secs")?,
@@ -99,7 +111,7 @@ pub(super) fn segment_rows(
         }
     }
     let mut per_video: BTreeMap<(String, String), ([f64; 8], [f64; 8])> = BTreeMap::new();
-    for b in run_tables.batches(fid)? {
+    for b in run_tables.batches(fid, &[COL_VIDEO_ID, by, "frame_index", "timestamp_secs"])? {
         // A filter on region columns cannot select frames: the segment analysis is skipped.
         let Some(b) = filtered(b)? else { break };
         let (ids, grp) = (col_str(&b, COL_VIDEO_ID)?, col_str(&b, by)?);
@@ -162,7 +174,7 @@ pub(super) fn shot_rows(
 ) -> Result<(Vec<DistRow>, Vec<(String, Vec<f64>)>), AnalyzeError> {
     let (mut rows, mut values) = (vec![], vec![]);
     let mut per_video: BTreeMap<String, (String, u32)> = BTreeMap::new();
-    for b in run_tables.batches(sid)? {
+    for b in run_tables.batches(sid, &[COL_VIDEO_ID, by, "shots_in_video"])? {
         let Some(b) = filtered(b)? else { break };
         let (ids, grp) = (col_str(&b, COL_VIDEO_ID)?, col_str(&b, by)?);
         let n = col_u32(&b, "shots_in_video")?;
@@ -290,7 +302,7 @@ pub(super) fn answer_fields(
 ) -> Result<Vec<AnswerField>, AnalyzeError> {
     use serde_json::Value;
     let mut per_video: BTreeMap<String, (String, serde_json::Map<String, Value>)> = BTreeMap::new();
-    for b in run_tables.batches(sid)? {
+    for b in run_tables.batches(sid, &[COL_VIDEO_ID, by, "answer"])? {
         let Some(b) = filtered(b)? else { break };
         let (ids, grp, ans) = (
             col_str(&b, COL_VIDEO_ID)?,

@@ -19,7 +19,7 @@ mod tests;
 pub use prior::{Prior, load_prior};
 pub use read::{
     DecodeError, ShardContents, TableView, decode_parquet, read_new_slots, read_table,
-    table_batches, text_column,
+    read_table_columns, table_batches, text_column,
 };
 pub use write::{ShardWriter, Slots, encode_table};
 

@@ -54,6 +54,18 @@ pub enum DecodeError {
 /// A shard's footer (and with `with_rows` its rows), after checking its bytes against the BLAKE3
 /// its footer recorded at commit: a changed byte is an error here, never a wrong value in a table.
 pub fn decode_parquet(data: Vec<u8>, with_rows: bool) -> Result<ShardContents, DecodeError> {
+    decode_projected(data, with_rows.then_some(Rows::All))
+}
+
+/// Which columns of a shard's rows to decode.
+#[derive(Clone, Copy)]
+enum Rows<'a> {
+    All,
+    /// These top-level columns, those the shard has, in the shard's order.
+    Only(&'a [&'a str]),
+}
+
+fn decode_projected(data: Vec<u8>, rows: Option<Rows>) -> Result<ShardContents, DecodeError> {
     let data = bytes::Bytes::from(data);
     let builder = ParquetRecordBatchReaderBuilder::try_new(data.clone())?;
     let kv = builder
@@ -79,7 +91,22 @@ pub fn decode_parquet(data: Vec<u8>, with_rows: bool) -> Result<ShardContents, D
         .and_then(|v| serde_json::from_str(&v).ok())
         .unwrap_or_default();
     let mut batches = vec![];
-    if with_rows {
+    if let Some(rows) = rows {
+        let builder = match rows {
+            Rows::All => builder,
+            Rows::Only(names) => {
+                let roots: Vec<usize> = builder
+                    .schema()
+                    .fields()
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, f)| names.contains(&f.name().as_str()))
+                    .map(|(i, _)| i)
+                    .collect();
+                let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), roots);
+                builder.with_projection(mask)
+            }
+        };
         let reader = builder.build()?;
         for b in reader {
             batches.push(b?);
@@ -222,13 +249,22 @@ pub async fn read_table(
     fingerprint: &str,
     with_rows: bool,
 ) -> Result<TableView, RunError> {
+    read_view(store, stage_id, fingerprint, with_rows.then_some(Rows::All)).await
+}
+
+async fn read_view(
+    store: &Arc<dyn Store>,
+    stage_id: &str,
+    fingerprint: &str,
+    rows: Option<Rows<'_>>,
+) -> Result<TableView, RunError> {
     let mut view = TableView::default();
     let (files, rejects) = stage_files(store, stage_id).await?;
     for (path, is_reject) in files {
         let Some(data) = get_unless_moved(store.as_ref(), &path).await? else {
             continue;
         };
-        let c = decode_parquet(data, with_rows && !is_reject).map_err(|e| {
+        let c = decode_projected(data, rows.filter(|_| !is_reject)).map_err(|e| {
             RunError::Internal(format!("{path}: unreadable shard: {e}{DAMAGE_HINT}"))
         })?;
         if c.fingerprint.as_deref() != Some(fingerprint) {
@@ -243,6 +279,18 @@ pub async fn read_table(
         }
     }
     Ok(view)
+}
+
+/// `read_table` with only the named columns of the rows decoded (those the table has): what a
+/// command that aggregates a few columns of a large table reads, at a fraction of the time and
+/// memory of every column.
+pub async fn read_table_columns(
+    store: &Arc<dyn Store>,
+    stage_id: &str,
+    fingerprint: &str,
+    columns: &[&str],
+) -> Result<TableView, RunError> {
+    read_view(store, stage_id, fingerprint, Some(Rows::Only(columns))).await
 }
 
 /// The committed shards of a stage table that are not in `seen` yet (and adds them there), with
