@@ -2,6 +2,9 @@
 //! independent scorer (tests/readers/check_task_scores.py: numpy, scikit-learn, rouge-score) on
 //! a generated release with messy answers, and predictions that cannot be scored.
 
+use crate::caption::openai_structured;
+use crate::fake_http::{FakeServer, Request, Response};
+use crate::judge::{OPENAI_KEY, prompt_of};
 use crate::release::readers_python;
 use crate::util::*;
 use serde_json::Value;
@@ -182,4 +185,172 @@ fn predictions_for_unknown_or_repeated_items_exit_2_at_the_line() {
         assert_eq!(o.status.code(), Some(2), "{e}");
         assert!(e.contains(want), "{want} not in {e}");
     }
+}
+
+/// The stand-in judge (not a model): an element is stated when the answer holds its first
+/// word; an element with "smoke" gets an answer that is never JSON (unjudged after its repair);
+/// the ratings are 3, 4 and 2, and the second sample (seed 1) rates completeness 1.
+fn stand_in_judge(r: &Request) -> Response {
+    let v: Value = serde_json::from_slice(&r.body).unwrap();
+    let prompt = prompt_of(r);
+    if let Some(rest) = prompt.split("Reference element: ").nth(1) {
+        let element = rest.split('\n').next().unwrap().to_lowercase();
+        let answer = prompt
+            .split("The answer:\n")
+            .nth(1)
+            .unwrap()
+            .split("\n\nDoes the answer")
+            .next()
+            .unwrap()
+            .to_lowercase();
+        if element.contains("smoke") {
+            return openai_structured("I would rather not say.");
+        }
+        let first = element.split_whitespace().next().unwrap_or("");
+        let hit = answer.contains(first);
+        return openai_structured(&serde_json::json!({"hit": hit, "reason": "read"}).to_string());
+    }
+    let props = &v["response_format"]["json_schema"]["schema"]["properties"];
+    let mut out = serde_json::Map::new();
+    for (k, x) in [
+        ("factual_consistency", 3),
+        ("theme_relevance", 4),
+        ("completeness", 2),
+    ] {
+        if props.get(k).is_some() {
+            let x = if k == "completeness" && v["seed"] == 1 {
+                1
+            } else {
+                x
+            };
+            out.insert(k.into(), serde_json::json!(x));
+        }
+    }
+    out.insert("reason".into(), serde_json::json!("rated"));
+    openai_structured(&Value::Object(out).to_string())
+}
+
+#[test]
+fn judged_metrics_are_paid_once_named_by_their_judge_and_never_guessed() {
+    let d = tempfile::tempdir().unwrap();
+    let rel = d.path().join("rel");
+    let r = rel.to_str().unwrap();
+    py(&["make", r, "31"]);
+    let server = FakeServer::start(stand_in_judge);
+    let judge = d.path().join("judge.toml");
+    write(
+        &judge,
+        &format!(
+            "[services.judge]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 6000\nusd_per_mtok_input = 2.5\nusd_per_mtok_output = 10.0\n\n[judge]\nservice = \"judge\"\nmodel = \"stand-in-judge\"\nsamples = 2\n",
+            server.url()
+        ),
+    );
+    let preds = rel.join("predictions.jsonl");
+    let evaluate = |extra: &[&str]| {
+        let mut args = vec![
+            "evaluate",
+            r,
+            preds.to_str().unwrap(),
+            "--judge",
+            judge.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        Command::new(bin())
+            .args(&args)
+            .current_dir(d.path())
+            .env("VIDCURATE_TEST_OPENAI_KEY", OPENAI_KEY)
+            .output()
+            .unwrap()
+    };
+    let o = evaluate(&["--dry-run"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let dry = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(dry.contains("0 answered by the cache"), "{dry}");
+    assert_eq!(server.requests().len(), 0, "a dry run calls nothing");
+    let items = rel.join("items.jsonl");
+    let o = evaluate(&["--json", "--items-out", items.to_str().unwrap()]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::fs::write(rel.join("judged.json"), &o.stdout).unwrap();
+    let calls = server.requests().len();
+    let planned: u64 = dry
+        .split(": ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // Every planned judgment, plus one repair for each that never answers in JSON.
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let unjudged: u64 = report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["unjudged"].as_object().unwrap().values())
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(calls as u64, planned + unjudged, "{dry}");
+    assert!(unjudged > 0, "some elements stay unjudged");
+    let counts: Value = serde_json::from_str(py(&["check_judged", r]).trim()).unwrap();
+    assert!(counts["items"].as_u64().unwrap() > 20, "{counts}");
+    assert_eq!(report["judge"]["model"], "stand-in-judge");
+    let ot = report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["task"] == "ot")
+        .unwrap();
+    // Completeness 2 for every answer read; 0 for those missing or unread (wrong, no call).
+    let read = ot["read"].as_f64().unwrap();
+    let mean = ot["metrics"]["completeness"]["mean"].as_f64().unwrap();
+    assert!((mean - 2.0 * read / 40.0).abs() < 1e-12, "{ot}");
+    assert_eq!(ot["not_scored"], serde_json::json!([]));
+    // Two samples: completeness 2 then 1 disagrees on every item; hits agree.
+    assert!(
+        ot["self_agreement"]["completeness"].as_f64().unwrap() < 0.5,
+        "{ot}"
+    );
+    let rl = report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["task"] == "rl")
+        .unwrap();
+    assert_eq!(rl["self_agreement"]["hit_rate.elements"], 1.0, "{rl}");
+    // Again: every judgment comes from the cache, and the dry run says so.
+    let o = evaluate(&[]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("judged by stand-in-judge on judge"), "{text}");
+    assert!(text.contains("unjudged"), "{text}");
+    assert_eq!(
+        server.requests().len(),
+        calls,
+        "a second evaluate makes no judge call"
+    );
+    let o = evaluate(&["--dry-run"]);
+    let dry2 = String::from_utf8_lossy(&o.stdout);
+    // Every answer of the judge is cached, those it gave in no JSON too (and their repairs).
+    assert!(
+        dry2.contains(&format!(
+            "{planned} calls, {planned} answered by the cache, 0 to make"
+        )),
+        "{dry2}"
+    );
 }

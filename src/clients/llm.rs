@@ -332,6 +332,15 @@ impl LlmService {
         }
     }
 
+    /// Whether `cache` already holds an answer to `req` (what a dry run does not pay for).
+    pub fn is_cached(&self, req: &ChatRequest, cache: &ResponseCache) -> bool {
+        cache
+            .get(&self.cache_key(req))
+            .ok()
+            .flatten()
+            .is_some_and(|hit| hit.status == 200)
+    }
+
     fn cache_key(&self, req: &ChatRequest) -> CacheKey {
         let hashes: Vec<&str> = req.images.iter().map(|i| i.hash.as_str()).collect();
         let mut request = json!({

@@ -24,6 +24,7 @@ mod source_loop;
 mod stage_loop;
 
 pub use crate::store::manifest::StageCounts;
+pub use retry::retrying;
 pub use source_loop::{SourceRole, run_source};
 pub use stage_loop::ProcessorTask;
 

@@ -55,6 +55,31 @@ pub(super) async fn compute_with_retries<P: Processor>(
     }
 }
 
+/// `f` again after the runtime's `backoff` (or the wait the service asked for) while it fails
+/// with an external error, at most `retries` times: the same policy for calls made outside a
+/// stage (`evaluate`'s judge) as for a stage's videos.
+pub async fn retrying<T, F, Fut>(retries: u32, seed: &str, mut f: F) -> Result<T, StageError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StageError>>,
+{
+    let mut attempt = 0;
+    loop {
+        match f().await {
+            Err(e) if e.kind == ErrorKind::External && attempt < retries => {
+                let wait = e.retry_after.map_or_else(
+                    || backoff(attempt, seed),
+                    |w| w.max(Duration::from_millis(50)),
+                );
+                tracing::warn!(call = %seed, error = %e, wait_ms = wait.as_millis() as u64, "Retrying.");
+                tokio::time::sleep(wait).await;
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

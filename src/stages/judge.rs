@@ -190,7 +190,18 @@ pub async fn ask_text(
     req: &crate::clients::llm::ChatRequest,
     cx: &StageContext,
 ) -> Result<crate::clients::llm::ChatAnswer, StageError> {
-    let a = svc.chat(req, &cx.cache.get()?, &cx.stage_id).await?;
+    ask_text_in(svc, req, &cx.cache.get()?, &cx.stage_id).await
+}
+
+/// `ask_text` through the response cache `cache`, for `stage` (its batch queue's name): what a
+/// caller outside a run's stage uses (`evaluate`'s judge).
+pub async fn ask_text_in(
+    svc: &crate::clients::llm::LlmService,
+    req: &crate::clients::llm::ChatRequest,
+    cache: &std::sync::Arc<crate::store::cache::ResponseCache>,
+    stage: &str,
+) -> Result<crate::clients::llm::ChatAnswer, StageError> {
+    let a = svc.chat(req, cache, stage).await?;
     if let Some(why) = &a.refusal {
         let r = if a.finish == "blocked" {
             "blocked"
@@ -214,8 +225,21 @@ pub struct Answer<T> {
 /// video is rejected as `reason` with the problem and the last answer.
 pub async fn ask_validated<T, E: std::fmt::Display>(
     svc: &crate::clients::llm::LlmService,
-    mut req: crate::clients::llm::ChatRequest,
+    req: crate::clients::llm::ChatRequest,
     cx: &StageContext,
+    reason: &str,
+    parse: impl Fn(&str) -> Result<T, E>,
+    repair: impl Fn(&str) -> String,
+) -> Result<Answer<T>, StageError> {
+    let cache = cx.cache.get()?;
+    ask_validated_in(svc, req, (&cache, &cx.stage_id), reason, parse, repair).await
+}
+
+/// `ask_validated` through a response cache and a stage name of the caller's.
+pub async fn ask_validated_in<T, E: std::fmt::Display>(
+    svc: &crate::clients::llm::LlmService,
+    mut req: crate::clients::llm::ChatRequest,
+    (cache, stage): (&std::sync::Arc<crate::store::cache::ResponseCache>, &str),
     reason: &str,
     parse: impl Fn(&str) -> Result<T, E>,
     repair: impl Fn(&str) -> String,
@@ -224,7 +248,7 @@ pub async fn ask_validated<T, E: std::fmt::Display>(
     let mut problem = String::new();
     for attempt in 1..=2u32 {
         req.repair = attempt > 1;
-        let a = ask_text(svc, &req, cx).await?;
+        let a = ask_text_in(svc, &req, cache, stage).await?;
         let text = a.text.unwrap_or_default();
         match parse(&text) {
             Ok(value) => {

@@ -11,6 +11,10 @@
   check_variants OUT  recomputes OUT/variants.json (`vidcurate evaluate --variant … --json`):
                   accuracy and clustered standard errors, scikit-learn's Macro-F1, the paired
                   differences, and delete-one-video jackknife errors for Macro-F1.
+  check_judged OUT  replays the stand-in judge's rule (tests/evaluate_tasks.rs: an element is
+                  stated when the answer holds its first word; elements with "smoke" are never
+                  judged) over the answers as vidcurate read them, and compares OUT/judged.json's
+                  hit rates, means and clustered standard errors (1e-9).
   check OUT       reads OUT/items.jsonl and OUT/report.json (written by `vidcurate evaluate
                   --items-out --json`) and recomputes every item's values from the reference and
                   the answer as vidcurate read it, and every mean, clustered standard error and
@@ -290,6 +294,37 @@ def check(out):
     print(json.dumps({"values": n_values, "means": n_means, "planted": len(expect)}))
 
 
+def check_judged(out):
+    items = {json.loads(l)["item_id"]: json.loads(l) for l in open(os.path.join(out, "items.jsonl"))}
+    report = {t["task"]: t for t in json.load(open(os.path.join(out, "judged.json")))["tasks"]}
+    refs = pq.read_table(os.path.join(out, "tasks", "rl", "train-00000-of-00001.parquet")).to_pylist()
+    vals, videos, left_out = [], [], 0
+    for r in refs:
+        a = items[r["item_id"]]["answer"]
+        if a is None:
+            vals.append(0.0)
+            videos.append(r["video_id"])
+            continue
+        text = a["text"].lower()
+        hits = [e.split()[0].lower() in text for e in r["reference_items"][0] if "smoke" not in e.lower()]
+        if not hits:
+            left_out += 1
+            continue
+        vals.append(sum(hits) / len(hits))
+        videos.append(r["video_id"])
+    mean, se = clustered(vals, videos)
+    got = report["rl"]["metrics"]["hit_rate.elements"]
+    bad = []
+    if abs(mean - got["mean"]) > 1e-9 or abs(se - got["se"]) > 1e-9 or got["n"] != len(vals):
+        bad.append(f"rl hit_rate.elements: vidcurate {got}, here {mean} ± {se} over {len(vals)}")
+    if report["rl"]["unjudged_items"].get("hit_rate.elements", 0) != left_out:
+        bad.append(f"rl items left out: vidcurate {report['rl']['unjudged_items']}, here {left_out}")
+    if bad:
+        print("\n".join(bad))
+        sys.exit(1)
+    print(json.dumps({"items": len(vals), "left_out": left_out}))
+
+
 VARIANTS = ["zero-shot", "mvfnd-cot", "all-mvfnd-cot"]
 
 
@@ -365,6 +400,8 @@ if __name__ == "__main__":
         make(sys.argv[2], int(sys.argv[3]))
     elif cmd == "variants":
         make_variants(sys.argv[2], int(sys.argv[3]))
+    elif cmd == "check_judged":
+        check_judged(sys.argv[2])
     elif cmd == "check_variants":
         check_variants(sys.argv[2])
     else:

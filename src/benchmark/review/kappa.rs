@@ -53,3 +53,46 @@ pub fn fleiss_kappa(counts: &[Vec<f64>]) -> Option<f64> {
     }
     Some((p_bar - pe) / (1.0 - pe))
 }
+
+/// Krippendorff's alpha of two raters on an interval scale (every unit rated by both):
+/// 1 − D_o / D_e, D_o the mean squared difference within units, D_e over all pairs of values.
+/// None with fewer than two units or no spread at all.
+pub fn krippendorff_alpha_interval(pairs: &[(f64, f64)]) -> Option<f64> {
+    if pairs.len() < 2 {
+        return None;
+    }
+    let values: Vec<f64> = pairs.iter().flat_map(|(a, b)| [*a, *b]).collect();
+    let n = values.len() as f64;
+    let d_o = pairs.iter().map(|(a, b)| (a - b) * (a - b)).sum::<f64>() / pairs.len() as f64;
+    let mut all = 0.0;
+    for (i, x) in values.iter().enumerate() {
+        for (j, y) in values.iter().enumerate() {
+            if i != j {
+                all += (x - y) * (x - y);
+            }
+        }
+    }
+    let d_e = all / (n * (n - 1.0));
+    if d_e == 0.0 {
+        return None;
+    }
+    Some(1.0 - d_o / d_e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alpha_is_one_for_agreement_and_falls_with_disagreement() {
+        assert_eq!(
+            krippendorff_alpha_interval(&[(1.0, 1.0), (2.0, 2.0), (3.0, 3.0)]),
+            Some(1.0)
+        );
+        // Values 1, 2 | 2, 3: D_o = 1; D_e = 16 / 12 over the 12 ordered pairs of 1, 2, 2, 3
+        // (squared differences 1, 1, 4, 0, 1, 1, each twice): alpha = 1 − 12 / 16.
+        let a = krippendorff_alpha_interval(&[(1.0, 2.0), (2.0, 3.0)]).unwrap();
+        assert!((a - 0.25).abs() < 1e-12, "{a}");
+        assert_eq!(krippendorff_alpha_interval(&[(2.0, 2.0), (2.0, 2.0)]), None);
+    }
+}

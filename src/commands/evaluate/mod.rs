@@ -8,6 +8,8 @@
 //! Writes: nothing but its report (stdout, or JSON with `--json`). Calls nothing; caches nothing.
 //! An unknown video id or label in the predictions is an error naming the line.
 
+pub mod judge;
+mod judged;
 pub mod questions;
 pub mod tasks;
 pub mod variants;
@@ -38,6 +40,18 @@ pub struct EvaluateOptions {
     /// Also draw the histogram of the annotated risk-signal lengths per group to this PNG.
     #[arg(long)]
     pub lengths_plot: Option<PathBuf>,
+    /// Benchmark tasks: score the judged metrics (hit rates, 0–5 ratings) with the judge this
+    /// file names (`[services.<name>]` and `[judge]`: service, model, samples, temperature).
+    #[arg(long)]
+    pub judge: Option<PathBuf>,
+    /// The judge's response cache (default: <release>/.judge/responses.sqlite): a judgment is
+    /// paid for once, for every model whose answer asks it again.
+    #[arg(long)]
+    pub judge_cache: Option<PathBuf>,
+    /// With --judge: print the calls the judging would make, those cached, and their price; call
+    /// nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Benchmark tasks: also write each item's score to this JSONL file (task, item, video, how
     /// the answer was read and as what, the metric values), for error analysis.
     #[arg(long)]
@@ -667,11 +681,43 @@ pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
         }
     };
     if answers_questions(preds)? && tasks::answers_tasks(&a.release, preds)? {
+        let judge = match &a.opts.judge {
+            Some(f) => {
+                let cache = a
+                    .opts
+                    .judge_cache
+                    .clone()
+                    .unwrap_or_else(|| a.release.join(".judge/responses.sqlite"));
+                Some(judge::Judge::load(f, &cache)?)
+            }
+            None => None,
+        };
+        if a.opts.dry_run {
+            let j = judge.as_ref().ok_or_else(|| {
+                RunError::Config("--dry-run prices the judging: give --judge FILE".into())
+            })?;
+            let d = tasks::dry_run(&a.release, preds, j)?;
+            println!(
+                "judge {} on {}: {} calls, {} answered by the cache, {} to make: {} input and {} output tokens at most, ${:.4}",
+                j.settings.model,
+                j.settings.service,
+                d.calls,
+                d.cached,
+                d.calls - d.cached,
+                d.tokens_in,
+                d.tokens_out,
+                d.usd
+            );
+            return Ok(crate::error::Exit::Done);
+        }
         let r = tasks::evaluate(
             &a.release,
             preds,
-            a.opts.by.as_deref(),
-            a.opts.items_out.as_deref(),
+            &tasks::TaskOptions {
+                by: a.opts.by.as_deref(),
+                items_out: a.opts.items_out.as_deref(),
+                judge: judge.as_ref(),
+            },
         )?;
         let json = serde_json::to_string_pretty(&r).expect("a report serialises");
         print(json, tasks::render(&r));

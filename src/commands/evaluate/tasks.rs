@@ -70,6 +70,12 @@ pub struct TaskReport {
     pub not_scored: Vec<String>,
     /// `--by` value → metric → mean.
     pub by: BTreeMap<String, BTreeMap<String, Mean>>,
+    /// Judged metrics: items left out (no element could be judged), judgments that stayed
+    /// unjudged by reason, the judge's agreement with itself (two samples), the calls asked for.
+    pub unjudged_items: BTreeMap<String, usize>,
+    pub unjudged: BTreeMap<String, usize>,
+    pub self_agreement: BTreeMap<String, f64>,
+    pub judge_calls: usize,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -77,6 +83,16 @@ pub struct TasksReport {
     pub tasks: Vec<TaskReport>,
     pub by_column: Option<String>,
     pub predictions: usize,
+    /// The judge of the judged metrics (None: not judged).
+    pub judge: Option<super::judge::JudgeInfo>,
+}
+
+/// How `evaluate` scores a task release: `--by`, `--items-out`, the judge.
+#[derive(Default)]
+pub struct TaskOptions<'a> {
+    pub by: Option<&'a str>,
+    pub items_out: Option<&'a Path>,
+    pub judge: Option<&'a super::judge::Judge>,
 }
 
 /// Whether the predictions answer the release's benchmark tasks (rather than its `questions`
@@ -322,9 +338,9 @@ pub fn score_release(
 pub fn evaluate(
     release: &Path,
     predictions: &Path,
-    by: Option<&str>,
-    items_out: Option<&Path>,
+    opts: &TaskOptions,
 ) -> Result<TasksReport, RunError> {
+    let (by, items_out) = (opts.by, opts.items_out);
     let infos = read_infos(release)?;
     let mut refs = vec![];
     let mut known: HashMap<String, usize> = HashMap::new();
@@ -340,11 +356,43 @@ pub fn evaluate(
     let mut report = TasksReport {
         by_column: by.map(str::to_string),
         predictions: answers.len(),
+        judge: opts.judge.map(|j| j.info()),
         ..Default::default()
+    };
+    let rt = match opts.judge {
+        Some(_) => Some(crate::commands::tokio_runtime()?),
+        None => None,
     };
     let mut lines = String::new();
     for (t, refs) in infos.iter().zip(&refs) {
-        let (rep, scores) = score_task(t, refs, &answers, groups.as_ref())?;
+        let (mut rep, scores) = score_task(t, refs, &answers, groups.as_ref())?;
+        if let (Some(j), Some(rt)) = (opts.judge, &rt) {
+            let judged_metrics: Vec<String> = t
+                .metrics
+                .iter()
+                .filter(|m| {
+                    m.starts_with("hit_rate.") || super::judge::RATINGS.contains(&m.as_str())
+                })
+                .cloned()
+                .collect();
+            let got = rt.block_on(super::judged::judge_task(j, &judged_metrics, refs, &scores))?;
+            for (m, v) in &got.values {
+                let v: Vec<(&str, f64)> = v.iter().map(|(g, x)| (g.as_str(), *x)).collect();
+                rep.metrics.insert(m.clone(), clustered_mean(&v));
+            }
+            rep.not_scored.retain(|m| !judged_metrics.contains(m));
+            (
+                rep.unjudged_items,
+                rep.unjudged,
+                rep.self_agreement,
+                rep.judge_calls,
+            ) = (
+                got.unjudged_items,
+                got.unjudged,
+                got.self_agreement,
+                got.calls,
+            );
+        }
         for s in &scores {
             let mut v = serde_json::to_value(s).unwrap_or_default();
             v["task"] = serde_json::json!(t.name);
@@ -447,6 +495,31 @@ fn score_task(
     Ok((rep, scores))
 }
 
+/// What judging these predictions would ask the judge: calls, those already cached, the price.
+pub fn dry_run(
+    release: &Path,
+    predictions: &Path,
+    judge: &super::judge::Judge,
+) -> Result<super::judge::DryRun, RunError> {
+    let infos = read_infos(release)?;
+    let mut refs = vec![];
+    let mut known: HashMap<String, usize> = HashMap::new();
+    for (i, t) in infos.iter().enumerate() {
+        let r = read_references(release, t)?;
+        for x in &r {
+            known.insert(x.item_id.clone(), i);
+        }
+        refs.push(r);
+    }
+    let answers = read_answers(predictions, &known)?;
+    let mut asks = vec![];
+    for (t, refs) in infos.iter().zip(&refs) {
+        let (_, scores) = score_task(t, refs, &answers, None)?;
+        asks.extend(super::judged::planned(&t.metrics, refs, &scores));
+    }
+    Ok(judge.price(&asks))
+}
+
 /// The report as text: one line per task and metric, grouped by category, then `--by`.
 pub fn render(r: &TasksReport) -> String {
     let mut s = format!(
@@ -498,8 +571,44 @@ pub fn render(r: &TasksReport) -> String {
     if !unread.is_empty() {
         s += &format!("\nunread answers by reason: {}\n", unread.join("; "));
     }
+    if let Some(j) = &r.judge {
+        s += &format!(
+            "\njudged by {} on {} (prompts {}, temperature {}, {} sample(s)); calls {}\n",
+            j.model,
+            j.service,
+            j.prompts,
+            j.temperature,
+            j.samples,
+            r.tasks.iter().map(|t| t.judge_calls).sum::<usize>()
+        );
+        for t in &r.tasks {
+            for (why, n) in &t.unjudged {
+                s += &format!(
+                    "  {}: {n} judgment(s) unjudged ({why}): left out, never scored 0 or 1\n",
+                    t.task
+                );
+            }
+            for (m, n) in &t.unjudged_items {
+                s += &format!(
+                    "  {}: {m}: {n} item(s) with no judged element, left out of the mean\n",
+                    t.task
+                );
+            }
+            for (m, a) in &t.self_agreement {
+                let kind = if m.starts_with("hit_rate.") {
+                    "Cohen's kappa"
+                } else {
+                    "Krippendorff's alpha"
+                };
+                s += &format!(
+                    "  {}: {m}: the judge agrees with itself over two samples: {kind} {a:.3}\n",
+                    t.task
+                );
+            }
+        }
+    }
     if r.tasks.iter().any(|t| !t.not_scored.is_empty()) {
-        s += "\n`judge`: a judged metric (hit rates, factual consistency, theme relevance, completeness), not scored by this version: no number is guessed for it.\n";
+        s += "\n`judge`: a judged metric (hit rates, factual consistency, theme relevance, completeness): give `--judge FILE` to score it; no number is guessed for it.\n";
     }
     if let Some(col) = &r.by_column {
         s += &format!("\nby {col}:\n");
