@@ -55,3 +55,71 @@ def print_rates(out, limit, ours_log, ours_429, peer_log, peer_429):
     print(f"  ratio vidcurate / python: {ratio or 0:.3f}   (target: vidcurate >= 95 % of the limit, no 429)",
           file=out)
     return ratio
+
+
+def limited_server(limit, latency, template, answer):
+    """A stand-in OpenAI server on 127.0.0.1 that counts a sliding minute and answers 429 with
+    Retry-After past `limit` requests, else after `latency` s the chat completion `template`
+    with `answer(request_json, prompt_text)` (a dict) as its content. Returns (server, state):
+    state.log (arrival times of answered requests), state.bodies, state.throttled."""
+    import collections
+    import http.server
+    import json
+    import math
+    import threading
+
+    class State:
+        arrivals = collections.deque()
+        log, bodies, throttled = [], [], 0
+        lock = threading.Lock()
+
+        def reset(self):
+            with self.lock:
+                self.arrivals.clear()
+                self.log, self.bodies, self.throttled = [], [], 0
+
+    state = State()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            now = time.monotonic()
+            with state.lock:
+                while state.arrivals and now - state.arrivals[0] > 60:
+                    state.arrivals.popleft()
+                over = len(state.arrivals) >= limit
+                if over:
+                    state.throttled += 1
+                    retry = max(1, math.ceil(60 - (now - state.arrivals[0])))
+                else:
+                    state.arrivals.append(now)
+                    state.log.append(now)
+                    state.bodies.append(raw)
+            time.sleep(latency)
+            if over:
+                out, status = b'{"error":{"message":"Rate limit reached.","type":"requests","code":"rate_limit_exceeded"}}', 429
+            else:
+                v = json.loads(raw)
+                c = v["messages"][0]["content"]
+                text = c if isinstance(c, str) else " ".join(p.get("text", "") for p in c if isinstance(p, dict))
+                body = dict(template)
+                body["choices"] = [dict(template["choices"][0], message=dict(
+                    template["choices"][0]["message"], content=json.dumps(answer(v, text))))]
+                out, status = json.dumps(body).encode(), 200
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            if over:
+                self.send_header("Retry-After", str(retry))
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, state
