@@ -97,9 +97,6 @@ struct Region {
     group: String,
     video: String,
     frame: u32,
-    hue_hist: Vec<u32>,
-    sat_hist: Vec<u32>,
-    val_hist: Vec<u32>,
     text_h: f64,
     text_s: f64,
     text_v: f64,
@@ -186,12 +183,12 @@ fn analyze_tables(
         (None, None) => run.join("analysis").join(by),
     };
 
-    let regions = read_regions(&run_tables, &ocr, by, filter)?;
+    let (regions, pixels) = read_regions(&run_tables, &ocr, by, filter)?;
     let grid = grid_of(&regions);
     let mut groups: Vec<String> = regions.iter().map(|r| r.group.clone()).collect();
     groups.sort();
     groups.dedup();
-    let mut tables = region_tables(&regions, &groups, grid);
+    let mut tables = region_tables(&regions, &pixels, &groups, grid);
 
     // Key footage over 8 equal segments, and shots per video.
     if let (Some(fid), Some(pid)) = (&frames_id, &probe_id) {
@@ -268,14 +265,20 @@ fn apply_where(
     }
 }
 
-/// The creator-added regions of the `ocr` table (stage `ocr`) that pass `--where`.
+/// Per group, the summed hue, saturation and value histograms of its regions' text pixels
+/// (72, 20 and 20 bins): counted while the table is read, not kept per region.
+type PixelSums = BTreeMap<String, [Vec<f64>; 3]>;
+
+/// The creator-added regions of the `ocr` table (stage `ocr`) that pass `--where`, and their
+/// groups' pixel histograms.
 fn read_regions(
     run_tables: &RunTables,
     ocr: &str,
     by: &str,
     filter: Option<&filter::Filter>,
-) -> Result<Vec<Region>, AnalyzeError> {
+) -> Result<(Vec<Region>, PixelSums), AnalyzeError> {
     let mut regions = vec![];
+    let mut pixels = PixelSums::new();
     for b in run_tables.batches(
         ocr,
         &REGION_COLUMNS
@@ -293,9 +296,9 @@ fn read_regions(
                 filter.map(|f| f.columns()).unwrap_or_default()
             ))
         })?;
-        regions.extend(creator_added_regions(&b, ocr, by)?);
+        regions.extend(creator_added_regions(&b, ocr, by, &mut pixels)?);
     }
-    Ok(regions)
+    Ok((regions, pixels))
 }
 
 /// The columns of the `ocr` table the analyses read (with the `--by` column).
@@ -320,6 +323,7 @@ fn creator_added_regions(
     b: &RecordBatch,
     ocr: &str,
     by: &str,
+    pixels: &mut PixelSums,
 ) -> Result<Vec<Region>, AnalyzeError> {
     let groups = col_str(b, by)
         .map_err(|e| AnalyzeError::Column(format!("{ocr}: {e} (group column `--by {by}`)")))?;
@@ -342,23 +346,28 @@ fn creator_added_regions(
         col_f64(b, "text_v")?,
     );
     let (area, aspect) = (col_f64(b, "area_frac")?, col_f64(b, "aspect_ratio")?);
-    Ok((0..b.num_rows())
-        .filter(|&i| added.value(i))
-        .map(|i| Region {
-            group: groups[i].clone().unwrap_or_else(|| "(null)".into()),
+    let mut out = vec![];
+    for i in (0..b.num_rows()).filter(|&i| added.value(i)) {
+        let group = groups[i].clone().unwrap_or_else(|| "(null)".into());
+        let sums = pixels
+            .entry(group.clone())
+            .or_insert_with(|| [vec![0.0; 72], vec![0.0; 20], vec![0.0; 20]]);
+        for (h, acc) in [&hh, &sh, &vh].into_iter().zip(sums.iter_mut()) {
+            h.add(i, acc);
+        }
+        out.push(Region {
+            group,
             video: videos[i].clone().unwrap_or_default(),
             frame: frame.value(i),
-            hue_hist: hh[i].clone(),
-            sat_hist: sh[i].clone(),
-            val_hist: vh[i].clone(),
             text_h: th[i],
             text_s: ts[i],
             text_v: tv[i],
             cell: (rows.value(i), cols.value(i)),
             area: area[i],
             aspect: aspect[i],
-        })
-        .collect())
+        });
+    }
+    Ok(out)
 }
 
 /// The position grid (rows, cols) the regions were placed on: the largest cell seen, at least 1×1
@@ -432,13 +441,19 @@ impl RegionBins {
 }
 
 /// The region analyses (hue, saturation, value, position, area, aspect ratio), per group.
-fn region_tables(regions: &[Region], groups: &[String], grid: (u32, u32)) -> Tables {
+fn region_tables(
+    regions: &[Region],
+    pixels: &PixelSums,
+    groups: &[String],
+    grid: (u32, u32),
+) -> Tables {
     let bins = RegionBins::new(grid);
     let mut t = Tables::default();
     for g in groups {
         let rs: Vec<&Region> = regions.iter().filter(|r| &r.group == g).collect();
-        let [hue_px, sat_px, val_px, hue_reg, cell, area, aspect] =
-            region_counts(&rs, &bins, grid.1);
+        let [hue_reg, cell, area, aspect] = region_counts(&rs, &bins, grid.1);
+        let none = [vec![0.0; 72], vec![0.0; 20], vec![0.0; 20]];
+        let [hue_px, sat_px, val_px] = pixels.get(g).unwrap_or(&none).clone();
         for (name, bins, counts) in [
             ("hue_pixels", &bins.hue, hue_px),
             ("hue_regions", &bins.hue, hue_reg),
@@ -467,26 +482,13 @@ fn region_tables(regions: &[Region], groups: &[String], grid: (u32, u32)) -> Tab
     t
 }
 
-/// One group's counts: hue, saturation and value of text pixels, hue with one vote per region,
-/// grid cell, area and aspect ratio.
-fn region_counts(rs: &[&Region], bins: &RegionBins, grid_cols: u32) -> [Vec<f64>; 7] {
-    let mut hue_px = vec![0f64; 72];
-    let mut sat_px = vec![0f64; 20];
-    let mut val_px = vec![0f64; 20];
+/// One group's counts: hue with one vote per region, grid cell, area and aspect ratio.
+fn region_counts(rs: &[&Region], bins: &RegionBins, grid_cols: u32) -> [Vec<f64>; 4] {
     let mut hue_reg = vec![0f64; 72];
     let mut cell = vec![0f64; bins.cells.len()];
     let mut area = vec![0f64; bins.area.len()];
     let mut aspect = vec![0f64; bins.aspect.len()];
     for r in rs {
-        for (acc, h) in [
-            (&mut hue_px, &r.hue_hist),
-            (&mut sat_px, &r.sat_hist),
-            (&mut val_px, &r.val_hist),
-        ] {
-            for (a, v) in acc.iter_mut().zip(h.iter()) {
-                *a += *v as f64;
-            }
-        }
         // A grey region's hue is noise: it votes only when its text has colour.
         if r.text_s >= crate::stages::ocr::colour::MIN_CHROMA as f64 {
             hue_reg[((r.text_h / 5.0) as usize).min(71)] += 1.0;
@@ -495,7 +497,7 @@ fn region_counts(rs: &[&Region], bins: &RegionBins, grid_cols: u32) -> [Vec<f64>
         area[bin_of(&bins.area_edges, r.area.max(1e-5))] += 1.0;
         aspect[bin_of(&bins.aspect_edges, r.aspect)] += 1.0;
     }
-    [hue_px, sat_px, val_px, hue_reg, cell, area, aspect]
+    [hue_reg, cell, area, aspect]
 }
 
 /// The statistics, for the first two groups: chi-square on every binned analysis, KS on every

@@ -245,16 +245,38 @@ pub(super) fn col_u32(
         .clone())
 }
 
-pub(super) fn col_hist(b: &RecordBatch, name: &str) -> Result<Vec<Vec<u32>>, AnalyzeError> {
+/// A histogram column read in place: `add(row, acc)` adds row's counts into `acc` (bins past
+/// its length dropped), without a vector per row.
+pub(super) struct HistColumn {
+    offsets: Vec<usize>,
+    values: arrow::array::UInt32Array,
+}
+
+impl HistColumn {
+    pub(super) fn add(&self, row: usize, acc: &mut [f64]) {
+        let (s, e) = (self.offsets[row], self.offsets[row + 1]);
+        for (a, v) in acc.iter_mut().zip(&self.values.values()[s..e]) {
+            *a += f64::from(*v);
+        }
+    }
+}
+
+pub(super) fn col_hist(b: &RecordBatch, name: &str) -> Result<HistColumn, AnalyzeError> {
     let c = b
         .column_by_name(name)
         .ok_or_else(|| AnalyzeError::Column(format!("no column `{name}`")))?;
     // serde_arrow writes Vec<u32> as a large list; accept both offset widths.
-    let values = |v: arrow::array::ArrayRef| v.as_primitive::<UInt32Type>().values().to_vec();
+    let values = |v: &arrow::array::ArrayRef| v.as_primitive::<UInt32Type>().clone();
     if let Some(l) = c.as_list_opt::<i64>() {
-        Ok((0..l.len()).map(|i| values(l.value(i))).collect())
+        Ok(HistColumn {
+            offsets: l.offsets().iter().map(|o| *o as usize).collect(),
+            values: values(l.values()),
+        })
     } else if let Some(l) = c.as_list_opt::<i32>() {
-        Ok((0..l.len()).map(|i| values(l.value(i))).collect())
+        Ok(HistColumn {
+            offsets: l.offsets().iter().map(|o| *o as usize).collect(),
+            values: values(l.values()),
+        })
     } else {
         Err(AnalyzeError::Column(format!(
             "column `{name}` is not a list"
