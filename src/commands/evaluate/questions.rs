@@ -383,16 +383,7 @@ pub fn evaluate(
     let (items, order) = read_items(release, by)?;
     let index: HashMap<&str, &Item> = items.iter().map(|i| (i.item_id.as_str(), i)).collect();
     let (rows, columns) = read_rows(predictions)?;
-    let text_col = ["prediction", "answer"]
-        .into_iter()
-        .find(|c| columns.iter().any(|x| x == c))
-        .ok_or_else(|| {
-            RunError::Config(format!(
-                "{}:1: needs columns item_id and prediction (or answer); has: {}",
-                predictions.display(),
-                columns.join(", ")
-            ))
-        })?;
+    let text_col = super::tasks::answer_column(predictions, &columns)?;
     // (item, rotation) → right; where each was read.
     let mut right: HashMap<(String, usize), bool> = HashMap::new();
     let mut seen: HashMap<(String, usize), String> = HashMap::new();

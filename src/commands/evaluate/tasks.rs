@@ -200,6 +200,37 @@ fn video_groups(release: &Path, column: &str) -> Result<HashMap<String, String>,
     Ok(out)
 }
 
+/// The release's tasks, each task's references in release order, and item → its task's index.
+type Loaded = (Vec<TaskInfo>, Vec<Vec<Reference>>, HashMap<String, usize>);
+
+fn load_release(release: &Path) -> Result<Loaded, RunError> {
+    let infos = read_infos(release)?;
+    let mut refs = vec![];
+    let mut known: HashMap<String, usize> = HashMap::new();
+    for (i, t) in infos.iter().enumerate() {
+        let r = read_references(release, t)?;
+        for x in &r {
+            known.insert(x.item_id.clone(), i);
+        }
+        refs.push(r);
+    }
+    Ok((infos, refs, known))
+}
+
+/// The predictions file's answer column: `prediction`, else `answer`.
+pub fn answer_column(path: &Path, columns: &[String]) -> Result<&'static str, RunError> {
+    ["prediction", "answer"]
+        .into_iter()
+        .find(|c| columns.iter().any(|x| x == c))
+        .ok_or_else(|| {
+            RunError::Config(format!(
+                "{}:1: needs columns item_id and prediction (or answer); has: {}",
+                path.display(),
+                columns.join(", ")
+            ))
+        })
+}
+
 /// item → prediction; unknown and repeated items exit 2 at their line.
 fn read_answers(
     path: &Path,
@@ -224,16 +255,7 @@ fn read_model_answers(
     known: &HashMap<String, usize>,
 ) -> Result<BTreeMap<String, HashMap<String, String>>, RunError> {
     let (rows, columns) = read_rows(path)?;
-    let text_col = ["prediction", "answer"]
-        .into_iter()
-        .find(|c| columns.iter().any(|x| x == c))
-        .ok_or_else(|| {
-            RunError::Config(format!(
-                "{}:1: needs columns item_id and prediction (or answer); has: {}",
-                path.display(),
-                columns.join(", ")
-            ))
-        })?;
+    let text_col = answer_column(path, &columns)?;
     let mut out: BTreeMap<String, HashMap<String, String>> = BTreeMap::new();
     let mut at: HashMap<(String, String), String> = HashMap::new();
     for r in &rows {
@@ -282,16 +304,7 @@ pub fn score_release(
     release: &Path,
     predictions: &Path,
 ) -> Result<BTreeMap<String, Vec<TaskScores>>, RunError> {
-    let infos = read_infos(release)?;
-    let mut refs = vec![];
-    let mut known: HashMap<String, usize> = HashMap::new();
-    for (i, t) in infos.iter().enumerate() {
-        let r = read_references(release, t)?;
-        for x in &r {
-            known.insert(x.item_id.clone(), i);
-        }
-        refs.push(r);
-    }
+    let (infos, refs, known) = load_release(release)?;
     let answers = read_model_answers(predictions, &known)?;
     let mut out = BTreeMap::new();
     for (model, answers) in &answers {
@@ -341,16 +354,7 @@ pub fn evaluate(
     opts: &TaskOptions,
 ) -> Result<TasksReport, RunError> {
     let (by, items_out) = (opts.by, opts.items_out);
-    let infos = read_infos(release)?;
-    let mut refs = vec![];
-    let mut known: HashMap<String, usize> = HashMap::new();
-    for (i, t) in infos.iter().enumerate() {
-        let r = read_references(release, t)?;
-        for x in &r {
-            known.insert(x.item_id.clone(), i);
-        }
-        refs.push(r);
-    }
+    let (infos, refs, known) = load_release(release)?;
     let answers = read_answers(predictions, &known)?;
     let groups = by.map(|c| video_groups(release, c)).transpose()?;
     let mut report = TasksReport {
@@ -501,16 +505,7 @@ pub fn dry_run(
     predictions: &Path,
     judge: &super::judge::Judge,
 ) -> Result<super::judge::DryRun, RunError> {
-    let infos = read_infos(release)?;
-    let mut refs = vec![];
-    let mut known: HashMap<String, usize> = HashMap::new();
-    for (i, t) in infos.iter().enumerate() {
-        let r = read_references(release, t)?;
-        for x in &r {
-            known.insert(x.item_id.clone(), i);
-        }
-        refs.push(r);
-    }
+    let (infos, refs, known) = load_release(release)?;
     let answers = read_answers(predictions, &known)?;
     let mut asks = vec![];
     for (t, refs) in infos.iter().zip(&refs) {

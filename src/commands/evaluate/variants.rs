@@ -72,18 +72,21 @@ fn jackknife(videos: &[&str], stat: impl Fn(&[bool]) -> f64) -> f64 {
     ((g as f64 - 1.0) / g as f64 * ss).sqrt()
 }
 
+/// Macro-F1 of a task's decisions over the items `keep` marks.
+fn f1(t: &TaskScores, keep: &[bool]) -> f64 {
+    let pairs: Vec<(&str, Option<&str>)> = t
+        .items
+        .iter()
+        .zip(keep)
+        .filter(|(_, k)| **k)
+        .map(|(i, _)| (i.truth.as_str(), i.label.as_deref()))
+        .collect();
+    macro_f1(&pairs, &t.labels)
+}
+
 /// Accuracy and Macro-F1 of one variant's decisions on one task (items in release order).
 fn decision(t: &TaskScores, keep_all: &[bool]) -> Decision {
-    let f1_of = |keep: &[bool]| {
-        let pairs: Vec<(&str, Option<&str>)> = t
-            .items
-            .iter()
-            .zip(keep)
-            .filter(|(_, k)| **k)
-            .map(|(i, _)| (i.truth.as_str(), i.label.as_deref()))
-            .collect();
-        macro_f1(&pairs, &t.labels)
-    };
+    let f1_of = |keep: &[bool]| f1(t, keep);
     let videos: Vec<&str> = t.items.iter().map(|i| i.video_id.as_str()).collect();
     let acc: Vec<(&str, f64)> = t
         .items
@@ -114,16 +117,6 @@ fn difference(a: &TaskScores, b: &TaskScores) -> Decision {
         .map(|(i, v)| (i.video_id.as_str(), (v - mean) / n as f64))
         .collect();
     let (se, videos) = clustered(&w);
-    let f1 = |t: &TaskScores, keep: &[bool]| {
-        let pairs: Vec<(&str, Option<&str>)> = t
-            .items
-            .iter()
-            .zip(keep)
-            .filter(|(_, k)| **k)
-            .map(|(i, _)| (i.truth.as_str(), i.label.as_deref()))
-            .collect();
-        macro_f1(&pairs, &t.labels)
-    };
     let all = vec![true; n];
     let videos_of: Vec<&str> = a.items.iter().map(|i| i.video_id.as_str()).collect();
     Decision {
