@@ -841,3 +841,60 @@ fn the_judge_answers_over_gemini() {
     assert_eq!(r["judge_model"], "gemini-2.5-flash");
     assert_eq!((openai.requests().len(), gemini.requests().len()), (2, 1));
 }
+
+/// A release re-reads each items stage's task file through the pipeline as run: a task file
+/// edited since the items were made stops the release (exit 2, naming the file), so a config's
+/// card never describes another task than its items answer.
+#[test]
+fn a_release_refuses_a_task_file_changed_since_its_items() {
+    need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    let v = d.path().join("v");
+    std::fs::create_dir_all(&v).unwrap();
+    plain_clip(&v.join("a.mp4"), 3.0, "160x90");
+    plain_clip(&v.join("b.mp4"), 3.0, "192x108");
+    let task = d.path().join("sac.toml");
+    std::fs::copy(tasks().join("sac.toml"), &task).unwrap();
+    let mut text = pipeline("dir = \"v\"", "{ mode = \"uniform\", count = 4 }", "");
+    text += "\n[[stages]]\nid = \"shots\"\ntype = \"shots\"\n";
+    text += &items_stage("sac", "task = \"sac.toml\"");
+    let p = d.path().join("p.toml");
+    write(&p, &text);
+    let run_dir = d.path().join("run");
+    let o = run_into(&p, &run_dir, d.path());
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let o = run(
+        &["split", run_dir.to_str().unwrap(), "--ratios", "50/0/50"],
+        d.path(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let rel = d.path().join("rel");
+    let release = || {
+        run(
+            &[
+                "release",
+                run_dir.to_str().unwrap(),
+                "--out",
+                rel.to_str().unwrap(),
+                "--frames",
+                "none",
+            ],
+            d.path(),
+        )
+    };
+    let o = release();
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(rel.join("tasks/sac").is_dir());
+    let edited = std::fs::read_to_string(&task).unwrap().replace(
+        "title = \"Shooting Angles Counting (SAC)\"",
+        "title = \"Angles\"",
+    );
+    write(&task, &edited);
+    let o = release();
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(
+        err(&o).contains("sac.toml") && err(&o).contains("changed since stage sac made its items"),
+        "{}",
+        err(&o)
+    );
+}
