@@ -31,6 +31,8 @@ items are.
 With --release DIR it goes on to the scores: `split --stratify label`, `release` (one config
 per task), `evaluate` of a STAND-IN answerer (not a model: the first option, one angle, the
 first ten seconds, the question's own words, "fake" with its tags) in Table 1's shape by label,
+its judged metrics by a STAND-IN judge on the same server (an element is stated when the answer
+holds its first word; ratings from the share of the reference's words; two samples),
 and `evaluate --variant` over FDR's five prompt variants answered by STAND-INs that are right
 with a set chance per variant and sometimes forget the tags (they read the reference: a
 simulation of Table 4's shape, not a result). The judged metrics print as `judge`.
@@ -135,6 +137,23 @@ def judge(prompt):
             "logical_rationality": 4 if fc < 5 else 5, "logical_reason": "the steps follow from the evidence"}
 
 
+def score_judgment(schema, prompt, v):
+    """The STAND-IN judge of `evaluate --judge` (not a model): an element is stated when the
+    answer holds its first word; each rating is 5 times the share of the reference's words the
+    answer holds, rounded."""
+    answer = prompt.split("The answer:\n", 1)[-1].lower()
+    if schema == "element_hit":
+        element = re.search(r"^Reference element: (.*)$", prompt, re.M).group(1).lower()
+        first = (element.split() or [""])[0]
+        return {"hit": bool(first) and first in answer, "reason": "stand-in: first word"}
+    ref = prompt.split("The reference:\n", 1)[-1].split("\n\nThe answer:", 1)[0].lower()
+    words = set(re.findall(r"[a-z0-9]+", ref))
+    share = len(words & set(re.findall(r"[a-z0-9]+", answer))) / len(words) if words else 0.0
+    out = {k: round(5 * share) for k in v["response_format"]["json_schema"]["schema"]["properties"] if k != "reason"}
+    out["reason"] = "stand-in: shared words"
+    return out
+
+
 def refine(prompt):
     """Model B: the draft it was given, with a small edit (and the judge's reasons answered)."""
     m = re.search(r"^Draft: (.*)$", prompt, re.M)
@@ -172,6 +191,8 @@ class StandIn(http.server.BaseHTTPRequestHandler):
             StandIn.repairs[service] += repair
         if service == "refiner":
             out = refine(prompt)
+        elif service == "scorer":
+            out = score_judgment(schema, prompt, v)
         elif schema == "item_judgment":
             out = judge(prompt)
         else:
@@ -241,10 +262,13 @@ def variant_answer(variant, right_p, untagged_p, r, labels):
     return f"<think>Step by step: the claim, its consistency, the footage.</think><result>{label}</result>"
 
 
-def score(bin_, run, release, tmp):
-    """split -> release -> evaluate a stand-in answerer by label -> the prompt variants."""
+def score(bin_, run, release, tmp, url):
+    """split -> release -> evaluate a stand-in answerer by label, judged by a stand-in judge ->
+    the prompt variants."""
+    env = dict(os.environ, OPENAI_API_KEY="sk-stand-in")
+
     def vc(*args):
-        r = subprocess.run([bin_, *args], capture_output=True, text=True)
+        r = subprocess.run([bin_, *args], capture_output=True, text=True, env=env)
         if r.returncode != 0:
             sys.stderr.write(r.stderr)
             sys.exit(f"vidcurate {args[0]} exited {r.returncode}")
@@ -260,8 +284,14 @@ def score(bin_, run, release, tmp):
             for r in rows[t["name"]]:
                 f.write(json.dumps({"item_id": r["item_id"], "prediction": first_option(t, r)}, ensure_ascii=False) + "\n")
     rel = os.path.relpath(release, ROOT)
-    print(f"\n$ vidcurate evaluate {rel} first-option.jsonl --by label   # STAND-IN answerer (not a model)")
-    print(vc("evaluate", release, preds, "--by", "label"), end="")
+    judge = os.path.join(tmp, "judge.toml")
+    with open(judge, "w") as f:
+        f.write(f'[services.scorer]\nbase_url = "{url}scorer/v1/"\napi_key_env = "OPENAI_API_KEY"\n'
+                'requests_per_minute = 3000\n\n[judge]\nservice = "scorer"\nmodel = "stand-in-judge"\nsamples = 2\n')
+    cache = os.path.join(tmp, "judge-cache.sqlite")
+    print(f"\n$ vidcurate evaluate {rel} first-option.jsonl --by label --judge judge.toml   "
+          "# STAND-IN answerer and STAND-IN judge (not models)")
+    print(vc("evaluate", release, preds, "--by", "label", "--judge", judge, "--judge-cache", cache), end="")
     fdr = [t for t in tasks if t["format"] == "tagged_reasoning"]
     if not fdr:
         return
@@ -337,7 +367,7 @@ def main():
         print(f"\n$ vidcurate items {os.path.relpath(run, ROOT) if a.keep else 'RUN'}")
         print(t.stdout, end="")
         if a.release:
-            score(a.bin, run, os.path.abspath(a.release), tmp)
+            score(a.bin, run, os.path.abspath(a.release), tmp, f"http://127.0.0.1:{server.server_port}/")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         server.shutdown()

@@ -522,7 +522,7 @@ pub fn render(r: &TasksReport) -> String {
         r.predictions
     );
     s += &format!(
-        "{:<14} {:<6} {:<17} {:>6} {:<20} {:>9} {:>8} {:>13}\n",
+        "{:<14} {:<6} {:<17} {:>6} {:<26} {:>9} {:>8} {:>13}\n",
         "category", "task", "format", "items", "metric", "value", "se", "read/unread/-"
     );
     let mut cats: Vec<&str> = r.tasks.iter().map(|t| t.category.as_str()).collect();
@@ -544,7 +544,7 @@ pub fn render(r: &TasksReport) -> String {
             }
             for (m, v, se) in lines {
                 s += &format!(
-                    "{:<14} {:<6} {:<17} {:>6} {:<20} {:>9} {:>8} {:>13}\n",
+                    "{:<14} {:<6} {:<17} {:>6} {:<26} {:>9} {:>8} {:>13}\n",
                     c, t.task, t.format, t.items, m, v, se, counts
                 );
             }
