@@ -256,9 +256,9 @@ fn read_model_answers(
 ) -> Result<BTreeMap<String, HashMap<String, String>>, RunError> {
     let (rows, columns) = read_rows(path)?;
     let text_col = answer_column(path, &columns)?;
-    let mut out: BTreeMap<String, HashMap<String, String>> = BTreeMap::new();
-    let mut at: HashMap<(String, String), String> = HashMap::new();
-    for r in &rows {
+    // model → item → (its row, the answer): the row names the first answer of a repeated one.
+    let mut out: BTreeMap<String, HashMap<String, (usize, String)>> = BTreeMap::new();
+    for (n, r) in rows.iter().enumerate() {
         let id = r
             .get("item_id")
             .ok_or_else(|| RunError::Config(format!("{}: no item_id", r.at)))?;
@@ -269,17 +269,22 @@ fn read_model_answers(
             )));
         }
         let model = r.get("model").filter(|m| !m.is_empty()).unwrap_or("model");
-        if let Some(first) = at.insert((model.to_string(), id.to_string()), r.at.clone()) {
+        if !out.contains_key(model) {
+            out.insert(model.to_string(), HashMap::with_capacity(rows.len()));
+        }
+        let answers = out.get_mut(model).expect("inserted above");
+        let text = r.get(text_col).unwrap_or("").to_string();
+        if let Some((first, _)) = answers.insert(id.to_string(), (n, text)) {
             return Err(RunError::Config(format!(
-                "{}: item {id:?} is answered twice (first at {first})",
-                r.at
+                "{}: item {id:?} is answered twice (first at {})",
+                r.at, rows[first].at
             )));
         }
-        out.entry(model.to_string())
-            .or_default()
-            .insert(id.to_string(), r.get(text_col).unwrap_or("").to_string());
     }
-    Ok(out)
+    Ok(out
+        .into_iter()
+        .map(|(m, a)| (m, a.into_iter().map(|(id, (_, t))| (id, t)).collect()))
+        .collect())
 }
 
 /// One item's final decision, for the prompt-variant comparison.
@@ -397,7 +402,8 @@ pub fn evaluate(
                 got.calls,
             );
         }
-        for s in &scores {
+        // Only when asked for: a JSON line per item is most of the work at a million items.
+        for s in scores.iter().filter(|_| items_out.is_some()) {
             let mut v = serde_json::to_value(s).unwrap_or_default();
             v["task"] = serde_json::json!(t.name);
             lines += &v.to_string();
