@@ -354,3 +354,44 @@ fn judged_metrics_are_paid_once_named_by_their_judge_and_never_guessed() {
         "{dry2}"
     );
 }
+
+#[test]
+fn a_judge_file_that_cannot_be_used_exits_2_at_its_line_and_key() {
+    let d = tempfile::tempdir().unwrap();
+    let rel = d.path().join("rel");
+    py(&["make", rel.to_str().unwrap(), "41"]);
+    let preds = rel.join("predictions.jsonl");
+    for (text, want) in [
+        (
+            "[services.judge]\nbase_url = \"http://127.0.0.1:9/v1/\"\n\n[judge]\nservice = \"other\"\nmodel = \"m\"\n",
+            "judge.toml:5",
+        ),
+        (
+            "[services.judge]\nbase_url = \"http://127.0.0.1:9/v1/\"\n\n[judge]\nservice = \"judge\"\nmodel = \"m\"\nsamples = 3\n",
+            "samples",
+        ),
+        (
+            "[services.judge]\nbase_url = \"http://127.0.0.1:9/v1/\"\n\n[judge]\nservice = \"judge\"\nmodle = \"m\"\n",
+            "modle",
+        ),
+    ] {
+        let judge = d.path().join("judge.toml");
+        write(&judge, text);
+        let o = run(
+            &[
+                "evaluate",
+                rel.to_str().unwrap(),
+                preds.to_str().unwrap(),
+                "--judge",
+                judge.to_str().unwrap(),
+            ],
+            d.path(),
+        );
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{e}");
+        assert!(
+            e.contains(want) && e.contains("judge.toml"),
+            "{want} not in {e}"
+        );
+    }
+}

@@ -53,7 +53,7 @@ def main():
     out = sys.stderr if a.json else sys.stdout
     template = json.load(open(FIXTURE))
     server, state = pacing.limited_server(LIMIT, LATENCY, template,
-                                          lambda v, text: {"completeness": 3, "reason": "covers most"})
+                                          lambda v, text, path: {"completeness": 3, "reason": "covers most"})
     port = server.server_address[1]
     tmp = tempfile.mkdtemp(prefix="vidcurate-judge-bench-")
     rel = os.path.join(tmp, "release")

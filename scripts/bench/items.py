@@ -39,9 +39,7 @@ Usage: scripts/bench/items.py [--videos N] [--bin PATH] [--json]
 import argparse
 import collections
 import concurrent.futures
-import http.server
 import json
-import math
 import os
 import re
 import shutil
@@ -68,82 +66,37 @@ KEY = "sk-bench"
 MODELS = {"drafter": "model-a", "refiner": "model-b", "judge": "judge-j"}
 
 
-class Fake(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    arrivals = collections.deque()
-    log = []
-    bodies = []
-    throttled = 0
-    roles = collections.Counter()  # model -> requests answered 200
-    odd = 0  # requests that are not a kep_reference / item_judgment chat/completions
+class Counts:
+    """What the stand-in saw besides the rate: requests answered per model, requests that are no
+    kep_reference / item_judgment chat completion, and repair requests."""
+    roles = collections.Counter()
+    odd = 0
     repairs = 0
     lock = threading.Lock()
-    template = None
-
-    def do_POST(self):
-        raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        now = time.monotonic()
-        with Fake.lock:
-            while Fake.arrivals and now - Fake.arrivals[0] > 60:
-                Fake.arrivals.popleft()
-            over = len(Fake.arrivals) >= LIMIT
-            if over:
-                Fake.throttled += 1
-                retry = max(1, math.ceil(60 - (now - Fake.arrivals[0])))
-            else:
-                Fake.arrivals.append(now)
-                Fake.log.append(now)
-                Fake.bodies.append(raw)
-        try:
-            v = json.loads(raw)
-            schema = v["response_format"]["json_schema"]["name"]
-            c = v["messages"][0]["content"]
-            text = c if isinstance(c, str) else " ".join(p.get("text", "") for p in c if isinstance(p, dict))
-            ok = self.path == "/v1/chat/completions" and schema in ("kep_reference", "item_judgment")
-            model, repair = v.get("model", "?"), "previous answer was invalid" in text
-        except (ValueError, KeyError, TypeError, IndexError):
-            schema, text, ok, model, repair = "", "", False, "?", False
-        if not over:
-            with Fake.lock:
-                Fake.odd += not ok
-                Fake.repairs += repair
-                Fake.roles[model] += 1
-        time.sleep(LATENCY)
-        if over:
-            out, status = b'{"error":{"message":"Rate limit reached. Please try again in 100ms.","type":"requests","code":"rate_limit_exceeded"}}', 429
-        else:
-            if schema == "item_judgment":
-                answer = {"factual_consistency": 3, "factual_reason": "one element is not visible in the frames",
-                          "logical_rationality": 3, "logical_reason": "the list does not say why each matters"}
-            else:
-                m = re.search(r"title: (.*?); speech:|Its title: (.*)$", text, re.M)
-                title = (m.group(1) or m.group(2)) if m else "the clip"
-                answer = {"elements": [f"a test card named {title}", "coloured bars"],
-                          "rationale": "Both are seen in every frame."}
-            body = dict(Fake.template)
-            body["choices"] = [dict(Fake.template["choices"][0], message=dict(
-                Fake.template["choices"][0]["message"], content=json.dumps(answer)))]
-            out, status = json.dumps(body).encode(), 200
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        if over:
-            self.send_header("Retry-After", str(retry))
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *a):
-        pass
 
 
+def answer(v, text, path):
+    """The stand-in's answer: the judge always 3; the draft and refinements two elements."""
+    schema = (v.get("response_format") or {}).get("json_schema", {}).get("name", "")
+    ok = path == "/v1/chat/completions" and schema in ("kep_reference", "item_judgment")
+    with Counts.lock:
+        Counts.odd += not ok
+        Counts.repairs += "previous answer was invalid" in text
+        Counts.roles[v.get("model", "?")] += 1
+    if schema == "item_judgment":
+        return {"factual_consistency": 3, "factual_reason": "one element is not visible in the frames",
+                "logical_rationality": 3, "logical_reason": "the list does not say why each matters"}
+    m = re.search(r"title: (.*?); speech:|Its title: (.*)$", text, re.M)
+    title = (m.group(1) or m.group(2)) if m else "the clip"
+    return {"elements": [f"a test card named {title}", "coloured bars"],
+            "rationale": "Both are seen in every frame."}
 
 
-def reset():
-    with Fake.lock:
-        Fake.arrivals.clear()
-        Fake.log, Fake.bodies = [], []
-        Fake.throttled = Fake.odd = Fake.repairs = 0
-        Fake.roles = collections.Counter()
+def reset(state):
+    state.reset()
+    with Counts.lock:
+        Counts.odd = Counts.repairs = 0
+        Counts.roles = collections.Counter()
 
 
 def clips(n, out):
@@ -220,34 +173,34 @@ def dry_run(binary, p, out, env):
     return int(m.group(1).replace(",", "")), line
 
 
-def bench(binary, n, port, tmp, out):
+def bench(binary, n, port, state, tmp, out):
     manifest = clips(n, out)
     p = write_pipeline(tmp, manifest, port)
     env = dict(os.environ, VIDCURATE_BENCH_KEY=KEY, RUST_LOG="warn")
 
-    reset()
+    reset(state)
     estimated, dry_line = dry_run(binary, p, os.path.join(tmp, "dry"), env)
-    dry_calls = len(Fake.log) + Fake.throttled
+    dry_calls = len(state.log) + state.throttled
 
-    reset()
+    reset(state)
     run = os.path.join(tmp, "run")
     t0 = time.perf_counter()
     o = subprocess.run([binary, "run", p, "--out", run, "-q"], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if o.returncode not in (0, 3):
         raise SystemExit(f"vidcurate run failed ({o.returncode}):\n{o.stderr}")
-    with Fake.lock:
-        ours_log, ours_429, bodies = list(Fake.log), Fake.throttled, list(Fake.bodies)
-        odd, repairs, roles = Fake.odd, Fake.repairs, dict(Fake.roles)
+    with state.lock:
+        ours_log, ours_429, bodies = list(state.log), state.throttled, list(state.bodies)
+    odd, repairs, roles = Counts.odd, Counts.repairs, dict(Counts.roles)
     made = len(ours_log) + ours_429
     rows = ds.dataset(os.path.join(run, "kep")).to_table(columns=["kept", "reject_codes"]).to_pylist()
     reasons = collections.Counter(",".join(r["reject_codes"] or []) or "kept" for r in rows)
 
     # The peer: a thread pool of the stage's width, submissions paced at the limit, the same bodies.
-    reset()
+    reset(state)
     pacing.paced_peer(f"http://127.0.0.1:{port}/v1/chat/completions", KEY, bodies, WIDTH, LIMIT)
-    with Fake.lock:
-        peer_log, peer_429 = list(Fake.log), Fake.throttled
+    with state.lock:
+        peer_log, peer_429 = list(state.log), state.throttled
 
     ours, peer = pacing.rate(ours_log), pacing.rate(peer_log)
     err = abs(estimated - made) / made if made else float("inf")
@@ -291,13 +244,10 @@ def main():
             raise SystemExit(f"no binary at {a.bin}")
         subprocess.run(["cargo", "build", "--release", "--locked"], cwd=ROOT, check=True)
     with open(FIXTURE) as f:
-        Fake.template = json.load(f)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Fake)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+        server, state = pacing.limited_server(LIMIT, LATENCY, json.load(f), answer)
     tmp = tempfile.mkdtemp(prefix="vidcurate-items-bench-")
     try:
-        res = bench(a.bin, a.videos, server.server_address[1], tmp, sys.stderr if a.json else sys.stdout)
+        res = bench(a.bin, a.videos, server.server_address[1], state, tmp, sys.stderr if a.json else sys.stdout)
         if a.json:
             print(json.dumps(res))
     finally:

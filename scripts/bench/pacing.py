@@ -60,7 +60,8 @@ def print_rates(out, limit, ours_log, ours_429, peer_log, peer_429):
 def limited_server(limit, latency, template, answer):
     """A stand-in OpenAI server on 127.0.0.1 that counts a sliding minute and answers 429 with
     Retry-After past `limit` requests, else after `latency` s the chat completion `template`
-    with `answer(request_json, prompt_text)` (a dict) as its content. Returns (server, state):
+    with `answer(request_json, prompt_text, path)` (a dict) as its content; a body that is no
+    chat request is answered with `answer({}, "", path)`. Returns (server, state):
     state.log (arrival times of answered requests), state.bodies, state.throttled."""
     import collections
     import http.server
@@ -101,12 +102,16 @@ def limited_server(limit, latency, template, answer):
             if over:
                 out, status = b'{"error":{"message":"Rate limit reached.","type":"requests","code":"rate_limit_exceeded"}}', 429
             else:
-                v = json.loads(raw)
-                c = v["messages"][0]["content"]
-                text = c if isinstance(c, str) else " ".join(p.get("text", "") for p in c if isinstance(p, dict))
+                try:
+                    v = json.loads(raw)
+                    c = v["messages"][0]["content"]
+                    text = c if isinstance(c, str) else " ".join(
+                        p.get("text", "") for p in c if isinstance(p, dict))
+                except (ValueError, KeyError, TypeError, IndexError):
+                    v, text = {}, ""
                 body = dict(template)
                 body["choices"] = [dict(template["choices"][0], message=dict(
-                    template["choices"][0]["message"], content=json.dumps(answer(v, text))))]
+                    template["choices"][0]["message"], content=json.dumps(answer(v, text, self.path))))]
                 out, status = json.dumps(body).encode(), 200
             self.send_response(status)
             self.send_header("Content-Type", "application/json")

@@ -26,11 +26,8 @@ data/bench/questions-<N>/.
 Usage: scripts/bench/questions.py [--videos N] [--bin PATH] [--json]
 """
 import argparse
-import collections
 import concurrent.futures
-import http.server
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -74,71 +71,29 @@ ITEMS = {"items": [
 ]}
 
 
-class Fake(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    arrivals = collections.deque()
-    log = []
-    bodies = []
-    throttled = 0
-    odd = 0  # requests that are not a question_items chat/completions
+class Counts:
+    """What the stand-in saw besides the rate: requests that are no question_items chat
+    completion, and repair requests."""
+    odd = 0
     repairs = 0
     lock = threading.Lock()
-    body = None
-
-    def do_POST(self):
-        n = int(self.headers.get("Content-Length", 0))
-        raw = self.rfile.read(n)
-        now = time.monotonic()
-        with Fake.lock:
-            while Fake.arrivals and now - Fake.arrivals[0] > 60:
-                Fake.arrivals.popleft()
-            over = len(Fake.arrivals) >= LIMIT
-            if over:
-                Fake.throttled += 1
-                retry = max(1, math.ceil(60 - (now - Fake.arrivals[0])))
-            else:
-                Fake.arrivals.append(now)
-                Fake.log.append(now)
-                Fake.bodies.append(raw)
-        try:
-            v = json.loads(raw)
-            ok = (self.path == "/v1/chat/completions"
-                  and v["response_format"]["json_schema"]["name"] == "question_items")
-            text = " ".join(p.get("text", "") for p in v["messages"][0]["content"] if isinstance(p, dict))
-            repair = "Your previous answer was" in text or "had these problems" in text
-        except (ValueError, KeyError, TypeError, IndexError):
-            ok, repair = False, False
-        if not over:
-            with Fake.lock:
-                Fake.odd += not ok
-                Fake.repairs += repair
-        time.sleep(LATENCY)
-        if over:
-            out, status = b'{"error":{"message":"Rate limit reached. Please try again in 100ms.","type":"requests","code":"rate_limit_exceeded"}}', 429
-        else:
-            out, status = Fake.body, 200
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        if over:
-            self.send_header("Retry-After", str(retry))
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *a):
-        pass
 
 
+def answer(v, text, path):
+    try:
+        ok = path == "/v1/chat/completions" and v["response_format"]["json_schema"]["name"] == "question_items"
+    except (KeyError, TypeError):
+        ok = False
+    with Counts.lock:
+        Counts.odd += not ok
+        Counts.repairs += "Your previous answer was" in text or "had these problems" in text
+    return ITEMS
 
 
-def reset():
-    with Fake.lock:
-        Fake.arrivals.clear()
-        Fake.log = []
-        Fake.bodies = []
-        Fake.throttled = 0
-        Fake.odd = 0
-        Fake.repairs = 0
+def reset(state):
+    state.reset()
+    with Counts.lock:
+        Counts.odd = Counts.repairs = 0
 
 
 def clips(n, out):
@@ -223,33 +178,33 @@ def dry_run(binary, p, out, env):
     return float(line.split()[4]), line.strip()
 
 
-def bench(binary, n, port, tmp, out):
+def bench(binary, n, port, state, tmp, out):
     videos = clips(n, out)
     p = write_pipeline(tmp, videos, port)
     env = dict(os.environ, VIDCURATE_BENCH_KEY=KEY, RUST_LOG="warn")
 
-    reset()
+    reset(state)
     estimated, dry_line = dry_run(binary, p, os.path.join(tmp, "dry"), env)
-    dry_calls = len(Fake.log) + Fake.throttled
+    dry_calls = len(state.log) + state.throttled
 
-    reset()
+    reset(state)
     run = os.path.join(tmp, "run")
     t0 = time.perf_counter()
     o = subprocess.run([binary, "run", p, "--out", run, "-q"], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if o.returncode not in (0, 3):
         raise SystemExit(f"vidcurate run failed ({o.returncode}):\n{o.stderr}")
-    with Fake.lock:
-        ours_log, ours_429, bodies = list(Fake.log), Fake.throttled, list(Fake.bodies)
-        odd, repairs = Fake.odd, Fake.repairs
+    with state.lock:
+        ours_log, ours_429, bodies = list(state.log), state.throttled, list(state.bodies)
+    odd, repairs = Counts.odd, Counts.repairs
     made = len(ours_log) + ours_429
     rows = ds.dataset(os.path.join(run, "questions")).to_table(columns=["kept"]).column("kept").to_pylist()
 
     # The peer: a thread pool of the stage's width, submissions paced at the limit, the same bodies.
-    reset()
+    reset(state)
     pacing.paced_peer(f"http://127.0.0.1:{port}/v1/chat/completions", KEY, bodies, WIDTH, LIMIT)
-    with Fake.lock:
-        peer_log, peer_429 = list(Fake.log), Fake.throttled
+    with state.lock:
+        peer_log, peer_429 = list(state.log), state.throttled
 
     ours, peer = pacing.rate(ours_log), pacing.rate(peer_log)
     err = abs(estimated - made) / made if made else float("inf")
@@ -285,15 +240,10 @@ def main():
         if a.bin != BIN:
             raise SystemExit(f"no binary at {a.bin}")
         subprocess.run(["cargo", "build", "--release", "--locked"], cwd=ROOT, check=True)
-    body = json.load(open(FIXTURE))
-    body["choices"][0]["message"]["content"] = json.dumps(ITEMS)
-    Fake.body = json.dumps(body).encode()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Fake)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server, state = pacing.limited_server(LIMIT, LATENCY, json.load(open(FIXTURE)), answer)
     tmp = tempfile.mkdtemp(prefix="vidcurate-questions-bench-")
     try:
-        res = bench(a.bin, a.videos, server.server_address[1], tmp, sys.stderr if a.json else sys.stdout)
+        res = bench(a.bin, a.videos, server.server_address[1], state, tmp, sys.stderr if a.json else sys.stdout)
         if a.json:
             print(json.dumps(res))
     finally:

@@ -28,7 +28,7 @@ pub struct Rethreshold {
 }
 
 /// The kind of the stages whose items, not videos, `--set` decides again.
-const ITEMS: &str = "items";
+const ITEMS: &str = crate::stages::items::KIND.name;
 
 pub async fn rethreshold(run_dir: &Path, overrides: &[Override]) -> Result<Rethreshold, RunError> {
     let run = RunView::open(run_dir).await?;

@@ -184,7 +184,11 @@ pub(super) async fn write_tasks(
     out: &Path,
 ) -> Result<Vec<TaskWritten>, RunError> {
     let mut written = vec![];
-    for st in m.stages.iter().filter(|s| s.kind == "items") {
+    for st in m
+        .stages
+        .iter()
+        .filter(|s| s.kind == crate::stages::items::KIND.name)
+    {
         let fingerprint = st.compute["task"].as_str().unwrap_or_default();
         let task = load_task(m, &st.id, fingerprint)?;
         let items: HashMap<String, Vec<BenchItem>> =

@@ -57,7 +57,12 @@ pub async fn table(
     let selects = run.selects();
     let mut decisions = vec![];
     let mut out = vec![];
-    for s in run.manifest.stages.iter().filter(|s| s.kind == "items") {
+    for s in run
+        .manifest
+        .stages
+        .iter()
+        .filter(|s| s.kind == super::KIND.name)
+    {
         let mut select = selects.get(&s.id).cloned().unwrap_or_default();
         for o in overrides.iter().filter(|o| o.stage == s.id) {
             select.insert(o.key.clone(), o.value.clone());
