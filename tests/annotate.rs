@@ -12,10 +12,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const TOKEN: &str = "0123456789abcdef0123456789abcdef01234567";
+pub(crate) const TOKEN: &str = "0123456789abcdef0123456789abcdef01234567";
 
 /// A Label Studio server in its own process group, stopped when dropped.
-struct LabelStudio {
+pub(crate) struct LabelStudio {
     url: String,
     child: Child,
 }
@@ -48,7 +48,7 @@ fn health_ok(port: u16) -> bool {
     c.read_exact(&mut head).is_ok() && head.ends_with(b" 200")
 }
 
-fn start_label_studio(data: &Path) -> LabelStudio {
+pub(crate) fn start_label_studio(data: &Path) -> LabelStudio {
     let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/venv-labelstudio/bin/label-studio");
     assert!(
         bin.exists(),
@@ -112,7 +112,7 @@ fn start_label_studio(data: &Path) -> LabelStudio {
 
 /// Starts Label Studio, runs the driver `script` (tests/readers) against it with its URL, the
 /// token and `args`, stops it, and returns what the driver printed (one JSON line).
-fn drive_label_studio(dir: &Path, script: &str, args: &[&str]) -> serde_json::Value {
+pub(crate) fn drive_label_studio(dir: &Path, script: &str, args: &[&str]) -> serde_json::Value {
     let ls = start_label_studio(dir);
     let o = Command::new("python3")
         .arg(
@@ -140,7 +140,7 @@ fn annotations(run: &Path) -> BTreeMap<(String, String), BTreeMap<String, String
         .collect()
 }
 
-fn vidcurate(args: &[&str], cwd: &Path) -> String {
+pub(crate) fn vidcurate(args: &[&str], cwd: &Path) -> String {
     let o = run(args, cwd);
     assert!(
         o.status.success(),

@@ -6,6 +6,7 @@ mod util;
 
 mod analyze;
 mod annotate;
+mod annotate_tasks;
 mod ask;
 mod bad_input;
 mod batch;

@@ -4,8 +4,7 @@
 //! the stored report. `annotate import --items` makes them; `release` publishes the decided
 //! items. Reads `annotations/items.parquet` and `items_report.json`; calls nothing.
 
-use super::Rule;
-use super::kappa::{cohen_kappa, fleiss_kappa};
+use super::{Reviewed, decision_kappa};
 use crate::benchmark::text::{norm, similarity};
 use crate::error::RunError;
 use crate::record::QuestionItem;
@@ -13,14 +12,13 @@ use crate::store::Store;
 use crate::store::manifest::Manifest;
 use crate::store::shards::{read_table, table_batches};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 pub const ITEMS: &str = "annotations/items.parquet";
 pub const ITEMS_REPORT: &str = "annotations/items_report.json";
 
-/// What a reviewer decided of one item.
-pub const DECISIONS: [&str; 3] = ["accept", "edit", "reject"];
+pub use super::{DECISIONS, decide};
 
 /// One review of one item (or, with annotator `adjudicated`, the decided item).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -93,6 +91,25 @@ pub struct ItemImportReport {
     pub all: ReviewShares,
 }
 
+impl Reviewed for ItemReview {
+    fn item(&self) -> &str {
+        &self.item_id
+    }
+    fn annotator(&self) -> &str {
+        &self.annotator
+    }
+    fn decision(&self) -> &str {
+        &self.decision
+    }
+    fn updated_at(&self) -> Option<&str> {
+        self.updated_at.as_deref()
+    }
+    fn adjudicate(&mut self, how: String) {
+        self.annotator = "adjudicated".into();
+        self.decided_by = Some(how);
+    }
+}
+
 /// The rows of the first stage of kind `kind` at or after stage `after`, by `id` (an item id).
 pub(crate) async fn rows_after<T: serde::de::DeserializeOwned + Serialize + Clone>(
     store: &Arc<dyn Store>,
@@ -149,81 +166,6 @@ pub fn edit_class(drafted: &QuestionItem, r: &ItemReview, minor_at: f64) -> &'st
     }
 }
 
-/// The decided review of each item under `rule`: the senior's (reviewer:NAME) where they
-/// reviewed it; else the reviewers' common decision (the latest of them); else pending.
-pub fn decide(
-    reviews: &[ItemReview],
-    rule: &Rule,
-    report: &mut ItemImportReport,
-) -> Vec<ItemReview> {
-    let mut by_item: BTreeMap<&str, Vec<&ItemReview>> = BTreeMap::new();
-    for r in reviews {
-        by_item.entry(r.item_id.as_str()).or_default().push(r);
-    }
-    let mut out = vec![];
-    for (item, rs) in by_item {
-        let latest = |set: &[&ItemReview]| -> Option<ItemReview> {
-            set.iter()
-                .max_by(|a, b| a.updated_at.cmp(&b.updated_at))
-                .map(|r| (*r).clone())
-        };
-        let names = |set: &[&ItemReview]| {
-            set.iter()
-                .map(|r| r.annotator.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let pick = match rule {
-            Rule::Single => latest(&rs).map(|r| {
-                let how = format!("single: {}", r.annotator);
-                (r, how)
-            }),
-            Rule::Reviewer(s) if rs.iter().any(|r| &r.annotator == s) => rs
-                .iter()
-                .find(|r| &r.annotator == s)
-                .map(|r| ((*r).clone(), format!("senior: {s}"))),
-            _ => {
-                let mut count: BTreeMap<&str, usize> = BTreeMap::new();
-                for r in &rs {
-                    *count.entry(r.decision.as_str()).or_default() += 1;
-                }
-                let top = count.values().copied().max().unwrap_or(0);
-                let tops: Vec<&str> = count
-                    .iter()
-                    .filter(|(_, n)| **n == top)
-                    .map(|(d, _)| *d)
-                    .collect();
-                if tops.len() == 1 {
-                    let with: Vec<&ItemReview> = rs
-                        .iter()
-                        .copied()
-                        .filter(|r| r.decision == tops[0])
-                        .collect();
-                    latest(&with).map(|r| {
-                        let how = format!(
-                            "{} of {} reviewers ({}): {}",
-                            top,
-                            rs.len(),
-                            names(&rs),
-                            tops[0]
-                        );
-                        (r, how)
-                    })
-                } else {
-                    report.pending.push(item.to_string());
-                    None
-                }
-            }
-        };
-        if let Some((mut d, how)) = pick {
-            d.annotator = "adjudicated".into();
-            d.decided_by = Some(how);
-            out.push(d);
-        }
-    }
-    out
-}
-
 /// Retention and edit shares of decided items, and the reviewers' kappa on their decisions.
 pub fn shares(
     decided: &[&ItemReview],
@@ -250,43 +192,7 @@ pub fn shares(
     s.retained = share(kept, s.decided);
     s.minor_share = share(s.minor_edit, kept);
     s.rewritten_share = share(s.rewritten, kept);
-    // The reviewers' decisions, without the senior's.
-    let mut by_item: BTreeMap<&str, BTreeMap<&str, &str>> = BTreeMap::new();
-    for r in reviews
-        .iter()
-        .filter(|r| Some(r.annotator.as_str()) != senior)
-    {
-        by_item
-            .entry(r.item_id.as_str())
-            .or_default()
-            .insert(r.annotator.as_str(), r.decision.as_str());
-    }
-    let multi: Vec<&BTreeMap<&str, &str>> = by_item.values().filter(|m| m.len() >= 2).collect();
-    let mut who: Vec<&str> = multi.iter().flat_map(|m| m.keys().copied()).collect();
-    who.sort_unstable();
-    who.dedup();
-    if who.len() == 2 {
-        let (a, b): (Vec<&str>, Vec<&str>) = multi
-            .iter()
-            .filter_map(|m| Some((*m.get(who[0])?, *m.get(who[1])?)))
-            .unzip();
-        s.kappa_items = a.len();
-        s.kappa = cohen_kappa(&a, &b);
-    } else if who.len() > 2 {
-        let most = multi.iter().map(|m| m.len()).max().unwrap_or(0);
-        let counts: Vec<Vec<f64>> = multi
-            .iter()
-            .filter(|m| m.len() == most)
-            .map(|m| {
-                DECISIONS
-                    .iter()
-                    .map(|d| m.values().filter(|x| *x == d).count() as f64)
-                    .collect()
-            })
-            .collect();
-        s.kappa_items = counts.len();
-        s.kappa = fleiss_kappa(&counts);
-    }
+    (s.kappa, s.kappa_items) = decision_kappa(reviews, senior);
     s
 }
 

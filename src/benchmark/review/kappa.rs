@@ -58,22 +58,48 @@ pub fn fleiss_kappa(counts: &[Vec<f64>]) -> Option<f64> {
 /// 1 − D_o / D_e, D_o the mean squared difference within units, D_e over all pairs of values.
 /// None with fewer than two units or no spread at all.
 pub fn krippendorff_alpha_interval(pairs: &[(f64, f64)]) -> Option<f64> {
-    if pairs.len() < 2 {
+    let units: Vec<Vec<f64>> = pairs.iter().map(|(a, b)| vec![*a, *b]).collect();
+    krippendorff_alpha(&units, |a, b| (a - b) * (a - b))
+}
+
+/// Krippendorff's alpha for any distance `delta` (δ², zero for equal values): `units[u]` are
+/// the values the raters gave unit u (a unit with fewer than two is not pairable and left out).
+/// D_o = (1/n) Σ_u Σ_{i≠j} δ(v_ui, v_uj) / (m_u − 1); D_e = Σ_{i≠j} δ(v_i, v_j) / (n (n − 1))
+/// over all n pairable values; alpha = 1 − D_o / D_e. None with fewer than two units or no
+/// spread at all. Interval data: δ = (a − b)²; time ranges: 1 − IoU; texts: 1 − similarity.
+pub fn krippendorff_alpha<T>(units: &[Vec<T>], delta: impl Fn(&T, &T) -> f64) -> Option<f64> {
+    let pairable: Vec<&Vec<T>> = units.iter().filter(|u| u.len() >= 2).collect();
+    if pairable.len() < 2 {
         return None;
     }
-    let values: Vec<f64> = pairs.iter().flat_map(|(a, b)| [*a, *b]).collect();
-    let n = values.len() as f64;
-    let d_o = pairs.iter().map(|(a, b)| (a - b) * (a - b)).sum::<f64>() / pairs.len() as f64;
-    let mut all = 0.0;
-    for (i, x) in values.iter().enumerate() {
-        for (j, y) in values.iter().enumerate() {
+    let all: Vec<&T> = pairable.iter().flat_map(|u| u.iter()).collect();
+    let n = all.len() as f64;
+    let within = |u: &[T]| {
+        let mut s = 0.0;
+        for (i, x) in u.iter().enumerate() {
+            for (j, y) in u.iter().enumerate() {
+                if i != j {
+                    s += delta(x, y);
+                }
+            }
+        }
+        s
+    };
+    let d_o = pairable
+        .iter()
+        .map(|u| within(u) / (u.len() as f64 - 1.0))
+        .sum::<f64>()
+        / n;
+    let mut total = 0.0;
+    for (i, x) in all.iter().enumerate() {
+        for (j, y) in all.iter().enumerate() {
             if i != j {
-                all += (x - y) * (x - y);
+                total += delta(x, y);
             }
         }
     }
-    let d_e = all / (n * (n - 1.0));
-    if d_e == 0.0 {
+    let d_e = total / (n * (n - 1.0));
+    if d_e <= 0.0 {
         return None;
     }
     Some(1.0 - d_o / d_e)
@@ -94,5 +120,12 @@ mod tests {
         let a = krippendorff_alpha_interval(&[(1.0, 2.0), (2.0, 3.0)]).unwrap();
         assert!((a - 0.25).abs() < 1e-12, "{a}");
         assert_eq!(krippendorff_alpha_interval(&[(2.0, 2.0), (2.0, 2.0)]), None);
+        // Three raters on one unit and two on another equal the pairs' weighting: unit 1
+        // (1, 1, 2) contributes 4 / 2 = 2 within, unit 2 (3, 3) none; n = 5 values 1, 1, 2, 3, 3,
+        // D_o = 2 / 5; their ordered pairs' squared differences sum to 2·(0+1+4+4+1+4+4+1+1+0)
+        // = 40, D_e = 40 / 20 = 2: alpha = 1 − 0.4 / 2 = 0.8.
+        let units = vec![vec![1.0, 1.0, 2.0], vec![3.0, 3.0], vec![9.0]];
+        let a = krippendorff_alpha(&units, |x: &f64, y: &f64| (x - y) * (x - y)).unwrap();
+        assert!((a - 0.8).abs() < 1e-12, "{a}");
     }
 }

@@ -6,11 +6,13 @@
 
 pub mod items;
 pub mod kappa;
+pub mod tasks;
 
 use crate::error::RunError;
 use crate::store::Store;
 use crate::store::shards::table_batches;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Where `annotate import` stores the annotations (one row per video and annotator, plus the
@@ -27,6 +29,17 @@ pub enum Rule {
     Majority,
     /// This annotator's annotation wins; majority where they did not annotate.
     Reviewer(String),
+}
+
+impl Rule {
+    /// As `--rule` spells it.
+    pub fn name(&self) -> String {
+        match self {
+            Rule::Single => "single".into(),
+            Rule::Majority => "majority".into(),
+            Rule::Reviewer(s) => format!("reviewer:{s}"),
+        }
+    }
 }
 
 impl std::str::FromStr for Rule {
@@ -87,4 +100,154 @@ pub async fn read_annotations(store: &Arc<dyn Store>) -> Result<Vec<Annotation>,
         out.extend(rows);
     }
     Ok(out)
+}
+
+/// One person's review of one item (a question item, a task item): what deciding among
+/// reviewers and their agreement on the decision need of it.
+pub trait Reviewed: Clone {
+    fn item(&self) -> &str;
+    fn annotator(&self) -> &str;
+    /// accept, edit or reject.
+    fn decision(&self) -> &str;
+    fn updated_at(&self) -> Option<&str>;
+    /// Makes this review the decided one, saying how it was decided.
+    fn adjudicate(&mut self, how: String);
+}
+
+/// What a reviewer decides of an item.
+pub const DECISIONS: [&str; 3] = ["accept", "edit", "reject"];
+
+/// The decided review of each item under `rule`: the senior's (reviewer:NAME) where they
+/// reviewed it; else the reviewers' common decision (the latest of them); else the item is
+/// pushed to `pending`.
+pub fn decide<R: Reviewed>(reviews: &[R], rule: &Rule, pending: &mut Vec<String>) -> Vec<R> {
+    let mut by_item: BTreeMap<&str, Vec<&R>> = BTreeMap::new();
+    for r in reviews {
+        by_item.entry(r.item()).or_default().push(r);
+    }
+    let latest = |set: &[&R]| -> Option<R> {
+        set.iter()
+            .max_by(|a, b| a.updated_at().cmp(&b.updated_at()))
+            .map(|r| (*r).clone())
+    };
+    let mut out = vec![];
+    for (item, rs) in by_item {
+        let pick = match rule {
+            Rule::Single => latest(&rs).map(|r| {
+                let how = format!("single: {}", r.annotator());
+                (r, how)
+            }),
+            Rule::Reviewer(s) if rs.iter().any(|r| r.annotator() == s) => rs
+                .iter()
+                .find(|r| r.annotator() == s)
+                .map(|r| ((*r).clone(), format!("senior: {s}"))),
+            _ => {
+                let mut count: BTreeMap<&str, usize> = BTreeMap::new();
+                for r in &rs {
+                    *count.entry(r.decision()).or_default() += 1;
+                }
+                let top = count.values().copied().max().unwrap_or(0);
+                let tops: Vec<&str> = count
+                    .iter()
+                    .filter(|(_, n)| **n == top)
+                    .map(|(d, _)| *d)
+                    .collect();
+                if tops.len() == 1 {
+                    let with: Vec<&R> = rs
+                        .iter()
+                        .copied()
+                        .filter(|r| r.decision() == tops[0])
+                        .collect();
+                    let names: Vec<&str> = rs.iter().map(|r| r.annotator()).collect();
+                    latest(&with).map(|r| {
+                        let how = format!(
+                            "{} of {} reviewers ({}): {}",
+                            top,
+                            rs.len(),
+                            names.join(", "),
+                            tops[0]
+                        );
+                        (r, how)
+                    })
+                } else {
+                    pending.push(item.to_string());
+                    None
+                }
+            }
+        };
+        if let Some((mut d, how)) = pick {
+            d.adjudicate(how);
+            out.push(d);
+        }
+    }
+    out
+}
+
+/// The reviewers' agreement (the senior aside) on the decision: Cohen's kappa for two,
+/// Fleiss' for more (over the items the most of them reviewed); and on how many items.
+pub fn decision_kappa<R: Reviewed>(reviews: &[&R], senior: Option<&str>) -> (Option<f64>, usize) {
+    let mut by_item: BTreeMap<&str, BTreeMap<&str, &str>> = BTreeMap::new();
+    for r in reviews.iter().filter(|r| Some(r.annotator()) != senior) {
+        by_item
+            .entry(r.item())
+            .or_default()
+            .insert(r.annotator(), r.decision());
+    }
+    nominal_kappa(&by_item.into_values().collect::<Vec<_>>())
+}
+
+/// Kappa of nominal labels, `units[i]` the labels of one unit by rater: Cohen's for two raters
+/// (units both labelled), Fleiss' for more (units labelled by the most raters any unit has).
+pub fn nominal_kappa(units: &[BTreeMap<&str, &str>]) -> (Option<f64>, usize) {
+    let multi: Vec<&BTreeMap<&str, &str>> = units.iter().filter(|m| m.len() >= 2).collect();
+    let mut who: Vec<&str> = multi.iter().flat_map(|m| m.keys().copied()).collect();
+    who.sort_unstable();
+    who.dedup();
+    if who.len() == 2 {
+        let (a, b): (Vec<&str>, Vec<&str>) = multi
+            .iter()
+            .filter_map(|m| Some((*m.get(who[0])?, *m.get(who[1])?)))
+            .unzip();
+        (kappa::cohen_kappa(&a, &b), a.len())
+    } else if who.len() > 2 {
+        let mut cats: Vec<&str> = multi.iter().flat_map(|m| m.values().copied()).collect();
+        cats.sort_unstable();
+        cats.dedup();
+        let most = multi.iter().map(|m| m.len()).max().unwrap_or(0);
+        let counts: Vec<Vec<f64>> = multi
+            .iter()
+            .filter(|m| m.len() == most)
+            .map(|m| {
+                cats.iter()
+                    .map(|c| m.values().filter(|x| *x == c).count() as f64)
+                    .collect()
+            })
+            .collect();
+        (kappa::fleiss_kappa(&counts), counts.len())
+    } else {
+        (None, 0)
+    }
+}
+
+/// The stored reviews (decided rows left out) with the fresh ones merged in: a review replaces
+/// the stored one of the same reviewer and item unless it is equal or older. Returns the rows
+/// and how many were new or replaced, so importing the same export again changes nothing.
+pub fn merge_reviews<R: Reviewed + PartialEq>(stored: Vec<R>, fresh: Vec<R>) -> (Vec<R>, usize) {
+    let mut rows: BTreeMap<(String, String), R> = stored
+        .into_iter()
+        .filter(|r| r.annotator() != "adjudicated")
+        .map(|r| ((r.item().to_string(), r.annotator().to_string()), r))
+        .collect();
+    let mut changed = 0;
+    for r in fresh {
+        let key = (r.item().to_string(), r.annotator().to_string());
+        match rows.get(&key) {
+            Some(old) if old == &r || old.updated_at() > r.updated_at() => {}
+            _ => {
+                changed += 1;
+                rows.insert(key, r);
+            }
+        }
+    }
+    (rows.into_values().collect(), changed)
 }

@@ -108,17 +108,7 @@ pub(super) async fn passing(
 
 /// Writes tasks.json, label_config.xml and tasks.csv for the selected videos.
 pub async fn export(run_dir: &Path, opts: &ExportOptions) -> Result<usize, RunError> {
-    let run = crate::store::run::RunView::open(run_dir).await?;
-    let (mut videos, _) = crate::stages::selection::pipeline_selection(&run).await?;
-    let (store, m) = (run.store, run.manifest);
-    if let Some(split) = &opts.split {
-        let keep = crate::stages::selection::read_split(&store, split).await?.0;
-        videos.retain(|v| keep.contains_key(v));
-    }
-    if let Some(expr) = &opts.filter {
-        let keep = passing(&store, &m, expr).await?;
-        videos.retain(|v| keep.contains(v));
-    }
+    let (videos, store, m) = selected(run_dir, opts).await?;
     let cols = TaskColumns::read(&store, &m).await?;
     let prefix = opts.media_url.trim_end_matches('/');
     if opts.items {
@@ -144,6 +134,46 @@ pub async fn export(run_dir: &Path, opts: &ExportOptions) -> Result<usize, RunEr
         .map_err(|e| RunError::Internal(e.to_string()))?;
     write_export(&opts.out, &tasks, csv)?;
     Ok(tasks.len())
+}
+
+/// The selected videos of the run (the pipeline's thresholds), in `--split` and passing
+/// `--where`, with the run's store and manifest.
+async fn selected(
+    run_dir: &Path,
+    opts: &ExportOptions,
+) -> Result<(Vec<String>, Arc<dyn Store>, Manifest), RunError> {
+    let run = crate::store::run::RunView::open(run_dir).await?;
+    let (mut videos, _) = crate::stages::selection::pipeline_selection(&run).await?;
+    let (store, m) = (run.store, run.manifest);
+    if let Some(split) = &opts.split {
+        let keep = crate::stages::selection::read_split(&store, split).await?.0;
+        videos.retain(|v| keep.contains_key(v));
+    }
+    if let Some(expr) = &opts.filter {
+        let keep = passing(&store, &m, expr).await?;
+        videos.retain(|v| keep.contains(v));
+    }
+    Ok((videos, store, m))
+}
+
+/// `annotate export --task`: the review projects of benchmark task items, one per task.
+pub async fn export_tasks(
+    run_dir: &Path,
+    opts: &ExportOptions,
+) -> Result<Vec<(String, usize)>, RunError> {
+    let (videos, store, m) = selected(run_dir, opts).await?;
+    let cols = TaskColumns::read(&store, &m).await?;
+    let prefix = opts.media_url.trim_end_matches('/');
+    let media = |v: &str| {
+        let (_, f) = cols.task(v, prefix);
+        super::tasks::Media {
+            url: f[1].clone(),
+            title: f[2].clone(),
+            fps: f[3].parse().unwrap_or(24.0),
+            duration: f[4].parse().ok(),
+        }
+    };
+    super::tasks::export_tasks(&store, &m, &opts.tasks, &videos, &media, &opts.out).await
 }
 
 /// The columns of `tasks.csv`: the video's fields, then the 8 annotation fields left empty.

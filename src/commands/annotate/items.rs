@@ -405,11 +405,7 @@ pub(super) async fn import_items(
         .map(|(v, i)| (i.item_id.as_str(), (v, i)))
         .collect();
     let mut report = ItemImportReport {
-        rule: match rule {
-            Rule::Single => "single".into(),
-            Rule::Majority => "majority".into(),
-            Rule::Reviewer(s) => format!("reviewer:{s}"),
-        },
+        rule: rule.name(),
         minor_at,
         ..Default::default()
     };
@@ -473,24 +469,10 @@ pub(super) async fn import_items(
             }
         }
     }
-    let mut rows: BTreeMap<(String, String), ItemReview> = read_reviews(store)
-        .await?
-        .into_iter()
-        .filter(|r| r.annotator != "adjudicated")
-        .map(|r| ((r.item_id.clone(), r.annotator.clone()), r))
-        .collect();
-    for r in fresh {
-        let key = (r.item_id.clone(), r.annotator.clone());
-        match rows.get(&key) {
-            Some(old) if old == &r || old.updated_at > r.updated_at => {}
-            _ => {
-                report.changed += 1;
-                rows.insert(key, r);
-            }
-        }
-    }
-    let rows: Vec<ItemReview> = rows.into_values().collect();
-    let decided = decide(&rows, rule, &mut report);
+    let (rows, changed) =
+        crate::benchmark::review::merge_reviews(read_reviews(store).await?, fresh);
+    report.changed = changed;
+    let decided = decide(&rows, rule, &mut report.pending);
     report.reviews = rows.len();
     let senior = match rule {
         Rule::Reviewer(s) => Some(s.as_str()),

@@ -18,6 +18,7 @@ mod agreement;
 mod export;
 mod import;
 pub mod items;
+mod tasks;
 #[cfg(test)]
 mod tests;
 
@@ -51,6 +52,12 @@ pub struct ExportOptions {
     /// edit the question, options or answer, move it to another level, or reject with a reason).
     #[arg(long)]
     pub items: bool,
+    /// Export the benchmark items of this task for review instead (repeat it, or `all`): one
+    /// Label Studio project per task in OUT/<task>/, its controls those of the task's answer
+    /// format (the options to choose, a number, ranges on the video's timeline, the text, one
+    /// entry per reference element), the item's reference as the pre-annotation.
+    #[arg(long = "task", value_name = "NAME", conflicts_with = "items")]
+    pub tasks: Vec<String>,
 }
 
 /// The label config for the 8 fields: spans on the video's timeline, texts, the yes/no label.
@@ -111,6 +118,15 @@ pub enum Cmd {
     /// --rule (reviewer:NAME: the senior's review, else the reviewers' common decision), classed
     /// accepted / minor edit / rewritten / rejected, into RUN_DIR/annotations/items.parquet,
     /// with kappa per level and the retention shares.
+    ///
+    /// An export of `annotate export --task` projects is a review of benchmark task items:
+    /// each review's reference is read as a draft and checked by the task format's parser (a
+    /// negative count, a reversed or out-of-video range, an empty reference list, a wrong
+    /// option are kept out, naming task, reviewer and control), each item decided under --rule,
+    /// into RUN_DIR/annotations/tasks.parquet, with per task the retention, the reviewers'
+    /// kappa on accept / edit / reject and their agreement on the reference: kappa on the
+    /// chosen options, Krippendorff's alpha on counts (interval), on time ranges (distance
+    /// 1 - IoU) and on texts and lists (distance 1 - character-trigram similarity).
     Import {
         /// A run directory or object-store URL.
         run_dir: std::path::PathBuf,
@@ -123,7 +139,9 @@ pub enum Cmd {
         #[arg(long)]
         annotator: Option<String>,
         /// Item reviews: an edit is minor when the question and the correct option stay at
-        /// least this alike (character-trigram Jaccard, 0 to 1); below it, rewritten.
+        /// least this alike (character-trigram Jaccard, 0 to 1); below it, rewritten. Task
+        /// reviews: when the reference stays this alike (the IoU of time ranges, the similarity
+        /// of texts; a changed option or count is always rewritten).
         #[arg(long, default_value_t = 0.5)]
         minor_at: f64,
     },
@@ -132,6 +150,14 @@ pub enum Cmd {
 pub fn run(cmd: Cmd) -> Result<crate::error::Exit, RunError> {
     let rt = super::tokio_runtime()?;
     match cmd {
+        Cmd::Export { run_dir, opts } if !opts.tasks.is_empty() => {
+            for (task, n) in rt.block_on(export::export_tasks(&run_dir, &opts))? {
+                println!(
+                    "{task}: {n} tasks: {}/tasks.json, label_config.xml",
+                    opts.out.join(&task).display()
+                );
+            }
+        }
         Cmd::Export { run_dir, opts } => {
             let n = rt.block_on(export(&run_dir, &opts))?;
             println!(
@@ -154,12 +180,18 @@ pub fn run(cmd: Cmd) -> Result<crate::error::Exit, RunError> {
             } else {
                 vec![]
             };
-            if import::is_item_export(&tasks) {
-                if !(0.0..=1.0).contains(&minor_at) {
-                    return Err(RunError::Config(format!(
-                        "--minor-at {minor_at}: a similarity, 0 to 1"
-                    )));
-                }
+            if !(0.0..=1.0).contains(&minor_at) {
+                return Err(RunError::Config(format!(
+                    "--minor-at {minor_at}: a similarity, 0 to 1"
+                )));
+            }
+            if tasks::is_task_export(&tasks) {
+                let r = rt.block_on(async {
+                    let run = crate::store::run::RunView::open(&run_dir).await?;
+                    tasks::import_tasks(&run.store, &run.manifest, &tasks, &rule, minor_at).await
+                })?;
+                print!("{}", tasks::render(&r));
+            } else if import::is_item_export(&tasks) {
                 let r = rt.block_on(async {
                     let run = crate::store::run::RunView::open(&run_dir).await?;
                     items::import_items(&run.store, &run.manifest, &tasks, &rule, minor_at).await

@@ -304,7 +304,7 @@ fn front_matter(
 fn tasks_section(tasks: &[TaskWritten]) -> String {
     let splits: Vec<&String> = tasks[0].sizes.iter().map(|(s, _, _)| s).collect();
     let mut c = String::from(
-        "\n## Benchmark tasks\n\nOne config per task (`load_dataset(\"path/to/this/folder\", \"kep\")`), its items in the split of their video; `tasks/tasks.json` says what each task is. The reference is in the columns of the task's format (single choice: `options`, `answer`; multiple choice: `answer` letters and `answer_choices`; count: `answer_count`; time ranges: `answer_starts`, `answer_ends` in seconds; reference lists: `reference_fields` with `reference_items`; open text: `answer_text`; tagged reasoning: `answer_label`, the reasoning and the lists). `origin` says whether models drafted it (refined and judged; `judge_model`, `final_round`) or vidcurate derived it from measured columns (`from_columns`).\n\n| task | title | category | format | metrics | reference |",
+        "\n## Benchmark tasks\n\nOne config per task (`load_dataset(\"path/to/this/folder\", \"kep\")`), its items in the split of their video; `tasks/tasks.json` says what each task is. The reference is in the columns of the task's format (single choice: `options`, `answer`; multiple choice: `answer` letters and `answer_choices`; count: `answer_count`; time ranges: `answer_starts`, `answer_ends` in seconds; reference lists: `reference_fields` with `reference_items`; open text: `answer_text`; tagged reasoning: `answer_label`, the reasoning and the lists). `origin` says whether models drafted it (refined and judged; `judge_model`, `final_round`) or vidcurate derived it from measured columns (`from_columns`); `review` what people made of it (accepted, minor_edit, rewritten), null when the task was not reviewed.\n\n| task | title | category | format | metrics | reference |",
     );
     for s in &splits {
         c += &format!(" {s} |");
@@ -335,6 +335,28 @@ fn tasks_section(tasks: &[TaskWritten]) -> String {
             c += &format!(" {n} |");
         }
         c += &format!(" {} |\n", t.for_review);
+    }
+    let reviewed: Vec<&TaskWritten> = tasks.iter().filter(|t| t.review.is_some()).collect();
+    if !reviewed.is_empty() {
+        c += "\nReviewed by people (two reviewers and a senior in Label Studio; `review` says what they made of each item). Retention is of the decided items; the agreement is the reviewers', without the senior, with the items compared in brackets:\n\n| task | decided | retained | accepted | minor edits | rewritten | rejected | kappa on the decision | agreement on the reference | left out, undecided |\n|---|---:|---:|---:|---:|---:|---:|---:|---|---:|\n";
+        let num = |x: Option<f64>, n: usize| x.map_or("-".into(), |k| format!("{k:.3} ({n})"));
+        for t in reviewed {
+            let r = t.review.as_ref().expect("filtered");
+            c += &format!(
+                "| {} | {} | {:.1} % | {} | {} | {} | {} | {} | {}: {} | {} |\n",
+                t.info.name,
+                r.decided,
+                100.0 * r.retained,
+                r.accepted,
+                r.minor_edit,
+                r.rewritten,
+                r.rejected,
+                num(r.decision_kappa, r.decision_items),
+                r.agreement_measure,
+                num(r.reference_agreement, r.reference_items),
+                t.unreviewed
+            );
+        }
     }
     if tasks.iter().any(|t| t.for_review > 0) {
         c += "\nItems to confirm (`for_review = true`) carry a derived draft people must check before it is a reference (a shot cut is not a camera angle).\n";

@@ -10,6 +10,9 @@
 //! options, labels; what `evaluate` scores by). Calls nothing.
 
 use super::write_parquet;
+use crate::benchmark::review::tasks::{
+    TaskReview, TaskShares, read_task_report, read_task_reviews,
+};
 use crate::benchmark::task::Task;
 use crate::error::RunError;
 use crate::record::BenchItem;
@@ -20,7 +23,7 @@ use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 /// What a released task is, as `tasks/tasks.json` lists it.
@@ -53,6 +56,10 @@ pub struct TaskWritten {
     pub for_review: usize,
     /// The judges of the drafted items.
     pub judges: BTreeSet<String>,
+    /// What people made of the task's items (`annotate import` of a task review), and the
+    /// kept items left out for want of a decision; none when they were not reviewed.
+    pub review: Option<TaskShares>,
+    pub unreviewed: usize,
 }
 
 /// The released columns of every task, in this order, around the format's reference columns.
@@ -74,40 +81,6 @@ const AFTER: &[&str] = &[
     "final_round",
     "judge_model",
 ];
-
-/// The task file a stage of the run was built from: its `compute.task` in the pipeline as
-/// run, relative to the pipeline file.
-fn task_path(m: &Manifest, stage: &str) -> Option<PathBuf> {
-    let doc: toml::Table = m.pipeline_toml.parse().ok()?;
-    let st = doc
-        .get("stages")?
-        .as_array()?
-        .iter()
-        .find(|s| s.get("id").and_then(|v| v.as_str()) == Some(stage))?;
-    let rel = st.get("compute")?.get("task")?.as_str()?;
-    let base = Path::new(&m.pipeline_file)
-        .parent()
-        .unwrap_or(Path::new("."));
-    Some(base.join(rel))
-}
-
-/// The stage's task file, checked to be the one its items were made with.
-fn load_task(m: &Manifest, stage: &str, fingerprint: &str) -> Result<Task, RunError> {
-    let path = task_path(m, stage).ok_or_else(|| {
-        RunError::Config(format!(
-            "stage {stage}: the pipeline as run names no task file"
-        ))
-    })?;
-    let task = Task::load(&path).map_err(|e| RunError::Config(e.to_string()))?;
-    if task.fingerprint != fingerprint {
-        return Err(RunError::Config(format!(
-            "{}: the task file changed since stage {stage} made its items (fingerprint {} now, {fingerprint} then): restore it, or run the stage again",
-            path.display(),
-            task.fingerprint
-        )));
-    }
-    Ok(task)
-}
 
 fn info(stage: &str, t: &Task) -> TaskInfo {
     let name = |v: serde_json::Value| v.as_str().unwrap_or_default().to_string();
@@ -136,10 +109,10 @@ fn info(stage: &str, t: &Task) -> TaskInfo {
 fn task_batch(
     t: &Task,
     split: &str,
-    rows: &[(&String, &BenchItem)],
+    rows: &[(&String, BenchItem, Option<String>)],
 ) -> Result<RecordBatch, RunError> {
     let fields = crate::store::shards::fields_of::<BenchItem>()?;
-    let items: Vec<&BenchItem> = rows.iter().map(|(_, r)| *r).collect();
+    let items: Vec<&BenchItem> = rows.iter().map(|(_, r, _)| r).collect();
     let full = serde_arrow::to_record_batch(&fields, &items)
         .map_err(|e| RunError::Internal(format!("task rows: {e}")))?;
     let options: &[&str] = if t.format.has_options() {
@@ -153,7 +126,7 @@ fn task_batch(
     ];
     let mut cols: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(
-            rows.iter().map(|(v, _)| v.as_str()).collect::<Vec<_>>(),
+            rows.iter().map(|(v, _, _)| v.as_str()).collect::<Vec<_>>(),
         )),
         Arc::new(StringArray::from(vec![split; rows.len()])),
     ];
@@ -170,6 +143,13 @@ fn task_batch(
         out_fields.push(schema.field(i).clone());
         cols.push(full.column(i).clone());
     }
+    // What people made of the item: accepted, minor_edit or rewritten; null when not reviewed.
+    out_fields.push(Field::new("review", DataType::Utf8, true));
+    cols.push(Arc::new(StringArray::from(
+        rows.iter()
+            .map(|(_, _, r)| r.as_deref())
+            .collect::<Vec<_>>(),
+    )));
     let batch = RecordBatch::try_new(Arc::new(Schema::new(out_fields)), cols)
         .map_err(|e| RunError::Internal(e.to_string()))?;
     super::rows::plain_batch(&batch)
@@ -184,24 +164,31 @@ pub(super) async fn write_tasks(
     out: &Path,
 ) -> Result<Vec<TaskWritten>, RunError> {
     let mut written = vec![];
-    for st in m
-        .stages
+    let reviews = read_task_reviews(store).await?;
+    let report = read_task_report(store).await?;
+    let decided: HashMap<&str, &TaskReview> = reviews
         .iter()
-        .filter(|s| s.kind == crate::stages::items::KIND.name)
-    {
-        let fingerprint = st.compute["task"].as_str().unwrap_or_default();
-        let task = load_task(m, &st.id, fingerprint)?;
+        .filter(|r| r.annotator == "adjudicated")
+        .map(|r| (r.item_id.as_str(), r))
+        .collect();
+    for (id, fingerprint, task) in crate::stages::items::run_tasks(m)? {
         let items: HashMap<String, Vec<BenchItem>> =
-            read_table(store, &st.id, &st.fingerprint, true)
-                .await?
-                .rows()?;
+            read_table(store, &id, &fingerprint, true).await?.rows()?;
         let mut w = TaskWritten {
-            info: info(&st.id, &task),
+            info: info(&id, &task),
             schema: None,
             sizes: vec![],
             for_review: 0,
             judges: BTreeSet::new(),
+            review: None,
+            unreviewed: 0,
         };
+        let reviewed = decided.values().any(|r| r.task == w.info.name);
+        if reviewed {
+            w.review = report
+                .as_ref()
+                .and_then(|r| r.tasks.iter().find(|t| t.task == w.info.name).cloned());
+        }
         if let Some(o) = written
             .iter()
             .find(|o: &&TaskWritten| o.info.name == w.info.name)
@@ -212,12 +199,30 @@ pub(super) async fn write_tasks(
             )));
         }
         for split in order {
-            let rows: Vec<(&String, &BenchItem)> = by_split[split]
+            let mut rows: Vec<(&String, BenchItem, Option<String>)> = vec![];
+            for (v, r) in by_split[split]
                 .iter()
                 .flat_map(|v| items.get(v).into_iter().flatten().map(move |r| (v, r)))
                 .filter(|(_, r)| r.kept)
-                .collect();
-            for (_, r) in &rows {
+            {
+                if !reviewed {
+                    rows.push((v, r.clone(), None));
+                    continue;
+                }
+                // With a review, the decided references replace the items' own; the rest
+                // stay out.
+                match decided.get(r.item_id.as_str()) {
+                    None => w.unreviewed += 1,
+                    Some(d) if d.decision == "reject" => {}
+                    Some(d) => {
+                        let mut r = r.clone();
+                        d.reference().apply(&mut r);
+                        r.for_review = false;
+                        rows.push((v, r, Some(d.edit_class.clone())));
+                    }
+                }
+            }
+            for (_, r, _) in &rows {
                 w.for_review += usize::from(r.for_review);
                 if !r.judge_model.is_empty() {
                     w.judges.insert(r.judge_model.clone());

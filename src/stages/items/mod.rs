@@ -18,8 +18,12 @@
 //! keep every round's scores, so `benchmark::rounds::reselect` decides a new threshold with no
 //! call.
 
+mod as_run;
 mod drafted;
 pub mod table;
+
+pub use as_run::{run_tasks, task_of_run};
+pub use drafted::{DraftContext, check_draft};
 
 use crate::benchmark::derive::{DeriveInput, DerivedItem, shot_item, text_items};
 use crate::benchmark::formats::{Answer, Format, option_label};
@@ -33,7 +37,7 @@ use crate::runtime::stage::{Processor, StageContext, StageEstimate};
 use crate::stages::model_call::Call;
 use crate::stages::{BuildCx, Built, compute_settings};
 use async_trait::async_trait;
-use drafted::{DraftContext, Loop};
+use drafted::Loop;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::PathBuf;
@@ -366,8 +370,9 @@ fn fill_answer(row: &mut BenchItem, a: &Answer) {
     }
 }
 
-/// The reference of a kept drafted item from its round's JSON text.
-fn fill_reference(
+/// The reference of a kept drafted item from its round's JSON text (also a person's review,
+/// `annotate import`, written as a draft).
+pub fn fill_reference(
     row: &mut BenchItem,
     task: &Task,
     text: &str,
