@@ -33,13 +33,16 @@ struct State {
     asked: HashMap<String, usize>,
 }
 
-/// The fake's knobs: how long a batch stays in progress, and a hold that keeps every batch in
-/// progress until released.
+type Reply = Arc<dyn Fn(&Request) -> Response + Send + Sync>;
+
+/// The fake's knobs: how long a batch stays in progress, a hold that keeps every batch in
+/// progress until released, and who answers (the relevance rules of `answer`, or `reply`).
 #[derive(Clone)]
-struct Fake {
+pub(crate) struct Fake {
     state: Arc<Mutex<State>>,
-    hold: Arc<AtomicBool>,
+    pub(crate) hold: Arc<AtomicBool>,
     run_for: Duration,
+    reply: Option<Reply>,
 }
 
 fn title_of(body: &Value) -> String {
@@ -77,8 +80,23 @@ fn answer(title: &str, n: usize, custom_id: &str, repair: bool) -> Result<String
     }
 }
 
+/// `reply`'s answer to the request of batch input line `v`, as the recorded output line.
+fn replied_line(reply: &Reply, v: &Value) -> String {
+    let req = Request {
+        method: "POST".into(),
+        path: v["url"].as_str().unwrap_or_default().into(),
+        query: Default::default(),
+        headers: Default::default(),
+        body: serde_json::to_vec(&v["body"]).unwrap(),
+    };
+    let custom_id = v["custom_id"].as_str().unwrap();
+    let mut line: Value = serde_json::from_str(&output_line(0, custom_id, None)).unwrap();
+    line["response"]["body"] = serde_json::from_slice(&reply(&req).body).unwrap();
+    line.to_string()
+}
+
 /// The multipart part named `name`: its bytes.
-fn multipart_part(r: &Request, name: &str) -> Option<Vec<u8>> {
+pub(crate) fn multipart_part(r: &Request, name: &str) -> Option<Vec<u8>> {
     let ct = r.headers.get("content-type")?;
     let boundary = ct.split("boundary=").nth(1)?.trim_matches('"');
     let delim = format!("--{boundary}");
@@ -104,15 +122,29 @@ fn multipart_part(r: &Request, name: &str) -> Option<Vec<u8>> {
 }
 
 impl Fake {
-    fn new(run_for: Duration) -> Self {
+    pub(crate) fn new(run_for: Duration) -> Self {
         Self {
             state: Arc::default(),
             hold: Arc::new(AtomicBool::new(false)),
             run_for,
+            reply: None,
+        }
+    }
+
+    /// A fake whose batches `reply` answers, each line as that handler answers the live call,
+    /// complete at once (unless held): for callers other than the relevance stage.
+    pub(crate) fn answering(reply: impl Fn(&Request) -> Response + Send + Sync + 'static) -> Self {
+        Self {
+            reply: Some(Arc::new(reply)),
+            ..Self::new(Duration::ZERO)
         }
     }
 
     fn status(&self, b: &FakeBatch) -> &'static str {
+        if self.reply.is_some() {
+            let held = self.hold.load(Ordering::SeqCst);
+            return if held { "in_progress" } else { "completed" };
+        }
         let t = b.created.elapsed();
         if t < Duration::from_millis(150) {
             "validating"
@@ -141,7 +173,11 @@ impl Fake {
                     .unwrap()
                     .contains("Your previous answer was");
                 *st.asked.entry(title.clone()).or_default() += 1;
-                match answer(&title, n, v["custom_id"].as_str().unwrap(), repair) {
+                let line = match &self.reply {
+                    Some(reply) => Ok(replied_line(reply, &v)),
+                    None => answer(&title, n, v["custom_id"].as_str().unwrap(), repair),
+                };
+                match line {
                     Ok(l) => out += &format!("{l}\n"),
                     Err(l) => errs += &format!("{l}\n"),
                 }
@@ -164,7 +200,7 @@ impl Fake {
         })
     }
 
-    fn server(&self) -> FakeServer {
+    pub(crate) fn server(&self) -> FakeServer {
         let me = self.clone();
         FakeServer::start(move |r: &Request| {
             if r.headers.get("authorization").map(String::as_str)
@@ -228,6 +264,9 @@ impl Fake {
                     let v: Value = serde_json::from_slice(&r.body).unwrap();
                     let title = title_of(&v);
                     *st.asked.entry(title.clone()).or_default() += 1;
+                    if let Some(reply) = &me.reply {
+                        return reply(r);
+                    }
                     assert_eq!(
                         title, "expire",
                         "only a request the batch could not answer goes live"
@@ -252,7 +291,7 @@ impl Fake {
 
 /// Kills `child` (SIGKILL) once `created()` says its batch exists, then drops the first job's
 /// batch id from `jobs` as if the kill had come before it was recorded; the jobs as left.
-fn kill_and_forget_the_batch_id(
+pub(crate) fn kill_and_forget_the_batch_id(
     child: &mut std::process::Child,
     created: impl Fn() -> bool,
     jobs: &Path,
@@ -280,7 +319,7 @@ fn kill_and_forget_the_batch_id(
     v
 }
 
-fn posts(s: &FakeServer, path: &str) -> usize {
+pub(crate) fn posts(s: &FakeServer, path: &str) -> usize {
     s.requests()
         .iter()
         .filter(|(r, _)| r.method == "POST" && r.path == path)

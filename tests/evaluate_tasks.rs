@@ -15,7 +15,7 @@ fn script() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/readers/check_task_scores.py")
 }
 
-fn py(args: &[&str]) -> String {
+pub(crate) fn py(args: &[&str]) -> String {
     let o = Command::new(readers_python())
         .arg(script())
         .args(args)
@@ -190,7 +190,7 @@ fn predictions_for_unknown_or_repeated_items_exit_2_at_the_line() {
 /// The stand-in judge (not a model): an element is stated when the answer holds its first
 /// word; an element with "smoke" gets an answer that is never JSON (unjudged after its repair);
 /// the ratings are 3, 4 and 2, and the second sample (seed 1) rates completeness 1.
-fn stand_in_judge(r: &Request) -> Response {
+pub(crate) fn stand_in_judge(r: &Request) -> Response {
     let v: Value = serde_json::from_slice(&r.body).unwrap();
     let prompt = prompt_of(r);
     if let Some(rest) = prompt.split("Reference element: ").nth(1) {

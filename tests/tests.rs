@@ -16,6 +16,7 @@ mod cluster;
 mod config;
 mod dataset;
 mod dryrun;
+mod evaluate_batch;
 mod evaluate_tasks;
 mod frames;
 mod items;

@@ -314,7 +314,10 @@ pub fn clustered(w: &[(&str, f64)]) -> (f64, usize) {
     if g < 2 {
         return (0.0, g);
     }
-    let ss: f64 = sums.values().map(|e| e * e).sum();
+    // Summed in the groups' order, so that the same predictions give the same last digit.
+    let mut sums: Vec<(&str, f64)> = sums.into_iter().collect();
+    sums.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let ss: f64 = sums.iter().map(|(_, e)| e * e).sum();
     ((g as f64 / (g as f64 - 1.0) * ss).sqrt(), g)
 }
 

@@ -10,10 +10,11 @@
 //! `<release>/.judge/responses.sqlite`), so scoring the same answer again, for this model or
 //! another, never pays twice. Retries follow the runtime's policy (`runtime::retrying`). An
 //! answer that breaks the schema is repaired once; if it is still wrong (or refused) the
-//! element stays unjudged and is counted, never scored 0 or 1. Writes nothing else.
+//! element stays unjudged and is counted, never scored 0 or 1. Writes nothing else; a service in
+//! `mode = "batch"` queues its calls beside the cache first (`judge_batch.rs`).
 
 use crate::clients::llm::{ChatRequest, LlmService};
-use crate::config::{ServiceConfig, SourceText};
+use crate::config::{ServiceConfig, ServiceMode, SourceText};
 use crate::error::{ErrorKind, RunError, StageError};
 use crate::stages::judge::{ask_validated_in, text_hash};
 use crate::stages::structured::OutputSchema;
@@ -21,7 +22,7 @@ use crate::store::cache::ResponseCache;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The judge's instruction for one reference element (written for this project after B.3).
@@ -84,9 +85,11 @@ pub struct JudgeInfo {
 }
 
 pub struct Judge {
-    svc: Arc<LlmService>,
+    pub(super) svc: Arc<LlmService>,
     pub settings: JudgeSettings,
-    cache: Arc<ResponseCache>,
+    pub(super) cache: Arc<ResponseCache>,
+    /// The folder of the cache: a batch-mode service keeps its queue in `batches/` there.
+    pub(super) cache_dir: PathBuf,
     prices: crate::config::Prices,
     hit_schema: OutputSchema,
 }
@@ -137,6 +140,7 @@ impl Judge {
                 .to_string(),
             )
         })?;
+        super::judge_batch::check_mode(&src, &s.service, cfg)?;
         if !(1..=2).contains(&s.samples) {
             return Err(RunError::Config(
                 src.error_at(
@@ -158,6 +162,7 @@ impl Judge {
                 .to_string(),
             )
         })?;
+        let cache_dir = cache.parent().unwrap_or(Path::new(".")).to_path_buf();
         let cache = ResponseCache::open(cache).map_err(|e| RunError::Internal(e.to_string()))?;
         let hit_schema = OutputSchema::new(
             "element_hit",
@@ -169,9 +174,15 @@ impl Judge {
             svc: Arc::new(svc),
             settings: f.judge.clone(),
             cache: Arc::new(cache),
+            cache_dir,
             prices: cfg.prices(),
             hit_schema,
         })
+    }
+
+    /// Whether the service queues its calls for batches (`judge_batch.rs` sends them).
+    pub fn batched(&self) -> bool {
+        self.svc.mode == ServiceMode::Batch
     }
 
     pub fn info(&self) -> JudgeInfo {
@@ -237,6 +248,19 @@ impl Judge {
     /// One judgment; None of the verdict's kinds is made up: a call that fails for good (the
     /// service down after the retries, a refused key) stops the evaluation.
     pub async fn judge(&self, ask: &Ask, answer: &str, sample: u32) -> Result<Verdict, RunError> {
+        self.verdict(ask, answer, sample)
+            .await
+            .map_err(|e| judge_failed(&self.settings.service, e))
+    }
+
+    /// `judge`, with the call's error as it came: a batch-mode service's `Deferred` means the
+    /// request waits in the queue.
+    pub(super) async fn verdict(
+        &self,
+        ask: &Ask,
+        answer: &str,
+        sample: u32,
+    ) -> Result<Verdict, StageError> {
         let (req, schema) = self.request(ask, answer, sample);
         let schema = schema.as_ref().unwrap_or(&self.hit_schema);
         let parse = |t: &str| -> Result<Verdict, String> {
@@ -268,11 +292,12 @@ impl Judge {
             Err(e) if e.kind == ErrorKind::Data => {
                 Ok(Verdict::Unjudged(format!("{}: {}", e.reason, e.detail)))
             }
-            Err(e) => Err(judge_failed(&self.settings.service, e)),
+            Err(e) => Err(e),
         }
     }
 
-    /// Calls, those the cache already answers, and the live price of the rest (dry run).
+    /// Calls, those the cache already answers, and the price of the rest (dry run): the batch
+    /// price for a batch-mode service.
     pub fn price(&self, asks: &[(Ask, String)]) -> DryRun {
         let mut d = DryRun::default();
         for (ask, answer) in asks {
@@ -287,14 +312,14 @@ impl Judge {
                 let tout = i64::from(req.max_tokens);
                 d.tokens_in += tin as u64;
                 d.tokens_out += tout as u64;
-                d.usd += self.prices.cost(tin, tout, false);
+                d.usd += self.prices.cost(tin, tout, self.batched());
             }
         }
         d
     }
 }
 
-fn judge_failed(service: &str, e: StageError) -> RunError {
+pub(super) fn judge_failed(service: &str, e: StageError) -> RunError {
     RunError::Config(format!("judge {service}: {e}"))
 }
 

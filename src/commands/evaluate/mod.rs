@@ -9,6 +9,7 @@
 //! An unknown video id or label in the predictions is an error naming the line.
 
 pub mod judge;
+mod judge_batch;
 mod judged;
 pub mod questions;
 pub mod tasks;
@@ -42,6 +43,8 @@ pub struct EvaluateOptions {
     pub lengths_plot: Option<PathBuf>,
     /// Benchmark tasks: score the judged metrics (hit rates, 0–5 ratings) with the judge this
     /// file names (`[services.<name>]` and `[judge]`: service, model, samples, temperature).
+    /// A service with `mode = "batch"` sends the uncached judgments as batches (queued beside
+    /// the judge cache, in batches/) and waits for them; "offline" is refused.
     #[arg(long)]
     pub judge: Option<PathBuf>,
     /// The judge's response cache (default: <release>/.judge/responses.sqlite): a judgment is
@@ -698,7 +701,7 @@ pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
             })?;
             let d = tasks::dry_run(&a.release, preds, j)?;
             println!(
-                "judge {} on {}: {} calls, {} answered by the cache, {} to make: {} input and {} output tokens at most, ${:.4}",
+                "judge {} on {}: {} calls, {} answered by the cache, {} to make: {} input and {} output tokens at most, ${:.4}{}",
                 j.settings.model,
                 j.settings.service,
                 d.calls,
@@ -706,7 +709,8 @@ pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
                 d.calls - d.cached,
                 d.tokens_in,
                 d.tokens_out,
-                d.usd
+                d.usd,
+                if j.batched() { " at batch prices" } else { "" }
             );
             return Ok(crate::error::Exit::Done);
         }

@@ -372,6 +372,12 @@ pub fn evaluate(
         Some(_) => Some(crate::commands::tokio_runtime()?),
         None => None,
     };
+    if let (Some(j), Some(rt)) = (opts.judge, &rt)
+        && j.batched()
+    {
+        let asks = judged_asks(&infos, &refs, &answers)?;
+        rt.block_on(super::judge_batch::answer_all(j, &asks))?;
+    }
     let mut lines = String::new();
     for (t, refs) in infos.iter().zip(&refs) {
         let (mut rep, scores) = score_task(t, refs, &answers, groups.as_ref())?;
@@ -513,12 +519,21 @@ pub fn dry_run(
 ) -> Result<super::judge::DryRun, RunError> {
     let (infos, refs, known) = load_release(release)?;
     let answers = read_answers(predictions, &known)?;
+    Ok(judge.price(&judged_asks(&infos, &refs, &answers)?))
+}
+
+/// Every judgment the tasks' judged metrics ask of these answers (each once per sample).
+fn judged_asks(
+    infos: &[TaskInfo],
+    refs: &[Vec<Reference>],
+    answers: &HashMap<String, String>,
+) -> Result<Vec<(super::judge::Ask, String)>, RunError> {
     let mut asks = vec![];
-    for (t, refs) in infos.iter().zip(&refs) {
-        let (_, scores) = score_task(t, refs, &answers, None)?;
+    for (t, refs) in infos.iter().zip(refs) {
+        let (_, scores) = score_task(t, refs, answers, None)?;
         asks.extend(super::judged::planned(&t.metrics, refs, &scores));
     }
-    Ok(judge.price(&asks))
+    Ok(asks)
 }
 
 /// The report as text: one line per task and metric, grouped by category, then `--by`.
