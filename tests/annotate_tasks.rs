@@ -311,6 +311,7 @@ fn task_items_of_every_format_reviewed_in_label_studio_and_released() {
         assert!(a > 0.0 && a < 1.0, "{t}: {}", shares[t]);
     }
     assert!(last.contains("tagged"), "{last}");
+    println!("{last}");
 
     // The decided rows: i1 both edited the same way, i2 the senior's.
     let rows: BTreeMap<(String, String), BTreeMap<String, String>> =
