@@ -6,12 +6,13 @@
 //! n, p and an effect size. Creator-added regions only, as the paper counts them.
 //! Each analysis is also a PNG plot, and `report.html` shows them all with the statistics.
 
+mod regions;
 pub mod stats;
 mod tables;
 
+use regions::Regions;
 use tables::{
-    AnswerField, FieldKind, RunTables, answer_fields, col_f64, col_hist, col_str, col_u32,
-    segment_rows, shot_rows,
+    AnswerField, FieldKind, RunTables, answer_fields, col_f64, col_u32, segment_rows, shot_rows,
 };
 
 use crate::error::RunError;
@@ -92,19 +93,6 @@ impl From<AnalyzeError> for RunError {
     }
 }
 
-/// One creator-added region with what the analyses need.
-struct Region {
-    group: String,
-    video: String,
-    frame: u32,
-    text_h: f64,
-    text_s: f64,
-    text_v: f64,
-    cell: (u32, u32),
-    area: f64,
-    aspect: f64,
-}
-
 fn dist(group: &str, bins: &[(f64, f64, String)], counts: &[f64]) -> Vec<DistRow> {
     let total: f64 = counts.iter().sum();
     bins.iter()
@@ -183,18 +171,21 @@ fn analyze_tables(
         (None, None) => run.join("analysis").join(by),
     };
 
-    let (regions, pixels) = read_regions(&run_tables, &ocr, by, filter)?;
-    let grid = grid_of(&regions);
-    let mut groups: Vec<String> = regions.iter().map(|r| r.group.clone()).collect();
-    groups.sort();
-    groups.dedup();
-    let mut tables = region_tables(&regions, &pixels, &groups, grid);
+    let regions = regions::read_regions(run_tables, &ocr, by, filter)?;
+    let groups: Vec<String> = regions.groups.keys().cloned().collect();
+    let mut tables = region_tables(&regions);
 
     // Key footage over 8 equal segments, and shots per video.
     if let (Some(fid), Some(pid)) = (&frames_id, &probe_id) {
-        let with_text: std::collections::HashSet<(String, u32)> =
-            regions.iter().map(|r| (r.video.clone(), r.frame)).collect();
-        let rows = segment_rows(&run_tables, fid, pid, by, &filtered, &with_text, &groups)?;
+        let rows = segment_rows(
+            run_tables,
+            fid,
+            pid,
+            by,
+            &filtered,
+            &regions.text_frames,
+            &groups,
+        )?;
         tables
             .rows
             .entry("segments".into())
@@ -238,7 +229,6 @@ fn analyze_tables(
         &tables.rows,
         &groups,
         &regions,
-        grid,
         &stats_rows,
         &answers,
     )?;
@@ -263,119 +253,6 @@ fn apply_where(
         Some(f) => Ok(f.apply(&b)?),
         None => Ok(Some(b)),
     }
-}
-
-/// Per group, the summed hue, saturation and value histograms of its regions' text pixels
-/// (72, 20 and 20 bins): counted while the table is read, not kept per region.
-type PixelSums = BTreeMap<String, [Vec<f64>; 3]>;
-
-/// The creator-added regions of the `ocr` table (stage `ocr`) that pass `--where`, and their
-/// groups' pixel histograms.
-fn read_regions(
-    run_tables: &RunTables,
-    ocr: &str,
-    by: &str,
-    filter: Option<&filter::Filter>,
-) -> Result<(Vec<Region>, PixelSums), AnalyzeError> {
-    let mut regions = vec![];
-    let mut pixels = PixelSums::new();
-    for b in run_tables.batches(
-        ocr,
-        &REGION_COLUMNS
-            .iter()
-            .copied()
-            .chain([by])
-            .collect::<Vec<_>>(),
-    )? {
-        // Unlike the frames and shots tables, the regions are what every analysis counts: a
-        // filter this table cannot apply is an error, not a skipped analysis.
-        let b = apply_where(filter, b)?.ok_or_else(|| {
-            AnalyzeError::Filter(format!(
-                "--where {:?}: the {ocr} table has no column {:?}",
-                filter.map(|f| f.text.as_str()).unwrap_or(""),
-                filter.map(|f| f.columns()).unwrap_or_default()
-            ))
-        })?;
-        regions.extend(creator_added_regions(&b, ocr, by, &mut pixels)?);
-    }
-    Ok((regions, pixels))
-}
-
-/// The columns of the `ocr` table the analyses read (with the `--by` column).
-const REGION_COLUMNS: &[&str] = &[
-    COL_VIDEO_ID,
-    "creator_added",
-    "frame_index",
-    "grid_row",
-    "grid_col",
-    "hue_hist",
-    "sat_hist",
-    "val_hist",
-    "text_h",
-    "text_s",
-    "text_v",
-    "area_frac",
-    "aspect_ratio",
-];
-
-/// The creator-added regions of one batch of the `ocr` table (stage `ocr`), grouped by `by`.
-fn creator_added_regions(
-    b: &RecordBatch,
-    ocr: &str,
-    by: &str,
-    pixels: &mut PixelSums,
-) -> Result<Vec<Region>, AnalyzeError> {
-    let groups = col_str(b, by)
-        .map_err(|e| AnalyzeError::Column(format!("{ocr}: {e} (group column `--by {by}`)")))?;
-    let videos = col_str(b, COL_VIDEO_ID)?;
-    let added = b
-        .column_by_name("creator_added")
-        .ok_or_else(|| AnalyzeError::Column("no creator_added column".into()))?
-        .as_boolean()
-        .clone();
-    let frame = col_u32(b, "frame_index")?;
-    let (rows, cols) = (col_u32(b, "grid_row")?, col_u32(b, "grid_col")?);
-    let (hh, sh, vh) = (
-        col_hist(b, "hue_hist")?,
-        col_hist(b, "sat_hist")?,
-        col_hist(b, "val_hist")?,
-    );
-    let (th, ts, tv) = (
-        col_f64(b, "text_h")?,
-        col_f64(b, "text_s")?,
-        col_f64(b, "text_v")?,
-    );
-    let (area, aspect) = (col_f64(b, "area_frac")?, col_f64(b, "aspect_ratio")?);
-    let mut out = vec![];
-    for i in (0..b.num_rows()).filter(|&i| added.value(i)) {
-        let group = groups[i].clone().unwrap_or_else(|| "(null)".into());
-        let sums = pixels
-            .entry(group.clone())
-            .or_insert_with(|| [vec![0.0; 72], vec![0.0; 20], vec![0.0; 20]]);
-        for (h, acc) in [&hh, &sh, &vh].into_iter().zip(sums.iter_mut()) {
-            h.add(i, acc);
-        }
-        out.push(Region {
-            group,
-            video: videos[i].clone().unwrap_or_default(),
-            frame: frame.value(i),
-            text_h: th[i],
-            text_s: ts[i],
-            text_v: tv[i],
-            cell: (rows.value(i), cols.value(i)),
-            area: area[i],
-            aspect: aspect[i],
-        });
-    }
-    Ok(out)
-}
-
-/// The position grid (rows, cols) the regions were placed on: the largest cell seen, at least 1×1
-/// (the table records each region's cell, not the stage's grid setting).
-fn grid_of(regions: &[Region]) -> (u32, u32) {
-    regions.iter().fold((1, 1), |(rows, cols), r| {
-        (rows.max(r.cell.0 + 1), cols.max(r.cell.1 + 1))
-    })
 }
 
 /// The analyses' tables, with the samples the statistics compare.
@@ -441,27 +318,24 @@ impl RegionBins {
 }
 
 /// The region analyses (hue, saturation, value, position, area, aspect ratio), per group.
-fn region_tables(
-    regions: &[Region],
-    pixels: &PixelSums,
-    groups: &[String],
-    grid: (u32, u32),
-) -> Tables {
-    let bins = RegionBins::new(grid);
+fn region_tables(regions: &Regions) -> Tables {
+    let bins = RegionBins::new(regions.grid);
+    let grid_cols = regions.grid.1;
     let mut t = Tables::default();
-    for g in groups {
-        let rs: Vec<&Region> = regions.iter().filter(|r| &r.group == g).collect();
-        let [hue_reg, cell, area, aspect] = region_counts(&rs, &bins, grid.1);
-        let none = [vec![0.0; 72], vec![0.0; 20], vec![0.0; 20]];
-        let [hue_px, sat_px, val_px] = pixels.get(g).unwrap_or(&none).clone();
+    for (g, r) in &regions.groups {
+        let mut cell = vec![0f64; bins.cells.len()];
+        for ((row, col), n) in &r.cells {
+            cell[(row * grid_cols + col) as usize] += n;
+        }
+        let [hue_px, sat_px, val_px] = r.pixels.clone();
         for (name, bins, counts) in [
             ("hue_pixels", &bins.hue, hue_px),
-            ("hue_regions", &bins.hue, hue_reg),
+            ("hue_regions", &bins.hue, r.hue_regions.clone()),
             ("saturation", &bins.sv, sat_px),
             ("value", &bins.sv, val_px),
             ("position", &bins.cells, cell),
-            ("area", &bins.area, area),
-            ("aspect_ratio", &bins.aspect, aspect),
+            ("area", &bins.area, r.area.clone()),
+            ("aspect_ratio", &bins.aspect, r.aspect.clone()),
         ] {
             t.rows
                 .entry(name.into())
@@ -469,35 +343,14 @@ fn region_tables(
                 .extend(dist(g, bins, &counts));
             t.counts.insert((name.into(), g.clone()), counts);
         }
-        let values = |value: fn(&Region) -> f64| rs.iter().map(|r| value(r)).collect();
-        for (name, vals) in [
-            ("saturation", values(|r| r.text_s)),
-            ("value", values(|r| r.text_v)),
-            ("area", values(|r| r.area)),
-            ("aspect_ratio", values(|r| r.aspect)),
-        ] {
-            t.values.insert((name.into(), g.clone()), vals);
+        for (name, vals) in ["saturation", "value", "area", "aspect_ratio"]
+            .into_iter()
+            .zip(&r.values)
+        {
+            t.values.insert((name.into(), g.clone()), vals.clone());
         }
     }
     t
-}
-
-/// One group's counts: hue with one vote per region, grid cell, area and aspect ratio.
-fn region_counts(rs: &[&Region], bins: &RegionBins, grid_cols: u32) -> [Vec<f64>; 4] {
-    let mut hue_reg = vec![0f64; 72];
-    let mut cell = vec![0f64; bins.cells.len()];
-    let mut area = vec![0f64; bins.area.len()];
-    let mut aspect = vec![0f64; bins.aspect.len()];
-    for r in rs {
-        // A grey region's hue is noise: it votes only when its text has colour.
-        if r.text_s >= crate::stages::ocr::colour::MIN_CHROMA as f64 {
-            hue_reg[((r.text_h / 5.0) as usize).min(71)] += 1.0;
-        }
-        cell[(r.cell.0 * grid_cols + r.cell.1) as usize] += 1.0;
-        area[bin_of(&bins.area_edges, r.area.max(1e-5))] += 1.0;
-        aspect[bin_of(&bins.aspect_edges, r.aspect)] += 1.0;
-    }
-    [hue_reg, cell, area, aspect]
 }
 
 /// The statistics, for the first two groups: chi-square on every binned analysis, KS on every
@@ -543,15 +396,16 @@ fn draw(
     out_dir: &Path,
     tables: &BTreeMap<String, Vec<DistRow>>,
     groups: &[String],
-    regions: &[Region],
-    grid: (u32, u32),
+    regions: &Regions,
     stats_rows: &[StatRow],
     answers: &[AnswerField],
 ) -> Result<(), AnalyzeError> {
-    let mut sizes: BTreeMap<String, usize> = BTreeMap::new();
-    for r in regions {
-        *sizes.entry(r.group.clone()).or_default() += 1;
-    }
+    let grid = regions.grid;
+    let sizes: BTreeMap<String, usize> = regions
+        .groups
+        .iter()
+        .map(|(g, r)| (g.clone(), r.n))
+        .collect();
     let mut plots = vec![];
     for (name, title, marker) in [
         ("hue_pixels", "Hue of text pixels (figure 1)", None),

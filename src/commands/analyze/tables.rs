@@ -82,6 +82,45 @@ impl RunTables {
             .map(|v| v.batches)
             .map_err(AnalyzeError::Run)
     }
+
+    /// `batches`, a shard at a time: the working set is one shard, whatever the table's size.
+    pub(super) fn each_batch(
+        &self,
+        id: &str,
+        columns: &[&str],
+        each: &mut dyn FnMut(RecordBatch) -> Result<(), AnalyzeError>,
+    ) -> Result<(), AnalyzeError> {
+        let st = self
+            .manifest
+            .stages
+            .iter()
+            .find(|s| s.id == id)
+            .ok_or_else(|| AnalyzeError::Column(format!("no stage {id} in the manifest")))?;
+        let columns: Vec<&str> = columns
+            .iter()
+            .copied()
+            .chain(self.filter_columns.iter().map(String::as_str))
+            .collect();
+        // The callback's own error, carried through the store's error type and back.
+        let mut failed = None;
+        let r = self.rt.block_on(crate::store::shards::for_each_batch(
+            &self.store,
+            &st.id,
+            &st.fingerprint,
+            &columns,
+            |b| match each(b) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    failed = Some(e);
+                    Err(RunError::Internal("stopped".into()))
+                }
+            },
+        ));
+        match (failed, r) {
+            (Some(e), _) => Err(e),
+            (None, r) => r.map_err(AnalyzeError::Run),
+        }
+    }
 }
 
 /// `--where` applied to a batch (None when the table lacks one of its columns).
@@ -96,7 +135,7 @@ pub(super) fn segment_rows(
     pid: &str,
     by: &str,
     filtered: BatchFilter,
-    with_text: &std::collections::HashSet<(String, u32)>,
+    with_text: &super::regions::TextFrames,
     groups: &[String],
 ) -> Result<Vec<DistRow>, AnalyzeError> {
     let mut out = vec![];
@@ -110,30 +149,62 @@ pub(super) fn segment_rows(
             duration.insert(id.unwrap_or_default(), d[i]);
         }
     }
-    let mut per_video: BTreeMap<(String, String), ([f64; 8], [f64; 8])> = BTreeMap::new();
-    for b in run_tables.batches(fid, &[COL_VIDEO_ID, by, "frame_index", "timestamp_secs"])? {
+    // video → (group, frames with text per segment, frames per segment): one entry per
+    // video, looked up without allocating (a frames table has a row per sampled frame).
+    type Segments = ([f64; 8], [f64; 8]);
+    let mut per_video: HashMap<String, Vec<(String, Segments)>> = HashMap::new();
+    let mut skipped = false;
+    let columns = [COL_VIDEO_ID, by, "frame_index", "timestamp_secs"];
+    run_tables.each_batch(fid, &columns, &mut |b| {
         // A filter on region columns cannot select frames: the segment analysis is skipped.
-        let Some(b) = filtered(b)? else { break };
-        let (ids, grp) = (col_str(&b, COL_VIDEO_ID)?, col_str(&b, by)?);
+        let Some(b) = (if skipped { None } else { filtered(b)? }) else {
+            skipped = true;
+            return Ok(());
+        };
+        let utf8 = |name: &str| -> Result<arrow::array::ArrayRef, AnalyzeError> {
+            let c = b
+                .column_by_name(name)
+                .ok_or_else(|| AnalyzeError::Column(format!("no column `{name}`")))?;
+            Ok(arrow::compute::cast(c, &arrow::datatypes::DataType::Utf8)?)
+        };
+        let (ids, grp) = (utf8(COL_VIDEO_ID)?, utf8(by)?);
+        let (ids, grp) = (ids.as_string::<i32>(), grp.as_string::<i32>());
         let (idx, ts) = (col_u32(&b, "frame_index")?, col_f64(&b, "timestamp_secs")?);
         for i in 0..b.num_rows() {
-            let id = ids[i].clone().unwrap_or_default();
-            let Some(d) = duration.get(&id).filter(|d| **d > 0.0) else {
+            let id = if ids.is_valid(i) { ids.value(i) } else { "" };
+            let Some(d) = duration.get(id).filter(|d| **d > 0.0) else {
                 continue;
             };
             let seg = ((ts[i] / d * 8.0) as usize).min(7);
-            let e = per_video
-                .entry((
-                    grp[i].clone().unwrap_or_else(|| "(null)".into()),
-                    id.clone(),
-                ))
-                .or_default();
+            let g = if grp.is_valid(i) {
+                grp.value(i)
+            } else {
+                "(null)"
+            };
+            if !per_video.contains_key(id) {
+                per_video.insert(id.to_string(), vec![]);
+            }
+            let groups = per_video.get_mut(id).expect("inserted above");
+            let e = match groups.iter().position(|(gg, _)| gg == g) {
+                Some(k) => &mut groups[k].1,
+                None => {
+                    groups.push((g.to_string(), Default::default()));
+                    &mut groups.last_mut().expect("pushed").1
+                }
+            };
             e.1[seg] += 1.0;
-            if with_text.contains(&(id, idx.value(i))) {
+            if with_text.contains(id, idx.value(i)) {
                 e.0[seg] += 1.0;
             }
         }
-    }
+        Ok(())
+    })?;
+    // In (group, video) order, as the means are summed.
+    let mut per_video: Vec<((&str, &str), &Segments)> = per_video
+        .iter()
+        .flat_map(|(id, gs)| gs.iter().map(move |(g, e)| ((g.as_str(), id.as_str()), e)))
+        .collect();
+    per_video.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let seg_bins: Vec<(f64, f64, String)> = (0..8)
         .map(|i| {
             (
@@ -144,10 +215,10 @@ pub(super) fn segment_rows(
         })
         .collect();
     for g in groups {
-        let vids: Vec<_> = per_video
+        let vids: Vec<&Segments> = per_video
             .iter()
             .filter(|((gg, _), _)| gg == g)
-            .map(|(_, v)| v)
+            .map(|(_, v)| *v)
             .collect();
         let mut mean = [0f64; 8];
         for s in 0..8 {

@@ -18,8 +18,8 @@ mod tests;
 
 pub use prior::{Prior, load_prior};
 pub use read::{
-    DecodeError, ShardContents, TableView, decode_parquet, read_new_slots, read_table,
-    read_table_columns, table_batches, text_column,
+    DecodeError, ShardContents, TableView, decode_parquet, for_each_batch, read_new_slots,
+    read_table, read_table_columns, table_batches, text_column,
 };
 pub use write::{ShardWriter, Slots, encode_table};
 

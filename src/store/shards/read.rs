@@ -293,6 +293,54 @@ pub async fn read_table_columns(
     read_view(store, stage_id, fingerprint, Some(Rows::Only(columns))).await
 }
 
+/// `read_table_columns` a shard at a time: `each` gets the batches of every shard of
+/// `fingerprint`, in the table's order, and a shard is dropped once `each` has seen it, so the
+/// working set is a few shards (a few MiB each) whatever the table's size. The next shards are
+/// fetched and decoded on the blocking pool while `each` works on this one: decoding is most of
+/// the time, and it keeps the machine's cores busy. For a command that aggregates a table too
+/// large to hold (`analyze` over millions of OCR regions).
+pub async fn for_each_batch(
+    store: &Arc<dyn Store>,
+    stage_id: &str,
+    fingerprint: &str,
+    columns: &[&str],
+    mut each: impl FnMut(RecordBatch) -> Result<(), RunError>,
+) -> Result<(), RunError> {
+    use futures::StreamExt;
+    let (files, _) = stage_files(store, stage_id).await?;
+    let names: Arc<Vec<String>> = Arc::new(columns.iter().map(|c| c.to_string()).collect());
+    let ahead = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
+    let mut shards = futures::stream::iter(files.into_iter().filter(|(_, reject)| !reject))
+        .map(|(path, _)| {
+            let names = names.clone();
+            async move {
+                let Some(data) = get_unless_moved(store.as_ref(), &path).await? else {
+                    return Ok(None);
+                };
+                let decoded = tokio::task::spawn_blocking(move || {
+                    let cols: Vec<&str> = names.iter().map(String::as_str).collect();
+                    decode_projected(data, Some(Rows::Only(&cols)))
+                })
+                .await
+                .map_err(|e| RunError::Internal(format!("{path}: decoding: {e}")))?;
+                decoded.map(Some).map_err(|e| {
+                    RunError::Internal(format!("{path}: unreadable shard: {e}{DAMAGE_HINT}"))
+                })
+            }
+        })
+        .buffered(ahead);
+    while let Some(c) = shards.next().await {
+        let Some(c) = c? else { continue };
+        if c.fingerprint.as_deref() != Some(fingerprint) {
+            continue;
+        }
+        for b in c.batches {
+            each(b)?;
+        }
+    }
+    Ok(())
+}
+
 /// The committed shards of a stage table that are not in `seen` yet (and adds them there), with
 /// their rows, for a reader following a table another worker is still writing.
 pub async fn read_new_slots(
