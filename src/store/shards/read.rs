@@ -309,7 +309,9 @@ pub async fn for_each_batch(
     use futures::StreamExt;
     let (files, _) = stage_files(store, stage_id).await?;
     let names: Arc<Vec<String>> = Arc::new(columns.iter().map(|c| c.to_string()).collect());
-    let ahead = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
+    let ahead = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .max(2);
     let mut shards = futures::stream::iter(files.into_iter().filter(|(_, reject)| !reject))
         .map(|(path, _)| {
             let names = names.clone();
