@@ -17,6 +17,7 @@ mod config;
 mod dataset;
 mod dryrun;
 mod evaluate_batch;
+mod evaluate_people;
 mod evaluate_tasks;
 mod frames;
 mod items;

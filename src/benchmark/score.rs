@@ -29,7 +29,8 @@ use std::collections::{BTreeMap, HashMap};
 pub struct Reference {
     pub item_id: String,
     pub video_id: String,
-    pub options: Vec<String>,
+    /// Shared: the items of a task often show the same options.
+    pub options: std::sync::Arc<[String]>,
     /// The right options' indices (one for single choice).
     pub choices: Vec<usize>,
     pub count: Option<u32>,
@@ -381,7 +382,7 @@ mod tests {
         let r = Reference {
             item_id: "i".into(),
             video_id: "v".into(),
-            options: vec!["a".into(), "b".into(), "c".into()],
+            options: vec!["a".into(), "b".into(), "c".into()].into(),
             choices: vec![1],
             count: Some(3),
             ..Default::default()

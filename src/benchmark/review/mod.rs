@@ -5,6 +5,7 @@
 //! nothing; caches nothing.
 
 pub mod items;
+pub mod judging;
 pub mod kappa;
 pub mod tasks;
 

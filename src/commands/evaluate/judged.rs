@@ -25,11 +25,13 @@ pub struct Judged {
     /// metric → the judge's agreement with itself over two samples.
     pub self_agreement: BTreeMap<String, f64>,
     pub calls: usize,
+    /// Every verdict, for comparing the judge with people (`people.rs`).
+    pub verdicts: Verdicts,
 }
 
 /// The text the judge reads of an answer: a tagged answer's reasoning, else the text; None
 /// for an answer that is missing or unread.
-fn judged_text(s: &ItemScore) -> Option<String> {
+pub(super) fn judged_text(s: &ItemScore) -> Option<String> {
     match &s.answer {
         Some(Answer::Text(t)) => Some(t.clone()),
         Some(Answer::Tagged { think, .. }) => Some(think.clone()),
@@ -38,7 +40,7 @@ fn judged_text(s: &ItemScore) -> Option<String> {
 }
 
 /// The reference a rating compares with: the text, or the lists' items one per line.
-fn reference_text(r: &Reference) -> String {
+pub(super) fn reference_text(r: &Reference) -> String {
     if r.text.is_empty() {
         r.lists
             .iter()
@@ -138,10 +140,12 @@ pub async fn judge_task(
     if samples > 1 {
         out.self_agreement = agreement(metrics, &verdicts);
     }
+    out.verdicts = verdicts;
     Ok(out)
 }
 
-type Verdicts = BTreeMap<(usize, String, Option<usize>, u32), Verdict>;
+/// (item index in release order, metric or "ratings", element, sample) → the verdict.
+pub(super) type Verdicts = BTreeMap<(usize, String, Option<usize>, u32), Verdict>;
 
 fn item_values(
     metrics: &[String],

@@ -11,7 +11,11 @@
 pub mod judge;
 mod judge_batch;
 mod judged;
+mod people;
+mod people_read;
 pub mod questions;
+mod references;
+mod rows;
 pub mod tasks;
 pub mod variants;
 
@@ -59,6 +63,24 @@ pub struct EvaluateOptions {
     /// the answer was read and as what, the metric values), for error analysis.
     #[arg(long)]
     pub items_out: Option<PathBuf>,
+    /// Benchmark tasks: write a Label Studio project into this folder for people to make the
+    /// judge's judgments on the same answers (label_config.xml, tasks.json: one task per item
+    /// and model whose answer the judge judges; hit / miss per reference element, 0–5 per
+    /// rating), and stop: no judge call. Create a project with the config, import the tasks,
+    /// let two or more people judge each, export JSON, then give it back with --people.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["people", "dry_run"])]
+    pub people_out: Option<PathBuf>,
+    /// With --judge: a Label Studio JSON export of the --people-out project. Prints, per judged
+    /// metric, the judge's agreement with people (Cohen's kappa on hit / miss, Krippendorff's
+    /// alpha interval on 0–5): with each person, with their majority / mean, and theirs among
+    /// themselves, on the judgments compared; bad annotations are named and kept out.
+    #[arg(
+        long,
+        value_name = "EXPORT.json",
+        requires = "judge",
+        conflicts_with = "dry_run"
+    )]
+    pub people: Option<PathBuf>,
 }
 
 /// Lengths of the annotated risk signals (end - start, seconds) of one group.
@@ -625,13 +647,20 @@ fn metrics_table(r: &Report) -> String {
 /// repeated item_id exits 2 at its line. `--items-out FILE.jsonl`: every item's reading and
 /// values.
 ///
+/// The judge against people: `--judge FILE --people-out DIR` writes a Label Studio project in
+/// which people make the judge's judgments on the same answers (hit / miss for each reference
+/// element, 0–5 for each rating); have two or more people judge it, export it as JSON, and
+/// `--judge FILE --people EXPORT.json` prints, per judged metric, the judge's agreement with
+/// each person, with their majority (hit / miss) or mean (ratings) and theirs among themselves,
+/// beside the judge's agreement with itself.
+///
 /// CircularEval: `--rotations-out FILE.jsonl` writes every item once per rotation r = 0..n-1
 /// (letter i shows option (i + r) mod n; the answer left out). Have the model answer each line
 /// and give the answers back with their `item_id` and `rotation`: an item then counts only if
 /// every rotation is answered right.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  vidcurate evaluate data/releases/riskcue preds.csv --by domain\n  vidcurate evaluate data/releases/demo preds.jsonl --positive fake --json\n  vidcurate evaluate data/releases/harmvideo answers.csv --by language\n  vidcurate evaluate data/releases/harmvideo --rotations-out rotations.jsonl\n  vidcurate evaluate data/releases/mvfndb answers.jsonl --by label --items-out scored.jsonl"
+    after_help = "Examples:\n  vidcurate evaluate data/releases/riskcue preds.csv --by domain\n  vidcurate evaluate data/releases/demo preds.jsonl --positive fake --json\n  vidcurate evaluate data/releases/harmvideo answers.csv --by language\n  vidcurate evaluate data/releases/harmvideo --rotations-out rotations.jsonl\n  vidcurate evaluate data/releases/mvfndb answers.jsonl --by label --items-out scored.jsonl\n  vidcurate evaluate data/releases/mvfndb answers.jsonl --judge judge.toml --people-out judging/\n  (a Label Studio project: judging/label_config.xml, judging/tasks.json; people judge it, export JSON)\n  vidcurate evaluate data/releases/mvfndb answers.jsonl --judge judge.toml --people export.json"
 )]
 pub struct Args {
     /// A release folder (vidcurate release --out).
@@ -683,7 +712,19 @@ pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
             print!("{text}");
         }
     };
-    if answers_questions(preds)? && tasks::answers_tasks(&a.release, preds)? {
+    let on_tasks = answers_questions(preds)? && tasks::answers_tasks(&a.release, preds)?;
+    if !on_tasks && (a.opts.people.is_some() || a.opts.people_out.is_some()) {
+        return Err(RunError::Config(format!(
+            "--people and --people-out compare the judge of benchmark tasks: {} answers no task of {}",
+            preds.display(),
+            a.release.display()
+        )));
+    }
+    if let (true, Some(dir)) = (on_tasks, &a.opts.people_out) {
+        print!("{}", people::write_project(&a.release, preds, dir)?);
+        return Ok(crate::error::Exit::Done);
+    }
+    if on_tasks {
         let judge = match &a.opts.judge {
             Some(f) => {
                 let cache = a
@@ -714,7 +755,7 @@ pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
             );
             return Ok(crate::error::Exit::Done);
         }
-        let r = tasks::evaluate(
+        let mut r = tasks::evaluate(
             &a.release,
             preds,
             &tasks::TaskOptions {
@@ -723,6 +764,9 @@ pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
                 judge: judge.as_ref(),
             },
         )?;
+        if let Some(export) = &a.opts.people {
+            people_read::compare(&a.release, preds, export, &mut r)?;
+        }
         let json = serde_json::to_string_pretty(&r).expect("a report serialises");
         print(json, tasks::render(&r));
     } else if answers_questions(preds)? {

@@ -20,33 +20,18 @@ use std::path::{Path, PathBuf};
 
 /// What `tasks/tasks.json` says of a task (the fields scoring uses).
 #[derive(Debug, Clone, Deserialize)]
-struct TaskInfo {
-    name: String,
+pub(super) struct TaskInfo {
+    pub(super) name: String,
     #[serde(default)]
     title: String,
     category: String,
     format: String,
-    metrics: Vec<String>,
+    pub(super) metrics: Vec<String>,
+    /// The task's question (an item's own, with its target filled in, is in its row).
+    #[serde(default)]
+    pub(super) question: String,
     #[serde(default)]
     labels: Vec<String>,
-}
-
-/// A released task row: every format's reference columns, those of other formats absent.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-struct Row {
-    video_id: String,
-    item_id: String,
-    options: Vec<String>,
-    answer: String,
-    answer_choices: Vec<u32>,
-    answer_count: Option<u32>,
-    answer_starts: Vec<f64>,
-    answer_ends: Vec<f64>,
-    answer_text: String,
-    answer_label: String,
-    reference_fields: Vec<String>,
-    reference_items: Vec<Vec<String>>,
 }
 
 /// One task's scores.
@@ -76,6 +61,12 @@ pub struct TaskReport {
     pub unjudged: BTreeMap<String, usize>,
     pub self_agreement: BTreeMap<String, f64>,
     pub judge_calls: usize,
+    /// metric → the judge's agreement with people (`--people`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub people_agreement: BTreeMap<String, crate::benchmark::review::judging::JudgeAgreement>,
+    /// The judge's verdicts, kept for `--people`.
+    #[serde(skip)]
+    pub verdicts: super::judged::Verdicts,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -85,6 +76,9 @@ pub struct TasksReport {
     pub predictions: usize,
     /// The judge of the judged metrics (None: not judged).
     pub judge: Option<super::judge::JudgeInfo>,
+    /// What `--people EXPORT.json` read (None: not given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub people: Option<super::people_read::PeopleRead>,
 }
 
 /// How `evaluate` scores a task release: `--by`, `--items-out`, the judge.
@@ -131,51 +125,9 @@ fn parquet_files(dir: &Path) -> Result<Vec<PathBuf>, RunError> {
 fn read_references(release: &Path, t: &TaskInfo) -> Result<Vec<Reference>, RunError> {
     let mut out = vec![];
     for f in parquet_files(&release.join("tasks").join(&t.name))? {
-        for b in super::parquet_batches(&f)? {
-            let rows: Vec<Row> = serde_arrow::from_record_batch(&b)
-                .map_err(|e| RunError::Config(format!("{}: {e}", f.display())))?;
-            out.extend(rows.into_iter().map(reference));
-        }
+        super::references::read_file(&f, &mut out)?;
     }
     Ok(out)
-}
-
-fn reference(r: Row) -> Reference {
-    let choices: Vec<usize> = if r.answer_choices.is_empty() {
-        // Single choice stores the label shown ("C"; "7" past 26 options).
-        let a = r.answer.trim();
-        match a.parse::<usize>() {
-            Ok(n) if n >= 1 => vec![n - 1],
-            _ => a
-                .bytes()
-                .next()
-                .map(|b| (b.to_ascii_uppercase().wrapping_sub(b'A')) as usize)
-                .into_iter()
-                .collect(),
-        }
-    } else {
-        r.answer_choices.iter().map(|c| *c as usize).collect()
-    };
-    Reference {
-        item_id: r.item_id,
-        video_id: r.video_id,
-        options: r.options,
-        choices,
-        count: r.answer_count,
-        ranges: r
-            .answer_starts
-            .iter()
-            .zip(&r.answer_ends)
-            .map(|(s, e)| [*s, *e])
-            .collect(),
-        text: r.answer_text,
-        label: r.answer_label,
-        lists: r
-            .reference_fields
-            .into_iter()
-            .zip(r.reference_items)
-            .collect(),
-    }
 }
 
 /// video → its value of `column` in the release's `data/*.parquet`.
@@ -201,9 +153,9 @@ fn video_groups(release: &Path, column: &str) -> Result<HashMap<String, String>,
 }
 
 /// The release's tasks, each task's references in release order, and item → its task's index.
-type Loaded = (Vec<TaskInfo>, Vec<Vec<Reference>>, HashMap<String, usize>);
+pub(super) type Loaded = (Vec<TaskInfo>, Vec<Vec<Reference>>, HashMap<String, usize>);
 
-fn load_release(release: &Path) -> Result<Loaded, RunError> {
+pub(super) fn load_release(release: &Path) -> Result<Loaded, RunError> {
     let infos = read_infos(release)?;
     let mut refs = vec![];
     let mut known: HashMap<String, usize> = HashMap::new();
@@ -250,7 +202,7 @@ fn read_answers(
 
 /// model (the `model` column; `model` without one) → item → prediction; unknown items and an
 /// item a model answers twice exit 2 at their line.
-fn read_model_answers(
+pub(super) fn read_model_answers(
     path: &Path,
     known: &HashMap<String, usize>,
 ) -> Result<BTreeMap<String, HashMap<String, String>>, RunError> {
@@ -401,11 +353,13 @@ pub fn evaluate(
                 rep.unjudged,
                 rep.self_agreement,
                 rep.judge_calls,
+                rep.verdicts,
             ) = (
                 got.unjudged_items,
                 got.unjudged,
                 got.self_agreement,
                 got.calls,
+                got.verdicts,
             );
         }
         // Only when asked for: a JSON line per item is most of the work at a million items.
@@ -423,7 +377,7 @@ pub fn evaluate(
     Ok(report)
 }
 
-fn score_task(
+pub(super) fn score_task(
     t: &TaskInfo,
     refs: &[Reference],
     answers: &HashMap<String, String>,
@@ -597,6 +551,7 @@ pub fn render(r: &TasksReport) -> String {
             j.samples,
             r.tasks.iter().map(|t| t.judge_calls).sum::<usize>()
         );
+        s += &super::people_read::render_read(r.people.as_ref());
         for t in &r.tasks {
             for (why, n) in &t.unjudged {
                 s += &format!(
@@ -621,6 +576,7 @@ pub fn render(r: &TasksReport) -> String {
                     t.task
                 );
             }
+            s += &super::people_read::render_agreement(&t.task, &t.people_agreement);
         }
     }
     if r.tasks.iter().any(|t| !t.not_scored.is_empty()) {
