@@ -98,10 +98,10 @@ fn item_questions(release: &Path, task: &str) -> Result<HashMap<String, String>,
 
 /// Every answer of every model in `predictions` that the judge judges, in release order.
 pub(super) fn judgeables(release: &Path, predictions: &Path) -> Result<Judgeables, RunError> {
-    let (infos, refs, known) = super::tasks::load_release(release)?;
-    let by_model = super::tasks::read_model_answers(predictions, &known)?;
+    let (infos, refs) = super::tasks::load_release(release)?;
+    let (by_model, _) = super::tasks::read_model_answers(predictions, &refs)?;
     let mut answers = vec![];
-    for (t, refs) in infos.iter().zip(&refs) {
+    for (ti, (t, refs)) in infos.iter().zip(&refs).enumerate() {
         let hit_metrics: Vec<&String> = t
             .metrics
             .iter()
@@ -118,7 +118,7 @@ pub(super) fn judgeables(release: &Path, predictions: &Path) -> Result<Judgeable
         }
         let questions = item_questions(release, &t.name)?;
         for (model, given) in &by_model {
-            let (_, scores) = super::tasks::score_task(t, refs, given, None)?;
+            let (_, scores) = super::tasks::score_task(t, refs, &given[ti], None)?;
             for (index, (r, s)) in refs.iter().zip(&scores).enumerate() {
                 let Some(answer) = super::judged::judged_text(s) else {
                     continue;
@@ -155,7 +155,7 @@ pub(super) fn judgeables(release: &Path, predictions: &Path) -> Result<Judgeable
     }
     Ok(Judgeables {
         answers,
-        items: known.into_keys().collect(),
+        items: refs.iter().flatten().map(|r| r.item_id.clone()).collect(),
         models: by_model.into_keys().collect(),
     })
 }

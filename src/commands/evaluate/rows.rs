@@ -70,6 +70,103 @@ pub fn each_row(
     }
 }
 
+/// The file's columns and its first row's values of `names`, reading no further: what tells
+/// which kind of predictions a file holds before it is read whole.
+pub fn peek(path: &Path, names: &[&str]) -> Result<(Found, Option<Vec<Option<String>>>), RunError> {
+    use std::io::BufRead;
+    let shown = path.display().to_string();
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let mut first = None;
+    let mut keep = |f: &Fields| {
+        first = Some(
+            f[..names.len()]
+                .iter()
+                .map(|x| x.as_ref().map(|s| s.to_string()))
+                .collect(),
+        )
+    };
+    let found = match ext.as_str() {
+        "jsonl" | "json" => {
+            let file = std::fs::File::open(path).map_err(|e| RunError::io(shown.clone(), e))?;
+            let mut found = Found::default();
+            for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+                let line = line.map_err(|e| RunError::io(shown.clone(), e))?;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let at = Loc {
+                    file: &shown,
+                    n: n + 1,
+                    parquet: false,
+                };
+                let fields = parse_line(&line, names, at, &mut found)?;
+                keep(&fields);
+                break;
+            }
+            found
+        }
+        // A CSV's header and a Parquet file's schema name every column; the first row is read
+        // by stopping the full reader at it.
+        _ => {
+            let mut seen_one = false;
+            let r = each_row(path, names, |_, f| {
+                if seen_one {
+                    return Err(RunError::Internal(STOP.into()));
+                }
+                seen_one = true;
+                keep(f);
+                Ok(())
+            });
+            match r {
+                Ok(found) => found,
+                Err(RunError::Internal(m)) if m == STOP => {
+                    let mut found = Found::default();
+                    each_columns(path, names, &mut found)?;
+                    found
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    Ok((found, first))
+}
+
+/// What `peek` stops the reader with (never shown).
+const STOP: &str = "\u{0}peek";
+
+/// A CSV's or Parquet file's columns, and which of `names` it has.
+fn each_columns(path: &Path, names: &[&str], found: &mut Found) -> Result<(), RunError> {
+    let shown = path.display().to_string();
+    found.columns = if path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+    {
+        csv::Reader::from_path(path)
+            .and_then(|mut r| r.headers().cloned())
+            .map_err(|e| RunError::Config(format!("{shown}: {e}")))?
+            .iter()
+            .map(|h| h.trim().to_string())
+            .collect()
+    } else {
+        let f = std::fs::File::open(path).map_err(|e| RunError::io(shown.clone(), e))?;
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+            .map_err(|e| RunError::Config(format!("{shown}: {e}")))?
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect()
+    };
+    for (s, n) in found.seen.iter_mut().zip(names) {
+        *s = found.columns.iter().any(|c| c == n);
+    }
+    Ok(())
+}
+
 fn trimmed(c: Cow<'_, str>) -> Cow<'_, str> {
     match c {
         Cow::Borrowed(s) => Cow::Borrowed(s.trim()),
@@ -95,30 +192,41 @@ fn jsonl(
             n: n + 1,
             parquet: false,
         };
-        let mut fields: Fields = Default::default();
-        let mut keys = found.columns.is_empty().then(Vec::new);
-        let mut de = serde_json::Deserializer::from_str(line);
-        de.deserialize_map(LineVisitor {
-            names,
-            fields: &mut fields,
-            keys: keys.as_mut(),
-            seen: &mut found.seen,
-        })
-        .and_then(|()| de.end())
-        .map_err(|e| {
-            let why = if e.is_data() && e.to_string().contains("invalid type") {
-                "not a JSON object".to_string()
-            } else {
-                e.to_string()
-            };
-            RunError::Config(format!("{at}: {why}"))
-        })?;
-        if let Some(k) = keys {
-            found.columns = k;
-        }
+        let fields = parse_line(line, names, at, &mut found)?;
         each(at, &fields)?;
     }
     Ok(found)
+}
+
+/// One JSON line's values of `names`; the first line's keys become the columns.
+fn parse_line<'l>(
+    line: &'l str,
+    names: &[&str],
+    at: Loc,
+    found: &mut Found,
+) -> Result<Fields<'l>, RunError> {
+    let mut fields: Fields = Default::default();
+    let mut keys = found.columns.is_empty().then(Vec::new);
+    let mut de = serde_json::Deserializer::from_str(line);
+    de.deserialize_map(LineVisitor {
+        names,
+        fields: &mut fields,
+        keys: keys.as_mut(),
+        seen: &mut found.seen,
+    })
+    .and_then(|()| de.end())
+    .map_err(|e| {
+        let why = if e.is_data() && e.to_string().contains("invalid type") {
+            "not a JSON object".to_string()
+        } else {
+            e.to_string()
+        };
+        RunError::Config(format!("{at}: {why}"))
+    })?;
+    if let Some(k) = keys {
+        found.columns = k;
+    }
+    Ok(fields)
 }
 
 /// Walks one JSON object: the asked fields kept, the rest skipped unread.

@@ -8,7 +8,6 @@
 //! Writes: its report only. Calls nothing: the judged metrics (hit rates, factual consistency,
 //! theme relevance, completeness) are listed as not scored rather than guessed.
 
-use super::read_rows;
 use crate::benchmark::formats::Format;
 use crate::benchmark::score::{
     ItemScore, Mean, Reference, Status, clustered_mean, computed, macro_f1, score_item,
@@ -98,10 +97,9 @@ pub fn answers_tasks(release: &Path, predictions: &Path) -> Result<bool, RunErro
     if !release.join("questions").is_dir() {
         return Ok(true);
     }
-    let (rows, _) = read_rows(predictions)?;
-    Ok(rows
-        .first()
-        .and_then(|r| r.get("item_id"))
+    let (_, first) = super::rows::peek(predictions, &["item_id"])?;
+    Ok(first
+        .and_then(|r| r.into_iter().next().flatten())
         .is_some_and(|id| id.contains(':')))
 }
 
@@ -152,22 +150,21 @@ fn video_groups(release: &Path, column: &str) -> Result<HashMap<String, String>,
     Ok(out)
 }
 
-/// The release's tasks, each task's references in release order, and item → its task's index.
-pub(super) type Loaded = (Vec<TaskInfo>, Vec<Vec<Reference>>, HashMap<String, usize>);
+/// The release's tasks and each task's references in release order.
+pub(super) type Loaded = (Vec<TaskInfo>, Vec<Vec<Reference>>);
 
 pub(super) fn load_release(release: &Path) -> Result<Loaded, RunError> {
     let infos = read_infos(release)?;
     let mut refs = vec![];
-    let mut known: HashMap<String, usize> = HashMap::new();
-    for (i, t) in infos.iter().enumerate() {
-        let r = read_references(release, t)?;
-        for x in &r {
-            known.insert(x.item_id.clone(), i);
-        }
-        refs.push(r);
+    for t in &infos {
+        refs.push(read_references(release, t)?);
     }
-    Ok((infos, refs, known))
+    Ok((infos, refs))
 }
+
+/// One model's answers aligned with the release's references: `[task][position]`, None where
+/// the model gave none.
+pub(super) type Answers = Vec<Vec<Option<String>>>;
 
 /// The predictions file's answer column: `prediction`, else `answer`.
 pub fn answer_column(path: &Path, columns: &[String]) -> Result<&'static str, RunError> {
@@ -183,12 +180,10 @@ pub fn answer_column(path: &Path, columns: &[String]) -> Result<&'static str, Ru
         })
 }
 
-/// item → prediction; unknown and repeated items exit 2 at their line.
-fn read_answers(
-    path: &Path,
-    known: &HashMap<String, usize>,
-) -> Result<HashMap<String, String>, RunError> {
-    let by_model = read_model_answers(path, known)?;
+/// One model's answers (the file must hold one model's), and how many rows it has; unknown
+/// and repeated items exit 2 at their line.
+fn read_answers(path: &Path, refs: &[Vec<Reference>]) -> Result<(Answers, usize), RunError> {
+    let (by_model, rows) = read_model_answers(path, refs)?;
     if by_model.len() > 1 {
         return Err(RunError::Config(format!(
             "{}: answers of {} models ({}): score one model per file, or compare prompt variants with --variant",
@@ -197,46 +192,99 @@ fn read_answers(
             by_model.keys().cloned().collect::<Vec<_>>().join(", ")
         )));
     }
-    Ok(by_model.into_values().next().unwrap_or_default())
+    let none = refs.iter().map(|r| vec![None; r.len()]).collect();
+    Ok((by_model.into_values().next().unwrap_or(none), rows))
 }
 
-/// model (the `model` column; `model` without one) → item → prediction; unknown items and an
-/// item a model answers twice exit 2 at their line.
+/// model (the `model` column; `model` without one) → its answers aligned with the release, and
+/// the rows read; unknown items and an item a model answers twice exit 2 at their line. Read a
+/// row at a time (`rows::each_row`): no map or string per row beyond the answer itself.
 pub(super) fn read_model_answers(
     path: &Path,
-    known: &HashMap<String, usize>,
-) -> Result<BTreeMap<String, HashMap<String, String>>, RunError> {
-    let (rows, columns) = read_rows(path)?;
-    let text_col = answer_column(path, &columns)?;
-    // model → item → (its row, the answer): the row names the first answer of a repeated one.
-    let mut out: BTreeMap<String, HashMap<String, (usize, String)>> = BTreeMap::new();
-    for (n, r) in rows.iter().enumerate() {
-        let id = r
-            .get("item_id")
-            .ok_or_else(|| RunError::Config(format!("{}: no item_id", r.at)))?;
-        if !known.contains_key(id) {
-            return Err(RunError::Config(format!(
-                "{}: item_id {id:?} is not in the release",
-                r.at
-            )));
-        }
-        let model = r.get("model").filter(|m| !m.is_empty()).unwrap_or("model");
+    refs: &[Vec<Reference>],
+) -> Result<(BTreeMap<String, Answers>, usize), RunError> {
+    let index: HashMap<&str, (u32, u32)> = refs
+        .iter()
+        .enumerate()
+        .flat_map(|(t, rs)| {
+            rs.iter()
+                .enumerate()
+                .map(move |(i, r)| (r.item_id.as_str(), (t as u32, i as u32)))
+        })
+        .collect();
+    // model → (answers, the row each came from, whether it was the `answer` column's).
+    type Given = (Answers, Vec<Vec<u32>>, Vec<(u32, u32)>);
+    let mut out: BTreeMap<String, Given> = BTreeMap::new();
+    let mut rows = 0;
+    let mut first_loc = None;
+    const NAMES: [&str; 4] = ["item_id", "prediction", "answer", "model"];
+    let found = super::rows::each_row(path, &NAMES, |at, f| {
+        first_loc.get_or_insert((at.n, at.parquet));
+        rows += 1;
+        let id = f[0]
+            .as_deref()
+            .ok_or_else(|| RunError::Config(format!("{at}: no item_id")))?;
+        let &(t, i) = index.get(id).ok_or_else(|| {
+            RunError::Config(format!("{at}: item_id {id:?} is not in the release"))
+        })?;
+        let model = f[3].as_deref().filter(|m| !m.is_empty()).unwrap_or("model");
         if !out.contains_key(model) {
-            out.insert(model.to_string(), HashMap::with_capacity(rows.len()));
+            let empty = || refs.iter().map(|r| vec![None; r.len()]).collect();
+            let lines = refs.iter().map(|r| vec![0; r.len()]).collect();
+            out.insert(model.to_string(), (empty(), lines, vec![]));
         }
-        let answers = out.get_mut(model).expect("inserted above");
-        let text = r.get(text_col).unwrap_or("").to_string();
-        if let Some((first, _)) = answers.insert(id.to_string(), (n, text)) {
+        let (answers, lines, from_answer) = out.get_mut(model).expect("inserted above");
+        let slot = &mut answers[t as usize][i as usize];
+        if slot.is_some() {
+            let first = super::rows::Loc {
+                n: lines[t as usize][i as usize] as usize,
+                ..at
+            };
             return Err(RunError::Config(format!(
-                "{}: item {id:?} is answered twice (first at {})",
-                r.at, rows[first].at
+                "{at}: item {id:?} is answered twice (first at {first})"
             )));
         }
+        lines[t as usize][i as usize] = at.n as u32;
+        let text = match (&f[1], &f[2]) {
+            (Some(p), _) => p.to_string(),
+            (None, Some(a)) => {
+                from_answer.push((t, i));
+                a.to_string()
+            }
+            (None, None) => String::new(),
+        };
+        *slot = Some(text);
+        Ok(())
+    })?;
+    let (has_prediction, has_answer) = (found.seen[1], found.seen[2]);
+    if !has_prediction && !has_answer {
+        let at = first_loc.map_or(format!("{}", path.display()), |(n, parquet)| {
+            super::rows::Loc {
+                file: &path.display().to_string(),
+                n,
+                parquet,
+            }
+            .to_string()
+        });
+        return Err(RunError::Config(format!(
+            "{at}: needs columns item_id and prediction (or answer); has: {}",
+            found.columns.join(", ")
+        )));
     }
-    Ok(out
-        .into_iter()
-        .map(|(m, a)| (m, a.into_iter().map(|(id, (_, t))| (id, t)).collect()))
-        .collect())
+    Ok((
+        out.into_iter()
+            .map(|(m, (mut answers, _, from_answer))| {
+                // The `prediction` column is the answer where a file has both.
+                if has_prediction {
+                    for (t, i) in from_answer {
+                        answers[t as usize][i as usize] = Some(String::new());
+                    }
+                }
+                (m, answers)
+            })
+            .collect(),
+        rows,
+    ))
 }
 
 /// One item's final decision, for the prompt-variant comparison.
@@ -261,24 +309,20 @@ pub fn score_release(
     release: &Path,
     predictions: &Path,
 ) -> Result<BTreeMap<String, Vec<TaskScores>>, RunError> {
-    let (infos, refs, known) = load_release(release)?;
-    let answers = read_model_answers(predictions, &known)?;
+    let (infos, refs) = load_release(release)?;
+    let (answers, _) = read_model_answers(predictions, &refs)?;
     let mut out = BTreeMap::new();
     for (model, answers) in &answers {
         let mut tasks = vec![];
-        for (t, refs) in infos.iter().zip(&refs) {
+        for ((t, refs), given) in infos.iter().zip(&refs).zip(answers) {
             if t.format != Format::TaggedReasoning.name() {
                 continue;
             }
             let items = refs
                 .iter()
-                .map(|r| {
-                    let s = score_item(
-                        Format::TaggedReasoning,
-                        r,
-                        &t.labels,
-                        answers.get(&r.item_id).map(String::as_str),
-                    );
+                .zip(given)
+                .map(|(r, a)| {
+                    let s = score_item(Format::TaggedReasoning, r, &t.labels, a.as_deref());
                     DecisionItem {
                         video_id: r.video_id.clone(),
                         truth: r.label.clone(),
@@ -311,12 +355,12 @@ pub fn evaluate(
     opts: &TaskOptions,
 ) -> Result<TasksReport, RunError> {
     let (by, items_out) = (opts.by, opts.items_out);
-    let (infos, refs, known) = load_release(release)?;
-    let answers = read_answers(predictions, &known)?;
+    let (infos, refs) = load_release(release)?;
+    let (answers, rows) = read_answers(predictions, &refs)?;
     let groups = by.map(|c| video_groups(release, c)).transpose()?;
     let mut report = TasksReport {
         by_column: by.map(str::to_string),
-        predictions: answers.len(),
+        predictions: rows,
         judge: opts.judge.map(|j| j.info()),
         ..Default::default()
     };
@@ -331,8 +375,8 @@ pub fn evaluate(
         rt.block_on(super::judge_batch::answer_all(j, &asks))?;
     }
     let mut lines = String::new();
-    for (t, refs) in infos.iter().zip(&refs) {
-        let (mut rep, scores) = score_task(t, refs, &answers, groups.as_ref())?;
+    for ((t, refs), given) in infos.iter().zip(&refs).zip(&answers) {
+        let (mut rep, scores) = score_task(t, refs, given, groups.as_ref())?;
         if let (Some(j), Some(rt)) = (opts.judge, &rt) {
             let judged_metrics: Vec<String> = t
                 .metrics
@@ -380,7 +424,7 @@ pub fn evaluate(
 pub(super) fn score_task(
     t: &TaskInfo,
     refs: &[Reference],
-    answers: &HashMap<String, String>,
+    answers: &[Option<String>],
     groups: Option<&HashMap<String, String>>,
 ) -> Result<(TaskReport, Vec<ItemScore>), RunError> {
     let format = Format::from_name(&t.format).ok_or_else(|| {
@@ -391,14 +435,8 @@ pub(super) fn score_task(
     })?;
     let scores: Vec<ItemScore> = refs
         .iter()
-        .map(|r| {
-            score_item(
-                format,
-                r,
-                &t.labels,
-                answers.get(&r.item_id).map(String::as_str),
-            )
-        })
+        .zip(answers)
+        .map(|(r, a)| score_item(format, r, &t.labels, a.as_deref()))
         .collect();
     let mut rep = TaskReport {
         task: t.name.clone(),
@@ -471,8 +509,8 @@ pub fn dry_run(
     predictions: &Path,
     judge: &super::judge::Judge,
 ) -> Result<super::judge::DryRun, RunError> {
-    let (infos, refs, known) = load_release(release)?;
-    let answers = read_answers(predictions, &known)?;
+    let (infos, refs) = load_release(release)?;
+    let (answers, _) = read_answers(predictions, &refs)?;
     Ok(judge.price(&judged_asks(&infos, &refs, &answers)?))
 }
 
@@ -480,11 +518,11 @@ pub fn dry_run(
 fn judged_asks(
     infos: &[TaskInfo],
     refs: &[Vec<Reference>],
-    answers: &HashMap<String, String>,
+    answers: &Answers,
 ) -> Result<Vec<(super::judge::Ask, String)>, RunError> {
     let mut asks = vec![];
-    for (t, refs) in infos.iter().zip(refs) {
-        let (_, scores) = score_task(t, refs, answers, None)?;
+    for ((t, refs), given) in infos.iter().zip(refs).zip(answers) {
+        let (_, scores) = score_task(t, refs, given, None)?;
         asks.extend(super::judged::planned(&t.metrics, refs, &scores));
     }
     Ok(asks)
