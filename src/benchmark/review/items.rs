@@ -10,7 +10,7 @@ use crate::error::RunError;
 use crate::record::QuestionItem;
 use crate::store::Store;
 use crate::store::manifest::Manifest;
-use crate::store::shards::{read_table, table_batches};
+use crate::store::shards::read_table;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -67,14 +67,7 @@ pub struct ReviewShares {
 }
 
 /// Why one review was kept out.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ItemProblem {
-    pub task_id: Option<i64>,
-    pub item_id: Option<String>,
-    pub annotator: Option<String>,
-    pub field: String,
-    pub reason: String,
-}
+pub type ItemProblem = super::ReviewProblem;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ItemImportReport {
@@ -196,32 +189,12 @@ pub fn shares(
     s
 }
 
-/// The run's item reviews (empty before the first import).
+/// The run's reviews (empty before the first import).
 pub async fn read_reviews(store: &Arc<dyn Store>) -> Result<Vec<ItemReview>, RunError> {
-    let data = match store.get(ITEMS).await {
-        Ok(d) => d,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => return Err(RunError::io(format!("{}/{ITEMS}", store.location()), e)),
-    };
-    let mut out = vec![];
-    for b in table_batches(ITEMS, data)? {
-        let rows: Vec<ItemReview> = serde_arrow::from_record_batch(&b)
-            .map_err(|e| RunError::Internal(format!("{ITEMS}: {e}")))?;
-        out.extend(rows);
-    }
-    Ok(out)
+    super::read_review_rows(store, ITEMS).await
 }
 
-/// The run's item review report, when items were reviewed.
+/// The run's review report, when there was a review.
 pub async fn read_report(store: &Arc<dyn Store>) -> Result<Option<ItemImportReport>, RunError> {
-    match store.get(ITEMS_REPORT).await {
-        Ok(d) => serde_json::from_slice(&d)
-            .map(Some)
-            .map_err(|e| RunError::Internal(format!("{ITEMS_REPORT}: {e}"))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(RunError::io(
-            format!("{}/{ITEMS_REPORT}", store.location()),
-            e,
-        )),
-    }
+    super::read_review_report(store, ITEMS_REPORT).await
 }

@@ -84,23 +84,7 @@ pub struct Annotation {
 
 /// The run's annotations (empty before the first import).
 pub async fn read_annotations(store: &Arc<dyn Store>) -> Result<Vec<Annotation>, RunError> {
-    let data = match store.get(ANNOTATIONS).await {
-        Ok(d) => d,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => {
-            return Err(RunError::io(
-                format!("{}/{ANNOTATIONS}", store.location()),
-                e,
-            ));
-        }
-    };
-    let mut out = vec![];
-    for b in table_batches(ANNOTATIONS, data)? {
-        let rows: Vec<Annotation> = serde_arrow::from_record_batch(&b)
-            .map_err(|e| RunError::Internal(format!("{ANNOTATIONS}: {e}")))?;
-        out.extend(rows);
-    }
-    Ok(out)
+    read_review_rows(store, ANNOTATIONS).await
 }
 
 /// One person's review of one item (a question item, a task item): what deciding among
@@ -251,4 +235,71 @@ pub fn merge_reviews<R: Reviewed + PartialEq>(stored: Vec<R>, fresh: Vec<R>) -> 
         }
     }
     (rows.into_values().collect(), changed)
+}
+
+/// Why one review was kept out: the Label Studio task, the item, the reviewer and the field.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReviewProblem {
+    pub task_id: Option<i64>,
+    pub item_id: Option<String>,
+    pub annotator: Option<String>,
+    pub field: String,
+    pub reason: String,
+}
+
+/// Stores a review table (`rows`, reviewers' and decided) and its report through the run's store.
+pub async fn store_reviews<R: Serialize + serde::de::DeserializeOwned, T: Serialize>(
+    store: &Arc<dyn Store>,
+    (table, report_path): (&str, &str),
+    rows: &[R],
+    report: &T,
+) -> Result<(), RunError> {
+    let fields = crate::store::shards::fields_of::<R>()?;
+    let batch = serde_arrow::to_record_batch(&fields, &rows)
+        .map_err(|e| RunError::Internal(format!("{table}: {e}")))?;
+    let at = |path: &str| format!("{}/{path}", store.location());
+    store
+        .put(table, crate::store::shards::encode_table(&batch)?)
+        .await
+        .map_err(|e| RunError::io(at(table), e))?;
+    store
+        .put(
+            report_path,
+            serde_json::to_vec_pretty(report).unwrap_or_default(),
+        )
+        .await
+        .map_err(|e| RunError::io(at(report_path), e))
+}
+
+/// A review table's rows (empty before the first import).
+pub async fn read_review_rows<R: serde::de::DeserializeOwned>(
+    store: &Arc<dyn Store>,
+    table: &str,
+) -> Result<Vec<R>, RunError> {
+    let data = match store.get(table).await {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => return Err(RunError::io(format!("{}/{table}", store.location()), e)),
+    };
+    let mut out = vec![];
+    for b in table_batches(table, data)? {
+        let rows: Vec<R> = serde_arrow::from_record_batch(&b)
+            .map_err(|e| RunError::Internal(format!("{table}: {e}")))?;
+        out.extend(rows);
+    }
+    Ok(out)
+}
+
+/// A review report, when there was a review.
+pub async fn read_review_report<T: serde::de::DeserializeOwned>(
+    store: &Arc<dyn Store>,
+    path: &str,
+) -> Result<Option<T>, RunError> {
+    match store.get(path).await {
+        Ok(d) => serde_json::from_slice(&d)
+            .map(Some)
+            .map_err(|e| RunError::Internal(format!("{path}: {e}"))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(RunError::io(format!("{}/{path}", store.location()), e)),
+    }
 }

@@ -19,7 +19,6 @@ use crate::benchmark::text::similarity;
 use crate::error::RunError;
 use crate::record::BenchItem;
 use crate::store::Store;
-use crate::store::shards::table_batches;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -302,14 +301,7 @@ pub fn task_shares(
 }
 
 /// Why one review was kept out.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TaskProblem {
-    pub task_id: Option<i64>,
-    pub item_id: Option<String>,
-    pub annotator: Option<String>,
-    pub field: String,
-    pub reason: String,
-}
+pub type TaskProblem = super::ReviewProblem;
 
 /// What `annotate import` of task reviews stored and found.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -325,36 +317,16 @@ pub struct TaskImportReport {
     pub tasks: Vec<TaskShares>,
 }
 
-/// The run's task reviews (empty before the first import).
+/// The run's reviews (empty before the first import).
 pub async fn read_task_reviews(store: &Arc<dyn Store>) -> Result<Vec<TaskReview>, RunError> {
-    let data = match store.get(TASKS).await {
-        Ok(d) => d,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => return Err(RunError::io(format!("{}/{TASKS}", store.location()), e)),
-    };
-    let mut out = vec![];
-    for b in table_batches(TASKS, data)? {
-        let rows: Vec<TaskReview> = serde_arrow::from_record_batch(&b)
-            .map_err(|e| RunError::Internal(format!("{TASKS}: {e}")))?;
-        out.extend(rows);
-    }
-    Ok(out)
+    super::read_review_rows(store, TASKS).await
 }
 
-/// The run's task review report, when task items were reviewed.
+/// The run's review report, when there was a review.
 pub async fn read_task_report(
     store: &Arc<dyn Store>,
 ) -> Result<Option<TaskImportReport>, RunError> {
-    match store.get(TASKS_REPORT).await {
-        Ok(d) => serde_json::from_slice(&d)
-            .map(Some)
-            .map_err(|e| RunError::Internal(format!("{TASKS_REPORT}: {e}"))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(RunError::io(
-            format!("{}/{TASKS_REPORT}", store.location()),
-            e,
-        )),
-    }
+    super::read_review_report(store, TASKS_REPORT).await
 }
 
 #[cfg(test)]

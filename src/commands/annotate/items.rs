@@ -491,21 +491,7 @@ pub(super) async fn import_items(
         senior,
     );
     let all: Vec<ItemReview> = rows.into_iter().chain(decided).collect();
-    let fields = crate::store::shards::fields_of::<ItemReview>()?;
-    let batch = serde_arrow::to_record_batch(&fields, &all)
-        .map_err(|e| RunError::Internal(format!("item reviews: {e}")))?;
-    let put = |path: &'static str, bytes: Vec<u8>| async move {
-        store
-            .put(path, bytes)
-            .await
-            .map_err(|e| RunError::io(format!("{}/{path}", store.location()), e))
-    };
-    put(ITEMS, crate::store::shards::encode_table(&batch)?).await?;
-    put(
-        ITEMS_REPORT,
-        serde_json::to_vec_pretty(&report).unwrap_or_default(),
-    )
-    .await?;
+    crate::benchmark::review::store_reviews(store, (ITEMS, ITEMS_REPORT), &all, &report).await?;
     Ok(report)
 }
 

@@ -603,21 +603,7 @@ pub(super) async fn import_tasks(
         }
     }
     let all: Vec<TaskReview> = rows.into_iter().chain(decided).collect();
-    let fields = crate::store::shards::fields_of::<TaskReview>()?;
-    let batch = serde_arrow::to_record_batch(&fields, &all)
-        .map_err(|e| RunError::Internal(format!("task reviews: {e}")))?;
-    let put = |path: &'static str, bytes: Vec<u8>| async move {
-        store
-            .put(path, bytes)
-            .await
-            .map_err(|e| RunError::io(format!("{}/{path}", store.location()), e))
-    };
-    put(TASKS, crate::store::shards::encode_table(&batch)?).await?;
-    put(
-        TASKS_REPORT,
-        serde_json::to_vec_pretty(&report).unwrap_or_default(),
-    )
-    .await?;
+    crate::benchmark::review::store_reviews(store, (TASKS, TASKS_REPORT), &all, &report).await?;
     Ok(report)
 }
 
