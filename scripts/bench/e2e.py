@@ -23,7 +23,9 @@ and sim()): for every static overlay and every sampled frame it is visible on, t
 most similar text is its match; text recall = share of those pairs read exactly (case and
 non-alphanumerics ignored); hue ok = share of coloured overlays (saturation > 0.3) read exactly
 whose stroke hue is within 3 deg (circular); centre ok = box centre within 2 % of the ink box's.
-Prints wall seconds (best of --repeat), frames/s, the ratio peer/vidcurate (> 1: vidcurate
+The two take turns, --repeat times, the first to go alternating (vidcurate first in odd rounds),
+and the best of each is compared; the CPU model (and AVX-512 or not) is printed with the result,
+since the ratio moves with it. Prints wall seconds (best of --repeat), frames/s, the ratio peer/vidcurate (> 1: vidcurate
 faster), and the scores, then the overlays one tool reads (or colours) right and the other not;
 --json prints one machine-readable line on stdout (the table then goes to stderr).
 
@@ -289,6 +291,21 @@ compute = {toml_value(ocr)}
 '''
 
 
+def cpu_model():
+    """The CPU's model name and whether it has AVX-512 (the speed of ONNX Runtime's kernels, and
+    so the ratio, depends on it)."""
+    name, flags = "unknown CPU", ""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name") and name == "unknown CPU":
+                name = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = line
+    except OSError:
+        pass
+    return f"{name} ({'AVX-512' if 'avx512f' in flags else 'no AVX-512'})"
+
+
 def busy_cpu_secs():
     """CPU seconds all processes of the machine have used (Linux /proc/stat), or None."""
     try:
@@ -453,21 +470,31 @@ def main():
         if foreign is not None and foreign > 0.05 * wall:
             log(f"    WARNING: other processes used {foreign:.1f} CPU s during this run: the timing is not clean")
 
-    for i in range(a.repeat):
+    def ours(i):
         run_dir = os.path.join(work, f"vidcurate-{i}")  # fresh every time: nothing to resume
         log(f"[{i + 1}/{a.repeat}] vidcurate run -> {os.path.relpath(run_dir, ROOT)} ...")
         wait_idle(a.wait_idle)
         wall, rc, cpu, foreign = timed([binary, "run", pipe, "--out", run_dir, "-q"], run_dir + ".log", ok=(0, 3))
         exit_codes.append(rc)
         record("vidcurate", wall, cpu, foreign)
-        if not a.skip_peer:
-            out = os.path.join(work, f"peer-{i}")
-            log(f"[{i + 1}/{a.repeat}] peer (PyAV {av_version} + RapidOCR 1.4.4) -> {os.path.relpath(out, ROOT)} ...")
-            wait_idle(a.wait_idle)
-            wall, _, cpu, foreign = timed([a.peer_python, peer_py, manifest, out, str(COUNT), str(a.threads),
-                                           "AUTO" if a.peer_threaded_decode else "default"], out + ".log")
-            spent = [l for l in open(out + ".log") if l.startswith("spent ")]
-            record("peer", wall, cpu, foreign, json.loads(spent[-1][6:]) if spent else None)
+
+    def theirs(i):
+        out = os.path.join(work, f"peer-{i}")
+        log(f"[{i + 1}/{a.repeat}] peer (PyAV {av_version} + RapidOCR 1.4.4) -> {os.path.relpath(out, ROOT)} ...")
+        wait_idle(a.wait_idle)
+        wall, _, cpu, foreign = timed([a.peer_python, peer_py, manifest, out, str(COUNT), str(a.threads),
+                                       "AUTO" if a.peer_threaded_decode else "default"], out + ".log")
+        spent = [l for l in open(out + ".log") if l.startswith("spent ")]
+        record("peer", wall, cpu, foreign, json.loads(spent[-1][6:]) if spent else None)
+
+    # The tools take turns, and which goes first alternates, so that a machine warming up or
+    # busy for a while weighs on both alike; the best of each is compared.
+    for i in range(a.repeat):
+        order = [ours, theirs] if i % 2 == 0 else [theirs, ours]
+        for step in order:
+            if step is theirs and a.skip_peer:
+                continue
+            step(i)
 
     last = a.repeat - 1
     run_dir = os.path.join(work, f"vidcurate-{last}")
@@ -493,7 +520,7 @@ def main():
     agrees = (abs(check.get("text_exact", -1) - v_score["text_recall"]) < 1e-9
               and abs(check.get("hue_ok", -1) - v_score["hue_ok"]) < 1e-9)
 
-    res = dict(clips=clips, seconds=a.seconds, videos=len({f["video_id"] for f in v_frames}), threads=a.threads,
+    res = dict(cpu_model=cpu_model(), clips=clips, seconds=a.seconds, videos=len({f["video_id"] for f in v_frames}), threads=a.threads,
                repeat=a.repeat, ocr_compute=ocr_compute, vidcurate_version=version, build=built, av=av_version,
                peer_thread_type="AUTO" if a.peer_threaded_decode else "default",
                cores=os.cpu_count(), vidcurate=sides["vidcurate"], peer=sides.get("peer"),
@@ -501,6 +528,7 @@ def main():
                eval_ocr_truth_agrees=agrees)
     show = log if a.json else print
     show("")
+    show(f"machine: {res['cpu_model']}, {res['cores']} cores")
     show(f"corpus: {res['videos']} videos ({os.path.relpath(cdir, ROOT)}), {COUNT} frames each; {version}; "
          f"threads {a.threads}; best of {a.repeat}; ocr compute extra: {ocr_compute or 'none'}")
     if built["src_changed"]:
