@@ -162,10 +162,36 @@ fn analyze_recovers_the_drawn_distributions() {
         assert_eq!(o.status.code(), Some(2), "{err}");
         assert!(err.contains(says), "{err}");
     };
-    invalid(o, "no_such_column");
+    invalid(o, "no column `no_such_column` in the ocr_regions table");
     let run_dir = out.to_str().unwrap();
     let args = ["analyze", run_dir, "--by", "label", "--where", "label"];
-    invalid(run(&args, d.path()), "no operator");
+    invalid(run(&args, d.path()), "must be a condition");
+    // The filter syntax before SQL left text unquoted: the error says how to quote it, and
+    // lists the table's columns (all of them, not only those analyze decodes).
+    let args = [
+        "analyze",
+        run_dir,
+        "--by",
+        "label",
+        "--where",
+        "label = real",
+    ];
+    let o = run(&args, d.path());
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(
+        err.contains("label = 'real'") && err.contains("text_len"),
+        "{err}"
+    );
+    invalid(o, "no column `real`");
+    let args = [
+        "analyze",
+        run_dir,
+        "--by",
+        "label",
+        "--where",
+        "text_len >= 'ten'",
+    ];
+    invalid(run(&args, d.path()), "numeric column `text_len` (UInt32)");
     let args = ["analyze", d.path().to_str().unwrap(), "--by", "label"];
     invalid(run(&args, d.path()), "not a run directory");
     let stats = rows("stats");

@@ -206,7 +206,7 @@ fn label_studio_round_trip_then_spreadsheet_annotators() {
             "--media-url",
             "http://x",
             "--where",
-            "label = fake",
+            "label = 'fake'",
         ],
         dir,
     );

@@ -44,7 +44,8 @@ pub enum AnalyzeError {
     Column(String),
     #[error("the run has no `ocr` stage: nothing to analyse")]
     NoOcrStage,
-    /// `--where` that does not parse, or names columns the regions table does not have.
+    /// `--where` that does not parse, names a column the regions table lacks, or compares
+    /// text with a number: the message quotes it with a caret under the part at fault.
     #[error("{0}")]
     Filter(String),
     #[error("{path}: {source}")]
@@ -76,7 +77,7 @@ impl AnalyzeError {
 impl From<filter::FilterError> for AnalyzeError {
     fn from(e: filter::FilterError) -> Self {
         match e {
-            filter::FilterError::Syntax(m) => AnalyzeError::Filter(m),
+            filter::FilterError::Invalid(m) => AnalyzeError::Filter(m),
             filter::FilterError::Arrow(e) => AnalyzeError::Arrow(e),
         }
     }
@@ -553,8 +554,10 @@ pub struct Args {
     /// Output folder [default: RUN_DIR/analysis/<by>].
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Only rows passing these conditions, e.g. `domain = demo-news and score >= 0.8` or
-    /// `language in (en, fr)`: `and`-joined `column op value`, op one of = != < <= > >= in.
+    /// Only rows passing this SQL condition, as in a WHERE clause, e.g.
+    /// `domain = 'demo-news' and score >= 0.8` or `language in ('en', 'fr')`: and, or, not,
+    /// = != <> < <= > >=, in, between, like, ilike, is [not] null, + - * / %; text in single
+    /// quotes.
     #[arg(long = "where", value_name = "EXPR")]
     pub filter: Option<String>,
 }

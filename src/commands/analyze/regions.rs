@@ -104,6 +104,15 @@ pub(super) fn read_regions(
         text_frames: TextFrames::default(),
     };
     let columns: Vec<&str> = REGION_COLUMNS.iter().copied().chain([by]).collect();
+    // Checked against every column of the table first: the batches below hold only the decoded
+    // ones, and the error lists the columns there are.
+    let stage = run_tables.manifest.stages.iter().find(|s| s.id == ocr);
+    if let Some((f, st)) = filter.zip(stage) {
+        let schema = filter::table_schema(&run_tables.store, &st.id, &st.fingerprint);
+        if let Some(schema) = run_tables.rt.block_on(schema)? {
+            f.check(&schema, &format!("the {ocr} table"))?;
+        }
+    }
     run_tables.each_batch(ocr, &columns, &mut |b| {
         // Unlike the frames and shots tables, the regions are what every analysis counts: a
         // filter this table cannot apply is an error, not a skipped analysis.

@@ -93,12 +93,7 @@ pub(super) async fn passing(
     let view = read_table(store, SOURCE_STAGE_ID, &fp, true).await?;
     let mut keep = std::collections::HashSet::new();
     for b in &view.batches {
-        let Some(passed) = filter.apply(b)? else {
-            return Err(RunError::Config(format!(
-                "--where {expr:?}: the source table has no column {}",
-                filter.columns().join(" or ")
-            )));
-        };
+        let passed = filter.apply_to(b, "the source table")?;
         if let Some(ids) = text_column(&passed, "video_id") {
             keep.extend((0..passed.num_rows()).map(|i| ids.value(i).to_string()));
         }

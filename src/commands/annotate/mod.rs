@@ -43,9 +43,8 @@ pub struct ExportOptions {
     /// Only the videos of this split (`vidcurate split --name`), else every selected video.
     #[arg(long)]
     pub split: Option<String>,
-    /// Only the videos whose source row passes these conditions (as `analyze --where`:
-    /// `column op value` joined by `and`, op one of = != < <= > >=, or `column in (a, b)`),
-    /// e.g. "domain = flood and label in (yes, unsure)".
+    /// Only the videos whose source row passes this SQL condition (as `analyze --where`),
+    /// e.g. "domain = 'flood' and label in ('yes', 'unsure')"; text in single quotes.
     #[arg(long = "where", value_name = "EXPR")]
     pub filter: Option<String>,
     /// Export the run's question items for review instead (one task per kept item: accept,

@@ -1,0 +1,46 @@
+//! The columns of a stage table, from the footer of one of its shards, so that `--where` can be
+//! checked against all of them before a long read that decodes only a few (`analyze` projects
+//! each shard to the columns it needs, and a batch of those would hide the rest from the error).
+//!
+//! Reads the listing of the stage's folder and the first shard written under `fingerprint`;
+//! writes and caches nothing.
+
+use crate::error::RunError;
+use crate::store::Store;
+use crate::store::shards::META_FINGERPRINT;
+use arrow::datatypes::SchemaRef;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use std::sync::Arc;
+
+/// The Arrow schema of stage `stage_id`'s table under `fingerprint`; None when it has no shard
+/// yet (nothing to filter, so nothing to check).
+pub async fn table_schema(
+    store: &Arc<dyn Store>,
+    stage_id: &str,
+    fingerprint: &str,
+) -> Result<Option<SchemaRef>, RunError> {
+    let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
+    let mut paths = store.list(stage_id).await.map_err(|e| io(stage_id, e))?;
+    paths.retain(|p| p.ends_with(".parquet"));
+    paths.sort();
+    for path in paths {
+        // A shard set aside by another worker between the listing and here is skipped.
+        let data = match store.get(&path).await {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io(&path, e)),
+        };
+        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(data))
+            .map_err(|e| RunError::Internal(format!("{path}: unreadable shard: {e}")))?;
+        let written_under = builder
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .and_then(|kv| kv.iter().find(|e| e.key == META_FINGERPRINT))
+            .and_then(|e| e.value.as_deref());
+        if written_under == Some(fingerprint) {
+            return Ok(Some(builder.schema().clone()));
+        }
+    }
+    Ok(None)
+}
