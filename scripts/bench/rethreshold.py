@@ -1,29 +1,32 @@
 #!/usr/bin/env python3
 """Benchmark: `vidcurate rethreshold RUN --set relevance.min_score=N` over a genuine run grown to
-R stored relevance rows (default 1,000,000), against pyarrow making the same selection, in the
-same run.
+R stored relevance rows (default 1,000,000; several sizes with --rows 100000,1000000,10000000),
+against pyarrow making the same selection, in the same run.
 
 The run: `vidcurate run` on the demo corpus (scripts/make_demo_corpus.py) with the demo's source
 and its relevance stage (the local judge, select min_score = 9; pipelines/demo.toml) — or
 --pipeline FILE — then grown by replicating its videos under new ids through every stage table,
 committed as the run's own ShardWriter commits shards (see scripts/bench/analyze.py, whose grow()
 this uses), until the relevance table holds R rows. `vidcurate status` must count every copy done
-and nothing pending.
+and nothing pending. With several sizes, each is grown from the same genuine run.
 
-Timed, each as its own process (wall seconds; CPU seconds and peak RSS from /usr/bin/time; best
-of --repeat):
+Timed at each size, each as its own process (wall seconds; CPU seconds and peak RSS from
+/usr/bin/time; best of --repeat):
   vidcurate         `vidcurate rethreshold RUN --set relevance.min_score=N`: reads every stage
                     table of the manifest's fingerprint, the funnel under the stored and the new
                     thresholds, two selection files (Parquet + JSON funnel).
   pyarrow selection the same in pyarrow (data/venv-readers): committed shards of the manifest's
                     fingerprint (footers: done and rejected videos), relevance scores, the funnel
-                    under both thresholds, both selection files. Its selected set must equal
-                    vidcurate's.
+                    under both thresholds, both selection files.
   pyarrow filter    what scripts/bench/judge.py compares with: the relevance folder as a dataset,
                     two columns, score >= N (no funnel, nothing written).
+The outputs are compared: both selection tables column by column (video_id, kept per stage with
+its nulls, selected) and both funnels; any difference fails the benchmark. Then, per size, the
+issue's targets: vidcurate's wall time <= pyarrow's, its peak RSS <= 1.5x pyarrow's. With
+several sizes, a growth table (Markdown) and with --plot FILE.png a log-log plot of both.
 
-Usage: scripts/bench/rethreshold.py [--bin PATH] [--rows R] [--min-score N] [--repeat K]
-                                    [--pipeline FILE] [--from-run RUN] [--keep]
+Usage: scripts/bench/rethreshold.py [--bin PATH] [--rows R[,R...]] [--min-score N] [--repeat K]
+                                    [--pipeline FILE] [--from-run RUN] [--keep] [--plot FILE.png]
 """
 import argparse
 import glob
@@ -184,10 +187,116 @@ def selected_ids(path):
     return set(t.filter(t.column("selected")).column("video_id").to_pylist())
 
 
+def same_output(ours, theirs):
+    """Differences between vidcurate's selection (Parquet + JSON funnel) and the peer's: []
+    when the tables hold the same values and nulls in every column and the funnels agree."""
+    a, b = pq.read_table(ours + ".parquet"), pq.read_table(theirs + ".parquet")
+    problems = []
+    if a.column_names != b.column_names:
+        return [f"columns {a.column_names} vs {b.column_names}"]
+    for c in a.column_names:
+        if not a.column(c).equals(b.column(c)):
+            problems.append(f"column {c} differs")
+    with open(ours + ".json") as f, open(theirs + ".json") as g:
+        fa, fb = json.load(f)["funnel"], json.load(g)["funnel"]
+    if fa != fb:
+        problems.append(f"funnel {fa} vs {fb}")
+    return problems
+
+
+def bench_size(a, run, rel, work):
+    """One size: both tools timed, their outputs compared; the numbers of the growth table."""
+    out, pending = bench.status(a.bin, run)
+    print(f"vidcurate status after growing ({pending} pending):")
+    print("\n".join("  " + l for l in out.strip().splitlines()))
+    if pending:
+        raise SystemExit("the grown run has pending videos")
+    setting = f"{rel.id}.min_score={a.min_score}"
+    vid = bench.best_of([a.bin, "rethreshold", run, "--set", setting], a.repeat, "vidcurate rethreshold")
+    print("\n".join("  " + l for l in vid["stdout"].strip().splitlines()))
+    newest = sorted(glob.glob(os.path.join(run, "selections", "rethreshold-*.parquet")))[-1]
+    py = bench.READERS_PY if os.path.exists(bench.READERS_PY) else sys.executable
+    me = os.path.abspath(__file__)
+    peer_dir = os.path.join(work, "pyarrow")
+    peer = bench.best_of([py, me, "--pyarrow-peer", run, rel.id, "min_score", str(a.min_score), peer_dir],
+                         a.repeat, "pyarrow selection")
+    print("  pyarrow " + peer["stdout"].strip().replace("\n", "\n  pyarrow "))
+    filt = bench.best_of([py, me, "--filter-peer", run, rel.id, str(a.min_score)], a.repeat, "pyarrow filter")
+    problems = (same_output(newest[: -len(".parquet")], os.path.join(peer_dir, "rethreshold"))
+                + same_output(os.path.join(run, "selections", "pipeline"), os.path.join(peer_dir, "pipeline")))
+    ours, ours0 = selected_ids(newest), selected_ids(os.path.join(run, "selections", "pipeline.parquet"))
+    print(f"same output: {'yes' if not problems else 'NO: ' + '; '.join(problems)} (selection tables "
+          f"column by column and funnels, both thresholds; {len(ours):,} and {len(ours0):,} selected); "
+          f"pyarrow filter {filt['stdout'].strip()}")
+    print(f"rethreshold {setting} over {rel.rows:,} stored {rel.id} rows, best of {a.repeat} ({bench.load()}):")
+    bench.print_table([("vidcurate rethreshold", vid), ("pyarrow (same funnel + selections)", peer),
+                       ("pyarrow (read 2 columns + filter)", filt)], "pyarrow selection / vidcurate")
+    print(f"  ratio pyarrow filter / vidcurate: {filt['seconds'] / vid['seconds']:.2f} whole process, "
+          f"{filt['inner'] / vid['seconds']:.2f} in-process (judge.py's comparison)")
+    fast, small = vid["seconds"] <= peer["seconds"], vid["rss"] <= 1.5 * peer["rss"]
+    print(f"  targets: wall time <= pyarrow's {'met' if fast else 'MISSED'} ({vid['seconds']:.2f} s vs "
+          f"{peer['seconds']:.2f} s); peak RSS <= 1.5x pyarrow's {'met' if small else 'MISSED'} "
+          f"({vid['rss']:.0f} MiB vs {peer['rss']:.0f} MiB); outputs {'equal' if not problems else 'DIFFER'}")
+    if problems:
+        raise SystemExit("vidcurate and pyarrow disagree")
+    return {"rows": rel.rows, "vid": vid, "peer": peer}
+
+
+def growth_table(sizes):
+    print("\ngrowth (Markdown):")
+    print("| relevance rows | vidcurate s | vidcurate MiB | pyarrow s | pyarrow MiB | time pyarrow / vidcurate "
+          "| RSS vidcurate / pyarrow |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for s in sizes:
+        v, p = s["vid"], s["peer"]
+        print(f"| {s['rows']:,} | {v['seconds']:.2f} | {v['rss']:.0f} | {p['seconds']:.2f} | {p['rss']:.0f} "
+              f"| {p['seconds'] / v['seconds']:.2f} | {v['rss'] / p['rss']:.2f} |")
+
+
+def plot(sizes, path):
+    """Wall time and peak RSS against rows, both tools, log-log, as a PNG drawn with Pillow
+    (data/venv-readers has no plotting library): drawn at 3x and scaled down to smooth it."""
+    import math
+    from PIL import Image, ImageDraw, ImageFont
+    z, w, h, m = 3, 380, 270, 56
+    img = Image.new("RGB", (2 * w * z, h * z), "white")
+    d = ImageDraw.Draw(img)
+    fonts = [p for p in ("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf")
+             if os.path.exists(p)]
+    font = ImageFont.truetype(fonts[0], 11 * z) if fonts else ImageFont.load_default()
+    big = ImageFont.truetype(fonts[0], 13 * z) if fonts else font
+    tools = [("vidcurate", "vid", (31, 119, 180)), ("pyarrow", "peer", (214, 39, 40))]
+    xs = [s["rows"] for s in sizes]
+    for k, (title, key) in enumerate([("wall seconds", "seconds"), ("peak RSS MiB", "rss")]):
+        ys = [s[t][key] for s in sizes for _, t, _ in tools]
+        x0, x1 = math.log10(min(xs)), math.log10(max(xs))
+        y0, y1 = math.floor(math.log10(min(ys))), math.ceil(math.log10(max(ys)))
+        x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
+        px = lambda v: z * (k * w + m + 10 + (math.log10(v) - x0) / (x1 - x0) * (w - 2 * m))
+        py = lambda v: z * (h - m - (math.log10(v) - y0) / (y1 - y0) * (h - 1.7 * m))
+        d.text((z * (k * w + w / 2), z * 14), title, fill="black", font=big, anchor="mm")
+        for e in range(y0, y1 + 1):
+            d.line([(z * (k * w + m), py(10 ** e)), (z * ((k + 1) * w - 10), py(10 ** e))], fill=(221, 221, 221), width=z)
+            d.text((z * (k * w + m - 6), py(10 ** e)), f"{10 ** e:g}", fill="black", font=font, anchor="rm")
+        d.line([(z * (k * w + m), py(10 ** y0)), (z * (k * w + m), py(10 ** y1))], fill="black", width=z)
+        for x in xs:
+            d.text((px(x), z * (h - m + 12)), f"{x:,}", fill="black", font=font, anchor="mm")
+        d.text((z * (k * w + w / 2), z * (h - 16)), "relevance rows", fill="black", font=font, anchor="mm")
+        for j, (name, t, colour) in enumerate(tools):
+            pts = [(px(s["rows"]), py(s[t][key])) for s in sizes]
+            d.line(pts, fill=colour, width=2 * z)
+            for x, y in pts:
+                d.ellipse([x - 3 * z, y - 3 * z, x + 3 * z, y + 3 * z], fill=colour)
+            d.text((z * (k * w + m + 12), z * (34 + 15 * j)), name, fill=colour, font=font, anchor="lm")
+    img.resize((2 * w, h), Image.LANCZOS).save(path)
+    print(f"plot: {path}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=bench.BIN)
-    ap.add_argument("--rows", type=int, default=1_000_000, help="relevance rows to grow the run to")
+    ap.add_argument("--rows", default="1000000",
+                    help="relevance rows to grow the run to; several, comma-separated, grow it step by step")
     ap.add_argument("--min-score", type=int, default=5,
                     help="the new relevance.min_score (the demo judge scores 3, 5 or 10: 5 lets one more title in)")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each side (best wall time)")
@@ -195,6 +304,7 @@ def main():
     ap.add_argument("--work", help="folder for the run (default: a new one under /tmp)")
     ap.add_argument("--from-run", help="copy this genuine run instead of making one")
     ap.add_argument("--keep", action="store_true", help="leave the run directory")
+    ap.add_argument("--plot", help="write the growth plot here (PNG), with several --rows")
     ap.add_argument("--pyarrow-peer", nargs=5, metavar=("RUN", "STAGE", "KEY", "VALUE", "OUT"), help=argparse.SUPPRESS)
     ap.add_argument("--filter-peer", nargs=3, metavar=("RUN", "STAGE", "N"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -202,45 +312,41 @@ def main():
         return pyarrow_peer(*a.pyarrow_peer)
     if a.filter_peer:
         return filter_peer(*a.filter_peer)
+    counts = sorted(int(r.replace("_", "")) for r in a.rows.split(","))
     a.bin = os.path.abspath(a.bin)
     bench.check_bin(a.bin)
     tmp = tempfile.mkdtemp(prefix="vidcurate-rethreshold-pipeline-", dir="/tmp")
     pipeline = os.path.abspath(a.pipeline) if a.pipeline else relevance_pipeline(os.path.join(tmp, "relevance.toml"))
     print(f"vidcurate: {a.bin}; {bench.load()}")
-    work, run, rel = bench.prepare(a, pipeline, "relevance", "rethreshold", ["video_id", "score"])
+    own_work = not a.work
+    a.work = a.work or tempfile.mkdtemp(prefix="vidcurate-rethreshold-bench-", dir="/tmp")
     try:
-        out, pending = bench.status(a.bin, run)
-        print(f"vidcurate status after growing ({pending} pending):")
-        print("\n".join("  " + l for l in out.strip().splitlines()))
-        setting = f"{rel.id}.min_score={a.min_score}"
-        vid = bench.best_of([a.bin, "rethreshold", run, "--set", setting], a.repeat, "vidcurate rethreshold")
-        print("\n".join("  " + l for l in vid["stdout"].strip().splitlines()))
-        newest = sorted(glob.glob(os.path.join(run, "selections", "rethreshold-*.parquet")))[-1]
-        py = bench.READERS_PY if os.path.exists(bench.READERS_PY) else sys.executable
-        me = os.path.abspath(__file__)
-        peer_dir = os.path.join(work, "pyarrow")
-        peer = bench.best_of([py, me, "--pyarrow-peer", run, rel.id, "min_score", str(a.min_score), peer_dir],
-                             a.repeat, "pyarrow selection")
-        print("  pyarrow " + peer["stdout"].strip().replace("\n", "\n  pyarrow "))
-        filt = bench.best_of([py, me, "--filter-peer", run, rel.id, str(a.min_score)], a.repeat, "pyarrow filter")
-        ours, theirs = selected_ids(newest), selected_ids(os.path.join(peer_dir, "rethreshold.parquet"))
-        ours0 = selected_ids(os.path.join(run, "selections", "pipeline.parquet"))
-        theirs0 = selected_ids(os.path.join(peer_dir, "pipeline.parquet"))
-        print(f"same selection: new thresholds {'yes' if ours == theirs else 'NO'} ({len(ours):,} vs {len(theirs):,} "
-              f"selected), pipeline's {'yes' if ours0 == theirs0 else 'NO'} ({len(ours0):,} vs {len(theirs0):,}); "
-              f"pyarrow filter {filt['stdout'].strip()}")
-        print(f"rethreshold {setting} over {rel.rows:,} stored {rel.id} rows, best of {a.repeat} ({bench.load()}):")
-        bench.print_table([("vidcurate rethreshold", vid), ("pyarrow (same funnel + selections)", peer),
-                           ("pyarrow (read 2 columns + filter)", filt)], "pyarrow selection / vidcurate")
-        print(f"  ratio pyarrow filter / vidcurate: {filt['seconds'] / vid['seconds']:.2f} whole process, "
-              f"{filt['inner'] / vid['seconds']:.2f} in-process (judge.py's comparison)")
+        if not a.from_run:
+            # Each size is grown from the same genuine run (growing a grown run would copy
+            # every copy again).
+            bench.make_corpus()
+            genuine = os.path.join(a.work, "genuine")
+            if os.path.exists(genuine):
+                shutil.rmtree(genuine)
+            dt = bench.make_run(a.bin, pipeline, genuine)
+            print(f"genuine run: `vidcurate run {pipeline} --out {genuine}` in {dt:.1f} s")
+            a.from_run = genuine
+        sizes = []
+        for n in counts:
+            print(f"\n=== {n:,} relevance rows")
+            a.rows = n
+            work, run, rel = bench.prepare(a, pipeline, "relevance", "rethreshold", ["video_id", "score"])
+            sizes.append(bench_size(a, run, rel, work))
+        if len(sizes) > 1:
+            growth_table(sizes)
+        if a.plot:
+            plot(sizes, a.plot)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        if not a.keep and not a.work:
-            shutil.rmtree(work, ignore_errors=True)
-        elif a.keep:
-            print(f"kept: {run}")
-
+        if a.keep:
+            print(f"kept: {os.path.join(a.work, 'run')}")
+        elif own_work:
+            shutil.rmtree(a.work, ignore_errors=True)
 
 if __name__ == "__main__":
     main()
