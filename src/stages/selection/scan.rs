@@ -14,16 +14,13 @@ use crate::record::META_VIDEOS;
 use crate::store::Store;
 use crate::store::commits::{META_DATA, check_data};
 use crate::store::shards::{
-    DecodeError, META_FINGERPRINT, META_REJECT_ROWS, META_REJECTED, META_REJECTS_FILE, REJECTS_DIR,
+    DAMAGE_HINT, DecodeError, META_FINGERPRINT, META_REJECT_ROWS, META_REJECTED, META_REJECTS_FILE,
+    get_unless_moved, stage_files,
 };
 use arrow::array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use std::collections::HashSet;
 use std::sync::Arc;
-
-/// The store reader's hint on an unreadable shard (`store::shards::read`'s, which it does not
-/// export): the same words whichever command meets the damage. A test checks they agree.
-const DAMAGE_HINT: &str = " (`vidcurate verify RUN` lists what is damaged and what depends on it; `--repair` sets it aside, and the next run computes its videos again)";
 
 /// Which rows of a shard to decode besides its footer.
 #[derive(Clone)]
@@ -96,52 +93,6 @@ pub async fn for_each_shard<T: Send + 'static>(
         }
     }
     Ok(())
-}
-
-/// The Parquet files that settle a stage's videos, sorted: its shards (false) and the reject
-/// shards of earlier versions (true); and every file of the rejects folder, which tells whether
-/// a slot's rejects shard was written. As `store::shards::read::stage_files` lists them.
-async fn stage_files(
-    store: &Arc<dyn Store>,
-    stage_id: &str,
-) -> Result<(Vec<(String, bool)>, HashSet<String>), RunError> {
-    let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
-    let legacy_rejects = format!("{REJECTS_DIR}/{stage_id}-part-");
-    let mut paths: Vec<(String, bool)> = store
-        .list(stage_id)
-        .await
-        .map_err(|e| io(stage_id, e))?
-        .into_iter()
-        .map(|p| (p, false))
-        .collect();
-    let rejects: HashSet<String> = store
-        .list(REJECTS_DIR)
-        .await
-        .map_err(|e| io(REJECTS_DIR, e))?
-        .into_iter()
-        .collect();
-    paths.extend(
-        rejects
-            .iter()
-            .filter(|p| {
-                p.strip_prefix(&legacy_rejects)
-                    .and_then(|rest| rest.strip_suffix(".parquet"))
-                    .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
-            })
-            .map(|p| (p.clone(), true)),
-    );
-    paths.retain(|(p, _)| p.ends_with(".parquet"));
-    paths.sort();
-    Ok((paths, rejects))
-}
-
-/// A listed shard's bytes; None when another worker set it aside between listing and reading.
-async fn get_unless_moved(store: &dyn Store, path: &str) -> Result<Option<Vec<u8>>, RunError> {
-    match store.get(path).await {
-        Ok(d) => Ok(Some(d)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(RunError::io(format!("{}/{path}", store.location()), e)),
-    }
 }
 
 /// One shard: its bytes checked, its footer read, and (if it is of `fingerprint`) the rows asked.
@@ -437,7 +388,7 @@ mod tests {
             .unwrap();
         // The second slot's rejects shard lost: its footer still carries the reject rows.
         let lost = store
-            .list(REJECTS_DIR)
+            .list(crate::store::shards::REJECTS_DIR)
             .await
             .unwrap()
             .into_iter()

@@ -128,7 +128,7 @@ fn decode_projected(data: Vec<u8>, rows: Option<Rows>) -> Result<ShardContents, 
 /// videos themselves. A slot's rejects shard (`<stage>-slot-…`) is not listed: the slot's footer
 /// names its videos. Also: every file of the rejects folder, to check that a slot's rejects
 /// shard was written (a crash can come between the slot and its rejects).
-pub(super) async fn stage_files(
+pub async fn stage_files(
     store: &Arc<dyn Store>,
     stage_id: &str,
 ) -> Result<(Vec<(String, bool)>, HashSet<String>), RunError> {
@@ -220,10 +220,7 @@ pub(super) async fn read_shard(
 
 /// A listed shard's bytes; None when another worker set it aside (superseded settings) between
 /// the listing and the read.
-pub(super) async fn get_unless_moved(
-    store: &dyn Store,
-    path: &str,
-) -> Result<Option<Vec<u8>>, RunError> {
+pub async fn get_unless_moved(store: &dyn Store, path: &str) -> Result<Option<Vec<u8>>, RunError> {
     match store.get(path).await {
         Ok(d) => Ok(Some(d)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
