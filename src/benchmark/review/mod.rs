@@ -247,6 +247,29 @@ pub struct ReviewProblem {
     pub reason: String,
 }
 
+/// What an import kept out (a line each: task, item, reviewer, field, why) and the items whose
+/// reviewers disagree with no senior decision yet.
+pub fn render_problems(problems: &[ReviewProblem], pending: &[String]) -> String {
+    let mut s = String::new();
+    for p in problems {
+        s += &format!(
+            "kept out: task {} item {} reviewer {}: {}: {}\n",
+            p.task_id.map_or("-".into(), |t| t.to_string()),
+            p.item_id.as_deref().unwrap_or("-"),
+            p.annotator.as_deref().unwrap_or("-"),
+            p.field,
+            p.reason
+        );
+    }
+    if !pending.is_empty() {
+        s += &format!(
+            "reviewers disagree, no senior decision yet: {}\n",
+            pending.join(", ")
+        );
+    }
+    s
+}
+
 /// Stores a review table (`rows`, reviewers' and decided) and its report through the run's store.
 pub async fn store_reviews<R: Serialize + serde::de::DeserializeOwned, T: Serialize>(
     store: &Arc<dyn Store>,

@@ -501,22 +501,7 @@ pub fn render(r: &ItemImportReport) -> String {
         "{} item reviews stored ({} new or replaced), {} items decided ({}), {} cancelled (kept out)\n",
         r.reviews, r.changed, r.all.decided, r.rule, r.cancelled
     );
-    for p in &r.problems {
-        s += &format!(
-            "kept out: task {} item {} reviewer {}: {}: {}\n",
-            p.task_id.map_or("-".into(), |t| t.to_string()),
-            p.item_id.as_deref().unwrap_or("-"),
-            p.annotator.as_deref().unwrap_or("-"),
-            p.field,
-            p.reason
-        );
-    }
-    if !r.pending.is_empty() {
-        s += &format!(
-            "reviewers disagree, no senior decision yet: {}\n",
-            r.pending.join(", ")
-        );
-    }
+    s += &crate::benchmark::review::render_problems(&r.problems, &r.pending);
     s += &format!(
         "\n{:<26} {:>7} {:>8} {:>9} {:>6} {:>9} {:>8} {:>10} {:>8} {:>11} {:>7}\n",
         "level",
