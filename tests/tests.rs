@@ -25,6 +25,7 @@ mod judge;
 mod language;
 mod layers;
 mod ocr;
+mod ocr_decoded;
 mod ocr_reuse;
 mod ocr_truth;
 mod questions;

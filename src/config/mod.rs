@@ -219,6 +219,9 @@ pub struct RuntimeConfig {
     /// for this many seconds (or for four times the slowest stage's recent per-video time, if
     /// that is longer) while work is pending. 0 turns it off.
     pub stall_secs: u64,
+    /// Decoded frames held for a later stage that reads pixels (OCR), in MiB. Past it, that
+    /// stage decodes a video's frames again instead (same pixels, more CPU). 0: always again.
+    pub decoded_frames_mib: usize,
 }
 
 impl Default for RuntimeConfig {
@@ -227,6 +230,7 @@ impl Default for RuntimeConfig {
             channel_capacity: 16,
             cpu_threads: None,
             stall_secs: 180,
+            decoded_frames_mib: 1024,
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod batch;
 pub mod chain;
 pub mod collected;
 pub mod cpu;
+pub mod decoded;
 pub mod progress;
 pub mod ranks;
 pub mod runner;
@@ -73,6 +74,11 @@ pub trait StageTask: Send + Sync + 'static {
     /// What one video costs the stage, for `run --dry-run`.
     fn estimate(&self) -> stage::StageEstimate {
         stage::StageEstimate::default()
+    }
+    /// Whether the stage reads frames as decoded (`StageContext::decoded`): the frames stage
+    /// then hands its decoded frames over instead of only storing them as JPEG.
+    fn reads_decoded_frames(&self) -> bool {
+        false
     }
 }
 

@@ -43,6 +43,8 @@ pub struct StageContext {
     /// Sizes and BLAKE3 of the objects each video's computation stored (`put_object`), until
     /// the runner hands them to the commit that settles the video.
     pub objects: ObjectLog,
+    /// Frames decoded by an earlier stage of this pass, for a later one that reads pixels.
+    pub decoded: crate::runtime::decoded::DecodedFrames,
 }
 
 /// The objects stored per video while it computes (see `StageContext::objects`).
@@ -127,6 +129,7 @@ impl StageContext {
             rank: Default::default(),
             local_media: Default::default(),
             objects: Default::default(),
+            decoded: Default::default(),
         })
     }
 
@@ -256,6 +259,12 @@ pub trait Processor: Send + Sync + 'static {
     /// What one video costs this stage, for `run --dry-run` (nothing by default).
     fn estimate(&self) -> StageEstimate {
         StageEstimate::default()
+    }
+
+    /// Whether `process` reads frames as decoded through `StageContext::decoded` (see
+    /// `crate::runtime::decoded`).
+    fn reads_decoded_frames(&self) -> bool {
+        false
     }
 }
 

@@ -46,6 +46,9 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
     fn estimate(&self) -> stage::StageEstimate {
         self.0.estimate()
     }
+    fn reads_decoded_frames(&self) -> bool {
+        self.0.reads_decoded_frames()
+    }
     fn columns(&self) -> Vec<String> {
         shards::fields_of::<P::Row>()
             .map(|fields| fields.iter().map(|f| f.name().clone()).collect())

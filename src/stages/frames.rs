@@ -4,7 +4,9 @@
 //! frame (index, target and actual timestamps, path, size), and the JPEGs at
 //! `media/<stage id>/<fingerprint>/<video id>/<index>.jpg` (through `StageContext::put_object`,
 //! so the commit records each JPEG's size and BLAKE3 for `verify`). Calls: libavcodec on the CPU
-//! pool (seek + decode forward, see `engines::ffmpeg`). Caches: nothing beyond its shards and JPEGs.
+//! pool (seek + decode forward, see `engines::ffmpeg`). Caches: nothing beyond its shards and JPEGs;
+//! when a later stage reads pixels (OCR), the decoded frames are handed to it in memory
+//! (`runtime::decoded`), so it reads what was decoded rather than the JPEG.
 //!
 //! Modes (SPEC §7):
 //! - `uniform`: `count` frames (default 16) at the centres of `count` equal segments,
@@ -213,6 +215,8 @@ impl Processor for FramesStage {
         let path = cx.media_file(rec).await?;
         let cfg = self.cfg.clone();
         let targets = cfg.targets(duration);
+        // A later stage that reads pixels (OCR) gets the frames as decoded.
+        let hand_over = cx.decoded.wanted(&cx.stage_id);
         // Targets are split into contiguous chunks decoded on separate cores (each chunk opens
         // the file itself), so one long video does not leave a core idle. The CPU pool bounds the
         // total, so with many videos in flight this costs only a few extra seeks.
@@ -247,6 +251,7 @@ impl Processor for FramesStage {
                             g.image.width(),
                             g.image.height(),
                             jpeg,
+                            hand_over.then_some(g.image),
                         ))
                     })
                     .collect::<Result<Vec<_>, StageError>>()
@@ -264,13 +269,16 @@ impl Processor for FramesStage {
             ));
         }
         let mut rows = Vec::with_capacity(grabs.len());
-        for (i, (target_secs, timestamp_secs, width, height, jpeg)) in grabs.into_iter().enumerate()
+        let mut decoded = vec![];
+        for (i, (target_secs, timestamp_secs, width, height, jpeg, image)) in
+            grabs.into_iter().enumerate()
         {
             let rel = format!(
                 "media/{}/{}/{}/{:05}.jpg",
                 cx.stage_id, cx.fingerprint, rec.video_id, i
             );
             cx.put_object(&rec.video_id, &rel, jpeg).await?;
+            decoded.extend(image.map(|img| (rel.clone(), img)));
             rows.push(FrameRef {
                 frame_index: i as u32,
                 target_secs,
@@ -280,12 +288,84 @@ impl Processor for FramesStage {
                 height,
             });
         }
+        cx.decoded.keep(&cx.stage_id, &rec.video_id, decoded);
         Ok(rows)
     }
 
     fn attach(rec: &mut VideoRecord, rows: Vec<FrameRef>) {
         rec.frames = Some(rows);
     }
+}
+
+/// How a stage that reads pixels got a video's frames (counted into its tally).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FramesRead {
+    /// Handed over by this pass's frames stage.
+    pub handed: u64,
+    /// Decoded again from the media (an earlier invocation sampled them, or the hand-off was full).
+    pub decoded_again: u64,
+    /// Read from the stored JPEG because the media could not be decoded again.
+    pub from_jpeg: u64,
+}
+
+/// The frames of `chain` as decoded, whatever this process did before: handed over by the frames
+/// stage of this pass, else decoded again from the media at their timestamps (the same seek and
+/// decode, so the same pixels), else, when the media cannot be decoded again (deleted, or
+/// changed so the frame's size differs), read from their stored JPEGs (the only case where what
+/// a reader sees depends on the history of the run; it is counted).
+pub async fn decoded(
+    rec: &VideoRecord,
+    chain: &[FrameRef],
+    cx: &StageContext,
+) -> Result<(Vec<image::RgbImage>, FramesRead), StageError> {
+    let mut read = FramesRead::default();
+    let mut out: Vec<Option<image::RgbImage>> = chain
+        .iter()
+        .map(|f| cx.decoded.take(&rec.video_id, &f.path))
+        .collect();
+    read.handed = out.iter().flatten().count() as u64;
+    let missing: Vec<usize> = (0..chain.len()).filter(|&i| out[i].is_none()).collect();
+    if !missing.is_empty() {
+        let again = match cx.media_file(rec).await {
+            Ok(path) if path.exists() => {
+                let times: Vec<f64> = missing.iter().map(|&i| chain[i].timestamp_secs).collect();
+                // The stored size is the scaled size: its longer side is the cap it was scaled to.
+                let side = missing
+                    .iter()
+                    .map(|&i| chain[i].width.max(chain[i].height))
+                    .max();
+                cx.cpu
+                    .run(move || ffmpeg::grab_at(&path, &times, side))
+                    .await
+                    .ok()
+            }
+            _ => None,
+        };
+        let mut again = again.unwrap_or_default().into_iter();
+        for &i in &missing {
+            let f = &chain[i];
+            match again.next() {
+                Some(g) if g.image.dimensions() == (f.width, f.height) => {
+                    read.decoded_again += 1;
+                    out[i] = Some(g.image);
+                }
+                _ => {
+                    let jpeg = crate::runtime::stage::frame_jpeg(cx.store.as_ref(), f).await?;
+                    let img = cx
+                        .cpu
+                        .run(move || {
+                            image::load_from_memory(&jpeg)
+                                .map(|i| i.to_rgb8())
+                                .map_err(|e| StageError::data("bad_frame", e.to_string()))
+                        })
+                        .await?;
+                    read.from_jpeg += 1;
+                    out[i] = Some(img);
+                }
+            }
+        }
+    }
+    Ok((out.into_iter().flatten().collect(), read))
 }
 
 #[cfg(test)]

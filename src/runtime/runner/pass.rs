@@ -40,6 +40,7 @@ pub(super) struct PassEnv {
     /// Each stage's chain position: stages submit CPU work under it (later stages first).
     chain_pos: BTreeMap<String, u32>,
     local_media: crate::runtime::stage::LocalMedia,
+    decoded: crate::runtime::decoded::DecodedFrames,
 }
 
 /// Opens the run directory, checks the store and the pin, and sets up what the stages share.
@@ -59,6 +60,10 @@ pub(super) async fn open_pass(plan: &Plan, opts: &RunOptions) -> Result<PassEnv,
             .unwrap_or(2)
     });
     let cpu = CpuPool::new(threads);
+    let decoded = crate::runtime::decoded::DecodedFrames::new(
+        plan.runtime.decoded_frames_mib << 20,
+        decoded_readers(plan),
+    );
     // On an object store each worker's cache is in its own work folder: answers are shared
     // through the store (published with every shard commit, imported here).
     let cache = if store.local_path("").is_none() {
@@ -83,7 +88,26 @@ pub(super) async fn open_pass(plan: &Plan, opts: &RunOptions) -> Result<PassEnv,
         cache,
         chain_pos,
         local_media: Default::default(),
+        decoded,
     })
+}
+
+/// Each stage that provides the frames slot, with how many later stages read those frames as
+/// decoded (a reader reads the frames of the last such stage before it).
+fn decoded_readers(plan: &Plan) -> BTreeMap<String, u32> {
+    let mut readers = BTreeMap::new();
+    let mut feeder: Option<&str> = None;
+    for s in &plan.stages {
+        if s.task.reads_decoded_frames() {
+            if let Some(f) = feeder {
+                *readers.entry(f.to_string()).or_insert(0) += 1;
+            }
+        }
+        if s.task.provides() == crate::record::Slot::Frames {
+            feeder = Some(&s.id);
+        }
+    }
+    readers
 }
 
 impl PassEnv {
@@ -103,6 +127,7 @@ impl PassEnv {
             rank: self.rank,
             local_media: self.local_media.clone(),
             objects: Default::default(),
+            decoded: self.decoded.clone(),
         }
     }
 

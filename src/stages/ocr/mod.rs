@@ -1,6 +1,8 @@
 //! `ocr`: on-screen text of every sampled frame, with colour, layout and creator-added verdicts.
 //!
-//! Reads: the `frames` slot (JPEGs in the run directory). Writes: the `ocr` slot, one row per
+//! Reads: the `frames` slot, each frame as decoded (handed over by the frames stage, or decoded
+//! again from the media on a resumed run: `stages::frames::decoded`), never its JPEG unless the
+//! media is gone. Writes: the `ocr` slot, one row per
 //! text region (the `ocr_regions` table when the stage id is `ocr_regions`): text, score, box,
 //! layout (`layout.rs`), per-pixel stroke colour (`colour.rs`), creator-added verdict with its
 //! evidence (`creator.rs`). Calls: PP-OCRv4 det + cls + rec on ONNX Runtime (`crate::engines::ocr`), on the
@@ -97,8 +99,32 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     release: crate::stages::Release::Text,
 };
 
-/// The run summary's line: how much work reuse saved (and, verifying, whether it was exact).
+/// The run summary's line: how much work reuse saved (and, verifying, whether it was exact),
+/// and the frames not read as handed over by the frames stage.
 fn summary(stage_id: &str, c: &crate::runtime::StageCounts) -> String {
+    let n = |k: &str| c.tally.get(k).copied().unwrap_or(0);
+    let mut notes = vec![];
+    if n("frames_decoded_again") > 0 {
+        notes.push(format!(
+            "{} frames decoded again from the media (sampled by an earlier invocation, or past runtime.decoded_frames_mib)",
+            n("frames_decoded_again")
+        ));
+    }
+    if n("frames_from_jpeg") > 0 {
+        notes.push(format!(
+            "{} frames read from their stored JPEG because the media could not be decoded again (gone or changed; text may differ slightly from a read of the decoded frame)",
+            n("frames_from_jpeg")
+        ));
+    }
+    let reuse = reuse_summary(stage_id, c);
+    match (reuse.is_empty(), notes.is_empty()) {
+        (_, true) => reuse,
+        (true, false) => format!("{stage_id}: {}", notes.join("; ")),
+        (false, false) => format!("{reuse}; {}", notes.join("; ")),
+    }
+}
+
+fn reuse_summary(stage_id: &str, c: &crate::runtime::StageCounts) -> String {
     let n = |k: &str| c.tally.get(k).copied().unwrap_or(0);
     if n("frames") == 0 {
         return String::new();
@@ -138,6 +164,9 @@ impl super::PlainStage for OcrConfig {
     fn fingerprint(&self, mut compute: serde_json::Value) -> serde_json::Value {
         compute["models"] =
             serde_json::json!("PP-OCRv4 det/rec + mobile v2 cls (rapidocr-onnxruntime 1.4.4)");
+        // Rows of runs that read the stored JPEGs are not mixed with rows read from the
+        // decoded frames: a new version of this stage redoes them.
+        compute["input"] = serde_json::json!("decoded frames");
         compute
     }
     fn task(self, at: &[Seg], bcx: &BuildCx) -> Result<Box<dyn StageTask>, ConfigError> {
@@ -193,18 +222,15 @@ impl OcrStage {
 fn analyse_frame(
     engine: &OcrEngine,
     cfg: &OcrConfig,
-    jpeg: &[u8],
+    img: &image::RgbImage,
     frame_index: u32,
     timestamp_secs: f64,
     memory: &mut FrameMemory,
 ) -> Result<(Vec<(TextRegion, creator::ColourFacts)>, ReuseCounts), StageError> {
-    let img = image::load_from_memory(jpeg)
-        .map_err(|e| StageError::data("bad_frame", e.to_string()))?
-        .to_rgb8();
     let (fw, fh) = img.dimensions();
     let t0 = std::time::Instant::now();
     let (found, reused) = engine
-        .ocr_frame(&img, memory, cfg.reuse)
+        .ocr_frame(img, memory, cfg.reuse)
         .map_err(|e| StageError::internal("ocr_failed", e.to_string()))?;
     let t1 = std::time::Instant::now();
     let out: Vec<_> = found
@@ -221,7 +247,7 @@ fn analyse_frame(
                 ys.clone().fold(f32::MAX, f32::min).floor() as u32,
                 ys.fold(0f32, f32::max).ceil() as u32,
             );
-            let c = colour::measure(&img, x0, y0, x1, y1);
+            let c = colour::measure(img, x0, y0, x1, y1);
             let facts = creator::ColourFacts {
                 hue_spread: c.hue_spread,
                 val_spread: c.val_spread,
@@ -283,6 +309,9 @@ impl Processor for OcrStage {
     fn provides(&self) -> Slot {
         Slot::Ocr
     }
+    fn reads_decoded_frames(&self) -> bool {
+        true
+    }
 
     async fn process(
         &self,
@@ -301,24 +330,19 @@ impl Processor for OcrStage {
             _ => frames.len().div_ceil(engine.workers().max(1)).max(1),
         };
         let chains = frames.chunks(per_chain).map(|chain| {
-            let (engine, cfg, store, cpu) = (
-                engine.clone(),
-                self.cfg.clone(),
-                cx.store.clone(),
-                cx.cpu.clone(),
-            );
+            let (engine, cfg, cpu) = (engine.clone(), self.cfg.clone(), cx.cpu.clone());
             async move {
+                let (images, read) = crate::stages::frames::decoded(rec, chain, cx).await?;
                 let mut memory = FrameMemory::default();
                 let mut counts = ReuseCounts::default();
                 let mut rows = vec![];
-                for f in chain {
+                for (f, img) in chain.iter().zip(images) {
                     let (idx, ts) = (f.frame_index, f.timestamp_secs);
-                    let jpeg = crate::runtime::stage::frame_jpeg(store.as_ref(), f).await?;
                     let cfg = cfg.clone();
                     let engine = engine.clone();
                     let (found, c, m) = cpu
                         .run(move || {
-                            analyse_frame(&engine, &cfg, &jpeg, idx, ts, &mut memory)
+                            analyse_frame(&engine, &cfg, &img, idx, ts, &mut memory)
                                 .map(|(found, c)| (found, c, memory))
                         })
                         .await?;
@@ -326,14 +350,23 @@ impl Processor for OcrStage {
                     counts.add(&c);
                     rows.extend(found);
                 }
-                Ok::<_, StageError>((rows, counts))
+                Ok::<_, StageError>((rows, counts, read))
             }
         });
         let mut regions = vec![];
         let mut facts = vec![];
         let mut counts = ReuseCounts::default();
-        for (rows, c) in futures::future::try_join_all(chains).await? {
+        for (rows, c, read) in futures::future::try_join_all(chains).await? {
             counts.add(&c);
+            // Only what happened: a run that read every frame as handed over has no such key.
+            for (name, n) in [
+                ("frames_decoded_again", read.decoded_again),
+                ("frames_from_jpeg", read.from_jpeg),
+            ] {
+                if n > 0 {
+                    cx.tally.add(name, n);
+                }
+            }
             for (r, f) in rows {
                 regions.push(r);
                 facts.push(f);

@@ -1,0 +1,118 @@
+//! OCR reads each sampled frame as decoded, never its stored JPEG (issue 37), and the same
+//! pixels whatever the run's history: handed over by the frames stage in one invocation, or
+//! decoded again from the media when an earlier invocation sampled the frames. Only when the
+//! media cannot be decoded again does it fall back to the JPEG, and then the summary says so.
+
+use crate::need_ffmpeg;
+use crate::util::*;
+use std::path::Path;
+
+/// The OCR table as sorted rows (every column: text, box, colour, layout, verdicts; not the
+/// fingerprint, which names the frames' JPEG quality).
+fn ocr_rows(run: &Path) -> Vec<String> {
+    table_rows(&run.join("ocr"), &["stage_fingerprint"])
+}
+
+/// Equal tables, or the first rows that differ.
+fn same(got: &[String], want: &[String], what: &str) {
+    let diff: Vec<_> = got
+        .iter()
+        .zip(want)
+        .filter(|(a, b)| a != b)
+        .take(2)
+        .collect();
+    assert!(
+        got.len() == want.len() && diff.is_empty(),
+        "{what}: {} rows against {}; first differences: {diff:#?}",
+        got.len(),
+        want.len()
+    );
+}
+
+fn run_ok(p: &Path, run: &Path, cwd: &Path) -> String {
+    let o = run_into(p, run, cwd);
+    let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{stderr}");
+    stderr
+}
+
+#[test]
+fn ocr_reads_the_decoded_frame_whatever_the_history() {
+    need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    make_corpus(
+        &d.path().join("truth"),
+        &["--profile", "ocr-truth", "--clips", "2", "--seconds", "3"],
+    );
+    let src = "manifest = \"truth/manifest.csv\"";
+    // Scaled down (a 720p and a 1080p clip to 640 px), so decoding again must also scale alike.
+    let frames = |q: u32| format!("{{ count = 3, jpeg_quality = {q}, max_side = 640 }}");
+    let with_ocr = |q: u32, extra: &str| {
+        pipeline(src, &frames(q), extra) + "\n[[stages]]\nid = \"ocr\"\ntype = \"ocr\"\n"
+    };
+
+    // One invocation: the frames are handed over.
+    let p = d.path().join("a.toml");
+    write(&p, &with_ocr(95, ""));
+    let a = d.path().join("a");
+    let summary = run_ok(&p, &a, d.path());
+    let reference = ocr_rows(&a);
+    assert!(
+        reference.len() >= 6,
+        "too few regions to compare: {reference:?}"
+    );
+    assert!(!summary.contains("decoded again"), "{summary}");
+    assert!(counts(&a, "ocr")["tally"]["frames_decoded_again"].is_null());
+
+    // A JPEG of quality 10 changes nothing OCR reads.
+    let p = d.path().join("b.toml");
+    write(&p, &with_ocr(10, ""));
+    let b = d.path().join("b");
+    run_ok(&p, &b, d.path());
+    same(&ocr_rows(&b), &reference, "JPEG quality 10");
+
+    // Frames sampled by a first invocation, OCR added by a second: decoded again, same rows.
+    let p = d.path().join("c.toml");
+    write(&p, &pipeline(src, &frames(95), ""));
+    let c = d.path().join("c");
+    run_ok(&p, &c, d.path());
+    write(&p, &with_ocr(95, ""));
+    let summary = run_ok(&p, &c, d.path());
+    assert_eq!(counts(&c, "ocr")["tally"]["frames_decoded_again"], 6);
+    assert!(
+        summary.contains("6 frames decoded again from the media"),
+        "{summary}"
+    );
+    same(&ocr_rows(&c), &reference, "OCR added later");
+
+    // No room to hand frames over: decoded again, same rows.
+    let p = d.path().join("d.toml");
+    write(&p, &with_ocr(95, "[runtime]\ndecoded_frames_mib = 0\n"));
+    let e = d.path().join("d");
+    run_ok(&p, &e, d.path());
+    assert_eq!(counts(&e, "ocr")["tally"]["frames_decoded_again"], 6);
+    same(&ocr_rows(&e), &reference, "no hand-off");
+
+    // The media unreadable after sampling (deleted, or overwritten as here): the JPEGs are
+    // read, and the summary says so.
+    let p = d.path().join("g.toml");
+    write(&p, &pipeline(src, &frames(95), ""));
+    let g = d.path().join("g");
+    run_ok(&p, &g, d.path());
+    for v in ["truth000", "truth001"] {
+        write(
+            &d.path().join(format!("truth/videos/{v}.mp4")),
+            "not a video any more",
+        );
+    }
+    write(&p, &with_ocr(95, ""));
+    let summary = run_ok(&p, &g, d.path());
+    assert_eq!(counts(&g, "ocr")["tally"]["frames_from_jpeg"], 6);
+    assert!(
+        summary.contains(
+            "6 frames read from their stored JPEG because the media could not be decoded again"
+        ),
+        "{summary}"
+    );
+    assert!(!ocr_rows(&g).is_empty());
+}
