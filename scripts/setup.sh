@@ -61,10 +61,12 @@ fi
 
 # The readers users load a release with, for the release tests: Hugging Face datasets, DuckDB,
 # Polars (and pyarrow through datasets), Pillow (datasets decodes images with it); scikit-learn and
-# rouge-score for the metrics cross-checks. Pinned, own venv.
+# rouge-score for the metrics cross-checks; mlcroissant, which validates croissant.json and loads
+# its records (tests/croissant.rs); blake3, with which scripts/bench/analyze.py checksums the
+# shards it grows a run with, as the run's own writer does. Pinned, own venv.
 READERS=data/venv-readers
-READERS_PKGS=('datasets==5.2.0' 'duckdb==2.0.0' 'polars==2.1.0' 'scikit-learn==1.9.1' 'pillow==12.0.0' 'rouge-score==0.1.2')
-if ! "$READERS/bin/python" -c "import datasets, duckdb, polars, sklearn, PIL, rouge_score, sys; sys.exit(datasets.__version__ != '5.2.0')" 2>/dev/null; then
+READERS_PKGS=('datasets==5.2.0' 'duckdb==2.0.0' 'polars==2.1.0' 'scikit-learn==1.9.1' 'pillow==12.0.0' 'rouge-score==0.1.2' 'mlcroissant==1.1.1' 'blake3==1.0.11')
+if ! "$READERS/bin/python" -c "import datasets, duckdb, polars, sklearn, PIL, rouge_score, mlcroissant, blake3, sys; sys.exit(datasets.__version__ != '5.2.0')" 2>/dev/null; then
   echo "setup: installing ${READERS_PKGS[*]} into $READERS"
   "$PY" -m venv "$READERS"
   "$READERS/bin/pip" install -q "${READERS_PKGS[@]}"

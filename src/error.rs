@@ -130,6 +130,9 @@ pub enum Exit {
     Unfinished,
     /// Interrupted (Ctrl-C): rerun to resume.
     Interrupted,
+    /// Done, and found what a check looks for (`overlap`: shared videos or items), so a script
+    /// can gate on it.
+    Found,
 }
 
 impl RunError {

@@ -13,6 +13,7 @@ pub mod error;
 pub mod paths;
 pub mod plan;
 pub mod record;
+pub mod release;
 pub mod report;
 pub mod runtime;
 pub mod secrets;

@@ -5,8 +5,8 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use vidcurate::commands::{
-    analyze, annotate, batch, cache, evaluate, gc, items, ocr, queries, questions, release,
-    rethreshold, run, split, status, tasks, validate, verify,
+    analyze, annotate, batch, cache, evaluate, gc, items, ocr, overlap, queries, questions,
+    rehydrate, release, rethreshold, run, split, status, takedown, tasks, validate, verify,
 };
 use vidcurate::error::{Exit, RunError};
 
@@ -44,6 +44,9 @@ enum Cmd {
     Rethreshold(rethreshold::Args),
     Split(split::Args),
     Release(release::Args),
+    Overlap(overlap::Args),
+    Rehydrate(rehydrate::Args),
+    Takedown(takedown::Args),
     Evaluate(evaluate::Args),
     /// Human annotation round trip (RiskCue's 8 fields) with Label Studio or a spreadsheet:
     /// `annotate export` writes the tasks, `annotate import` reads the annotations back.
@@ -92,6 +95,9 @@ fn dispatch(cmd: Cmd) -> Result<Exit, RunError> {
         Cmd::Rethreshold(a) => rethreshold::run(a),
         Cmd::Split(a) => split::run(a),
         Cmd::Release(a) => release::run(a),
+        Cmd::Overlap(a) => overlap::run(a),
+        Cmd::Rehydrate(a) => rehydrate::run(a),
+        Cmd::Takedown(a) => takedown::run(a),
         Cmd::Evaluate(a) => evaluate::run(a),
         Cmd::Annotate { cmd } => annotate::run(cmd),
         Cmd::Status(a) => status::run(a),
@@ -113,6 +119,7 @@ fn exit_code(r: &Result<Exit, RunError>) -> u8 {
     match r {
         Ok(Exit::Done) => 0,
         Ok(Exit::Rejected) => 3,
+        Ok(Exit::Found) => 1,
         Ok(Exit::Invalid) | Err(RunError::Config(_)) => 2,
         Err(RunError::Stopped(_)) => 4,
         Ok(Exit::Unfinished) => 5,

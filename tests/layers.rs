@@ -24,6 +24,7 @@ const LAYERS: &[&str] = &[
     "stages",
     "plan",
     "report",
+    "release",
     "commands",
 ];
 

@@ -181,20 +181,26 @@ fn a_run_through_slow_downs_500s_cut_bodies_and_a_stall_equals_a_local_run() {
 
     let url = bucket("faulty");
     let (endpoint, faults) = start_proxy();
-    let o = std::process::Command::new(bin())
-        .args(["run", p.to_str().unwrap(), "--out", &url, "-q"])
-        .current_dir(d.path())
-        .env("RUST_LOG", "warn")
-        .env("AWS_ACCESS_KEY_ID", "testing")
-        .env("AWS_SECRET_ACCESS_KEY", SECRET)
-        .env("AWS_DEFAULT_REGION", "us-east-1")
-        .env("AWS_ENDPOINT_URL", &endpoint)
-        .env("AWS_ALLOW_HTTP", "true")
-        .output()
-        .unwrap();
+    let through_proxy = |args: &[&str]| {
+        std::process::Command::new(bin())
+            .args(args)
+            .current_dir(d.path())
+            .env("RUST_LOG", "warn")
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", SECRET)
+            .env("AWS_DEFAULT_REGION", "us-east-1")
+            .env("AWS_ENDPOINT_URL", &endpoint)
+            .env("AWS_ALLOW_HTTP", "true")
+            .output()
+            .unwrap()
+    };
+    let o = through_proxy(&["run", p.to_str().unwrap(), "--out", &url, "-q"]);
+    // OCR reads the frames as decoded, so the run itself reads few objects: `verify` reads
+    // every one of them through the same faults.
+    let v = through_proxy(&["verify", &url]);
     let (stdout, stderr) = (
-        String::from_utf8_lossy(&o.stdout).to_string(),
-        String::from_utf8_lossy(&o.stderr).to_string(),
+        String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&v.stdout),
+        String::from_utf8_lossy(&o.stderr).to_string() + &String::from_utf8_lossy(&v.stderr),
     );
     let n = |a: &AtomicU64| a.load(Ordering::SeqCst);
     let seen = format!(
@@ -211,6 +217,7 @@ fn a_run_through_slow_downs_500s_cut_bodies_and_a_stall_equals_a_local_run() {
     );
     eprintln!("{seen}");
     assert_eq!(o.status.code(), Some(3), "{seen}\n{stderr}");
+    assert_eq!(v.status.code(), Some(0), "verify: {seen}\n{stderr}");
     for (what, count) in [
         ("503 SlowDown", &faults.slow_down),
         ("500 InternalError", &faults.internal),

@@ -21,6 +21,7 @@
 pub mod derive;
 pub mod formats;
 pub mod metrics;
+pub mod overlap;
 pub mod review;
 pub mod rounds;
 pub mod score;

@@ -138,18 +138,48 @@ pub fn build(
         o.remove("yt_dlp");
         o.remove("timeout_secs");
     }
-    crate::tls::ensure_provider();
-    let http = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(30))
-        .user_agent(concat!("vidcurate/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| bcx.src.error_at(compute_at, format!("HTTP client: {e}")))?;
+    let http =
+        http_client().map_err(|e| bcx.src.error_at(compute_at, format!("HTTP client: {e}")))?;
     Ok(Built {
         task: Box::new(ProcessorTask(Arc::new(DownloadStage { cfg, ytdlp, http }))),
         compute: json,
         version: 1,
         default_in_flight: 4,
     })
+}
+
+/// The client of direct links, for the stage and for `fetch_detached` alike.
+fn http_client() -> reqwest::Result<reqwest::Client> {
+    crate::tls::ensure_provider();
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(30))
+        .user_agent(concat!("vidcurate/", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+/// Fetches one video's `url` as the stage would (yt-dlp for YouTube and `yt_dlp_hosts`, HTTP
+/// otherwise), outside a run: `work` stands in for the run directory and receives the object.
+/// `vidcurate rehydrate` checks a release's media with it, so a fetch there fails exactly as it
+/// would in a run (the same status codes, the same YouTube opt-in).
+pub async fn fetch_detached(
+    cfg: DownloadConfig,
+    video_id: &str,
+    url: &str,
+    work: &Path,
+) -> Result<Download, StageError> {
+    let http = http_client().map_err(|e| StageError::internal("http_client", e.to_string()))?;
+    let ytdlp = cfg.yt_dlp.clone();
+    let stage = DownloadStage { cfg, ytdlp, http };
+    let cx = StageContext::detached(work)
+        .map_err(|e| StageError::internal("media_store", e.to_string()))?;
+    let source = crate::record::SourceInfo {
+        url: Some(url.to_string()),
+        ..Default::default()
+    };
+    let rec = VideoRecord::new(video_id.to_string(), source, vec![]);
+    let mut rows = stage.process(&rec, &cx).await?;
+    rows.pop()
+        .ok_or_else(|| StageError::internal("no_media", format!("{url}: nothing fetched")))
 }
 
 pub(crate) fn is_youtube(url: &str) -> bool {

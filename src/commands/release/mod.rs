@@ -8,9 +8,14 @@
 //! video), `frames/<video>/NNNNN.jpg` when frames are kept as files,
 //! `perturbations/<split>-…parquet` (RiskCue §3.4: the frame order of each variant) and
 //! `README.md`, a dataset card whose YAML front matter declares the configs, the features and
-//! the split sizes. Calls nothing; caches nothing.
+//! the split sizes, and last `croissant.json` (Croissant 1.1: each config a RecordSet, every
+//! file's SHA-256, the Responsible-AI fields). Calls nothing; caches nothing (reads the response
+//! cache's totals for the card's cost).
 
 mod card;
+mod cost;
+mod croissant;
+pub mod harness;
 mod inputs;
 mod questions;
 mod rows;
@@ -58,6 +63,19 @@ pub struct ReleaseOptions {
     /// Seed of the shuffled perturbation.
     #[arg(long, default_value_t = 13)]
     pub seed: u64,
+    /// A TOML file with what only a person can say about the dataset, for README.md and
+    /// croissant.json: description, license, url, version, citation, creators, and the
+    /// Responsible-AI fields data_limitations, data_biases, personal_sensitive_information,
+    /// data_use_cases, data_social_impact, has_synthetic_data (true/false),
+    /// annotator_demographics, maintenance_plan. Missing ones get a placeholder and a warning.
+    #[arg(long, value_name = "FILE")]
+    pub card: Option<PathBuf>,
+    /// Also export the questions for an evaluation harness (repeat for both): `lmms-eval`
+    /// writes harness/lmms_eval/ (tasks per level, a group, utils.py) for
+    /// `lmms_eval --include_path`; `vlmevalkit` writes harness/vlmevalkit/<Name>.tsv and its
+    /// CircularEval copy <Name>_CIRC.tsv for VLMEvalKit's LMUData. Both score as `evaluate` does.
+    #[arg(long, value_enum, value_name = "HARNESS")]
+    pub harness: Vec<harness::Harness>,
 }
 
 /// What a release wrote.
@@ -110,12 +128,20 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
             "--rows-per-file must be at least 1".into(),
         ));
     }
+    let person = croissant::CardSettings::read(opts.card.as_deref())?;
     let run = crate::store::run::RunView::open(run_dir).await?;
     let (store, m) = (&run.store, &run.manifest);
     let (order, by_split, split_report) = read_split(&store, &opts.split).await?;
     let inputs = read_inputs(&store, &m).await?;
     let out = &opts.out;
-    for sub in ["data", "frames", "perturbations", "questions", "tasks"] {
+    for sub in [
+        "data",
+        "frames",
+        "perturbations",
+        "questions",
+        "tasks",
+        "harness",
+    ] {
         let d = out.join(sub);
         if d.exists() {
             std::fs::remove_dir_all(&d).map_err(|e| RunError::io(d.display().to_string(), e))?;
@@ -189,10 +215,26 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
         langs.as_ref(),
         questions.as_ref(),
         &tasks,
+        &cost::run_cost(run_dir, m)?,
+        &person,
         opts,
     );
+    let avail = crate::release::availability::write_manifest(&run, &order, &by_split, out).await?;
+    let card = card + &availability(&avail);
     let readme = out.join("README.md");
     std::fs::write(&readme, card).map_err(|e| RunError::io(readme.display().to_string(), e))?;
+    // Last: it lists the checksum of every file written above.
+    let known = croissant::Known {
+        m,
+        funnel: &funnel,
+        langs: langs.as_ref(),
+        questions: questions.as_ref(),
+        tasks: &tasks,
+        videos: sizes.iter().map(|(_, n, _)| n).sum(),
+    };
+    croissant::write(out, &known, &person)?;
+    // After the checksums: the export verifies the folder against them, then lists its files.
+    harness::export(out, &opts.harness)?;
     Ok(ReleaseReport {
         out: out.clone(),
         splits: sizes.into_iter().map(|(s, n, _)| (s, n)).collect(),
@@ -288,7 +330,7 @@ fn write_perturbations(
 /// (configs, features, split sizes), the funnel, the settings, licence notes, provenance.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  vidcurate split data/runs/demo --stratify label\n  vidcurate release data/runs/demo --out data/releases/demo\n  vidcurate release data/runs/demo --out /tmp/demo-hf --frames bytes --split default"
+    after_help = "Examples:\n  vidcurate split data/runs/demo --stratify label\n  vidcurate release data/runs/demo --out data/releases/demo\n  vidcurate release data/runs/demo --out /tmp/demo-hf --frames bytes --split default\n  vidcurate release data/runs/q --out data/releases/q --harness lmms-eval --harness vlmevalkit"
 )]
 pub struct Args {
     /// A run directory or object-store URL (s3://bucket/prefix, …).

@@ -1,0 +1,143 @@
+//! VLMEvalKit's custom multiple-choice dataset: `harness/vlmevalkit/<Name>.tsv` and its
+//! CircularEval copy `<Name>_CIRC.tsv`. Copy them into `$LMUData` and pass `--data <Name>`.
+//!
+//! What VLMEvalKit's loader asks of such a file (`vlmeval/dataset/__init__.py::build_dataset`,
+//! `image_base.py::ImageBaseDataset.__init__`, `utils/multiple_choice.py::mcq_circular_eval`):
+//! a `question` column and `A`, `B` make it a `CustomMCQDataset` when `image` or `image_path`
+//! is there; `image` is one base64 image, or a Python list of them (several frames), or — at
+//! most 64 characters — the `index` of another row whose images it shares; `image_path` holds
+//! the file names the decoded images are saved under, a list as long as `image`'s; rows without
+//! an image are dropped. CircularEval groups rows by `index % 1_000_000`: the original at
+//! `index` < 1,000,000 and each rotated copy at `r * 1_000_000 + index`.
+//!
+//! Here `category` is the level, `l2-category` the video's split; `item_id`, `video_id` and
+//! `rotation` are extra columns VLMEvalKit carries along and `vidcurate evaluate` reads.
+
+use super::super::questions::ReleasedItem;
+use super::{Frame, read_frames, write_text};
+use crate::error::RunError;
+use base64::Engine;
+use std::path::{Path, PathBuf};
+
+/// Where rotated copies start: VLMEvalKit's circular grouping is `index % 1_000_000`.
+pub const CIRCULAR_OFFSET: usize = 1_000_000;
+
+/// A TSV cell: quoted when it holds a tab, a newline or a quote, as pandas' reader expects.
+fn cell(s: &str) -> String {
+    if s.contains(['\t', '\n', '\r', '"']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// A Python list literal of strings (what VLMEvalKit's `toliststr` reads back).
+fn py_list(xs: &[String]) -> String {
+    serde_json::to_string(xs).unwrap_or_default()
+}
+
+fn images(release: &Path, frames: &[Frame]) -> Result<Vec<String>, RunError> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    frames
+        .iter()
+        .map(|f| match &f.bytes {
+            Some(b) => Ok(b64.encode(b)),
+            None => {
+                let p = release.join(&f.path);
+                let b = std::fs::read(&p).map_err(|e| RunError::io(p.display().to_string(), e))?;
+                Ok(b64.encode(b))
+            }
+        })
+        .collect()
+}
+
+pub(super) fn write(
+    release: &Path,
+    name: &str,
+    items: &[ReleasedItem],
+) -> Result<Vec<PathBuf>, RunError> {
+    let frames = read_frames(release)?;
+    if items.len() >= CIRCULAR_OFFSET {
+        return Err(RunError::Config(format!(
+            "{} items: VLMEvalKit's circular indices allow under {CIRCULAR_OFFSET}",
+            items.len()
+        )));
+    }
+    let width = items.iter().map(|i| i.options.len()).max().unwrap_or(0);
+    let letters: Vec<char> = ('A'..='Z').take(width).collect();
+    let mut head = vec!["index".to_string(), "question".into()];
+    head.extend(letters.iter().map(|c| c.to_string()));
+    head.extend(
+        [
+            "answer",
+            "category",
+            "l2-category",
+            "image",
+            "image_path",
+            "item_id",
+            "video_id",
+            "rotation",
+        ]
+        .map(String::from),
+    );
+    let mut plain = head.join("\t") + "\n";
+    let mut circ = plain.clone();
+    for (i, it) in items.iter().enumerate() {
+        let fs = frames
+            .get(&it.video_id)
+            .filter(|f| !f.is_empty())
+            .ok_or_else(|| {
+                RunError::Config(format!(
+                    "{}: video {} has no frames in the release; VLMEvalKit shows frames as images \
+                 (release with --frames paths or --frames bytes)",
+                    release.join("data").display(),
+                    it.video_id
+                ))
+            })?;
+        let imgs = images(release, fs)?;
+        let paths: Vec<String> = (0..fs.len())
+            .map(|k| format!("{}_{k:05}.jpg", super::ident(&it.video_id)))
+            .collect();
+        let n = it.options.len();
+        let answer = (it.answer.as_bytes().first().copied().unwrap_or(b'A') - b'A') as usize;
+        for r in 0..n {
+            let index = r * CIRCULAR_OFFSET + i;
+            let mut row = vec![index.to_string(), cell(&it.question)];
+            for k in 0..width {
+                row.push(if k < n {
+                    cell(&it.options[(k + r) % n])
+                } else {
+                    String::new()
+                });
+            }
+            // Letter k shows option (k + r) mod n, so the right option sits at (answer - r).
+            row.push(letters[(answer + n - r) % n].to_string());
+            row.push(cell(&it.level));
+            row.push(cell(&it.split));
+            // Rotated copies share the original's images by its index (VLMEvalKit's ≤ 64 rule).
+            row.push(if r == 0 {
+                if imgs.len() == 1 {
+                    imgs[0].clone()
+                } else {
+                    py_list(&imgs)
+                }
+            } else {
+                i.to_string()
+            });
+            row.push(cell(&py_list(&paths)));
+            row.push(cell(&it.item_id));
+            row.push(cell(&it.video_id));
+            row.push(r.to_string());
+            let line = row.join("\t") + "\n";
+            if r == 0 {
+                plain += &line;
+            }
+            circ += &line;
+        }
+    }
+    let dir = release.join("harness/vlmevalkit");
+    Ok(vec![
+        write_text(&dir.join(format!("{name}.tsv")), &plain)?,
+        write_text(&dir.join(format!("{name}_CIRC.tsv")), &circ)?,
+    ])
+}

@@ -1,0 +1,559 @@
+//! Whether a release's videos can still be had, and taking one out of it.
+//!
+//! `manifest.parquet` (written by `vidcurate release`) lists every released video once:
+//! `video_id`, `split`, `url`, `media_sha256` (SHA-256 of the media file the run used, null when
+//! the run no longer had it) and `duration_secs` (the probe's container duration, else what the
+//! source reported). `vidcurate rehydrate` fetches the URLs again and compares; `vidcurate
+//! takedown` removes videos from every file of the folder. Parquet, not CSV: the columns keep
+//! their types (a float duration, a null checksum is null and not an empty string) and every
+//! reader the release already needs opens it.
+
+use crate::error::RunError;
+use crate::runtime::chain::SOURCE_STAGE_ID;
+use crate::store::run::RunView;
+use crate::store::shards::{read_table, text_column};
+use arrow::array::{Array, BooleanArray, Float64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+mod card;
+pub use card::{card_with_removals, card_with_sizes};
+
+/// The manifest's file name inside a release folder.
+pub const MANIFEST_FILE: &str = "manifest.parquet";
+/// Every removal, one JSON object a line: `video_id`, `date`, `reason`.
+pub const TAKEDOWNS_FILE: &str = "takedowns.jsonl";
+
+/// One video of a release as the manifest lists it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ManifestRow {
+    pub video_id: String,
+    pub split: String,
+    pub url: Option<String>,
+    pub media_sha256: Option<String>,
+    pub duration_secs: Option<f64>,
+}
+
+/// What `write_manifest` wrote, for the card.
+#[derive(Debug, Clone, Default)]
+pub struct ManifestWritten {
+    pub videos: usize,
+    /// Videos whose media file the run no longer had: their `media_sha256` is null.
+    pub without_media: usize,
+    pub without_url: usize,
+    pub without_duration: usize,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
+    move |e| RunError::io(path.display().to_string(), e)
+}
+
+/// Each video's value of a column of the run's table of `stage_id` (as text), or nothing when
+/// the run has no such stage or column.
+async fn column_of(
+    run: &RunView,
+    stage_id: Option<&str>,
+    column: &str,
+) -> Result<HashMap<String, String>, RunError> {
+    let Some(st) = stage_id.and_then(|id| run.manifest.stages.iter().find(|s| s.id == id)) else {
+        return Ok(HashMap::new());
+    };
+    let view = read_table(&run.store, &st.id, &st.fingerprint, true).await?;
+    let mut out = HashMap::new();
+    for b in &view.batches {
+        let (Some(ids), Some(col)) = (text_column(b, "video_id"), text_column(b, column)) else {
+            continue;
+        };
+        for i in 0..b.num_rows() {
+            if !col.is_null(i) {
+                out.entry(ids.value(i).to_string())
+                    .or_insert_with(|| col.value(i).to_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The id of the run's last stage of `kind` (the one whose output later stages used).
+fn last_of_kind<'a>(run: &'a RunView, kind: &str) -> Option<&'a str> {
+    run.manifest
+        .stages
+        .iter()
+        .rev()
+        .find(|s| s.kind == kind)
+        .map(|s| s.id.as_str())
+}
+
+/// SHA-256 of the media at `path` (relative to the run, or absolute for a local source), None
+/// when the run no longer has it. An object-store run's media are fetched to a temporary file.
+async fn media_sha256(run: &RunView, path: &str) -> Result<Option<String>, RunError> {
+    let sha = |p: &Path| match super::integrity::sha256_file(p) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(RunError::io(p.display().to_string(), e)),
+    };
+    if Path::new(path).is_absolute() {
+        return sha(Path::new(path));
+    }
+    if let Some(local) = run.store.local_path(path) {
+        return sha(&local);
+    }
+    let tmp = tempfile::NamedTempFile::new().map_err(|e| RunError::io("temporary file", e))?;
+    match run.store.get_file(path, tmp.path()).await {
+        Ok(()) => sha(tmp.path()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(RunError::io(format!("{}/{path}", run.store.location()), e)),
+    }
+}
+
+/// Writes `manifest.parquet` into the release folder `out`: one row per video of the split, in
+/// the release's split order. The media path is the download stage's (else the source's file).
+pub async fn write_manifest(
+    run: &RunView,
+    order: &[String],
+    by_split: &BTreeMap<String, Vec<String>>,
+    out: &Path,
+) -> Result<ManifestWritten, RunError> {
+    let download = last_of_kind(run, "download");
+    let probe = last_of_kind(run, "probe");
+    let source_url = column_of(run, Some(SOURCE_STAGE_ID), "url").await?;
+    let source_path = column_of(run, Some(SOURCE_STAGE_ID), "path").await?;
+    let source_secs = column_of(run, Some(SOURCE_STAGE_ID), "duration_secs").await?;
+    let dl_url = column_of(run, download, "url").await?;
+    let dl_path = column_of(run, download, "path").await?;
+    let probed_secs = column_of(run, probe, "duration_secs").await?;
+    let mut rows = vec![];
+    let mut w = ManifestWritten::default();
+    for split in order {
+        for id in by_split.get(split).into_iter().flatten() {
+            let media = dl_path.get(id).or_else(|| source_path.get(id));
+            let media_sha256 = match media {
+                Some(p) => media_sha256(run, p).await?,
+                None => None,
+            };
+            let duration_secs = probed_secs
+                .get(id)
+                .or_else(|| source_secs.get(id))
+                .and_then(|s| s.parse::<f64>().ok());
+            let url = source_url.get(id).or_else(|| dl_url.get(id)).cloned();
+            w.without_media += media_sha256.is_none() as usize;
+            w.without_url += url.is_none() as usize;
+            w.without_duration += duration_secs.is_none() as usize;
+            rows.push(ManifestRow {
+                video_id: id.clone(),
+                split: split.clone(),
+                url,
+                media_sha256,
+                duration_secs,
+            });
+        }
+    }
+    w.videos = rows.len();
+    let path = out.join(MANIFEST_FILE);
+    let bytes = crate::store::shards::encode_table(&manifest_batch(&rows)?)?;
+    crate::store::write_file(&path, &bytes).map_err(io(&path))?;
+    Ok(w)
+}
+
+fn manifest_batch(rows: &[ManifestRow]) -> Result<RecordBatch, RunError> {
+    let text = |f: &dyn Fn(&ManifestRow) -> Option<&str>| -> Arc<dyn Array> {
+        Arc::new(rows.iter().map(f).collect::<StringArray>())
+    };
+    let schema = Schema::new(vec![
+        Field::new("video_id", DataType::Utf8, false),
+        Field::new("split", DataType::Utf8, false),
+        Field::new("url", DataType::Utf8, true),
+        Field::new("media_sha256", DataType::Utf8, true),
+        Field::new("duration_secs", DataType::Float64, true),
+    ]);
+    RecordBatch::try_new(
+        Arc::new(schema),
+        vec![
+            text(&|r| Some(&r.video_id)),
+            text(&|r| Some(&r.split)),
+            text(&|r| r.url.as_deref()),
+            text(&|r| r.media_sha256.as_deref()),
+            Arc::new(
+                rows.iter()
+                    .map(|r| r.duration_secs)
+                    .collect::<Float64Array>(),
+            ),
+        ],
+    )
+    .map_err(|e| RunError::Internal(format!("{MANIFEST_FILE}: {e}")))
+}
+
+/// A Parquet file's schema and rows (the schema too, so a file with no rows keeps its columns).
+pub fn read_parquet(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>), RunError> {
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let data = bytes::Bytes::from(std::fs::read(path).map_err(io(path))?);
+    let bad = |e: &dyn std::fmt::Display| {
+        RunError::Config(format!(
+            "{}: not a readable Parquet file: {e}",
+            path.display()
+        ))
+    };
+    let builder = ParquetRecordBatchReaderBuilder::try_new(data).map_err(|e| bad(&e))?;
+    let schema = builder.schema().clone();
+    let batches = builder
+        .build()
+        .map_err(|e| bad(&e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(&e))?;
+    Ok((schema, batches))
+}
+
+/// The release's manifest. A folder without one is bad input, said with what was expected.
+pub fn read_manifest(release: &Path) -> Result<Vec<ManifestRow>, RunError> {
+    let path = release.join(MANIFEST_FILE);
+    if !path.exists() {
+        return Err(RunError::Config(format!(
+            "{}: no {MANIFEST_FILE}: expected a folder written by `vidcurate release` (which lists every video's video_id, split, url, media_sha256 and duration_secs there); release the run again to add one",
+            release.display()
+        )));
+    }
+    let (_, batches) = read_parquet(&path)?;
+    let mut out = vec![];
+    for b in &batches {
+        let col = |name: &str| {
+            text_column(b, name).ok_or_else(|| {
+                RunError::Config(format!(
+                    "{}: no column `{name}` (expected video_id, split, url, media_sha256, duration_secs)",
+                    path.display()
+                ))
+            })
+        };
+        let (ids, splits, urls, shas, secs) = (
+            col("video_id")?,
+            col("split")?,
+            col("url")?,
+            col("media_sha256")?,
+            col("duration_secs")?,
+        );
+        let opt = |a: &StringArray, i: usize| (!a.is_null(i)).then(|| a.value(i).to_string());
+        for i in 0..b.num_rows() {
+            out.push(ManifestRow {
+                video_id: ids.value(i).to_string(),
+                split: splits.value(i).to_string(),
+                url: opt(&urls, i),
+                media_sha256: opt(&shas, i),
+                duration_secs: opt(&secs, i).and_then(|s| s.parse().ok()),
+            });
+        }
+    }
+    Ok(out)
+}
+
+// --- takedown ---------------------------------------------------------------------------------
+
+/// What a takedown did.
+#[derive(Debug, Default)]
+pub struct TakedownReport {
+    /// Ids recorded as removed now.
+    pub recorded: Vec<String>,
+    /// Ids already recorded by an earlier takedown (their files are checked again).
+    pub already: Vec<String>,
+    /// Files rewritten without the videos' rows, relative to the release.
+    pub rewritten: Vec<String>,
+    pub rows_removed: usize,
+    pub frame_folders_removed: usize,
+}
+
+/// Removes the videos `ids` from every file of the release folder: rows of every Parquet file
+/// with a `video_id` column (data, perturbations, questions, tasks, the manifest), lines of
+/// TSV and JSONL exports, the `frames/<id>/` folders; then updates the card's split sizes,
+/// records the removal (card and `takedowns.jsonl`) and refreshes `croissant.json`'s checksums.
+///
+/// Every new file is computed before any is written, and each is written beside its target and
+/// renamed over it, so an unknown id or an unreadable file changes nothing, and a crash leaves
+/// files that are each whole; running the takedown again finishes it (it is idempotent).
+pub fn takedown(
+    release: &Path,
+    ids: &[String],
+    reason: Option<&str>,
+    date: &str,
+) -> Result<TakedownReport, RunError> {
+    let recorded = recorded_ids(release)?;
+    let known = release_ids(release)?;
+    let unknown: Vec<&String> = ids
+        .iter()
+        .filter(|id| !known.contains(*id) && !recorded.contains(*id))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(RunError::Config(format!(
+            "{}: no video {} in this release (expected ids from {MANIFEST_FILE} or data/); nothing changed",
+            release.display(),
+            unknown
+                .iter()
+                .map(|s| format!("`{s}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let gone: BTreeSet<String> = ids.iter().cloned().collect();
+    let mut report = TakedownReport::default();
+    let mut writes: Vec<(std::path::PathBuf, Vec<u8>)> = vec![];
+    let mut rows_now: HashMap<String, usize> = HashMap::new();
+    for rel in
+        super::integrity::release_files(release).map_err(|e| RunError::Config(e.to_string()))?
+    {
+        let path = release.join(&rel);
+        let new = match rel.rsplit('.').next() {
+            Some("parquet") => {
+                let (bytes, kept, removed) = without_rows_parquet(&path, &gone)?;
+                rows_now.insert(rel.clone(), kept);
+                report.rows_removed += removed;
+                bytes
+            }
+            Some("tsv") => without_rows_tsv(&path, &gone)?,
+            Some("jsonl") if rel != TAKEDOWNS_FILE => without_rows_jsonl(&path, &gone)?,
+            _ => None,
+        };
+        if let Some(bytes) = new {
+            report.rewritten.push(rel);
+            writes.push((path, bytes));
+        }
+    }
+    for id in &gone {
+        if recorded.contains(id) {
+            report.already.push(id.clone());
+        } else {
+            report.recorded.push(id.clone());
+        }
+    }
+    let readme = release.join("README.md");
+    if readme.exists() {
+        let card = std::fs::read_to_string(&readme).map_err(io(&readme))?;
+        let mut new = card_with_sizes(&card, &rows_now);
+        new = card_with_removals(&new, &report.recorded, date, reason);
+        if new != card {
+            report.rewritten.push("README.md".into());
+            writes.push((readme, new.into_bytes()));
+        }
+    }
+    for (path, bytes) in &writes {
+        crate::store::write_file(path, bytes).map_err(io(path))?;
+    }
+    for id in &gone {
+        let dir = release.join("frames").join(id);
+        if dir.is_dir() {
+            std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
+            report.frame_folders_removed += 1;
+        }
+    }
+    // Last: a crash before this line leaves the id unrecorded, so a rerun does it all again.
+    append_takedowns(release, &report.recorded, date, reason)?;
+    match super::integrity::refresh(release) {
+        Ok(()) | Err(super::integrity::IntegrityError::NoCroissant(_)) => {}
+        Err(e) => return Err(RunError::Config(e.to_string())),
+    }
+    Ok(report)
+}
+
+/// The ids earlier takedowns recorded.
+pub fn recorded_ids(release: &Path) -> Result<BTreeSet<String>, RunError> {
+    let path = release.join(TAKEDOWNS_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeSet::new()),
+        Err(e) => return Err(io(&path)(e)),
+    };
+    let mut out = BTreeSet::new();
+    for (n, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| {
+            RunError::Config(format!("{}:{}: not JSON: {e}", path.display(), n + 1))
+        })?;
+        let id = v["video_id"].as_str().ok_or_else(|| {
+            RunError::Config(format!("{}:{}: no `video_id`", path.display(), n + 1))
+        })?;
+        out.insert(id.to_string());
+    }
+    Ok(out)
+}
+
+/// The videos a release holds: its manifest's and its data rows'.
+fn release_ids(release: &Path) -> Result<BTreeSet<String>, RunError> {
+    let mut out = BTreeSet::new();
+    if release.join(MANIFEST_FILE).exists() {
+        out.extend(read_manifest(release)?.into_iter().map(|r| r.video_id));
+    }
+    let data = release.join("data");
+    if let Ok(rd) = std::fs::read_dir(&data) {
+        for e in rd {
+            let p = e.map_err(io(&data))?.path();
+            if p.extension().is_some_and(|x| x == "parquet") {
+                for b in read_parquet(&p)?.1 {
+                    if let Some(ids) = text_column(&b, "video_id") {
+                        out.extend(ids.iter().flatten().map(String::from));
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The file without the rows of `gone` (None when it has none of them or no `video_id`), and
+/// the rows it keeps and drops.
+fn without_rows_parquet(
+    path: &Path,
+    gone: &BTreeSet<String>,
+) -> Result<(Option<Vec<u8>>, usize, usize), RunError> {
+    let (schema, batches) = read_parquet(path)?;
+    let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    if schema.column_with_name("video_id").is_none() {
+        return Ok((None, total, 0));
+    }
+    let mut kept = vec![];
+    for b in &batches {
+        let ids = text_column(b, "video_id").ok_or_else(|| {
+            RunError::Config(format!("{}: `video_id` is not text", path.display()))
+        })?;
+        let keep: BooleanArray = ids
+            .iter()
+            .map(|id| Some(!id.is_some_and(|id| gone.contains(id))))
+            .collect();
+        kept.push(
+            arrow::compute::filter_record_batch(b, &keep)
+                .map_err(|e| RunError::Internal(format!("{}: {e}", path.display())))?,
+        );
+    }
+    let left: usize = kept.iter().map(RecordBatch::num_rows).sum();
+    if left == total {
+        return Ok((None, total, 0));
+    }
+    let bytes = if left == 0 {
+        no_row_groups(path, schema)?
+    } else {
+        let one = arrow::compute::concat_batches(&schema, &kept)
+            .map_err(|e| RunError::Internal(format!("{}: {e}", path.display())))?;
+        crate::store::shards::encode_table(&one)?
+    };
+    Ok((Some(bytes), left, total - left))
+}
+
+/// A Parquet file with the columns and no row group: `datasets` skips such a file, where one
+/// empty row group stops it ("BatchSize must be greater than 0"), so an emptied file keeps its
+/// name and the split its other files.
+fn no_row_groups(path: &Path, schema: SchemaRef) -> Result<Vec<u8>, RunError> {
+    let mut out = vec![];
+    let w = parquet::arrow::ArrowWriter::try_new(&mut out, schema, None)
+        .map_err(|e| RunError::Internal(format!("{}: {e}", path.display())))?;
+    w.close()
+        .map_err(|e| RunError::Internal(format!("{}: {e}", path.display())))?;
+    Ok(out)
+}
+
+/// A TSV export (VLMEvalKit's) without the records whose `video_id` column is in `gone`. Records
+/// are cut where the csv reader says they start, so kept ones stay byte for byte as written
+/// (quoted cells with newlines included).
+fn without_rows_tsv(path: &Path, gone: &BTreeSet<String>) -> Result<Option<Vec<u8>>, RunError> {
+    let text = std::fs::read(path).map_err(io(path))?;
+    let mut rdr = csv::ReaderBuilder::new()
+        .delimiter(b'\t')
+        .has_headers(true)
+        .flexible(true)
+        .from_reader(&text[..]);
+    let bad = |e: csv::Error| RunError::Config(format!("{}: {e}", path.display()));
+    let Some(col) = rdr
+        .headers()
+        .map_err(bad)?
+        .iter()
+        .position(|h| h == "video_id")
+    else {
+        return Ok(None);
+    };
+    let mut records = vec![];
+    for r in rdr.byte_records() {
+        let r = r.map_err(bad)?;
+        let start = r.position().map_or(0, |p| p.byte() as usize);
+        let drop = r
+            .get(col)
+            .is_some_and(|v| gone.contains(String::from_utf8_lossy(v).as_ref()));
+        records.push((start, drop));
+    }
+    if !records.iter().any(|(_, d)| *d) {
+        return Ok(None);
+    }
+    let mut out = text[..records[0].0].to_vec();
+    for (i, (start, drop)) in records.iter().enumerate() {
+        let end = records.get(i + 1).map_or(text.len(), |n| n.0);
+        if !drop {
+            out.extend_from_slice(&text[*start..end]);
+        }
+    }
+    Ok(Some(out))
+}
+
+/// A JSON-lines file without the objects whose `video_id` is in `gone`.
+fn without_rows_jsonl(path: &Path, gone: &BTreeSet<String>) -> Result<Option<Vec<u8>>, RunError> {
+    let text = std::fs::read_to_string(path).map_err(io(path))?;
+    let mut out = String::new();
+    let mut dropped = false;
+    for line in text.split_inclusive('\n') {
+        let id = serde_json::from_str::<serde_json::Value>(line)
+            .ok()
+            .and_then(|v| v["video_id"].as_str().map(String::from));
+        if id.is_some_and(|id| gone.contains(&id)) {
+            dropped = true;
+        } else {
+            out += line;
+        }
+    }
+    Ok(dropped.then(|| out.into_bytes()))
+}
+
+fn append_takedowns(
+    release: &Path,
+    ids: &[String],
+    date: &str,
+    reason: Option<&str>,
+) -> Result<(), RunError> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let path = release.join(TAKEDOWNS_FILE);
+    let mut text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(io(&path)(e)),
+    };
+    for id in ids {
+        let line = serde_json::json!({"video_id": id, "date": date, "reason": reason});
+        text += &format!("{line}\n");
+    }
+    crate::store::write_file(&path, text.as_bytes()).map_err(io(&path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tsv_records_with_quoted_newlines_are_cut_whole() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x.tsv");
+        std::fs::write(
+            &p,
+            "index\tquestion\tvideo_id\n0\t\"two\nlines\"\ta\n1\tplain\tb\n2\tq\ta\n",
+        )
+        .unwrap();
+        let gone = BTreeSet::from(["a".to_string()]);
+        let got = without_rows_tsv(&p, &gone).unwrap().unwrap();
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            "index\tquestion\tvideo_id\n1\tplain\tb\n"
+        );
+        assert!(
+            without_rows_tsv(&p, &BTreeSet::from(["z".to_string()]))
+                .unwrap()
+                .is_none()
+        );
+    }
+}
