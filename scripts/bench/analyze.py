@@ -1,24 +1,33 @@
 #!/usr/bin/env python3
-"""Benchmark: `vidcurate analyze` over a genuine run grown to N OCR regions (default 1,000,000),
-against DuckDB computing the same histograms over the same Parquet, in the same run.
+"""Benchmark: `vidcurate analyze` over a genuine run grown to N OCR regions (default 1,000,000;
+several sizes with --rows 100000,1000000,10000000), against DuckDB computing the same histograms
+over the same Parquet, in the same run.
 
 The run: `vidcurate run pipelines/demo.toml` on the demo corpus (scripts/make_demo_corpus.py;
 exit code 3 is expected: the corpus has one broken video on purpose), then grown by replicating
-its videos under new ids (`<id>-gNNNNNN`) through every stage table of the manifest (source,
-relevance, probe, frames, ocr, overlays, shots, prescreen), each copy with exactly the rows and
-extra columns (label, ...) of its original, until the ocr table holds N rows. The new shards are
-committed the way the run's own ShardWriter commits them (src/store/shards/write.rs): the next free slot
-`<stage>/part-NNNNN.parquet`, written to a hidden temp file, fsynced and hard-linked into place
-(create-only), cut where the writer cuts (max_rows_per_shard rows or ~4 MiB of buffered rows,
-videos never split), with the footer that is the commit record (`vidcurate.videos`,
-`vidcurate.stage`, `vidcurate.fingerprint`), holding the run's `.lock` meanwhile. Videos rejected
-anywhere are not copied. `vidcurate status` must then see every copy done and nothing pending, and
-`analyze` must count every creator-added region of the table. Left as they are: the manifest (its
-invocations count the genuine run's videos only) and the media (a copy's frame rows name its
-original's JPEGs).
+its genuine videos under new ids (`<id>-gNNNNNN`) through every stage table of the manifest
+(source, relevance, probe, frames, ocr, overlays, shots, prescreen), each copy with exactly the
+rows and extra columns (label, ...) of its original, until the ocr table holds N rows. The new
+shards are committed the way the run's own ShardWriter commits them (src/store/shards/write.rs):
+the next free slot `<stage>/part-NNNNN.parquet`, written to a hidden temp file, fsynced and
+hard-linked into place (create-only), cut where the writer cuts (max_rows_per_shard rows or ~4 MiB
+of buffered rows, videos never split), with the footer that is the commit record
+(`vidcurate.videos`, `vidcurate.stage`, `vidcurate.fingerprint`) and the BLAKE3 of the rows'
+bytes every reader checks (`vidcurate.data_blake3`), then `_commits/<shard>.json`, holding the
+run's `.lock` meanwhile (not written: a copy's list of dependent objects, its frames being its
+original's; `vidcurate verify` passes on a grown run). Videos rejected anywhere are not copied.
+`vidcurate status` must then see every copy done and nothing pending, and `analyze` must count
+every creator-added region of the table. Left as they are: the manifest (its invocations count the
+genuine run's videos only) and the media (a copy's frame rows name its original's JPEGs).
 
-Timed, each as its own process (wall seconds; CPU seconds and peak RSS from /usr/bin/time; best
-of --repeat):
+Sizes are grown step by step, each in its own run WORK/run-N: the run of the previous size (the
+genuine run WORK/genuine for the first) with its shards hard-linked (committed shards are never
+rewritten, so a size costs only its new shards on disk), then grown to N. With --work DIR --keep
+the runs stay; a later `--work DIR --reuse` times every DIR/run-N that already holds >= N regions
+as it is (growing only what is missing), e.g. to time again on a quiet machine.
+
+Timed at each size, each as its own process (wall seconds; CPU seconds and peak RSS from
+/usr/bin/time; best of --repeat):
   vidcurate  `vidcurate analyze RUN --by label` (all analyses, the statistics, the PNG plots and
              report.html, Parquet + CSV tables).
   duckdb     DuckDB (data/venv-readers) over the same Parquet files (rows of the manifest's
@@ -26,10 +35,14 @@ of --repeat):
              vote per coloured region, grid position, area, aspect ratio, the 8 time segments and
              shots per video — per label, of creator-added regions, written as CSV. No statistics
              and no plots: DuckDB does less of the work.
-The two outputs are compared table by table (counts; the segment means to 1e-9).
+The two outputs are compared table by table at every size (counts; the segment means to 1e-9);
+any difference fails the benchmark (exit 1) after the last size. With several sizes, a growth
+table (Markdown); with --plot FILE.png a log-log plot of wall time and peak RSS against regions.
 
-Usage: scripts/bench/analyze.py [--bin PATH] [--rows N] [--repeat K] [--from-run RUN] [--keep]
-(runs itself with data/venv-readers/bin/python when numpy is missing).
+Usage: scripts/bench/analyze.py [--bin PATH] [--rows N[,N...]] [--repeat K] [--from-run RUN]
+                                [--work DIR] [--keep] [--reuse] [--plot FILE.png]
+(runs itself with data/venv-readers/bin/python when numpy is missing). rethreshold.py imports
+this file for the growing, the timing and the tables.
 """
 import argparse
 import csv
@@ -64,7 +77,7 @@ DEMO_PIPELINE = os.path.join(ROOT, "pipelines", "demo.toml")
 MAX_ROWS_DEFAULT = 20_000  # OutputConfig::max_rows_per_shard's default
 MAX_BUFFER_BYTES = 4 << 20  # ShardWriter's MAX_BUFFER_BYTES
 META_VIDEOS, META_STAGE, META_FP = "vidcurate.videos", "vidcurate.stage", "vidcurate.fingerprint"
-META_REJECTED = "vidcurate.rejected"
+META_REJECTED, META_DATA = "vidcurate.rejected", "vidcurate.data_blake3"
 SUFFIX = "-g"
 
 
@@ -157,22 +170,34 @@ def stage_shards(run, stage_id):
                   if n.endswith(".parquet") and not n.startswith(".") and ".tmp-" not in n)
 
 
-class StageTable:
-    """One stage's table as `read_table` sees it: shards of the manifest's fingerprint only."""
+def is_copy(video_id):
+    """A video grow() made: `<original>-gNNNNNN`."""
+    head, _, tail = video_id.rpartition(SUFFIX)
+    return bool(head) and len(tail) >= 6 and tail.isdigit()
 
-    def __init__(self, run, stage, columns=None):
+
+class StageTable:
+    """One stage's table as `read_table` sees it: shards of the manifest's fingerprint only.
+    With genuine_only, the rows of shards holding only copies are counted but not read (a grown
+    run's template is its genuine videos; reading 10M copied rows would take gigabytes)."""
+
+    def __init__(self, run, stage, columns=None, genuine_only=False):
         self.id, self.kind, self.fp = stage["id"], stage["type"], stage["fingerprint"]
-        self.done, self.rejected, tables, self.slots = [], set(), [], []
+        self.done, self.rejected, tables, self.slots, self.row_count = [], set(), [], [], 0
         for path in stage_shards(run, self.id):
             n = part_number(os.path.basename(path))
             if os.path.basename(path).startswith("part-") and n is not None:
                 self.slots.append(n)
-            meta = footer(path)
+            md = pq.read_metadata(path)
+            meta = {k.decode(): v.decode() for k, v in (md.metadata or {}).items()}
             if meta.get(META_FP) != self.fp:
                 continue
-            self.done.extend(json.loads(meta.get(META_VIDEOS, "[]")))
+            videos = json.loads(meta.get(META_VIDEOS, "[]"))
+            self.done.extend(videos)
             self.rejected.update(json.loads(meta.get(META_REJECTED, "[]")))
-            tables.append(pq.read_table(path, columns=columns))
+            self.row_count += md.num_rows
+            if not genuine_only or not all(is_copy(v) for v in videos):
+                tables.append(pq.read_table(path, columns=columns))
         # Reject shards of earlier versions (`rejects/<stage>-part-N.parquet`) settle videos too.
         rdir = os.path.join(run, "rejects")
         if os.path.isdir(rdir):
@@ -186,7 +211,7 @@ class StageTable:
 
     @property
     def rows(self):
-        return 0 if self.table is None else self.table.num_rows
+        return self.row_count
 
 
 def output_settings(m):
@@ -231,9 +256,49 @@ class Template:
         self.table = st.table.take(pa.array(take, type=pa.int64()))
 
 
+def with_data_sum(table):
+    """The table as Parquet bytes whose footer carries `vidcurate.data_blake3`, the size and
+    BLAKE3 of the bytes before the footer that every vidcurate reader checks
+    (src/store/commits.rs): without it a copy would skip the check a genuine shard pays for.
+    pyarrow writes the same pages for the same table, so: write, hash, write again with the sum."""
+    import blake3
+
+    def encode(t):
+        sink = pa.BufferOutputStream()
+        pq.write_table(t, sink, compression="snappy")
+        return sink.getvalue().to_pybytes()
+
+    def before_footer(data):
+        return len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+
+    first = encode(table)
+    n = before_footer(first)
+    meta = dict(table.schema.metadata or {})
+    meta[META_DATA.encode()] = f"{n}:{blake3.blake3(first[:n]).hexdigest()}".encode()
+    data = encode(table.replace_schema_metadata(meta))
+    if before_footer(data) != n or data[:n] != first[:n]:
+        raise SystemExit("pyarrow wrote different pages for the same table: cannot record their BLAKE3")
+    return data
+
+
+def write_record(run, object_path, data, videos, stage_id):
+    """`_commits/<object>.json`, the commit record ShardWriter writes after each commit."""
+    import blake3
+    rec = {"object": {"path": object_path, "size": len(data), "blake3": blake3.blake3(data).hexdigest()},
+           "stage": stage_id, "videos": videos, "objects": [],
+           "committed_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + ".000Z"}
+    path = os.path.join(run, "_commits", object_path + ".json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp-{secrets.token_hex(6)}"
+    with open(tmp, "w") as f:
+        f.write(json.dumps(rec, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
 def commit_shard(run, stage_id, slot, table, videos, fp):
     """Commits one shard as ShardWriter does: create-only at the next free slot (temp file, fsync,
-    hard link that fails if the name is taken), the footer listing the videos it completes."""
+    hard link that fails if the name is taken), the footer listing the videos it completes and
+    the BLAKE3 of its rows' bytes, then its commit record."""
     meta = dict(table.schema.metadata or {})
     for k in list(meta):
         if k.startswith(b"vidcurate.") or k == b"ARROW:schema":
@@ -247,8 +312,10 @@ def commit_shard(run, stage_id, slot, table, videos, fp):
         name = f"part-{slot:05d}.parquet"
         target = os.path.join(d, name)
         tmp = os.path.join(d, f".{name}.tmp-{secrets.token_hex(6)}")
-        pq.write_table(table, tmp, compression="snappy")
-        with open(tmp, "rb") as f:
+        data = with_data_sum(table)
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
             os.fsync(f.fileno())
         try:
             os.link(tmp, target)
@@ -262,12 +329,18 @@ def commit_shard(run, stage_id, slot, table, videos, fp):
         os.fsync(dfd)
     finally:
         os.close(dfd)
+    write_record(run, f"{stage_id}/{name}", data, videos, stage_id)
     return slot
 
 
 def grow(run, target_kind, rows_wanted):
     """Replicates the run's videos under new ids through every stage until the first stage of
     `target_kind` holds `rows_wanted` rows. Returns a summary dict."""
+    try:
+        import blake3  # noqa: F401
+    except ImportError:
+        raise SystemExit(f"{sys.executable}: no module blake3, needed to write the shards' checksums "
+                         f"(`{sys.executable} -m pip install blake3==1.0.11`)")
     lock = open(os.path.join(run, ".lock"), "a")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -282,14 +355,15 @@ def grow(run, target_kind, rows_wanted):
 def _grow(run, target_kind, rows_wanted):
     m = manifest(run)
     max_rows = output_settings(m)
-    tables = [StageTable(run, s) for s in m["stages"]]
+    tables = [StageTable(run, s, genuine_only=True) for s in m["stages"]]
     by_id = {t.id: t for t in tables}
     source = by_id["source"]
     target = next((t for t in tables if t.kind == target_kind), None)
     if target is None:
         raise SystemExit(f"{run}: no {target_kind} stage in the manifest")
     rejected = set().union(*(t.rejected for t in tables))
-    videos = sorted(v for v in source.done_set if v not in rejected)
+    # The template: the genuine videos (a grown run grows again from them, not from its copies).
+    videos = sorted(v for v in source.done_set if v not in rejected and not is_copy(v))
     temps = {t.id: Template(t, videos) for t in tables}
     per_copy = int(temps[target.id].count.sum())
     if per_copy == 0:
@@ -305,8 +379,7 @@ def _grow(run, target_kind, rows_wanted):
     if rest:
         cum = np.cumsum(temps[target.id].count)
         n_new += int(np.searchsorted(cum, rest)) + 1
-    first_copy = 1 + max([int(v.rsplit(SUFFIX, 1)[1]) for v in source.done_set
-                          if SUFFIX in v and v.rsplit(SUFFIX, 1)[1].isdigit()] or [0])
+    first_copy = 1 + max([int(v.rsplit(SUFFIX, 1)[1]) for v in source.done_set if is_copy(v)] or [0])
     j = np.arange(n_new)
     tpl = j % len(videos)
     new_ids = [f"{videos[v]}{SUFFIX}{first_copy + k:06d}" for v, k in zip(tpl.tolist(), (j // len(videos)).tolist())]
@@ -520,52 +593,209 @@ def prepare(a, pipeline, target_kind, what, columns):
     return work, run, after
 
 
+def link_copy(src, dst):
+    """A copy of run `src` at `dst` that shares its committed shards and frames as hard links
+    (they are create-only, never rewritten: the bigger size costs only its new shards on disk);
+    every other file copied, the analyses and the lock left out."""
+    for dirpath, dirnames, filenames in os.walk(src):
+        rel = os.path.relpath(dirpath, src)
+        if rel == ".":
+            dirnames[:] = [d for d in dirnames if d != "analysis"]
+        os.makedirs(os.path.join(dst, rel), exist_ok=True)
+        for n in filenames:
+            a, b = os.path.join(dirpath, n), os.path.join(dst, rel, n)
+            if n == ".lock":
+                continue
+            if os.path.islink(a):
+                os.symlink(os.readlink(a), b)
+            elif n.endswith((".parquet", ".jpg")) and not n.startswith("."):
+                try:
+                    os.link(a, b)
+                except OSError:  # another file system
+                    shutil.copy2(a, b)
+            else:
+                shutil.copy2(a, b)
+
+
+def ocr_rows(run):
+    st = next(s for s in manifest(run)["stages"] if s["type"] == "ocr")
+    return StageTable(run, st, [], genuine_only=True).rows
+
+
+def grown_run(a, n, base):
+    """work/run-N holding >= n OCR regions: with --reuse one already there as it is, else a
+    linked copy of `base` (the previous size's run, or the genuine one) grown to n."""
+    run = os.path.join(a.work, f"run-{n}")
+    if a.reuse and os.path.exists(os.path.join(run, "manifest.json")):
+        have = ocr_rows(run)
+        if have >= n:
+            print(f"run: {run} reused as it is ({have:,} OCR regions, --reuse)")
+            return run, 0.0
+        print(f"run: {run} holds {have:,} OCR regions, fewer than {n:,}: grown again")
+    if os.path.exists(run):
+        shutil.rmtree(run)
+    src = base()
+    t0 = time.perf_counter()
+    link_copy(src, run)
+    s = grow(run, "ocr", n)
+    dt = time.perf_counter() - t0
+    print(f"run: {run}, linked from {src} and grown in {dt:.1f} s: {s['videos_before']:,} videos "
+          f"({s['template_videos']} genuine copied, rejected ones not) + {s['new_videos']:,} new; OCR regions "
+          f"{s['target_rows_before']:,} -> {ocr_rows(run):,}; new shards per stage: {s['shards']}")
+    return run, dt
+
+
+def bench_size(a, run):
+    """One size: both sides timed, their tables compared; the numbers of the growth table."""
+    out, pending = status(a.bin, run)
+    print(f"vidcurate status ({pending} pending):")
+    print("\n".join("  " + l for l in out.strip().splitlines()))
+    if pending:
+        raise SystemExit(f"{run}: the grown run has pending videos")
+    ocr = table_rows(run, "ocr", ["creator_added"])
+    added = int(pa.compute.sum(ocr.table.column("creator_added")).as_py())
+    vid_dir = os.path.join(run, "analysis", "label")
+    shutil.rmtree(vid_dir, ignore_errors=True)
+    vid = best_of([a.bin, "analyze", run, "--by", "label"], a.repeat, "vidcurate analyze")
+    counted = int(sum(read_counts(os.path.join(vid_dir, "position.csv"), "group").values()))
+    print(f"analyze accepted the grown run: {ocr.rows:,} regions in the table, {added:,} creator-added; "
+          f"analyze counted {counted:,} -> {'yes' if counted == added else 'NO'}")
+    print("\n".join("  " + l for l in vid["stdout"].strip().splitlines()))
+    duck_dir = os.path.join(a.work, f"duckdb-{os.path.basename(run)}")
+    shutil.rmtree(duck_dir, ignore_errors=True)
+    py = READERS_PY if os.path.exists(READERS_PY) else sys.executable
+    duck = best_of([py, os.path.abspath(__file__), "--duckdb-peer", run, duck_dir], a.repeat, "duckdb peer")
+    print("  " + duck["stdout"].strip())
+    res = compare(vid_dir, duck_dir)
+    print("same tables (analyze's CSV vs DuckDB's):")
+    for name, (ok, n, diff) in res.items():
+        print(f"  {name:<13} {'yes' if ok else 'NO ':<4} {n:>4} bins, max |diff| {diff:.3g}")
+    same = bool(res) and all(ok for ok, _, _ in res.values()) and counted == added
+    print(f"match: {'yes' if same else 'NO'} ({len(res)} of {len(ANALYSES)} tables compared)")
+    print(f"analyze over {ocr.rows:,} OCR regions ({added:,} creator-added), best of {a.repeat} ({load()}):")
+    print_table([("vidcurate analyze --by label", vid), ("duckdb (same histograms, SQL)", duck)],
+                "duckdb / vidcurate")
+    return {"rows": ocr.rows, "vid": vid, "peer": duck, "same": same}
+
+
+def growth_table(sizes, rows_label, peer):
+    print("\ngrowth (Markdown):")
+    print(f"| {rows_label} | vidcurate s | vidcurate MiB | {peer} s | {peer} MiB | time {peer} / vidcurate "
+          f"| RSS vidcurate / {peer} |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for s in sizes:
+        v, p = s["vid"], s["peer"]
+        print(f"| {s['rows']:,} | {v['seconds']:.2f} | {v['rss']:.0f} | {p['seconds']:.2f} | {p['rss']:.0f} "
+              f"| {p['seconds'] / v['seconds']:.2f} | {v['rss'] / p['rss']:.2f} |")
+
+
+def growth_plot(sizes, path, rows_label, peer):
+    """Wall time and peak RSS against rows, vidcurate and the peer, log-log, as a PNG drawn with
+    Pillow (data/venv-readers has no plotting library): drawn at 3x and scaled down to smooth it."""
+    import math
+    from PIL import Image, ImageDraw, ImageFont
+    z, w, h, m = 3, 380, 270, 56
+    img = Image.new("RGB", (2 * w * z, h * z), "white")
+    d = ImageDraw.Draw(img)
+    fonts = [p for p in ("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf")
+             if os.path.exists(p)]
+    font = ImageFont.truetype(fonts[0], 11 * z) if fonts else ImageFont.load_default()
+    big = ImageFont.truetype(fonts[0], 13 * z) if fonts else font
+    tools = [("vidcurate", "vid", (31, 119, 180)), (peer, "peer", (214, 39, 40))]
+    xs = [s["rows"] for s in sizes]
+    for k, (title, key) in enumerate([("wall seconds", "seconds"), ("peak RSS MiB", "rss")]):
+        ys = [s[t][key] for s in sizes for _, t, _ in tools]
+        x0, x1 = math.log10(min(xs)), math.log10(max(xs))
+        y0, y1 = math.floor(math.log10(min(ys))), math.ceil(math.log10(max(ys)))
+        x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
+        px = lambda v: z * (k * w + m + 10 + (math.log10(v) - x0) / (x1 - x0) * (w - 2 * m))
+        py = lambda v: z * (h - m - (math.log10(v) - y0) / (y1 - y0) * (h - 1.7 * m))
+        d.text((z * (k * w + w / 2), z * 14), title, fill="black", font=big, anchor="mm")
+        for e in range(y0, y1 + 1):
+            d.line([(z * (k * w + m), py(10 ** e)), (z * ((k + 1) * w - 10), py(10 ** e))], fill=(221, 221, 221), width=z)
+            d.text((z * (k * w + m - 6), py(10 ** e)), f"{10 ** e:g}", fill="black", font=font, anchor="rm")
+        d.line([(z * (k * w + m), py(10 ** y0)), (z * (k * w + m), py(10 ** y1))], fill="black", width=z)
+        for x in xs:
+            d.text((px(x), z * (h - m + 12)), f"{x:,}", fill="black", font=font, anchor="mm")
+        d.text((z * (k * w + w / 2), z * (h - 16)), rows_label, fill="black", font=font, anchor="mm")
+        for j, (name, t, colour) in enumerate(tools):
+            pts = [(px(s["rows"]), py(s[t][key])) for s in sizes]
+            d.line(pts, fill=colour, width=2 * z)
+            for x, y in pts:
+                d.ellipse([x - 3 * z, y - 3 * z, x + 3 * z, y + 3 * z], fill=colour)
+            d.text((z * (k * w + m + 12), z * (34 + 15 * j)), name, fill=colour, font=font, anchor="lm")
+    img.resize((2 * w, h), Image.LANCZOS).save(path)
+    print(f"plot: {path}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=BIN)
-    ap.add_argument("--rows", type=int, default=1_000_000, help="OCR regions to grow the run to")
+    ap.add_argument("--rows", default="1000000",
+                    help="OCR regions to grow the run to; several, comma-separated, grow it step by step")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each side (best wall time)")
-    ap.add_argument("--work", help="folder for the run (default: a new one under /tmp)")
-    ap.add_argument("--from-run", help="copy this genuine run instead of making one")
-    ap.add_argument("--keep", action="store_true", help="leave the run directory")
+    ap.add_argument("--work", help="folder for the runs (default: a new one under /tmp)")
+    ap.add_argument("--from-run", help="grow from this genuine run (linked, left unchanged) instead of making one")
+    ap.add_argument("--keep", action="store_true", help="leave the runs (with --work they are always left)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="time the runs a previous --work DIR --keep left (DIR/run-N holding >= N regions) "
+                         "instead of growing them again")
+    ap.add_argument("--plot", help="write the growth plot here (PNG)")
     ap.add_argument("--duckdb-peer", nargs=2, metavar=("RUN", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.duckdb_peer:
         return duckdb_peer(*a.duckdb_peer, "label")
+    counts = sorted({int(r.replace("_", "")) for r in a.rows.split(",")})
     a.bin = os.path.abspath(a.bin)
     check_bin(a.bin)
+    if a.reuse and not a.work:
+        raise SystemExit("--reuse needs --work DIR (the folder a previous --work DIR --keep left)")
     print(f"vidcurate: {a.bin}; {load()}")
-    work, run, ocr = prepare(a, DEMO_PIPELINE, "ocr", "analyze", ["video_id", "creator_added"])
+    own_work = not a.work
+    a.work = os.path.abspath(a.work or tempfile.mkdtemp(prefix="vidcurate-analyze-bench-", dir="/tmp"))
+    os.makedirs(a.work, exist_ok=True)
+    prev = []
+
+    def base():
+        """The run the next size grows from, made on first need: the previous size's, else the
+        genuine one (--from-run, or work/genuine: made, or kept from before with --reuse)."""
+        if prev:
+            return prev[-1]
+        if a.from_run:
+            return os.path.abspath(a.from_run)
+        genuine = os.path.join(a.work, "genuine")
+        if not (a.reuse and os.path.exists(os.path.join(genuine, "manifest.json"))):
+            if os.path.exists(genuine):
+                shutil.rmtree(genuine)
+            make_corpus()
+            dt = make_run(a.bin, DEMO_PIPELINE, genuine)
+            print(f"genuine run: `vidcurate run {DEMO_PIPELINE} --out {genuine}` in {dt:.1f} s")
+        prev.append(genuine)
+        return genuine
+
     try:
-        out, pending = status(a.bin, run)
-        print(f"vidcurate status after growing ({pending} pending):")
-        print("\n".join("  " + l for l in out.strip().splitlines()))
-        added = int(pa.compute.sum(ocr.table.column("creator_added")).as_py())
-        vid = best_of([a.bin, "analyze", run, "--by", "label"], a.repeat, "vidcurate analyze")
-        vid_dir = os.path.join(run, "analysis", "label")
-        pos = read_counts(os.path.join(vid_dir, "position.csv"), "group")
-        counted = int(sum(pos.values()))
-        print(f"analyze accepted the grown run: {ocr.rows:,} regions in the table, {added:,} creator-added; "
-              f"analyze counted {counted:,} -> {'yes' if counted == added else 'NO'}")
-        print("\n".join("  " + l for l in vid["stdout"].strip().splitlines()))
-        duck_dir = os.path.join(work, "duckdb")
-        py = READERS_PY if os.path.exists(READERS_PY) else sys.executable
-        duck = best_of([py, os.path.abspath(__file__), "--duckdb-peer", run, duck_dir], a.repeat, "duckdb peer")
-        print("  " + duck["stdout"].strip())
-        res = compare(vid_dir, duck_dir)
-        print("same tables (analyze's CSV vs DuckDB's):")
-        for name, (ok, n, diff) in res.items():
-            print(f"  {name:<13} {'yes' if ok else 'NO ':<4} {n:>4} bins, max |diff| {diff:.3g}")
-        print(f"match: {'yes' if res and all(ok for ok, _, _ in res.values()) else 'no'} "
-              f"(hue_pixels: {'yes' if res.get('hue_pixels', (False,))[0] else 'no'})")
-        print(f"analyze over {ocr.rows:,} OCR regions ({added:,} creator-added), best of {a.repeat} ({load()}):")
-        print_table([("vidcurate analyze --by label", vid), ("duckdb 2.0 (same histograms, SQL)", duck)],
-                    "duckdb / vidcurate")
+        sizes, growing = [], 0.0
+        for n in counts:
+            print(f"\n=== {n:,} OCR regions")
+            run, dt = grown_run(a, n, base)
+            growing += dt
+            prev.append(run)
+            sizes.append(bench_size(a, run))
+        if growing:
+            print(f"\ngrowing took {growing:.1f} s in all")
+        if len(sizes) > 1:
+            growth_table(sizes, "OCR regions", "duckdb")
+        if a.plot:
+            growth_plot(sizes, a.plot, "OCR regions", "duckdb")
+        bad = [f"{s['rows']:,}" for s in sizes if not s["same"]]
+        print(f"outputs equal at every size: {'yes' if not bad else 'NO (' + ', '.join(bad) + ')'}")
+        if bad:
+            raise SystemExit("vidcurate analyze and DuckDB disagree")
     finally:
-        if not a.keep and not a.work:
-            shutil.rmtree(work, ignore_errors=True)
-        elif a.keep:
-            print(f"kept: {run}")
+        if a.keep or not own_work:
+            print(f"kept: {a.work} (time again with --work {a.work} --reuse)")
+        else:
+            shutil.rmtree(a.work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -172,9 +172,9 @@ fn analyze_tables(
         (None, None) => run.join("analysis").join(by),
     };
 
-    let regions = regions::read_regions(run_tables, &ocr, by, filter)?;
+    let mut regions = regions::read_regions(run_tables, &ocr, by, filter)?;
     let groups: Vec<String> = regions.groups.keys().cloned().collect();
-    let mut tables = region_tables(&regions);
+    let mut tables = region_tables(&mut regions);
 
     // Key footage over 8 equal segments, and shots per video.
     if let (Some(fid), Some(pid)) = (&frames_id, &probe_id) {
@@ -318,12 +318,14 @@ impl RegionBins {
     }
 }
 
-/// The region analyses (hue, saturation, value, position, area, aspect ratio), per group.
-fn region_tables(regions: &Regions) -> Tables {
+/// The region analyses (hue, saturation, value, position, area, aspect ratio), per group. The
+/// raw values move into the tables (the largest part of `analyze`'s memory: four numbers a
+/// region), so they are never held twice.
+fn region_tables(regions: &mut Regions) -> Tables {
     let bins = RegionBins::new(regions.grid);
     let grid_cols = regions.grid.1;
     let mut t = Tables::default();
-    for (g, r) in &regions.groups {
+    for (g, r) in regions.groups.iter_mut() {
         let mut cell = vec![0f64; bins.cells.len()];
         for ((row, col), n) in &r.cells {
             cell[(row * grid_cols + col) as usize] += n;
@@ -346,9 +348,11 @@ fn region_tables(regions: &Regions) -> Tables {
         }
         for (name, vals) in ["saturation", "value", "area", "aspect_ratio"]
             .into_iter()
-            .zip(&r.values)
+            .zip(std::mem::take(&mut r.values))
         {
-            t.values.insert((name.into(), g.clone()), vals.clone());
+            let mut vals = vals;
+            vals.shrink_to_fit();
+            t.values.insert((name.into(), g.clone()), vals);
         }
     }
     t

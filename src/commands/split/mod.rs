@@ -19,7 +19,7 @@ mod modes;
 use crate::error::BadArgument;
 use crate::error::RunError;
 use crate::runtime::chain::SOURCE_STAGE_ID;
-use crate::store::shards::{read_table, text_column};
+use crate::store::shards::{read_table, read_table_columns, text_column};
 use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use serde::Serialize;
@@ -297,7 +297,9 @@ async fn stage_values(
             if wanted_stage.is_some_and(|w| w != st.id) || (wanted_stage.is_none() && !per_video) {
                 continue;
             }
-            let view = read_table(store, &st.id, &st.fingerprint, true).await?;
+            // Only the two columns compared are decoded, not the stage's whole table.
+            let view =
+                read_table_columns(store, &st.id, &st.fingerprint, &["video_id", column]).await?;
             let mut values = HashMap::new();
             let mut has = false;
             for b in &view.batches {
