@@ -253,45 +253,6 @@ def growth_table(sizes):
               f"| {p['seconds'] / v['seconds']:.2f} | {v['rss'] / p['rss']:.2f} |")
 
 
-def plot(sizes, path):
-    """Wall time and peak RSS against rows, both tools, log-log, as a PNG drawn with Pillow
-    (data/venv-readers has no plotting library): drawn at 3x and scaled down to smooth it."""
-    import math
-    from PIL import Image, ImageDraw, ImageFont
-    z, w, h, m = 3, 380, 270, 56
-    img = Image.new("RGB", (2 * w * z, h * z), "white")
-    d = ImageDraw.Draw(img)
-    fonts = [p for p in ("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/TTF/DejaVuSans.ttf")
-             if os.path.exists(p)]
-    font = ImageFont.truetype(fonts[0], 11 * z) if fonts else ImageFont.load_default()
-    big = ImageFont.truetype(fonts[0], 13 * z) if fonts else font
-    tools = [("vidcurate", "vid", (31, 119, 180)), ("pyarrow", "peer", (214, 39, 40))]
-    xs = [s["rows"] for s in sizes]
-    for k, (title, key) in enumerate([("wall seconds", "seconds"), ("peak RSS MiB", "rss")]):
-        ys = [s[t][key] for s in sizes for _, t, _ in tools]
-        x0, x1 = math.log10(min(xs)), math.log10(max(xs))
-        y0, y1 = math.floor(math.log10(min(ys))), math.ceil(math.log10(max(ys)))
-        x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
-        px = lambda v: z * (k * w + m + 10 + (math.log10(v) - x0) / (x1 - x0) * (w - 2 * m))
-        py = lambda v: z * (h - m - (math.log10(v) - y0) / (y1 - y0) * (h - 1.7 * m))
-        d.text((z * (k * w + w / 2), z * 14), title, fill="black", font=big, anchor="mm")
-        for e in range(y0, y1 + 1):
-            d.line([(z * (k * w + m), py(10 ** e)), (z * ((k + 1) * w - 10), py(10 ** e))], fill=(221, 221, 221), width=z)
-            d.text((z * (k * w + m - 6), py(10 ** e)), f"{10 ** e:g}", fill="black", font=font, anchor="rm")
-        d.line([(z * (k * w + m), py(10 ** y0)), (z * (k * w + m), py(10 ** y1))], fill="black", width=z)
-        for x in xs:
-            d.text((px(x), z * (h - m + 12)), f"{x:,}", fill="black", font=font, anchor="mm")
-        d.text((z * (k * w + w / 2), z * (h - 16)), "relevance rows", fill="black", font=font, anchor="mm")
-        for j, (name, t, colour) in enumerate(tools):
-            pts = [(px(s["rows"]), py(s[t][key])) for s in sizes]
-            d.line(pts, fill=colour, width=2 * z)
-            for x, y in pts:
-                d.ellipse([x - 3 * z, y - 3 * z, x + 3 * z, y + 3 * z], fill=colour)
-            d.text((z * (k * w + m + 12), z * (34 + 15 * j)), name, fill=colour, font=font, anchor="lm")
-    img.resize((2 * w, h), Image.LANCZOS).save(path)
-    print(f"plot: {path}")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=bench.BIN)
@@ -340,7 +301,7 @@ def main():
         if len(sizes) > 1:
             growth_table(sizes)
         if a.plot:
-            plot(sizes, a.plot)
+            bench.growth_plot(sizes, a.plot, "relevance rows", "pyarrow")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         if a.keep:
