@@ -607,7 +607,11 @@ fn split_and_release_read_a_run_on_s3_as_they_read_a_local_copy() {
     for (k, v) in &a {
         // The card names where the run was read from; everything else is byte for byte.
         if k == "croissant.json" {
-            assert_eq!(without_card(v), without_card(&b[k]), "croissant.json differs");
+            assert_eq!(
+                without_card(v),
+                without_card(&b[k]),
+                "croissant.json differs"
+            );
         } else if k != "README.md" {
             assert!(
                 v == &b[k],

@@ -97,14 +97,9 @@ fn parquet_files(dir: &Path, hint: &str) -> Result<Vec<PathBuf>, RunError> {
     Ok(files)
 }
 
+/// A released Parquet file's rows (one reader for every command that opens a release).
 fn batches(path: &Path) -> Result<Vec<RecordBatch>, RunError> {
-    let shown = path.display().to_string();
-    let f = std::fs::File::open(path).map_err(|e| RunError::io(shown.clone(), e))?;
-    parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
-        .and_then(|b| b.build())
-        .map_err(|e| RunError::Config(format!("{shown}: {e}")))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| RunError::Config(format!("{shown}: {e}")))
+    crate::release::availability::read_parquet(path).map(|(_, b)| b)
 }
 
 /// The released items in file order (splits sorted by name, as `evaluate` reads them).
