@@ -7,6 +7,7 @@
 use crate::fake_http::{FakeServer, Request, Response};
 use crate::judge::err;
 use crate::need_ffmpeg;
+use crate::questions::split_and_release;
 use crate::release::readers_python;
 use crate::util::*;
 use sha2::{Digest, Sha256};
@@ -78,28 +79,6 @@ fn manifest_rows(rel: &Path) -> Vec<BTreeMap<String, String>> {
     table_rows_file(&rel.join("manifest.parquet"))
 }
 
-fn release(run_dir: &Path, rel: &Path, cwd: &Path, extra: &[&str]) {
-    let o = run(
-        &["split", run_dir.to_str().unwrap(), "--ratios", "50/25/25"],
-        cwd,
-    );
-    assert!(o.status.success(), "{}", err(&o));
-    let o = run(
-        &[
-            "release",
-            run_dir.to_str().unwrap(),
-            "--out",
-            rel.to_str().unwrap(),
-        ]
-        .iter()
-        .chain(extra)
-        .copied()
-        .collect::<Vec<_>>(),
-        cwd,
-    );
-    assert!(o.status.success(), "{}", err(&o));
-}
-
 /// Each config's split → video ids, as `datasets.load_dataset` reads them.
 fn loaded(rel: &Path, cache: &Path) -> serde_json::Value {
     let script = r#"
@@ -138,7 +117,7 @@ fn a_release_lists_its_media_and_a_takedown_removes_a_video_everywhere() {
     let dir = tempfile::tempdir().unwrap();
     let (_server, run_dir) = crate::questions::question_run(dir.path(), 4);
     let rel = dir.path().join("release");
-    release(&run_dir, &rel, dir.path(), &["--harness", "vlmevalkit"]);
+    split_and_release(&run_dir, &rel, dir.path(), &["--harness", "vlmevalkit"]);
 
     // The manifest: one row per released video, the media's SHA-256 and duration.
     let data: BTreeMap<String, String> = files(&rel)
@@ -356,7 +335,7 @@ fn rehydrate_reports_what_vanished_and_what_changed() {
     let o = run_into(&p, &run_dir, d);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     let rel = d.join("release");
-    release(&run_dir, &rel, d, &[]);
+    split_and_release(&run_dir, &rel, d, &[]);
 
     // The manifest has the URL the run fetched and the SHA-256 of the bytes it got.
     let rows = manifest_rows(&rel);

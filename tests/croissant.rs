@@ -48,31 +48,15 @@ fn a_release_carries_valid_croissant_whose_records_are_its_rows() {
     need_ffmpeg!();
     let dir = tempfile::tempdir().unwrap();
     let (_server, run_dir) = crate::questions::question_run(dir.path(), 4);
-    let o = run(
-        &["split", run_dir.to_str().unwrap(), "--ratios", "50/25/25"],
-        dir.path(),
-    );
-    assert!(o.status.success(), "{}", err(&o));
     let card_file = dir.path().join("card.toml");
     write(
         &card_file,
         "description = \"Test cards with questions.\"\nlicense = \"https://creativecommons.org/licenses/by/4.0/\"\ndata_limitations = \"Four generated clips.\"\ndata_use_cases = \"Testing vidcurate.\"\ncreators = [\"A. Tester\"]\n",
     );
     let rel = dir.path().join("release");
-    let o = run(
-        &[
-            "release",
-            run_dir.to_str().unwrap(),
-            "--out",
-            rel.to_str().unwrap(),
-            "--frames",
-            "bytes",
-            "--card",
-            card_file.to_str().unwrap(),
-        ],
-        dir.path(),
-    );
-    assert!(o.status.success(), "{}", err(&o));
+    let card = card_file.to_str().unwrap();
+    let flags = ["--frames", "bytes", "--card", card];
+    let o = crate::questions::split_and_release(&run_dir, &rel, dir.path(), &flags);
     assert!(
         err(&o).contains("placeholders for what a person must write: data_biases, personal_sensitive_information, data_social_impact, has_synthetic_data."),
         "{}",

@@ -16,7 +16,7 @@
 
 use crate::judge::err;
 use crate::need_ffmpeg;
-use crate::questions::question_run;
+use crate::questions::{question_run, split_and_release};
 use crate::util::*;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -57,26 +57,9 @@ fn exported_harnesses_score_as_evaluate_and_follow_vlmevalkits_loader() {
     need_ffmpeg!();
     let dir = tempfile::tempdir().unwrap();
     let (_server, out) = question_run(dir.path(), 4);
-    let o = run(
-        &["split", out.to_str().unwrap(), "--ratios", "50/25/25"],
-        dir.path(),
-    );
-    assert!(o.status.success(), "{}", err(&o));
     let rel = dir.path().join("release");
-    let o = run(
-        &[
-            "release",
-            out.to_str().unwrap(),
-            "--out",
-            rel.to_str().unwrap(),
-            "--harness",
-            "lmms-eval",
-            "--harness",
-            "vlmevalkit",
-        ],
-        dir.path(),
-    );
-    assert!(o.status.success(), "{}", err(&o));
+    let flags = ["--harness", "lmms-eval", "--harness", "vlmevalkit"];
+    split_and_release(&out, &rel, dir.path(), &flags);
     // The checksums cover the harness files written after them.
     vidcurate::release::integrity::verify(&rel).unwrap();
     let croissant = std::fs::read_to_string(rel.join("croissant.json")).unwrap();

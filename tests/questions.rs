@@ -831,29 +831,38 @@ pub(crate) fn question_run(dir: &std::path::Path, n: usize) -> (FakeServer, std:
     (server, out)
 }
 
+/// `split --ratios 50/25/25` of a run, then `release --out REL` with `extra` flags; both must
+/// succeed. Returns the release's output (its warnings are on stderr).
+pub(crate) fn split_and_release(
+    run_dir: &Path,
+    rel: &Path,
+    cwd: &Path,
+    extra: &[&str],
+) -> std::process::Output {
+    let o = run(
+        &["split", run_dir.to_str().unwrap(), "--ratios", "50/25/25"],
+        cwd,
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let mut args = vec![
+        "release",
+        run_dir.to_str().unwrap(),
+        "--out",
+        rel.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    let o = run(&args, cwd);
+    assert!(o.status.success(), "{}", err(&o));
+    o
+}
+
 #[test]
 fn a_question_release_loads_with_datasets_and_scores_as_numpy_does() {
     need_ffmpeg!();
     let dir = tempfile::tempdir().unwrap();
     let (_server, out) = question_run(dir.path(), 6);
-    let o = run(
-        &["split", out.to_str().unwrap(), "--ratios", "50/25/25"],
-        dir.path(),
-    );
-    assert!(o.status.success(), "{}", err(&o));
     let rel = dir.path().join("release");
-    let o = run(
-        &[
-            "release",
-            out.to_str().unwrap(),
-            "--out",
-            rel.to_str().unwrap(),
-            "--frames",
-            "none",
-        ],
-        dir.path(),
-    );
-    assert!(o.status.success(), "{}", err(&o));
+    split_and_release(&out, &rel, dir.path(), &["--frames", "none"]);
     let card = std::fs::read_to_string(rel.join("README.md")).unwrap();
     assert!(card.contains("- config_name: questions\n"), "{card}");
     assert!(card.contains("## Questions"), "{card}");
