@@ -5,8 +5,9 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use vidcurate::commands::{
-    analyze, annotate, batch, cache, evaluate, gc, items, ocr, overlap, queries, questions,
-    rehydrate, release, rethreshold, run, split, status, takedown, tasks, validate, verify,
+    analyze, annotate, batch, cache, evaluate, gc, harness, items, ocr, overlap, queries,
+    questions, rehydrate, release, rethreshold, run, split, status, takedown, tasks, validate,
+    verify,
 };
 use vidcurate::error::{Exit, RunError};
 
@@ -47,6 +48,7 @@ enum Cmd {
     Overlap(overlap::Args),
     Rehydrate(rehydrate::Args),
     Takedown(takedown::Args),
+    Harness(harness::Args),
     Evaluate(evaluate::Args),
     /// Human annotation round trip (RiskCue's 8 fields) with Label Studio or a spreadsheet:
     /// `annotate export` writes the tasks, `annotate import` reads the annotations back.
@@ -98,6 +100,7 @@ fn dispatch(cmd: Cmd) -> Result<Exit, RunError> {
         Cmd::Overlap(a) => overlap::run(a),
         Cmd::Rehydrate(a) => rehydrate::run(a),
         Cmd::Takedown(a) => takedown::run(a),
+        Cmd::Harness(a) => harness::run(a),
         Cmd::Evaluate(a) => evaluate::run(a),
         Cmd::Annotate { cmd } => annotate::run(cmd),
         Cmd::Status(a) => status::run(a),

@@ -156,10 +156,7 @@ fn exported_harnesses_score_as_evaluate_and_follow_vlmevalkits_loader() {
     let mut level_docs = 0;
     for l in levels {
         let l = l.as_str().unwrap();
-        let task = format!(
-            "release_{}",
-            vidcurate::commands::release::harness::ident(l)
-        );
+        let task = format!("release_{}", vidcurate::release::harness::ident(l));
         let s = &ours["all"]["levels"][l];
         close(&s["accuracy"], &t[&task]["level_accuracy"], &task);
         close(&s["se"], &t[&task]["clustered_se"], &task);
@@ -293,9 +290,9 @@ fn exported_harnesses_score_as_evaluate_and_follow_vlmevalkits_loader() {
     let mut bytes = std::fs::read(&shard).unwrap();
     bytes.push(b'\n');
     std::fs::write(&shard, bytes).unwrap();
-    let e = vidcurate::commands::release::harness::export(
+    let e = vidcurate::release::harness::export(
         &rel,
-        &[vidcurate::commands::release::harness::Harness::LmmsEval],
+        &[vidcurate::release::harness::Harness::LmmsEval],
     )
     .unwrap_err();
     let name = shard.file_name().unwrap().to_string_lossy().to_string();

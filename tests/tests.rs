@@ -23,6 +23,7 @@ mod evaluate_people;
 mod evaluate_tasks;
 mod frames;
 mod harness;
+mod harness_tasks;
 mod items;
 mod judge;
 mod language;

@@ -1,6 +1,9 @@
 """lmms-eval's results for an exported vidcurate group next to `vidcurate evaluate --json`.
 
 usage: compare.py LMMS_OUTPUT_DIR EVALUATE.json GROUP   (exit 1 when a value differs by 1e-9)
+
+A questions release compares the levels, the macro and micro averages and CircularEval; a
+benchmark-task release (GROUP `<name>_tasks`) each task's scored metrics and Macro-F1.
 """
 import json
 import sys
@@ -29,8 +32,22 @@ def ident(s):
     return out.strip("_")
 
 
-rows = [(f"{group} (group) level_accuracy: macro", get(group, "level_accuracy"), ours["all"]["macro_avg"])]
-for i, level in enumerate(ours["level_order"]):
+def task_rows():
+    """A benchmark-task release: each task's metrics, standard errors and Macro-F1."""
+    prefix = group[: -len("_tasks")]
+    out = []
+    for t in ours["tasks"]:
+        task = f"{prefix}_{ident(t['task'])}"
+        for m, v in t["metrics"].items():
+            out.append((f"{t['task']}: {m}", get(task, m), v["mean"]))
+            out.append((f"{t['task']}: {m} se (clustered)", get(task, f"{m}_se"), v["se"]))
+        if t.get("macro_f1") is not None:
+            out.append((f"{t['task']}: macro_f1", get(task, "macro_f1"), t["macro_f1"]))
+    return out
+
+
+rows = [] if "tasks" in ours else [(f"{group} (group) level_accuracy: macro", get(group, "level_accuracy"), ours["all"]["macro_avg"])]
+for i, level in enumerate(ours.get("level_order", [])):
     task = f"{group}_{ident(level)}"
     if task not in res:
         task = f"{group}_level{i}"
@@ -38,12 +55,15 @@ for i, level in enumerate(ours["level_order"]):
     rows.append((f"{level}: accuracy", get(task, "level_accuracy"), s["accuracy"]))
     rows.append((f"{level}: se (clustered)", get(task, "clustered_se"), s["se"]))
 a, c = f"{group}_all", f"{group}_circular"
-rows += [
-    ("macro average", get(a, "macro_avg"), ours["all"]["macro_avg"]),
-    ("macro se (clustered)", get(a, "macro_se"), ours["all"]["macro_se"]),
-    ("micro average", get(a, "micro_avg"), ours["all"]["micro"]["accuracy"]),
-    ("micro se (clustered)", get(a, "micro_se"), ours["all"]["micro"]["se"]),
-]
+if "tasks" in ours:
+    rows = task_rows()
+else:
+    rows += [
+        ("macro average", get(a, "macro_avg"), ours["all"]["macro_avg"]),
+        ("macro se (clustered)", get(a, "macro_se"), ours["all"]["macro_se"]),
+        ("micro average", get(a, "micro_avg"), ours["all"]["micro"]["accuracy"]),
+        ("micro se (clustered)", get(a, "micro_se"), ours["all"]["micro"]["se"]),
+    ]
 if ours.get("circular"):
     oc = ours["circular"]
     rows += [

@@ -36,7 +36,8 @@ if [ ! -x "$VENV/bin/lmms-eval" ] && [ ! -x "$VENV/bin/lmms_eval" ]; then
     # filelock 4 moved filelock._api, which lmms-eval 0.7.3's evaluator imports.
     "$VENV/bin/pip" install -q "lmms-eval==0.7.3" "filelock<4"
 fi
-GROUP="$(grep -l '^group:' "$TASKS"/*.yaml | head -1 | xargs sed -n 's/^group: //p')"
+# GROUP=<name>_tasks picks the benchmark tasks of a release that also has questions.
+GROUP="${GROUP:-$(grep -l '^group:' "$TASKS"/*.yaml | head -1 | xargs sed -n 's/^group: //p')}"
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 echo "\$ lmms_eval --model vidcurate_replay --include_path $TASKS --tasks $GROUP"

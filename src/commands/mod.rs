@@ -7,6 +7,7 @@ pub mod batch;
 pub mod cache;
 pub mod evaluate;
 pub mod gc;
+pub mod harness;
 pub mod items;
 pub mod ocr;
 pub mod overlap;

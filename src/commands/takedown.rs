@@ -15,7 +15,8 @@ use std::path::PathBuf;
 /// questions, task items, the manifest), their lines in the harness exports, their frames
 /// folder; the card's split sizes are recounted, the removal (id, date, reason) is added to
 /// the card's "Removals" section and to takedowns.jsonl, and croissant.json's checksums are
-/// refreshed so the folder verifies again.
+/// refreshed so the folder verifies again. Harness exports (`release --harness`) are written
+/// again from the items left, so no lmms-eval task is left without documents.
 ///
 /// Safe to repeat and to interrupt: nothing is written until every new file is computed, each
 /// file is replaced whole (written beside it, then renamed), and running the same takedown
@@ -70,5 +71,11 @@ pub fn run(a: Args) -> Result<Exit, RunError> {
         r.frame_folders_removed,
         availability::TAKEDOWNS_FILE
     );
+    for h in &r.harness_written {
+        println!("rewrote  {} from the items left", h.folder());
+    }
+    for h in &r.harness_removed {
+        println!("removed  {}: no item is left to export", h.folder());
+    }
     Ok(Exit::Done)
 }

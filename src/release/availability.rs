@@ -259,12 +259,16 @@ pub struct TakedownReport {
     pub rewritten: Vec<String>,
     pub rows_removed: usize,
     pub frame_folders_removed: usize,
+    /// Harness exports written again from the files left, and those removed for want of items.
+    pub harness_written: Vec<super::harness::Harness>,
+    pub harness_removed: Vec<super::harness::Harness>,
 }
 
 /// Removes the videos `ids` from every file of the release folder: rows of every Parquet file
 /// with a `video_id` column (data, perturbations, questions, tasks, the manifest), lines of
 /// TSV and JSONL exports, the `frames/<id>/` folders; then updates the card's split sizes,
-/// records the removal (card and `takedowns.jsonl`) and refreshes `croissant.json`'s checksums.
+/// records the removal (card and `takedowns.jsonl`), refreshes `croissant.json`'s checksums
+/// and writes the harness exports the release has again from what is left.
 ///
 /// Every new file is computed before any is written, and each is written beside its target and
 /// renamed over it, so an unknown id or an unreadable file changes nothing, and a crash leaves
@@ -349,6 +353,9 @@ pub fn takedown(
         Ok(()) | Err(super::integrity::IntegrityError::NoCroissant(_)) => {}
         Err(e) => return Err(RunError::Config(e.to_string())),
     }
+    // The exports are made again from what is left: a level or a task may have lost its last
+    // item, and an lmms-eval task without documents cannot run.
+    (report.harness_written, report.harness_removed) = super::harness::refresh_exports(release)?;
     Ok(report)
 }
 

@@ -2,7 +2,7 @@
 
   make OUT SEED   writes a generated task release into OUT (tasks/tasks.json, tasks/<task>/
                   train-00000-of-00001.parquet, data/train-00000-of-00001.parquet with a `label`
-                  per video), OUT/predictions.jsonl with messy answers (letters inside prose,
+                  and two frames per video, the frames' JPEGs under frames/), OUT/predictions.jsonl with messy answers (letters inside prose,
                   full-width forms, refusals, missing tags, reversed ranges, missing items) and
                   OUT/expect.json: how each planted answer must be read (status, problem code).
   variants OUT SEED  writes OUT/var_<name>.jsonl for three prompt variants (two models each,
@@ -67,11 +67,26 @@ def letter(i):
     return chr(ord("A") + i)
 
 
+def write_frames(out, video):
+    """Two small JPEG frames of a video, as a release with `--frames paths` holds them."""
+    from PIL import Image
+
+    paths = []
+    for k in range(2):
+        rel = f"frames/{video}/{k:05d}.jpg"
+        os.makedirs(os.path.join(out, "frames", video), exist_ok=True)
+        Image.new("RGB", (8, 8), (40 * k, 90, 200)).save(os.path.join(out, rel), "JPEG")
+        paths.append(rel)
+    return paths
+
+
 def make(out, seed):
     rng = random.Random(seed)
     videos = [f"v{i:02d}" for i in range(15)]
     os.makedirs(os.path.join(out, "data"), exist_ok=True)
-    pq.write_table(pa.table({"video_id": videos, "label": [rng.choice(LABELS) for _ in videos]}),
+    labels = [rng.choice(LABELS) for _ in videos]
+    frames = [write_frames(out, v) for v in videos]
+    pq.write_table(pa.table({"video_id": videos, "label": labels, "frames": frames}),
                    os.path.join(out, "data", "train-00000-of-00001.parquet"))
     infos, preds, expect = [], [], {}
     for name, cat, fmt, metrics, nopt in TASKS:
@@ -83,7 +98,8 @@ def make(out, seed):
         for k in range(40):
             v = rng.choice(videos)
             item = f"{v}:{name}:{k}"
-            r = {"video_id": v, "split": "train", "item_id": item}
+            r = {"video_id": v, "split": "train", "item_id": item, "task": name,
+                 "question": f"Question {k} of {name.upper()}?"}
             p = None
             if fmt in ("single_choice", "multiple_choice"):
                 opts = [f"option {j} {rng.choice(WORDS)}" for j in range(nopt)]

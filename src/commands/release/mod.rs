@@ -15,7 +15,6 @@
 mod card;
 mod cost;
 mod croissant;
-pub mod harness;
 mod inputs;
 mod questions;
 mod rows;
@@ -70,12 +69,15 @@ pub struct ReleaseOptions {
     /// annotator_demographics, maintenance_plan. Missing ones get a placeholder and a warning.
     #[arg(long, value_name = "FILE")]
     pub card: Option<PathBuf>,
-    /// Also export the questions for an evaluation harness (repeat for both): `lmms-eval`
-    /// writes harness/lmms_eval/ (tasks per level, a group, utils.py) for
-    /// `lmms_eval --include_path`; `vlmevalkit` writes harness/vlmevalkit/<Name>.tsv and its
-    /// CircularEval copy <Name>_CIRC.tsv for VLMEvalKit's LMUData. Both score as `evaluate` does.
+    /// Also export the items for an evaluation harness (repeat for both): `lmms-eval`
+    /// writes harness/lmms_eval/ (questions: a task per level, all items and CircularEval;
+    /// benchmark tasks: a task per task scored by its format's metrics; a group each; utils.py)
+    /// for `lmms_eval --include_path`; `vlmevalkit` writes harness/vlmevalkit/<Name>.tsv and its
+    /// CircularEval copy <Name>_CIRC.tsv for VLMEvalKit's LMUData (questions, and each
+    /// single-choice task). Both score as `evaluate` does; judged metrics stay with
+    /// `evaluate --judge`.
     #[arg(long, value_enum, value_name = "HARNESS")]
-    pub harness: Vec<harness::Harness>,
+    pub harness: Vec<crate::release::harness::Harness>,
 }
 
 /// What a release wrote.
@@ -234,7 +236,7 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
     };
     croissant::write(out, &known, &person)?;
     // After the checksums: the export verifies the folder against them, then lists its files.
-    harness::export(out, &opts.harness)?;
+    crate::release::harness::export(out, &opts.harness)?;
     Ok(ReleaseReport {
         out: out.clone(),
         splits: sizes.into_iter().map(|(s, n, _)| (s, n)).collect(),

@@ -10,11 +10,11 @@
 //! an image are dropped. CircularEval groups rows by `index % 1_000_000`: the original at
 //! `index` < 1,000,000 and each rotated copy at `r * 1_000_000 + index`.
 //!
-//! Here `category` is the level, `l2-category` the video's split; `item_id`, `video_id` and
-//! `rotation` are extra columns VLMEvalKit carries along and `vidcurate evaluate` reads.
+//! Here `category` is the level (a task's category for a task's TSV), `l2-category` the video's
+//! split; `item_id`, `video_id` and `rotation` are extra columns VLMEvalKit carries along and
+//! `vidcurate evaluate` reads.
 
-use super::super::questions::ReleasedItem;
-use super::{Frame, read_frames, write_text};
+use super::{Frame, Item, read_frames, write_text};
 use crate::error::RunError;
 use base64::Engine;
 use std::path::{Path, PathBuf};
@@ -51,11 +51,7 @@ fn images(release: &Path, frames: &[Frame]) -> Result<Vec<String>, RunError> {
         .collect()
 }
 
-pub(super) fn write(
-    release: &Path,
-    name: &str,
-    items: &[ReleasedItem],
-) -> Result<Vec<PathBuf>, RunError> {
+pub(super) fn write(release: &Path, name: &str, items: &[Item]) -> Result<Vec<PathBuf>, RunError> {
     let frames = read_frames(release)?;
     if items.len() >= CIRCULAR_OFFSET {
         return Err(RunError::Config(format!(

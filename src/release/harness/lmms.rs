@@ -14,8 +14,7 @@
 //! `macro_se` are `vidcurate evaluate`'s. Data files are the release's `questions/*.parquet`,
 //! relative to the release folder: run lmms-eval from there.
 
-use super::super::questions::ReleasedItem;
-use super::{ident, write_text};
+use super::{Item, ident, write_text};
 use crate::error::RunError;
 use std::path::{Path, PathBuf};
 
@@ -23,7 +22,7 @@ const UTILS: &str = include_str!("templates/lmms_utils.py");
 const TASK: &str = include_str!("templates/lmms_task.yaml");
 
 /// Levels in the order `evaluate` reports them: first appearance in the released items.
-pub(super) fn levels(items: &[ReleasedItem]) -> Vec<String> {
+pub(super) fn levels(items: &[Item]) -> Vec<String> {
     let mut order: Vec<String> = vec![];
     for it in items {
         if !order.contains(&it.level) {
@@ -59,15 +58,8 @@ fn task_yaml(
         .replace("{{metric_list}}", list.trim_end())
 }
 
-pub(super) fn write(
-    release: &Path,
-    name: &str,
-    items: &[ReleasedItem],
-) -> Result<Vec<PathBuf>, RunError> {
+pub(super) fn write(release: &Path, name: &str, items: &[Item]) -> Result<Vec<PathBuf>, RunError> {
     let dir = release.join("harness/lmms_eval");
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(|e| RunError::io(dir.display().to_string(), e))?;
-    }
     let levels = levels(items);
     let files = super::parquet_files(&release.join("questions"), "")?;
     let data_files: String = files
@@ -77,7 +69,6 @@ pub(super) fn write(
         .collect();
     let mut written = vec![];
     let mut tasks = vec![];
-    let mut level_fns = String::new();
     for (i, l) in levels.iter().enumerate() {
         let mut id = ident(l);
         // Two levels that differ only in punctuation would share a task name.
@@ -85,9 +76,6 @@ pub(super) fn write(
             id = format!("level{i}");
         }
         let task = format!("{name}_{id}");
-        level_fns += &format!(
-            "\n\ndef docs_level_{i}(dataset):\n    return _only_level(dataset, LEVELS[{i}])\n"
-        );
         let yaml = task_yaml(
             &task,
             &data_files,
@@ -138,6 +126,25 @@ pub(super) fn write(
          aggregation: mean\n    weight_by_size: false\nmetadata:\n  version: 1.0\n"
     );
     written.push(write_text(&dir.join(format!("{name}.yaml")), &group)?);
+    Ok(written)
+}
+
+/// `utils.py`: the questions' functions (levels, CircularEval) and, when the release has
+/// benchmark tasks, the tasks' (`templates/lmms_tasks_utils.py`).
+pub(super) fn write_utils(
+    release: &Path,
+    name: &str,
+    items: &[Item],
+    tasks: &[super::tasks::ReleasedTask],
+) -> Result<PathBuf, RunError> {
+    let levels = levels(items);
+    let level_fns: String = (0..levels.len())
+        .map(|i| {
+            format!(
+                "\n\ndef docs_level_{i}(dataset):\n    return _only_level(dataset, LEVELS[{i}])\n"
+            )
+        })
+        .collect();
     let level_list = format!(
         "[{}]",
         levels
@@ -146,10 +153,12 @@ pub(super) fn write(
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let utils = UTILS
+    let mut utils = UTILS
         .replace("{{name}}", name)
         .replace("{{levels}}", &level_list)
         .replace("{{level_functions}}", level_fns.trim_end());
-    written.push(write_text(&dir.join("utils.py"), &utils)?);
-    Ok(written)
+    if !tasks.is_empty() {
+        utils += &super::tasks::utils_part(tasks);
+    }
+    write_text(&release.join("harness/lmms_eval/utils.py"), &utils)
 }

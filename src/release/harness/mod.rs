@@ -6,16 +6,26 @@
 //! - `vlmevalkit` writes `harness/vlmevalkit/<Name>.tsv` and `<Name>_CIRC.tsv`, a custom
 //!   multiple-choice image dataset with the frames as images (`vlmevalkit.rs`).
 //!
-//! Reads the release folder as written (its `questions/` and `data/` Parquet and the frames),
-//! after checking every file against the checksums in `croissant.json`: an export of a folder
-//! someone edited would score a benchmark that is not the released one. Afterwards the checksum
-//! list is refreshed so that it covers the harness files too. Calls nothing.
+//! A benchmark-task release (MVFNDB's tasks, `tasks/tasks.json`) gets one lmms-eval task per
+//! task, each scored by its format's own metrics (`tasks.rs`), and a VLMEvalKit TSV per
+//! single-choice task.
+//!
+//! Reads the release folder as written (its `questions/`, `tasks/` and `data/` Parquet and the
+//! frames), after checking every file against the checksums in `croissant.json`: an export of a
+//! folder someone edited would score a benchmark that is not the released one. Afterwards the
+//! checksum list is refreshed so that it covers the harness files too. A folder without
+//! `croissant.json` (made before it existed, or by hand) has nothing to check against and is
+//! exported with a warning. Calls nothing.
+//!
+//! `takedown` calls `refresh_exports` after it removed videos, so an export never lists a
+//! level, a task or an item the release no longer holds.
 
 mod lmms;
+mod tasks;
 mod vlmevalkit;
 
-use super::questions::ReleasedItem;
 use crate::error::RunError;
+use crate::release::integrity::IntegrityError;
 use arrow::array::{Array, BinaryArray, ListArray, RecordBatch, StringArray, StructArray};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -30,16 +40,49 @@ pub enum Harness {
     Vlmevalkit,
 }
 
+/// One released multiple-choice item as the exports read it: a `questions` row, or a row of a
+/// single-choice task (its `category` as the level).
+#[derive(Debug, Clone, serde::Deserialize)]
+pub(crate) struct Item {
+    pub video_id: String,
+    pub item_id: String,
+    #[serde(default)]
+    pub level: String,
+    pub question: String,
+    pub options: Vec<String>,
+    /// The correct option's letter (A for the first of `options`).
+    pub answer: String,
+    #[serde(default)]
+    pub split: String,
+}
+
 /// Writes each harness's files into `release/harness/`; returns the files written.
 pub fn export(release: &Path, harnesses: &[Harness]) -> Result<Vec<PathBuf>, RunError> {
     if harnesses.is_empty() {
         return Ok(vec![]);
     }
-    crate::release::integrity::verify(release).map_err(|e| {
-        RunError::Config(format!("{e} (the harness exports read the released files)"))
-    })?;
-    let items = read_items(release)?;
+    match crate::release::integrity::verify(release) {
+        Ok(()) => {}
+        Err(IntegrityError::NoCroissant(p)) => tracing::warn!(
+            "{}: no croissant.json, so the release's files cannot be checked before the export",
+            p.display()
+        ),
+        Err(e) => {
+            return Err(RunError::Config(format!(
+                "{e} (the harness exports read the released files)"
+            )));
+        }
+    }
     let name = task_name(release);
+    let questions = read_items(release)?;
+    let task_set = tasks::read(release)?;
+    if questions.is_empty() && task_set.is_empty() {
+        return Err(RunError::Config(format!(
+            "{}: no items to export: the harness exports need the questions config (a run with a \
+             questions stage) or benchmark tasks (tasks/tasks.json)",
+            release.display()
+        )));
+    }
     let mut written = vec![];
     let mut done = vec![];
     for h in harnesses {
@@ -47,15 +90,66 @@ pub fn export(release: &Path, harnesses: &[Harness]) -> Result<Vec<PathBuf>, Run
             continue;
         }
         done.push(*h);
-        written.extend(match h {
-            Harness::LmmsEval => lmms::write(release, &name, &items)?,
-            Harness::Vlmevalkit => vlmevalkit::write(release, &name, &items)?,
-        });
+        let dir = release.join(h.folder());
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| RunError::io(dir.display().to_string(), e))?;
+        }
+        match h {
+            Harness::LmmsEval => {
+                if !questions.is_empty() {
+                    written.extend(lmms::write(release, &name, &questions)?);
+                }
+                written.extend(tasks::write_lmms(release, &name, &task_set)?);
+                written.push(lmms::write_utils(release, &name, &questions, &task_set)?);
+            }
+            Harness::Vlmevalkit => {
+                if !questions.is_empty() {
+                    written.extend(vlmevalkit::write(release, &name, &questions)?);
+                }
+                written.extend(tasks::write_vlmevalkit(release, &name, &task_set)?);
+            }
+        }
     }
-    crate::release::integrity::refresh(release).map_err(|e| {
-        RunError::Config(format!("{e} (refreshing the checksums after the export)"))
-    })?;
-    Ok(written)
+    match crate::release::integrity::refresh(release) {
+        Ok(()) | Err(IntegrityError::NoCroissant(_)) => Ok(written),
+        Err(e) => Err(RunError::Config(format!(
+            "{e} (refreshing the checksums after the export)"
+        ))),
+    }
+}
+
+impl Harness {
+    /// The folder of the release this harness's files live in.
+    pub fn folder(self) -> &'static str {
+        match self {
+            Harness::LmmsEval => "harness/lmms_eval",
+            Harness::Vlmevalkit => "harness/vlmevalkit",
+        }
+    }
+}
+
+/// Writes again the harness exports the release already has (those whose folder exists), from
+/// its files as they are now: after a takedown a level or a task may have no item left.
+/// Returns the harnesses written, and those removed because nothing is left to export.
+pub fn refresh_exports(release: &Path) -> Result<(Vec<Harness>, Vec<Harness>), RunError> {
+    let present: Vec<Harness> = [Harness::LmmsEval, Harness::Vlmevalkit]
+        .into_iter()
+        .filter(|h| release.join(h.folder()).is_dir())
+        .collect();
+    if present.is_empty() {
+        return Ok((vec![], vec![]));
+    }
+    if read_items(release)?.is_empty() && tasks::read(release)?.is_empty() {
+        for h in &present {
+            let dir = release.join(h.folder());
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| RunError::io(dir.display().to_string(), e))?;
+        }
+        return Ok((vec![], present));
+    }
+    export(release, &present)?;
+    Ok((present, vec![]))
 }
 
 /// The release folder's name as a task name: lower-case letters, digits and `_`, starting with
@@ -102,24 +196,29 @@ fn batches(path: &Path) -> Result<Vec<RecordBatch>, RunError> {
     crate::release::availability::read_parquet(path).map(|(_, b)| b)
 }
 
-/// The released items in file order (splits sorted by name, as `evaluate` reads them).
-fn read_items(release: &Path) -> Result<Vec<ReleasedItem>, RunError> {
-    let hint = "the harness exports need the questions config: a run with a questions stage";
-    let mut items = vec![];
-    for f in parquet_files(&release.join("questions"), hint)? {
-        for b in batches(&f)? {
-            let rows: Vec<ReleasedItem> = serde_arrow::from_record_batch(&b)
-                .map_err(|e| RunError::Config(format!("{}: {e}", f.display())))?;
-            items.extend(rows);
-        }
+/// The released questions in file order (splits sorted by name, as `evaluate` reads them);
+/// none when the release has no questions config.
+fn read_items(release: &Path) -> Result<Vec<Item>, RunError> {
+    let dir = release.join("questions");
+    if !dir.is_dir() {
+        return Ok(vec![]);
     }
-    if items.is_empty() {
-        return Err(RunError::Config(format!(
-            "{}: no items to export",
-            release.join("questions").display()
-        )));
+    let mut items = vec![];
+    for f in parquet_files(&dir, "the questions config")? {
+        items.extend(rows_of::<Item>(&f)?);
     }
     Ok(items)
+}
+
+/// A released Parquet file's rows as `T`.
+fn rows_of<T: serde::de::DeserializeOwned>(f: &Path) -> Result<Vec<T>, RunError> {
+    let mut out = vec![];
+    for b in batches(f)? {
+        let rows: Vec<T> = serde_arrow::from_record_batch(&b)
+            .map_err(|e| RunError::Config(format!("{}: {e}", f.display())))?;
+        out.extend(rows);
+    }
+    Ok(out)
 }
 
 /// One frame of a video: its path in the release and, when the rows carry them, its bytes.

@@ -1,0 +1,187 @@
+//! `release --harness` on a benchmark-task release (MVFNDB's formats): the exported lmms-eval
+//! functions, run as plain Python over every item of a generated release with messy answers
+//! (tests/readers/check_task_harness.py), read each answer as `vidcurate evaluate` reads it and
+//! aggregate to `evaluate`'s numbers; a single-choice task gets VLMEvalKit TSVs, the other
+//! formats none; and a takedown writes the exports again without the video.
+
+use crate::evaluate_tasks::py;
+use crate::release::readers_python;
+use crate::util::*;
+use serde_json::Value;
+use std::path::Path;
+
+fn check(rel: &Path) -> Value {
+    let o = std::process::Command::new(readers_python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/readers/check_task_harness.py"))
+        .arg(rel)
+        .arg(rel.join("predictions.jsonl"))
+        .arg(rel.join("items.jsonl"))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "check_task_harness.py: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn evaluate(rel: &Path) -> Value {
+    let o = run(
+        &[
+            "evaluate",
+            rel.to_str().unwrap(),
+            rel.join("predictions.jsonl").to_str().unwrap(),
+            "--json",
+            "--items-out",
+            rel.join("items.jsonl").to_str().unwrap(),
+        ],
+        rel,
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn task_exports_read_and_score_every_answer_as_evaluate() {
+    let d = tempfile::tempdir().unwrap();
+    let rel = d.path().join("mvfn");
+    py(&["make", rel.to_str().unwrap(), "5"]);
+    let o = run(
+        &[
+            "harness",
+            rel.to_str().unwrap(),
+            "--for",
+            "lmms-eval",
+            "--for",
+            "vlmevalkit",
+        ],
+        d.path(),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("wrote  harness/lmms_eval/mvfn_tg.yaml"),
+        "{out}"
+    );
+    let (report, got) = scored_alike(&rel);
+    assert_eq!(report["tasks"].as_array().unwrap().len(), 8);
+    // sc, pos: accuracy; mc: accuracy, jaccard; cnt, tr, rl, ot: one each; tg: accuracy,
+    // rouge_l — each with its standard error — and tg's Macro-F1.
+    assert_eq!(got["compared"], 2 * 10 + 1);
+    // 8 tasks of 40 items, each document with its question and its frames.
+    assert_eq!(got["docs"], 320);
+    assert_eq!(got["visuals"], 640);
+    // The choice tasks show every option: sc (4), pos (30, numbered) and mc (6).
+    assert_eq!(got["options_shown"], 120);
+    assert_eq!(
+        got["tasks"]["mvfn_cnt"]["_higher_is_better"]["abs_distance"],
+        false
+    );
+    let group = got["groups"]["mvfn_tasks"].as_array().unwrap();
+    assert_eq!(group.len(), 8);
+    // VLMEvalKit shows one letter: the 4-option single choice only (not 30 positions, not a
+    // set of letters, a count, ranges or text).
+    let vlm = got["vlmevalkit"].as_object().unwrap();
+    let names: Vec<&String> = vlm.keys().collect();
+    assert_eq!(names, ["mvfn_sc.tsv", "mvfn_sc_CIRC.tsv"], "{got}");
+    assert_eq!(vlm["mvfn_sc.tsv"]["rows"], 40);
+    assert_eq!(vlm["mvfn_sc_CIRC.tsv"]["rows"], 160);
+
+    // A takedown of every video but v12, which has no sc and no rl item: the exports are
+    // written again from what is left, without the two emptied tasks (lmms-eval cannot run a
+    // task without documents) and without VLMEvalKit's sc files, and still score as evaluate.
+    let mut args = vec!["takedown".to_string(), rel.to_str().unwrap().to_string()];
+    args.extend((0..15).map(|i| format!("v{i:02}")).filter(|v| v != "v12"));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = run(&args, d.path());
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("rewrote  harness/lmms_eval"), "{out}");
+    assert!(out.contains("rewrote  harness/vlmevalkit"), "{out}");
+    // The model's answers to the items left.
+    let preds = rel.join("predictions.jsonl");
+    let left: String = std::fs::read_to_string(&preds)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"v12:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&preds, left).unwrap();
+    let (report, got) = scored_alike(&rel);
+    let empty: Vec<&str> = report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["items"] == 0)
+        .map(|t| t["task"].as_str().unwrap())
+        .collect();
+    assert_eq!(empty, ["sc", "rl"]);
+    let tasks: Vec<&String> = got["tasks"].as_object().unwrap().keys().collect();
+    assert_eq!(
+        tasks,
+        [
+            "mvfn_cnt", "mvfn_mc", "mvfn_ot", "mvfn_pos", "mvfn_tg", "mvfn_tr"
+        ]
+    );
+    assert_eq!(got["groups"]["mvfn_tasks"].as_array().unwrap().len(), 6);
+    assert_eq!(got["vlmevalkit"], serde_json::json!({}));
+    assert!(!rel.join("harness/lmms_eval/mvfn_sc.yaml").exists());
+}
+
+/// `evaluate` and the exported functions on the same answers: every item read alike (the
+/// checker lists any that is not) and every task's metrics equal (1e-9). Returns evaluate's
+/// report and the checker's output, with `compared` the values compared.
+fn scored_alike(rel: &Path) -> (Value, Value) {
+    let report = evaluate(rel);
+    let mut got = check(rel);
+    assert_eq!(got["items_differ"], serde_json::json!([]), "{got}");
+    let mut compared = 0;
+    for t in report["tasks"].as_array().unwrap() {
+        let name = t["task"].as_str().unwrap();
+        if t["items"] == 0 {
+            continue;
+        }
+        let mine = &got["tasks"][format!("mvfn_{name}")];
+        for (m, v) in t["metrics"].as_object().unwrap() {
+            for (key, field) in [(m.clone(), "mean"), (format!("{m}_se"), "se")] {
+                let (a, b) = (v[field].as_f64().unwrap(), mine[&key].as_f64().unwrap());
+                assert!(
+                    (a - b).abs() < 1e-9,
+                    "{name} {key}: evaluate {a}, harness {b}"
+                );
+                compared += 1;
+            }
+        }
+        if let Some(f) = t["macro_f1"].as_f64() {
+            let b = mine["macro_f1"].as_f64().unwrap();
+            assert!(
+                (f - b).abs() < 1e-9,
+                "{name} macro_f1: evaluate {f}, harness {b}"
+            );
+            compared += 1;
+        }
+        // Judged metrics are not in the harness task: evaluate leaves them to --judge too.
+        for m in t["not_scored"].as_array().unwrap() {
+            assert!(mine.get(m.as_str().unwrap()).is_none(), "{name}: {m}");
+        }
+    }
+    got["compared"] = compared.into();
+    (report, got)
+}
