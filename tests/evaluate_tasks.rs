@@ -5,29 +5,12 @@
 use crate::caption::openai_structured;
 use crate::fake_http::{FakeServer, Request, Response};
 use crate::judge::{OPENAI_KEY, prompt_of};
-use crate::release::readers_python;
 use crate::util::*;
 use serde_json::Value;
-use std::path::Path;
 use std::process::Command;
 
-fn script() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/readers/check_task_scores.py")
-}
-
 pub(crate) fn py(args: &[&str]) -> String {
-    let o = Command::new(readers_python())
-        .arg(script())
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "check_task_scores.py {args:?}: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
+    crate::release::reader("check_task_scores.py", args)
 }
 
 #[test]

@@ -5,26 +5,17 @@
 //! formats none; and a takedown writes the exports again without the video.
 
 use crate::evaluate_tasks::py;
-use crate::release::readers_python;
 use crate::util::*;
 use serde_json::Value;
 use std::path::Path;
 
 fn check(rel: &Path) -> Value {
-    let o = std::process::Command::new(readers_python())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/readers/check_task_harness.py"))
-        .arg(rel)
-        .arg(rel.join("predictions.jsonl"))
-        .arg(rel.join("items.jsonl"))
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "check_task_harness.py: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).unwrap()
+    let args = [
+        rel.to_path_buf(),
+        rel.join("predictions.jsonl"),
+        rel.join("items.jsonl"),
+    ];
+    crate::release::reader_json("check_task_harness.py", &args)
 }
 
 fn evaluate(rel: &Path) -> Value {

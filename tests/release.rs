@@ -18,19 +18,37 @@ pub(crate) fn readers_python() -> PathBuf {
     p
 }
 
-fn check(release: &Path, cache: &Path) -> serde_json::Value {
+/// Runs `tests/readers/<script>` with the readers' Python; its stdout, after it succeeded (else
+/// the test fails with what it printed).
+pub(crate) fn reader<S: AsRef<std::ffi::OsStr>>(script: &str, args: &[S]) -> String {
     let o = Command::new(readers_python())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/readers/check_release.py"))
-        .arg(release)
-        .arg(cache)
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/readers")
+                .join(script),
+        )
+        .args(args)
         .output()
         .unwrap();
     assert!(
         o.status.success(),
-        "check_release.py: {}",
+        "{script}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
-    serde_json::from_slice(&o.stdout).unwrap()
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `reader`'s stdout as one JSON value.
+pub(crate) fn reader_json<S: AsRef<std::ffi::OsStr>>(
+    script: &str,
+    args: &[S],
+) -> serde_json::Value {
+    serde_json::from_str(&reader(script, args)).unwrap()
+}
+
+fn check(release: &Path, cache: &Path) -> serde_json::Value {
+    reader_json("check_release.py", &[release, cache])
 }
 
 #[test]
@@ -192,18 +210,15 @@ fn evaluate_matches_scikit_learn(rel: &Path, videos: Vec<&String>) {
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let ours: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let o = Command::new(readers_python())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/readers/check_metrics.py"))
-        .args([
+    let theirs = reader_json(
+        "check_metrics.py",
+        &[
             rel.to_str().unwrap(),
             preds.to_str().unwrap(),
             "fake",
             "domain",
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let theirs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        ],
+    );
     let theirs = theirs.as_object().unwrap();
     assert_eq!(theirs.len(), 3);
     for (variant, groups) in theirs {

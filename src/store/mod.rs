@@ -225,6 +225,17 @@ fn sync_dir(dir: &Path) {
     }
 }
 
+/// The `*.parquet` files directly in a local folder (a release's config, say), sorted by name:
+/// the order `datasets` and `evaluate` read a config's files in.
+pub fn parquet_files_in(dir: &Path) -> io::Result<Vec<std::path::PathBuf>> {
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
 /// Writes a file outside any run directory (a release, an analysis folder, annotation tasks) the
 /// way the store writes its own objects: beside the target, synced, then renamed over it.
 pub fn write_file(target: &Path, data: &[u8]) -> io::Result<()> {

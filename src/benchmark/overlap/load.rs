@@ -104,15 +104,8 @@ pub fn open(path: &Path, frames: bool) -> Result<Collection, RunError> {
 }
 
 fn parquet_files(dir: &Path) -> Result<Vec<PathBuf>, RunError> {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return Ok(vec![]);
-    };
-    let mut files: Vec<PathBuf> = rd
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
-        .collect();
-    files.sort();
-    Ok(files)
+    // A config the release does not have is no file to compare.
+    Ok(crate::store::parquet_files_in(dir).unwrap_or_default())
 }
 
 /// The batches of a Parquet file, a few rows at a time (frames as bytes can be large).

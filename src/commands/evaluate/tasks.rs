@@ -110,13 +110,7 @@ fn read_infos(release: &Path) -> Result<Vec<TaskInfo>, RunError> {
 }
 
 fn parquet_files(dir: &Path) -> Result<Vec<PathBuf>, RunError> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| RunError::io(dir.display().to_string(), e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
-        .collect();
-    files.sort();
-    Ok(files)
+    crate::store::parquet_files_in(dir).map_err(|e| RunError::io(dir.display().to_string(), e))
 }
 
 /// The task's released rows as references, in file order.

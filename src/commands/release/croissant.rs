@@ -222,15 +222,7 @@ fn configs(out: &Path) -> Vec<(String, String)> {
 }
 
 fn parquet_files(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut f: Vec<_> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
-        .collect();
-    f.sort();
-    f
+    crate::store::parquet_files_in(dir).unwrap_or_default()
 }
 
 fn read_schema(path: &Path) -> Result<arrow::datatypes::SchemaRef, RunError> {

@@ -182,13 +182,8 @@ pub fn ident(s: &str) -> String {
 }
 
 fn parquet_files(dir: &Path, hint: &str) -> Result<Vec<PathBuf>, RunError> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| RunError::Config(format!("{}: {e} ({hint})", dir.display())))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
-        .collect();
-    files.sort();
-    Ok(files)
+    crate::store::parquet_files_in(dir)
+        .map_err(|e| RunError::Config(format!("{}: {e} ({hint})", dir.display())))
 }
 
 /// A released Parquet file's rows (one reader for every command that opens a release).
