@@ -97,6 +97,9 @@ TIME_KEYS = {"started_at", "finished_at", "created_at", "updated_at"}
 
 TIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})")
 STAMP_RE = re.compile(r"rethreshold-\d{8}T\d{6}(?:\.\d+)?Z")
+# tempfile.mkdtemp's folders: a prefix, then 8 characters of [a-z0-9_].
+DEMO_TMP_RE = re.compile(r"/tmp/[A-Za-z0-9.-]+-[a-z0-9_]{8}(?=[/\"\s]|$)")
+LOCAL_PORT_RE = re.compile(r"127\.0\.0\.1:\d+")
 SHARD_RE = re.compile(r"part-\d{5}")
 
 BINARY_EXT = {".jpg", ".jpeg", ".png", ".mp4", ".mkv", ".webm", ".bin", ".gif", ".onnx"}
@@ -129,6 +132,9 @@ class Norm:
         s = self.paths(s)
         s = TIME_RE.sub("<TIME>", s)
         s = STAMP_RE.sub("rethreshold-<STAMP>", s)
+        # A demo's own temp folder and its fake server's port (questions_demo.py --keep RUN).
+        s = DEMO_TMP_RE.sub("<DEMO_TMP>", s)
+        s = LOCAL_PORT_RE.sub("127.0.0.1:<PORT>", s)
         return s
 
     def name(self, rel: str) -> str:
