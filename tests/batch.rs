@@ -417,6 +417,19 @@ fn batch_round_trip_repairs_in_the_next_batch_and_retries_errors_live() {
     let got: f64 = cols[8].parse().unwrap();
     assert!((got - want).abs() < 1e-4, "{got} vs {want}: {text}");
     assert!(text.contains("less than live"), "{text}");
+    // Per stage: the batch's answers (filed after the pass, under the stage that queued them)
+    // and the live one are all the relevance stage's.
+    let staged: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|c| c.len() == 10 && c[1] == "openai")
+        .collect();
+    assert_eq!(staged.len(), 1, "{text}");
+    assert_eq!(
+        (staged[0][0], staged[0][3], staged[0][4]),
+        ("relevance", "5", "4"),
+        "stage, entries, batch: {text}"
+    );
     let o = run(&["batch", "status", out.to_str().unwrap()], dir.path());
     let st = String::from_utf8_lossy(&o.stdout).to_string();
     assert!(

@@ -1,7 +1,7 @@
 //! `croissant.json` in a release: valid for mlcroissant 1.1.1 (`mlcroissant validate`), its
 //! records the Parquet rows (tests/readers/check_croissant.py loads them through
 //! `mlcroissant.Dataset(...).records(...)`), its checksums what `integrity::verify` holds the
-//! folder to; and the card beside it: the cost as `cache stats` counts it, no path of the
+//! folder to; and the card beside it: the cost per stage as `cache stats` counts it, no path of the
 //! builder's machine, numbers as the pipeline file wrote them, placeholders and a warning for
 //! what only a person can write.
 
@@ -19,13 +19,7 @@ fn venv_bin(name: &str) -> std::path::PathBuf {
 }
 
 fn check_croissant(release: &Path) -> Value {
-    let o = Command::new(readers_python())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/readers/check_croissant.py"))
-        .arg(release)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "check_croissant.py: {}", err(&o));
-    serde_json::from_slice(&o.stdout).unwrap()
+    crate::release::reader_json("check_croissant.py", &[release])
 }
 
 /// Decimal numbers whose digits are a float's widening noise (`0.699999988`, `0.20000000298`).
@@ -47,7 +41,7 @@ fn float_noise(text: &str) -> Vec<String> {
 fn a_release_carries_valid_croissant_whose_records_are_its_rows() {
     need_ffmpeg!();
     let dir = tempfile::tempdir().unwrap();
-    let (_server, run_dir) = crate::questions::question_run(dir.path(), 4);
+    let (server, run_dir) = crate::questions::question_run(dir.path(), 4);
     let card_file = dir.path().join("card.toml");
     write(
         &card_file,
@@ -153,27 +147,63 @@ fn a_release_carries_valid_croissant_whose_records_are_its_rows() {
         "{card}"
     );
 
-    // The cost: the calls and tokens `cache stats` counts, per service and model.
+    // The cost: caption, questions and blind all call gpt-4o-mini on one service, yet each has
+    // its line, with the calls it sent (the fake server tells them apart by the answer's schema)
+    // and the tokens `cache stats` counts for it, in chain order.
+    let mut sent = std::collections::BTreeMap::<&str, i64>::new();
+    for (r, status) in server.requests() {
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        let stage = match v["response_format"]["json_schema"]["name"].as_str() {
+            Some("caption") => "caption",
+            Some("question_items") => "questions",
+            _ => "blind",
+        };
+        assert_eq!(status, 200);
+        *sent.entry(stage).or_default() += 1;
+    }
+    assert_eq!(
+        sent.get("caption"),
+        Some(&4),
+        "one caption a video: {sent:?}"
+    );
+    assert_eq!(sent.get("questions"), Some(&4), "{sent:?}");
+    assert!(sent.get("blind").is_some_and(|n| *n >= 12), "{sent:?}");
     let o = run(&["cache", "stats", run_dir.to_str().unwrap()], dir.path());
     assert!(o.status.success(), "{}", err(&o));
     let stats = String::from_utf8_lossy(&o.stdout).to_string();
-    let mut lines = 0;
-    for l in stats.lines().skip(1) {
-        let c: Vec<&str> = l.split_whitespace().collect();
-        if c.len() != 9 || c[2] == "0" {
-            continue;
-        }
+    let rows: Vec<Vec<&str>> = stats
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .collect();
+    // The second table: stage, service, method, entries, batch, hits, misses, tokens in, out, USD.
+    let mut at = vec![];
+    for stage in ["caption", "questions", "blind"] {
+        let c = rows
+            .iter()
+            .find(|c| c.len() == 10 && c[0] == stage)
+            .unwrap_or_else(|| panic!("no {stage} row: {stats}"));
+        assert_eq!(c[3], sent[stage].to_string(), "{stage}: {stats}");
         let row = format!(
-            "| {} | {} | blind, caption, questions | {} | {} | {} | no price set |",
-            c[0], c[1], c[2], c[6], c[7]
+            "| {stage} | {} | {} | {} | {} | {} | no price set |",
+            c[1], c[2], c[3], c[7], c[8]
         );
-        assert!(
-            card.contains(&row),
-            "{row} not in the card: {card}\n{stats}"
+        at.push(
+            card.find(&row)
+                .unwrap_or_else(|| panic!("{row} not in the card: {card}\n{stats}")),
         );
-        lines += 1;
     }
-    assert_eq!(lines, 1, "{stats}");
+    assert!(at.is_sorted(), "chain order: {card}");
+    // The first table: the service's one line, whose totals are the card's.
+    let totals: Vec<&Vec<&str>> = rows
+        .iter()
+        .filter(|c| c.len() == 9 && c[0] == "openai")
+        .collect();
+    assert_eq!(totals.len(), 1, "{stats}");
+    let t = totals[0];
+    assert_eq!(t[2], sent.values().sum::<i64>().to_string(), "{stats}");
+    let all = format!("| all | | | {} | {} | {} | 0.0000 |", t[2], t[6], t[7]);
+    assert!(card.contains(&all), "{all} not in the card: {card}");
+    assert!(!card.contains("is a guess"), "{card}");
     assert!(card.contains("Per kept video (4): "), "{card}");
     assert!(card.contains("Per kept item (12): "), "{card}");
 

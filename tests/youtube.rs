@@ -280,6 +280,28 @@ fn collects_one_row_per_video_with_every_provenance_and_reruns_without_calls() {
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert_eq!(fake.server.requests().len(), before);
     assert_eq!(table_rows_file_all(&out.join("source")).len(), 48);
+    // The calls are the source's (its searches run in a task of their own), each paid once
+    // and answered again from the cache by the rerun.
+    let stats = run(&["cache", "stats", out.to_str().unwrap()], dir.path());
+    let text = String::from_utf8_lossy(&stats.stdout).to_string();
+    let staged: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|c| c.len() == 10 && c[1] == "youtube")
+        .collect();
+    assert!(!staged.is_empty(), "{text}");
+    assert!(staged.iter().all(|c| c[0] == "source"), "{text}");
+    let sum = |i: usize| {
+        staged
+            .iter()
+            .map(|c| c[i].parse::<u32>().unwrap())
+            .sum::<u32>()
+    };
+    assert_eq!(
+        (sum(3), sum(5), sum(6)),
+        (3, 3, 3),
+        "entries, hits, misses: {text}"
+    );
     // The key is in no file of the run directory nor of the ledger, and in no message.
     assert_eq!(any_file_contains(dir.path(), KEY.as_bytes()), None);
     assert!(!stderr(&o).contains(KEY));

@@ -376,7 +376,10 @@ impl LlmService {
                 a
             }))
         };
-        through_cache(cache, &key, read_hit, || self.call(req, &key, stage)).await
+        // The caller names its stage (evaluate's judge is no stage of the runtime's): the
+        // answer and the lookup are counted for it.
+        let ask = through_cache(cache, &key, read_hit, || self.call(req, &key, stage));
+        crate::store::cache::for_stage(stage, ask).await
     }
 
     /// The call `chat` makes on a cache miss (in batch mode, the request queued instead).
@@ -434,6 +437,7 @@ impl LlmService {
                         latency_ms: latency,
                         body,
                         batch: false,
+                        stage: None,
                     };
                     return Ok(Answered { value: a, record });
                 }

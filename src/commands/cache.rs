@@ -1,9 +1,9 @@
-//! `vidcurate cache stats`: what a run's response cache holds per service and method, and what
-//! those answers cost at the run's prices. Reads the cache (and, for an object-store run, the
+//! `vidcurate cache stats`: what a run's response cache holds per service and method (then per
+//! stage that paid), and what those answers cost at the run's prices. Reads the cache (and, for an object-store run, the
 //! parts every worker published); calls nothing; writes nothing in the run.
 
 use crate::error::{Exit, RunError};
-use crate::store::cache::{CacheHandle, ResponseCache};
+use crate::store::cache::{CacheHandle, CacheStats, ResponseCache};
 use crate::store::manifest::Manifest;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,9 +11,11 @@ use std::path::{Path, PathBuf};
 /// The run's response cache.
 #[derive(clap::Subcommand)]
 pub enum Cmd {
-    /// Entries, hits, misses, tokens and estimated cost per service and model.
+    /// Entries, hits, misses, tokens and estimated cost per service and model, then per stage.
     ///
-    /// Cost uses `usd_per_mtok_input` / `usd_per_mtok_output` of the run's `[services.*]`.
+    /// Cost uses `usd_per_mtok_input` / `usd_per_mtok_output` of the run's `[services.*]`. The
+    /// second table splits each line by the stage that paid for the answers (and made the
+    /// lookups); `-` is what a cache written before stages were recorded holds.
     Stats { run_dir: PathBuf },
 }
 
@@ -64,33 +66,22 @@ fn stats(run_dir: &Path) -> Result<Exit, RunError> {
         return Ok(Exit::Done);
     };
     let prices = prices(manifest.as_ref());
-    println!(
-        "{:<12} {:<28} {:>8} {:>8} {:>8} {:>8} {:>12} {:>12} {:>10}",
-        "service",
-        "method",
-        "entries",
-        "batch",
-        "hits",
-        "misses",
-        "tokens_in",
-        "tokens_out",
-        "est_usd"
-    );
-    let (mut total, mut saved) = (0.0, 0.0);
-    for s in cache.stats()? {
+    // (what the answers cost, what the batch rate saved on them)
+    let cost = |s: &CacheStats| {
         let p = prices.get(&s.service).copied().unwrap_or_default();
         let (live_in, live_out) = (
             s.input_tokens - s.batch_input_tokens,
             s.output_tokens - s.batch_output_tokens,
         );
-        let usd = p.cost(live_in, live_out, false)
-            + p.cost(s.batch_input_tokens, s.batch_output_tokens, true);
-        saved += p.cost(s.batch_input_tokens, s.batch_output_tokens, false)
-            - p.cost(s.batch_input_tokens, s.batch_output_tokens, true);
-        total += usd;
-        println!(
-            "{:<12} {:<28} {:>8} {:>8} {:>8} {:>8} {:>12} {:>12} {:>10.4}",
-            s.service,
+        let (bin, bout) = (s.batch_input_tokens, s.batch_output_tokens);
+        (
+            p.cost(live_in, live_out, false) + p.cost(bin, bout, true),
+            p.cost(bin, bout, false) - p.cost(bin, bout, true),
+        )
+    };
+    let row = |first: &str, s: &CacheStats, usd: f64| {
+        format!(
+            "{first}{:<28} {:>8} {:>8} {:>8} {:>8} {:>12} {:>12} {:>10.4}",
             s.method,
             s.entries,
             s.batch_entries,
@@ -99,7 +90,27 @@ fn stats(run_dir: &Path) -> Result<Exit, RunError> {
             s.input_tokens,
             s.output_tokens,
             usd
-        );
+        )
+    };
+    let header = format!(
+        "{:<28} {:>8} {:>8} {:>8} {:>8} {:>12} {:>12} {:>10}",
+        "method", "entries", "batch", "hits", "misses", "tokens_in", "tokens_out", "est_usd"
+    );
+    println!("{:<12} {header}", "service");
+    let per_stage = cache.stats()?;
+    let (mut total, mut saved) = (0.0, 0.0);
+    for s in crate::store::cache::by_service(&per_stage) {
+        let (usd, less) = cost(&s);
+        (total, saved) = (total + usd, saved + less);
+        println!("{}", row(&format!("{:<12} ", s.service), &s, usd));
+    }
+    if per_stage.iter().any(|s| s.stage.is_some()) {
+        println!("\n{:<16} {:<12} {header}", "stage", "service");
+        for s in &per_stage {
+            let stage = s.stage.as_deref().unwrap_or("-");
+            let first = format!("{stage:<16} {:<12} ", s.service);
+            println!("{}", row(&first, s, cost(s).0));
+        }
     }
     if saved > 0.0 {
         println!(

@@ -10,6 +10,7 @@
 use crate::error::{RunError, StageError};
 use crate::store::Store;
 use rusqlite::{Connection, OptionalExtension, params};
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -26,6 +27,25 @@ pub struct CachedResponse {
     pub latency_ms: i64,
     /// Answered through a provider's batch interface (priced at the batch rate).
     pub batch: bool,
+    /// The stage that paid for the answer (None: stored outside any stage's scope, or by a
+    /// version before stages were recorded). `put` fills it from `for_stage` when unset.
+    pub stage: Option<String>,
+}
+
+tokio::task_local! {
+    static STAGE: String;
+}
+
+/// Runs `f` as work of `stage`: the answers it stores and the lookups it makes are counted for
+/// that stage. The runtime scopes each stage's task (and the source's) in it, so clients need not
+/// know which stage calls them; a task spawned inside does not inherit it and needs its own.
+pub fn for_stage<F: Future>(stage: impl Into<String>, f: F) -> impl Future<Output = F::Output> {
+    STAGE.scope(stage.into(), f)
+}
+
+/// The stage whose scope the current task runs in.
+pub fn current_stage() -> Option<String> {
+    STAGE.try_with(Clone::clone).ok()
 }
 
 /// What a lookup is about; the key is derived from these.
@@ -48,11 +68,14 @@ impl CacheKey {
     }
 }
 
-/// Totals per (service, method), for `vidcurate cache stats`.
+/// Totals per (service, method, stage), for `vidcurate cache stats` and the card's cost.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CacheStats {
     pub service: String,
     pub method: String,
+    /// None: answers and lookups recorded with no stage (outside a stage, or before stages
+    /// were recorded); also the stage of `by_service`'s totals.
+    pub stage: Option<String>,
     pub entries: i64,
     pub hits: i64,
     pub misses: i64,
@@ -87,14 +110,16 @@ CREATE TABLE IF NOT EXISTS responses (
     output_tokens INTEGER,
     latency_ms INTEGER NOT NULL,
     created_at TEXT NOT NULL,
-    batch INTEGER NOT NULL DEFAULT 0
+    batch INTEGER NOT NULL DEFAULT 0,
+    stage TEXT
 );
 CREATE TABLE IF NOT EXISTS lookups (
     service TEXT NOT NULL,
     method TEXT NOT NULL,
+    stage TEXT NOT NULL DEFAULT '',
     hits INTEGER NOT NULL DEFAULT 0,
     misses INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (service, method)
+    PRIMARY KEY (service, method, stage)
 );
 ";
 
@@ -112,14 +137,62 @@ CREATE TABLE responses (
     output_tokens INTEGER,
     latency_ms INTEGER NOT NULL,
     created_at TEXT NOT NULL,
-    batch INTEGER NOT NULL DEFAULT 0
+    batch INTEGER NOT NULL DEFAULT 0,
+    stage TEXT
 );
 ";
 
-const COLUMNS: &str = "key, service, method, request, status, body, parsed, input_tokens, output_tokens, latency_ms, created_at, batch";
+const COLUMNS: &str = "key, service, method, request, status, body, parsed, input_tokens, output_tokens, latency_ms, created_at, batch, stage";
+
+/// Brings a cache written by an older version up to `SCHEMA`, in one write transaction (so two
+/// processes opening the same old file do not both migrate it). Answers stored before a column
+/// existed were live (`batch` 0) and of no known stage (`stage` NULL); lookups counted before
+/// stages were recorded keep their totals under the empty stage.
+fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    let old = |t: &str, c: &str| has_column(conn, "main", t, c).map(|has| !has);
+    if !(old("responses", "batch")? || old("responses", "stage")? || old("lookups", "stage")?) {
+        return Ok(());
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let run = || -> rusqlite::Result<()> {
+        if old("responses", "batch")? {
+            conn.execute_batch(
+                "ALTER TABLE responses ADD COLUMN batch INTEGER NOT NULL DEFAULT 0",
+            )?;
+        }
+        if old("responses", "stage")? {
+            conn.execute_batch("ALTER TABLE responses ADD COLUMN stage TEXT")?;
+        }
+        // The key grows a column, which ALTER cannot do: the table is rebuilt.
+        if old("lookups", "stage")? {
+            conn.execute_batch(
+                "ALTER TABLE lookups RENAME TO lookups_before_stages;
+                 CREATE TABLE lookups (
+                     service TEXT NOT NULL,
+                     method TEXT NOT NULL,
+                     stage TEXT NOT NULL DEFAULT '',
+                     hits INTEGER NOT NULL DEFAULT 0,
+                     misses INTEGER NOT NULL DEFAULT 0,
+                     PRIMARY KEY (service, method, stage)
+                 );
+                 INSERT INTO lookups (service, method, stage, hits, misses)
+                     SELECT service, method, '', hits, misses FROM lookups_before_stages;
+                 DROP TABLE lookups_before_stages;",
+            )?;
+        }
+        Ok(())
+    };
+    match run() {
+        Ok(()) => conn.execute_batch("COMMIT"),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
 
 /// Whether `table` (optionally `schema.table`) has `column`: caches and parts written before the
-/// `batch` column existed lack it.
+/// `batch` or `stage` column existed lack it.
 fn has_column(
     conn: &Connection,
     schema: &str,
@@ -159,10 +232,7 @@ impl ResponseCache {
         conn.busy_timeout(std::time::Duration::from_secs(30))
             .map_err(|e| db_err(path, e))?;
         conn.execute_batch(SCHEMA).map_err(|e| db_err(path, e))?;
-        if !has_column(&conn, "main", "responses", "batch").map_err(|e| db_err(path, e))? {
-            conn.execute_batch("ALTER TABLE responses ADD COLUMN batch INTEGER NOT NULL DEFAULT 0")
-                .map_err(|e| db_err(path, e))?;
-        }
+        migrate(&conn).map_err(|e| db_err(path, e))?;
         Ok(Self {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
@@ -182,12 +252,21 @@ impl ResponseCache {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Looks `key` up and counts the hit or miss.
+    /// Looks `key` up and counts the hit or miss (for the stage whose scope this runs in).
     pub fn get(&self, key: &CacheKey) -> Result<Option<CachedResponse>, StageError> {
+        self.get_for(key, current_stage())
+    }
+
+    /// `get`, counted for `stage`.
+    fn get_for(
+        &self,
+        key: &CacheKey,
+        stage: Option<String>,
+    ) -> Result<Option<CachedResponse>, StageError> {
         let conn = self.conn();
         let found = conn
             .query_row(
-                "SELECT status, body, parsed, input_tokens, output_tokens, latency_ms, batch
+                "SELECT status, body, parsed, input_tokens, output_tokens, latency_ms, batch, stage
                  FROM responses WHERE key = ?1",
                 params![key.hash()],
                 |r| {
@@ -199,6 +278,7 @@ impl ResponseCache {
                         output_tokens: r.get(4)?,
                         latency_ms: r.get(5)?,
                         batch: r.get::<_, i64>(6)? != 0,
+                        stage: r.get(7)?,
                     })
                 },
             )
@@ -206,22 +286,25 @@ impl ResponseCache {
             .map_err(|e| db_err(&self.path, e))?;
         let (h, m) = if found.is_some() { (1, 0) } else { (0, 1) };
         conn.execute(
-            "INSERT INTO lookups (service, method, hits, misses) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (service, method) DO UPDATE SET hits = hits + ?3, misses = misses + ?4",
-            params![key.service, key.method, h, m],
+            "INSERT INTO lookups (service, method, stage, hits, misses) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (service, method, stage)
+             DO UPDATE SET hits = hits + ?4, misses = misses + ?5",
+            params![key.service, key.method, stage.unwrap_or_default(), h, m],
         )
         .map_err(|e| db_err(&self.path, e))?;
         Ok(found)
     }
 
-    /// Stores an answer (replacing one under the same key: a repaired answer wins).
+    /// Stores an answer (replacing one under the same key: a repaired answer wins), for its
+    /// `stage` or else the stage whose scope this runs in.
     pub fn put(&self, key: &CacheKey, value: &CachedResponse) -> Result<(), StageError> {
+        let stage = value.stage.clone().or_else(current_stage);
         self.conn()
             .execute(
                 "INSERT OR REPLACE INTO responses
                  (key, service, method, request, status, body, parsed, input_tokens,
-                  output_tokens, latency_ms, created_at, batch)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                  output_tokens, latency_ms, created_at, batch, stage)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                 params![
                     key.hash(),
                     key.service,
@@ -235,6 +318,7 @@ impl ResponseCache {
                     value.latency_ms,
                     chrono::Utc::now().to_rfc3339(),
                     value.batch as i64,
+                    stage,
                 ],
             )
             .map_err(|e| db_err(&self.path, e))?;
@@ -247,8 +331,9 @@ impl ResponseCache {
         self: &Arc<Self>,
         key: &CacheKey,
     ) -> Result<Option<CachedResponse>, StageError> {
-        let (me, key) = (self.clone(), key.clone());
-        tokio::task::spawn_blocking(move || me.get(&key))
+        // The blocking thread is outside the task's scope: the stage goes along.
+        let (me, key, stage) = (self.clone(), key.clone(), current_stage());
+        tokio::task::spawn_blocking(move || me.get_for(&key, stage))
             .await
             .map_err(|e| StageError::internal("response_cache", e.to_string()))?
     }
@@ -257,8 +342,11 @@ impl ResponseCache {
     pub async fn store(
         self: &Arc<Self>,
         key: &CacheKey,
-        value: CachedResponse,
+        mut value: CachedResponse,
     ) -> Result<(), StageError> {
+        if value.stage.is_none() {
+            value.stage = current_stage();
+        }
         let (me, key) = (self.clone(), key.clone());
         tokio::task::spawn_blocking(move || me.put(&key, &value))
             .await
@@ -350,12 +438,15 @@ impl ResponseCache {
                 "ATTACH DATABASE ?1 AS part",
                 params![part.to_string_lossy()],
             )?;
-            // A part of an older version has no `batch` column: its answers were live.
-            let select = if has_column(&conn, "part", "responses", "batch")? {
-                COLUMNS.to_string()
-            } else {
-                COLUMNS.replace(", batch", ", 0")
-            };
+            // A part of an older version lacks `batch` (its answers were live) or `stage`
+            // (no stage recorded).
+            let mut select = COLUMNS.to_string();
+            if !has_column(&conn, "part", "responses", "batch")? {
+                select = select.replace(", batch", ", 0");
+            }
+            if !has_column(&conn, "part", "responses", "stage")? {
+                select = select.replace(", stage", ", NULL");
+            }
             let added = conn.execute(
                 &format!(
                     "INSERT OR IGNORE INTO main.responses ({COLUMNS}) SELECT {select} FROM part.responses"
@@ -372,24 +463,29 @@ impl ResponseCache {
         run().map_err(|e| db_err(&self.path, e))
     }
 
+    /// Totals per (service, method, stage), ordered so; a stage's row counts the answers it
+    /// stored and the lookups it made (see `by_service` for the totals across stages).
     pub fn stats(&self) -> Result<Vec<CacheStats>, StageError> {
         let conn = self.conn();
+        // Answers store no stage as NULL, lookups as '' (a key column): both read as None.
         let mut st = conn
             .prepare(
-                "SELECT s.service, s.method, COALESCE(r.n, 0), COALESCE(l.hits, 0),
-                        COALESCE(l.misses, 0), COALESCE(r.tin, 0), COALESCE(r.tout, 0),
-                        COALESCE(r.lat, 0), COALESCE(r.bn, 0), COALESCE(r.btin, 0),
-                        COALESCE(r.btout, 0)
-                 FROM (SELECT service, method FROM responses UNION SELECT service, method FROM lookups) s
-                 LEFT JOIN (SELECT service, method, COUNT(*) n, SUM(input_tokens) tin,
-                                   SUM(output_tokens) tout, SUM(latency_ms) lat,
-                                   SUM(batch) bn,
+                "SELECT s.service, s.method, NULLIF(s.stage, ''), COALESCE(r.n, 0),
+                        COALESCE(l.hits, 0), COALESCE(l.misses, 0), COALESCE(r.tin, 0),
+                        COALESCE(r.tout, 0), COALESCE(r.lat, 0), COALESCE(r.bn, 0),
+                        COALESCE(r.btin, 0), COALESCE(r.btout, 0)
+                 FROM (SELECT service, method, COALESCE(stage, '') stage FROM responses
+                       UNION SELECT service, method, stage FROM lookups) s
+                 LEFT JOIN (SELECT service, method, COALESCE(stage, '') stage, COUNT(*) n,
+                                   SUM(input_tokens) tin, SUM(output_tokens) tout,
+                                   SUM(latency_ms) lat, SUM(batch) bn,
                                    SUM(CASE WHEN batch = 1 THEN input_tokens ELSE 0 END) btin,
                                    SUM(CASE WHEN batch = 1 THEN output_tokens ELSE 0 END) btout
-                            FROM responses GROUP BY service, method) r
-                   ON r.service = s.service AND r.method = s.method
-                 LEFT JOIN lookups l ON l.service = s.service AND l.method = s.method
-                 ORDER BY s.service, s.method",
+                            FROM responses GROUP BY service, method, COALESCE(stage, '')) r
+                   ON r.service = s.service AND r.method = s.method AND r.stage = s.stage
+                 LEFT JOIN lookups l
+                   ON l.service = s.service AND l.method = s.method AND l.stage = s.stage
+                 ORDER BY s.service, s.method, s.stage",
             )
             .map_err(|e| db_err(&self.path, e))?;
         let rows = st
@@ -397,21 +493,47 @@ impl ResponseCache {
                 Ok(CacheStats {
                     service: r.get(0)?,
                     method: r.get(1)?,
-                    entries: r.get(2)?,
-                    hits: r.get(3)?,
-                    misses: r.get(4)?,
-                    input_tokens: r.get(5)?,
-                    output_tokens: r.get(6)?,
-                    latency_ms: r.get(7)?,
-                    batch_entries: r.get(8)?,
-                    batch_input_tokens: r.get(9)?,
-                    batch_output_tokens: r.get(10)?,
+                    stage: r.get(2)?,
+                    entries: r.get(3)?,
+                    hits: r.get(4)?,
+                    misses: r.get(5)?,
+                    input_tokens: r.get(6)?,
+                    output_tokens: r.get(7)?,
+                    latency_ms: r.get(8)?,
+                    batch_entries: r.get(9)?,
+                    batch_input_tokens: r.get(10)?,
+                    batch_output_tokens: r.get(11)?,
                 })
             })
             .map_err(|e| db_err(&self.path, e))?;
         rows.collect::<Result<Vec<_>, _>>()
             .map_err(|e| db_err(&self.path, e))
     }
+}
+
+/// `stats` (in its order) summed over stages: one row per (service, method), its stage None.
+pub fn by_service(rows: &[CacheStats]) -> Vec<CacheStats> {
+    let mut out: Vec<CacheStats> = vec![];
+    for r in rows {
+        match out.last_mut() {
+            Some(t) if t.service == r.service && t.method == r.method => {
+                t.entries += r.entries;
+                t.hits += r.hits;
+                t.misses += r.misses;
+                t.input_tokens += r.input_tokens;
+                t.output_tokens += r.output_tokens;
+                t.latency_ms += r.latency_ms;
+                t.batch_entries += r.batch_entries;
+                t.batch_input_tokens += r.batch_input_tokens;
+                t.batch_output_tokens += r.batch_output_tokens;
+            }
+            _ => out.push(CacheStats {
+                stage: None,
+                ..r.clone()
+            }),
+        }
+    }
+    out
 }
 
 /// Where the workers of a run on an object store publish their answers. Each worker's cache
@@ -634,5 +756,160 @@ mod tests {
         let s = c.stats().unwrap();
         assert_eq!(s.len(), 1);
         assert_eq!((s[0].entries, s[0].hits, s[0].misses), (1, 1, 1));
+    }
+
+    fn key(request: &str) -> CacheKey {
+        CacheKey {
+            service: "vlm".into(),
+            method: "openai:gpt-4o".into(),
+            request: request.into(),
+        }
+    }
+
+    fn answer(tokens: i64) -> CachedResponse {
+        CachedResponse {
+            status: 200,
+            body: b"{}".to_vec(),
+            input_tokens: Some(tokens),
+            output_tokens: Some(1),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn answers_and_lookups_count_for_the_stage_that_made_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Arc::new(ResponseCache::open(&dir.path().join("c.sqlite")).unwrap());
+        for_stage("caption", async {
+            assert!(c.lookup(&key("a")).await.unwrap().is_none());
+            c.store(&key("a"), answer(10)).await.unwrap();
+            c.store(&key("b"), answer(20)).await.unwrap();
+        })
+        .await;
+        for_stage("questions", async {
+            assert!(c.lookup(&key("c")).await.unwrap().is_none());
+            c.store(&key("c"), answer(5)).await.unwrap();
+            // Another stage's answer: a hit of this stage, still stored for the one that paid.
+            assert!(c.lookup(&key("a")).await.unwrap().is_some());
+        })
+        .await;
+        // Outside any stage, and a stage the record names itself (a batch's answer).
+        c.store(&key("d"), answer(1)).await.unwrap();
+        let named = CachedResponse {
+            stage: Some("blind".into()),
+            ..answer(2)
+        };
+        for_stage("questions", async { c.store(&key("e"), named).await })
+            .await
+            .unwrap();
+        assert_eq!(
+            c.get(&key("a")).unwrap().unwrap().stage.as_deref(),
+            Some("caption")
+        );
+        let got: Vec<_> = c
+            .stats()
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.stage, s.entries, s.hits, s.misses, s.input_tokens))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                // The `get` above, outside a stage, is the no-stage row's hit.
+                (None, 1, 1, 0, 1),
+                (Some("blind".into()), 1, 0, 0, 2),
+                (Some("caption".into()), 2, 0, 1, 30),
+                (Some("questions".into()), 1, 1, 1, 5),
+            ]
+        );
+        let total = by_service(&c.stats().unwrap());
+        assert_eq!(total.len(), 1);
+        assert_eq!(
+            (total[0].entries, total[0].hits, total[0].misses),
+            (5, 2, 2)
+        );
+        assert_eq!((total[0].input_tokens, total[0].stage.clone()), (38, None));
+    }
+
+    /// The tables as the version before `batch` and `stage` wrote them.
+    const OLD_SCHEMA: &str = "
+        CREATE TABLE responses (
+            key TEXT PRIMARY KEY, service TEXT NOT NULL, method TEXT NOT NULL,
+            request TEXT NOT NULL, status INTEGER NOT NULL, body BLOB NOT NULL, parsed TEXT,
+            input_tokens INTEGER, output_tokens INTEGER, latency_ms INTEGER NOT NULL,
+            created_at TEXT NOT NULL);
+        CREATE TABLE lookups (
+            service TEXT NOT NULL, method TEXT NOT NULL,
+            hits INTEGER NOT NULL DEFAULT 0, misses INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (service, method));
+        INSERT INTO responses VALUES ('k1', 'vlm', 'openai:gpt-4o', 'r', 200, x'7b7d', NULL, 7, 3, 4, 'then');
+        INSERT INTO lookups VALUES ('vlm', 'openai:gpt-4o', 2, 1);";
+
+    #[tokio::test]
+    async fn an_old_cache_opens_and_keeps_its_totals_under_no_stage() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.sqlite");
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch(OLD_SCHEMA)
+            .unwrap();
+        let c = Arc::new(ResponseCache::open(&path).unwrap());
+        let s = c.stats().unwrap();
+        assert_eq!(s.len(), 1);
+        assert_eq!(
+            (
+                s[0].stage.clone(),
+                s[0].entries,
+                s[0].hits,
+                s[0].misses,
+                s[0].input_tokens
+            ),
+            (None, 1, 2, 1, 7)
+        );
+        // New answers and lookups go on beside the old ones, per stage.
+        for_stage("caption", async {
+            assert!(c.lookup(&key("new")).await.unwrap().is_none());
+            c.store(&key("new"), answer(10)).await.unwrap();
+        })
+        .await;
+        let s = c.stats().unwrap();
+        assert_eq!(s.len(), 2, "{s:?}");
+        assert_eq!(
+            (s[1].stage.as_deref(), s[1].entries, s[1].misses),
+            (Some("caption"), 1, 1)
+        );
+        // Opening again finds nothing left to migrate.
+        drop(c);
+        assert_eq!(ResponseCache::open(&path).unwrap().stats().unwrap(), s);
+    }
+
+    #[test]
+    fn parts_of_an_old_version_and_of_this_one_import() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join("old-part.sqlite");
+        Connection::open(&old)
+            .unwrap()
+            .execute_batch(OLD_SCHEMA)
+            .unwrap();
+        let writer = ResponseCache::open(&dir.path().join("w.sqlite")).unwrap();
+        let staged = CachedResponse {
+            stage: Some("questions".into()),
+            ..answer(4)
+        };
+        writer.put(&key("q"), &staged).unwrap();
+        let (done, last) = writer.unpublished().unwrap();
+        let new = dir.path().join("new-part.sqlite");
+        assert_eq!(writer.export(done, last, &new).unwrap(), 1);
+
+        let c = ResponseCache::open(&dir.path().join("c.sqlite")).unwrap();
+        assert_eq!(c.import(&old, "old").unwrap(), 1);
+        assert_eq!(c.import(&new, "new").unwrap(), 1);
+        let got: Vec<_> = c
+            .stats()
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.stage, s.entries, s.batch_entries))
+            .collect();
+        assert_eq!(got, vec![(None, 1, 0), (Some("questions".into()), 1, 0)]);
     }
 }

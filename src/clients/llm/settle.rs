@@ -67,6 +67,8 @@ fn cached_answer(api: Api, body: Vec<u8>) -> Result<CachedResponse, super::LlmEr
         latency_ms: 0,
         body,
         batch: true,
+        // Filed under the stage that queued the request (`BatchQueue::file_results`).
+        stage: None,
     })
 }
 

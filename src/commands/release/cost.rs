@@ -1,23 +1,27 @@
-//! What the run paid its model services, for the card: calls, tokens and US dollars per service
-//! and model (with the stages that call it), from the response cache's own totals
-//! (`ResponseCache::stats`, as `vidcurate cache stats` reads them) at the prices of the
-//! pipeline's `[services.*]` tables, and per kept video and item.
+//! What the run paid its model services, for the card: calls, tokens and US dollars per stage,
+//! service and model, from the response cache's own totals (`ResponseCache::stats`, as
+//! `vidcurate cache stats` reads them) at the prices of the pipeline's `[services.*]` tables,
+//! and per kept video and item.
 //!
-//! The cache keys its answers by service and model, not by stage: stages that call the same
-//! model on the same service share one line, which names them all.
+//! The cache records the stage that paid for each answer. A cache written before it did has
+//! answers of no stage: their line names every stage whose settings call that service and model
+//! (guessed from the manifest), as the card did before.
 
 use crate::store::cache::ResponseCache;
 use crate::store::manifest::Manifest;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// One service and method (`openai:gpt-4o`, `search.list`) of the cache.
+/// What one stage paid one service and method (`openai:gpt-4o`, `search.list`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CostLine {
     pub service: String,
     pub method: String,
-    /// The run's stages whose settings name this service and model.
+    /// The stage that paid; for answers the cache recorded no stage of, the run's stages whose
+    /// settings name this service and model (`guessed`).
     pub stages: Vec<String>,
+    /// The answers carry no stage (cached before stages were recorded): `stages` is a guess.
+    pub guessed: bool,
     /// Answers paid for (each cached answer was one call; hits cost nothing).
     pub calls: i64,
     pub tokens_in: i64,
@@ -63,15 +67,22 @@ pub fn run_cost(run_dir: &Path, m: &Manifest) -> Result<RunCost, crate::error::R
         ) + p.cost(s.batch_input_tokens, s.batch_output_tokens, true);
         // `openai:gpt-4o` → the model `gpt-4o`; the cache lowercases the method.
         let model = s.method.split_once(':').map_or("", |(_, m)| m);
-        let stages = users
-            .get(&(s.service.clone(), model.to_string()))
-            .or_else(|| users.get(&(s.service.clone(), String::new())))
-            .map(|set| set.iter().cloned().collect())
-            .unwrap_or_default();
+        let (stages, guessed) = match s.stage {
+            Some(stage) => (vec![stage], false),
+            None => (
+                users
+                    .get(&(s.service.clone(), model.to_string()))
+                    .or_else(|| users.get(&(s.service.clone(), String::new())))
+                    .map(|set| set.iter().cloned().collect())
+                    .unwrap_or_default(),
+                true,
+            ),
+        };
         lines.push(CostLine {
             service: s.service,
             method: s.method,
             stages,
+            guessed,
             calls: s.entries,
             tokens_in: s.input_tokens,
             tokens_out: s.output_tokens,
@@ -79,6 +90,23 @@ pub fn run_cost(run_dir: &Path, m: &Manifest) -> Result<RunCost, crate::error::R
             priced: price.is_some_and(|p| p.input > 0.0 || p.output > 0.0),
         });
     }
+    // In chain order (the source first); stages the chain does not know (a judge's), then
+    // guessed lines, last.
+    let chain: Vec<&str> = std::iter::once(crate::runtime::chain::SOURCE_STAGE_ID)
+        .chain(m.stages.iter().map(|s| s.id.as_str()))
+        .collect();
+    let rank = |l: &CostLine| match l.stages.first() {
+        Some(s) if !l.guessed => chain.iter().position(|c| c == s).unwrap_or(chain.len()),
+        _ => chain.len() + 1,
+    };
+    lines.sort_by_cached_key(|l| {
+        (
+            rank(l),
+            l.stages.clone(),
+            l.service.clone(),
+            l.method.clone(),
+        )
+    });
     Ok(RunCost::Lines(lines))
 }
 
@@ -117,8 +145,8 @@ fn stages_by_model(m: &Manifest) -> BTreeMap<(String, String), BTreeSet<String>>
     out
 }
 
-/// The card's section: one line per service and model, the total, and the cost per kept video
-/// and per kept item (questions and task items), when there are any.
+/// The card's section: one line per stage, service and model, the total, and the cost per kept
+/// video and per kept item (questions and task items), when there are any.
 pub fn section(cost: &RunCost, videos: usize, items: usize) -> String {
     let lines = match cost {
         RunCost::NoCache => {
@@ -130,7 +158,7 @@ pub fn section(cost: &RunCost, videos: usize, items: usize) -> String {
         RunCost::Lines(l) => l,
     };
     let mut c = String::from(
-        "\n## Cost\n\nWhat the run's calls cost, from its response cache (each answer paid for once; a rerun's cache hits are free) at the prices of the pipeline's `[services.*]` (`usd_per_mtok_input`, `usd_per_mtok_output`; batch answers at the batch price). The cache keeps answers per service and model, so stages calling the same model share a line.\n\n| service | model | stages | calls | tokens in | tokens out | USD |\n|---|---|---|---:|---:|---:|---:|\n",
+        "\n## Cost\n\nWhat the run's calls cost, from its response cache (each answer paid for once; a rerun's cache hits are free) at the prices of the pipeline's `[services.*]` (`usd_per_mtok_input`, `usd_per_mtok_output`; batch answers at the batch price). One line per stage and the service and model it called: the cache records which stage paid for each answer.\n\n| stage | service | model | calls | tokens in | tokens out | USD |\n|---|---|---|---:|---:|---:|---:|\n",
     );
     let (mut calls, mut tin, mut tout, mut usd) = (0, 0, 0, 0.0);
     for l in lines {
@@ -139,14 +167,14 @@ pub fn section(cost: &RunCost, videos: usize, items: usize) -> String {
         } else {
             "no price set".into()
         };
+        let stage = match (l.stages.join(", "), l.guessed) {
+            (s, false) => s,
+            (s, true) if s.is_empty() => "?".into(),
+            (s, true) => format!("{s}?"),
+        };
         c += &format!(
-            "| {} | {} | {} | {} | {} | {} | {price} |\n",
-            l.service,
-            l.method,
-            l.stages.join(", "),
-            l.calls,
-            l.tokens_in,
-            l.tokens_out
+            "| {stage} | {} | {} | {} | {} | {} | {price} |\n",
+            l.service, l.method, l.calls, l.tokens_in, l.tokens_out
         );
         (calls, tin, tout, usd) = (
             calls + l.calls,
@@ -174,6 +202,9 @@ pub fn section(cost: &RunCost, videos: usize, items: usize) -> String {
     if items > 0 {
         c += &per(items, "item");
     }
+    if lines.iter().any(|l| l.guessed) {
+        c += "\nA stage marked `?` is a guess: the answers on that line were cached before the cache recorded stages, and it names every stage whose settings call that service and model.\n";
+    }
     if lines.iter().any(|l| !l.priced) {
         c += "\nA service without a price counts as free here: set its `usd_per_mtok_*` to price it.\n";
     }
@@ -184,11 +215,12 @@ pub fn section(cost: &RunCost, videos: usize, items: usize) -> String {
 mod tests {
     use super::*;
 
-    fn line(service: &str, calls: i64, usd: f64, priced: bool) -> CostLine {
+    fn line(stage: &str, service: &str, calls: i64, usd: f64, priced: bool) -> CostLine {
         CostLine {
             service: service.into(),
             method: "openai:gpt-4o".into(),
-            stages: vec!["caption".into(), "questions".into()],
+            stages: vec![stage.into()],
+            guessed: false,
             calls,
             tokens_in: calls * 1000,
             tokens_out: calls * 100,
@@ -198,38 +230,43 @@ mod tests {
     }
 
     #[test]
-    fn per_kept_video_and_item() {
+    fn one_line_per_stage_and_per_kept_video_and_item() {
         let c = section(
             &RunCost::Lines(vec![
-                line("vlm", 30, 0.3, true),
-                line("asr", 10, 0.0, false),
+                line("caption", "vlm", 20, 0.2, true),
+                line("questions", "vlm", 10, 0.1, true),
+                line("transcript", "asr", 10, 0.0, false),
             ]),
             10,
             20,
         );
-        assert!(
-            c.contains("| vlm | openai:gpt-4o | caption, questions | 30 | 30000 | 3000 | 0.3000 |"),
-            "{c}"
-        );
-        assert!(
-            c.contains(
-                "| asr | openai:gpt-4o | caption, questions | 10 | 10000 | 1000 | no price set |"
-            ),
-            "{c}"
-        );
-        assert!(
-            c.contains("| all | | | 40 | 40000 | 4000 | 0.3000 |"),
-            "{c}"
-        );
-        assert!(
-            c.contains("Per kept video (10): 4.0 calls, 4400 tokens, $0.030000."),
-            "{c}"
-        );
-        assert!(
-            c.contains("Per kept item (20): 2.0 calls, 2200 tokens, $0.015000."),
-            "{c}"
-        );
+        for row in [
+            "| caption | vlm | openai:gpt-4o | 20 | 20000 | 2000 | 0.2000 |",
+            "| questions | vlm | openai:gpt-4o | 10 | 10000 | 1000 | 0.1000 |",
+            "| transcript | asr | openai:gpt-4o | 10 | 10000 | 1000 | no price set |",
+            "| all | | | 40 | 40000 | 4000 | 0.3000 |",
+            "Per kept video (10): 4.0 calls, 4400 tokens, $0.030000.",
+            "Per kept item (20): 2.0 calls, 2200 tokens, $0.015000.",
+        ] {
+            assert!(c.contains(row), "{row}: {c}");
+        }
         assert!(c.contains("counts as free"), "{c}");
+        assert!(!c.contains("is a guess"), "{c}");
         assert!(section(&RunCost::NoCache, 3, 0).contains("no response cache"));
+    }
+
+    #[test]
+    fn answers_cached_before_stages_were_recorded_name_the_stages_that_may_have_paid() {
+        let old = CostLine {
+            stages: vec!["caption".into(), "questions".into()],
+            guessed: true,
+            ..line("", "vlm", 5, 0.05, true)
+        };
+        let c = section(&RunCost::Lines(vec![old]), 5, 0);
+        assert!(
+            c.contains("| caption, questions? | vlm | openai:gpt-4o | 5 | 5000 | 500 | 0.0500 |"),
+            "{c}"
+        );
+        assert!(c.contains("is a guess"), "{c}");
     }
 }

@@ -16,6 +16,7 @@ use crate::runtime::stage::{CpuPool, StageContext};
 use crate::runtime::watch::StageWatch;
 use crate::runtime::{StageCounts, StageIo, StageSettings};
 use crate::store::Store;
+use crate::store::cache::for_stage;
 use crate::store::manifest::{InvocationStatus, Manifest};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -185,7 +186,7 @@ pub(super) async fn open_source(plan: &mut Plan, env: &PassEnv) -> Result<Opened
     let collect_for =
         (collects_once && rank.rank == 0).then(|| env.pin.pipeline_fingerprint.clone());
     let pre_cx = env.context(SOURCE_STAGE_ID, SOURCE_FINGERPRINT, Arc::new(vec![]));
-    plan.source.open(&pre_cx).await?;
+    for_stage(SOURCE_STAGE_ID, plan.source.open(&pre_cx)).await?;
     let extras = plan.source.extras();
     check_extra_columns(&extras, &plan.stages)?;
     let total = plan.source.total();
@@ -238,24 +239,15 @@ pub(super) fn spawn_chain(
     let ss = settings_for(1, None, 0);
     let source_stop = Arc::new(std::sync::Mutex::new(None));
     let stop_slot = source_stop.clone();
-    tasks.spawn(async move {
-        (
-            SOURCE_STAGE_ID.to_string(),
-            crate::runtime::run_source(
-                source,
-                tx,
-                scx,
-                ss,
-                sp,
-                sw,
-                crate::runtime::SourceRole {
-                    collect_for,
-                    stopped: stop_slot,
-                },
-            )
-            .await,
-        )
-    });
+    // Each task runs in its stage's scope: the response cache counts what it pays for there.
+    let role = crate::runtime::SourceRole {
+        collect_for,
+        stopped: stop_slot,
+    };
+    let source_task = crate::runtime::run_source(source, tx, scx, ss, sp, sw, role);
+    tasks.spawn(for_stage(SOURCE_STAGE_ID, async move {
+        (SOURCE_STAGE_ID.to_string(), source_task.await)
+    }));
     for st in plan.stages {
         let (tx, next_rx) = mpsc::channel::<VideoRecord>(cap);
         let watch = StageWatch::new(&st.id, started);
@@ -271,7 +263,9 @@ pub(super) fn spawn_chain(
         order.push(st.id.clone());
         let id = st.id.clone();
         let task = st.task;
-        tasks.spawn(async move { (id, task.run(io, cx).await) });
+        tasks.spawn(for_stage(id.clone(), async move {
+            (id, task.run(io, cx).await)
+        }));
         rx = next_rx;
     }
     // The end of the chain: everything is persisted by the stages, so just drain.

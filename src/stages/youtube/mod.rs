@@ -262,7 +262,10 @@ impl Source for YouTubeSource {
         // A few batches ahead of the chain at most: collection waits for slow stages rather
         // than hold every video in memory.
         let (tx, rx) = tokio::sync::mpsc::channel(100);
-        tokio::spawn((*self).stream(cx, tx));
+        // A spawned task leaves the runtime's stage scope: the searches are the source's.
+        let stage = cx.stage_id.clone();
+        let collect = (*self).stream(cx, tx);
+        tokio::spawn(crate::store::cache::for_stage(stage, collect));
         futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|i| (i, rx)) })
             .boxed()
     }

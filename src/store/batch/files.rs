@@ -85,9 +85,12 @@ pub fn job_keys_path(dir: &Path, job: &str) -> PathBuf {
     dir.join("jobs").join(format!("{job}.keys.jsonl"))
 }
 
+/// Custom id → the request's cache key and the stage that deferred it.
+pub type RequestKeys = HashMap<String, (CacheKey, String)>;
+
 /// The cache keys of `ids` (all when empty) from a keys file: a job's own, or the queue's
 /// `requests.jsonl` (every request it ever deferred).
-pub fn load_keys(path: &Path, ids: &[String]) -> Result<HashMap<String, CacheKey>, StageError> {
+pub fn load_keys(path: &Path, ids: &[String]) -> Result<RequestKeys, StageError> {
     let want: HashSet<&str> = ids.iter().map(String::as_str).collect();
     Ok(read_lines::<RequestKey>(path)?
         .into_iter()
@@ -95,11 +98,14 @@ pub fn load_keys(path: &Path, ids: &[String]) -> Result<HashMap<String, CacheKey
         .map(|k| {
             (
                 k.custom_id,
-                CacheKey {
-                    service: k.service,
-                    method: k.method,
-                    request: k.request,
-                },
+                (
+                    CacheKey {
+                        service: k.service,
+                        method: k.method,
+                        request: k.request,
+                    },
+                    k.stage,
+                ),
             )
         })
         .collect())

@@ -21,10 +21,11 @@
 mod files;
 mod offline;
 
-use files::{append_line, io_err, save_jobs};
 pub use files::{
-    job_ids, job_keys_path, load_jobs, load_keys, queue_dir, queue_dirs, read_lines, write_replace,
+    RequestKeys, job_ids, job_keys_path, load_jobs, load_keys, queue_dir, queue_dirs, read_lines,
+    write_replace,
 };
+use files::{append_line, io_err, save_jobs};
 pub use offline::{Imported, export, import_lines};
 
 use crate::error::StageError;
@@ -298,7 +299,7 @@ impl BatchQueue {
     pub fn file_results<E: std::fmt::Display>(
         &self,
         parse: &dyn Fn(Vec<u8>) -> Result<CachedResponse, E>,
-        keys: &HashMap<String, CacheKey>,
+        keys: &RequestKeys,
         cache: &ResponseCache,
         output: &[u8],
         expected: &[String],
@@ -335,7 +336,7 @@ impl BatchQueue {
             let Some(id) = v["custom_id"].as_str() else {
                 continue;
             };
-            let Some(key) = keys.get(id) else {
+            let Some((key, stage)) = keys.get(id) else {
                 tracing::warn!(
                     custom_id = id,
                     "A batch answered a request this run did not send; ignored."
@@ -348,7 +349,9 @@ impl BatchQueue {
             if status == 200 {
                 let bytes = serde_json::to_vec(body).expect("body serialises");
                 match parse(bytes) {
-                    Ok(answer) => {
+                    Ok(mut answer) => {
+                        // Filed after the pass (or by `batch import`): no stage's scope.
+                        answer.stage = Some(stage.clone());
                         cache.put(key, &answer)?;
                         q.failed.remove(id);
                         answered += 1;
