@@ -18,7 +18,6 @@ Prints one JSON object.
 
 import base64
 import csv
-import importlib.util
 import json
 import os
 import sys
@@ -26,28 +25,14 @@ from pathlib import Path
 
 import datasets
 import pandas as pd
-import yaml
+
+from lmms_yaml import load_utils, read_yaml
 
 release = Path(sys.argv[1]).resolve()
 preds_file = Path(sys.argv[2])
 root = release / "harness" / "lmms_eval"
 
-spec = importlib.util.spec_from_file_location("harness_utils", root / "utils.py")
-utils = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(utils)
-
-
-class Loader(yaml.SafeLoader):
-    pass
-
-
-def function(loader, node):
-    name = loader.construct_scalar(node)
-    assert name.startswith("utils."), name
-    return getattr(utils, name[len("utils."):])
-
-
-Loader.add_constructor("!function", function)
+utils = load_utils(root)
 
 answers = {}
 with open(preds_file, newline="", encoding="utf-8") as f:
@@ -56,7 +41,7 @@ with open(preds_file, newline="", encoding="utf-8") as f:
 
 configs = {}
 for y in sorted(root.glob("*.yaml")):
-    configs[y.stem] = yaml.load(y.read_text(encoding="utf-8"), Loader=Loader)
+    configs[y.stem] = read_yaml(y, utils)
 
 out = {"tasks": {}, "docs": {}, "groups": {}, "prompts_with_letters": 0, "visuals": 0}
 old = os.getcwd()

@@ -19,7 +19,6 @@ VLMEvalKit: each `<name>_<task>.tsv` read with pandas, its rows checked against 
 Prints one JSON object.
 """
 
-import importlib.util
 import json
 import os
 import sys
@@ -27,26 +26,12 @@ from pathlib import Path
 
 import datasets
 import pandas as pd
-import yaml
+
+from lmms_yaml import load_utils, read_yaml
 
 release = Path(sys.argv[1]).resolve()
 root = release / "harness" / "lmms_eval"
-spec = importlib.util.spec_from_file_location("harness_utils", root / "utils.py")
-utils = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(utils)
-
-
-class Loader(yaml.SafeLoader):
-    pass
-
-
-def function(loader, node):
-    name = loader.construct_scalar(node)
-    assert name.startswith("utils."), name
-    return getattr(utils, name[len("utils."):])
-
-
-Loader.add_constructor("!function", function)
+utils = load_utils(root)
 
 answers = {}
 with open(sys.argv[2], encoding="utf-8") as f:
@@ -62,7 +47,7 @@ with open(sys.argv[3], encoding="utf-8") as f:
 out = {"tasks": {}, "docs": 0, "items_differ": [], "visuals": 0, "options_shown": 0, "groups": {}}
 os.chdir(release)  # the data files are relative to the release folder
 for y in sorted(root.glob("*.yaml")):
-    cfg = yaml.load(y.read_text(encoding="utf-8"), Loader=Loader)
+    cfg = read_yaml(y, utils)
     if "group" in cfg:
         out["groups"][cfg["group"]] = cfg["task"]
         continue

@@ -74,22 +74,23 @@ def fold_width(s):
     return "".join(out)
 
 
-def _alnum_words(t):
-    words, cur = [], ""
-    for c in t:
-        if c.isalnum():
+def _runs(text, keep):
+    """The maximal runs of characters `keep` accepts, in order."""
+    runs, cur = [], ""
+    for c in text:
+        if keep(c):
             cur += c
         elif cur:
-            words.append(cur)
+            runs.append(cur)
             cur = ""
     if cur:
-        words.append(cur)
-    return words
+        runs.append(cur)
+    return runs
 
 
 def letters_in(text, n):
     """Option letters standing alone; inside prose only capitals (the article "a" is no option)."""
-    words = _alnum_words(text.strip())
+    words = _runs(text.strip(), str.isalnum)
     only_letters = all(len(w) == 1 for w in words)
     out = []
     for w in words:
@@ -117,7 +118,7 @@ def _option_text(text, options):
 
 
 def _numbered(text, n):
-    nums = [int(w) for w in _digit_runs(text) if int(w) < 2**64]
+    nums = [int(w) for w in _runs(text, lambda c: "0" <= c <= "9") if int(w) < 2**64]
     if not nums:
         raise Unread("no_option")
     if len(nums) > 1:
@@ -125,19 +126,6 @@ def _numbered(text, n):
     if 1 <= nums[0] <= n:
         return nums[0] - 1
     raise Unread("not_an_option")
-
-
-def _digit_runs(text):
-    runs, cur = [], ""
-    for c in text:
-        if "0" <= c <= "9":
-            cur += c
-        elif cur:
-            runs.append(cur)
-            cur = ""
-    if cur:
-        runs.append(cur)
-    return runs
 
 
 def _one_letter(text, options):
