@@ -267,6 +267,14 @@ fn a_release_lists_its_media_and_a_takedown_removes_a_video_everywhere() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("already"));
     assert_eq!(files(&rel), after);
 
+    // Cut short while it wrote the exports again (their folder removed, croissant.json still
+    // listing their files): running it again writes them back, byte for byte.
+    std::fs::remove_dir_all(rel.join("harness/vlmevalkit")).unwrap();
+    let o = run(&["takedown", rel.to_str().unwrap(), &victim], dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("rewrote  harness/vlmevalkit"));
+    assert_eq!(files(&rel), after);
+
     // Every video of a split: the split leaves each config (datasets refuses a split with no
     // data), the files stay, emptied, and the rest still loads.
     let test: Vec<&str> = data

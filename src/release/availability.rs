@@ -281,6 +281,8 @@ pub fn takedown(
 ) -> Result<TakedownReport, RunError> {
     let recorded = recorded_ids(release)?;
     let known = release_ids(release)?;
+    // Before anything changes: which exports to write again at the end.
+    let exports = super::harness::exported(release);
     let unknown: Vec<&String> = ids
         .iter()
         .filter(|id| !known.contains(*id) && !recorded.contains(*id))
@@ -355,7 +357,8 @@ pub fn takedown(
     }
     // The exports are made again from what is left: a level or a task may have lost its last
     // item, and an lmms-eval task without documents cannot run.
-    (report.harness_written, report.harness_removed) = super::harness::refresh_exports(release)?;
+    (report.harness_written, report.harness_removed) =
+        super::harness::refresh_exports(release, &exports)?;
     Ok(report)
 }
 

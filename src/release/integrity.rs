@@ -102,6 +102,16 @@ pub fn verify(release: &Path) -> Result<(), IntegrityError> {
     Ok(())
 }
 
+/// The files `croissant.json` lists (their `contentUrl`s, relative to the release).
+pub fn listed(release: &Path) -> Result<Vec<String>, IntegrityError> {
+    let (path, doc) = read(release)?;
+    Ok(distribution(&path, &doc)?
+        .iter()
+        .filter(|o| o["@type"] == FILE_OBJECT)
+        .filter_map(|o| o["contentUrl"].as_str().map(str::to_string))
+        .collect())
+}
+
 /// Recomputes the checksum and size of every file in the folder: listed files that are gone lose
 /// their FileObject, new files gain one, the rest of `croissant.json` is kept as it is.
 pub fn refresh(release: &Path) -> Result<(), IntegrityError> {

@@ -129,27 +129,45 @@ impl Harness {
     }
 }
 
-/// Writes again the harness exports the release already has (those whose folder exists), from
-/// its files as they are now: after a takedown a level or a task may have no item left.
-/// Returns the harnesses written, and those removed because nothing is left to export.
-pub fn refresh_exports(release: &Path) -> Result<(Vec<Harness>, Vec<Harness>), RunError> {
-    let present: Vec<Harness> = [Harness::LmmsEval, Harness::Vlmevalkit]
+/// The harness exports the release has: those whose folder exists, and those `croissant.json`
+/// lists files of (a takedown cut short while it wrote an export again leaves the listing).
+pub fn exported(release: &Path) -> Vec<Harness> {
+    let listed = crate::release::integrity::listed(release).unwrap_or_default();
+    [Harness::LmmsEval, Harness::Vlmevalkit]
         .into_iter()
-        .filter(|h| release.join(h.folder()).is_dir())
-        .collect();
+        .filter(|h| {
+            let prefix = format!("{}/", h.folder());
+            release.join(h.folder()).is_dir() || listed.iter().any(|f| f.starts_with(&prefix))
+        })
+        .collect()
+}
+
+/// Writes the exports `present` (what `exported` said before the release was edited) again
+/// from the release's files as they are now: after a takedown a level or a task may have no
+/// item left. Returns the harnesses written, and those removed because nothing is left.
+pub fn refresh_exports(
+    release: &Path,
+    present: &[Harness],
+) -> Result<(Vec<Harness>, Vec<Harness>), RunError> {
     if present.is_empty() {
         return Ok((vec![], vec![]));
     }
     if read_items(release)?.is_empty() && tasks::read(release)?.is_empty() {
-        for h in &present {
+        for h in present {
             let dir = release.join(h.folder());
-            std::fs::remove_dir_all(&dir)
-                .map_err(|e| RunError::io(dir.display().to_string(), e))?;
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)
+                    .map_err(|e| RunError::io(dir.display().to_string(), e))?;
+            }
         }
-        return Ok((vec![], present));
+        match crate::release::integrity::refresh(release) {
+            Ok(()) | Err(IntegrityError::NoCroissant(_)) => {}
+            Err(e) => return Err(RunError::Config(e.to_string())),
+        }
+        return Ok((vec![], present.to_vec()));
     }
-    export(release, &present)?;
-    Ok((present, vec![]))
+    export(release, present)?;
+    Ok((present.to_vec(), vec![]))
 }
 
 /// The release folder's name as a task name: lower-case letters, digits and `_`, starting with
