@@ -334,11 +334,7 @@ impl LlmService {
 
     /// Whether `cache` already holds an answer to `req` (what a dry run does not pay for).
     pub fn is_cached(&self, req: &ChatRequest, cache: &ResponseCache) -> bool {
-        cache
-            .get(&self.cache_key(req))
-            .ok()
-            .flatten()
-            .is_some_and(|hit| hit.status == 200)
+        cache.stored_status(&self.cache_key(req)).ok().flatten() == Some(200)
     }
 
     fn cache_key(&self, req: &ChatRequest) -> CacheKey {

@@ -252,6 +252,19 @@ impl ResponseCache {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The status of the answer stored under `key`, without counting a lookup: what a dry run
+    /// asks (it looks nothing up for a stage, so `cache stats` and the card must not see it).
+    pub fn stored_status(&self, key: &CacheKey) -> Result<Option<u16>, StageError> {
+        self.conn()
+            .query_row(
+                "SELECT status FROM responses WHERE key = ?1",
+                params![key.hash()],
+                |r| r.get::<_, u16>(0),
+            )
+            .optional()
+            .map_err(|e| db_err(&self.path, e))
+    }
+
     /// Looks `key` up and counts the hit or miss (for the stage whose scope this runs in).
     pub fn get(&self, key: &CacheKey) -> Result<Option<CachedResponse>, StageError> {
         self.get_for(key, current_stage())
