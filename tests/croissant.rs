@@ -301,6 +301,8 @@ fn a_task_release_describes_each_task_config() {
             run_dir.to_str().unwrap(),
             "--out",
             rel.to_str().unwrap(),
+            "--harness",
+            "lmms-eval",
         ],
         d.path(),
     );
@@ -338,6 +340,25 @@ fn a_task_release_describes_each_task_config() {
         )),
         "{protocol}"
     );
+    // The task through lmms-eval's export, from the rows a real run released: each answer
+    // (one off by one, one a word) scored as `evaluate` scores it.
+    assert!(rel.join("harness/lmms_eval/release_sac.yaml").is_file());
+    let mut preds = String::new();
+    for (k, r) in table_rows_file_all(&rel.join("tasks/sac"))
+        .iter()
+        .enumerate()
+    {
+        let n: u32 = r["answer_count"].parse().unwrap();
+        let answer = ["{n}", "{n} angles", "several"][k % 3].replace("{n}", &(n + 1).to_string());
+        preds += &format!(
+            "{{\"item_id\": \"{}\", \"prediction\": \"{answer}\"}}\n",
+            r["item_id"]
+        );
+    }
+    write(&rel.join("predictions.jsonl"), &preds);
+    let (report, got) = crate::harness_tasks::scored_alike(&rel, "release");
+    assert_eq!(got["compared"], 2, "{got}");
+    assert_eq!(report["tasks"][0]["items"], videos, "{report}");
     let card = std::fs::read_to_string(rel.join("README.md")).unwrap();
     assert!(!card.contains(tasks.to_str().unwrap()), "{card}");
     // Relative to the pipeline file's folder, or its last parts (`…/mvfndb/sac.toml`) when

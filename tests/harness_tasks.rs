@@ -66,7 +66,7 @@ fn task_exports_read_and_score_every_answer_as_evaluate() {
         out.contains("wrote  harness/lmms_eval/mvfn_tg.yaml"),
         "{out}"
     );
-    let (report, got) = scored_alike(&rel);
+    let (report, got) = scored_alike(&rel, "mvfn");
     assert_eq!(report["tasks"].as_array().unwrap().len(), 8);
     // sc, pos: accuracy; mc: accuracy, jaccard; cnt, tr, rl, ot: one each; tg: accuracy,
     // rouge_l — each with its standard error — and tg's Macro-F1.
@@ -115,7 +115,7 @@ fn task_exports_read_and_score_every_answer_as_evaluate() {
         .map(|l| format!("{l}\n"))
         .collect();
     std::fs::write(&preds, left).unwrap();
-    let (report, got) = scored_alike(&rel);
+    let (report, got) = scored_alike(&rel, "mvfn");
     let empty: Vec<&str> = report["tasks"]
         .as_array()
         .unwrap()
@@ -139,23 +139,23 @@ fn task_exports_read_and_score_every_answer_as_evaluate() {
 /// `evaluate` and the exported functions on the same answers: every item read alike (the
 /// checker lists any that is not) and every task's metrics equal (1e-9). Returns evaluate's
 /// report and the checker's output, with `compared` the values compared.
-fn scored_alike(rel: &Path) -> (Value, Value) {
+pub(crate) fn scored_alike(rel: &Path, name: &str) -> (Value, Value) {
     let report = evaluate(rel);
     let mut got = check(rel);
     assert_eq!(got["items_differ"], serde_json::json!([]), "{got}");
     let mut compared = 0;
     for t in report["tasks"].as_array().unwrap() {
-        let name = t["task"].as_str().unwrap();
+        let task = t["task"].as_str().unwrap();
         if t["items"] == 0 {
             continue;
         }
-        let mine = &got["tasks"][format!("mvfn_{name}")];
+        let mine = &got["tasks"][format!("{name}_{task}")];
         for (m, v) in t["metrics"].as_object().unwrap() {
             for (key, field) in [(m.clone(), "mean"), (format!("{m}_se"), "se")] {
                 let (a, b) = (v[field].as_f64().unwrap(), mine[&key].as_f64().unwrap());
                 assert!(
                     (a - b).abs() < 1e-9,
-                    "{name} {key}: evaluate {a}, harness {b}"
+                    "{task} {key}: evaluate {a}, harness {b}"
                 );
                 compared += 1;
             }
@@ -164,13 +164,13 @@ fn scored_alike(rel: &Path) -> (Value, Value) {
             let b = mine["macro_f1"].as_f64().unwrap();
             assert!(
                 (f - b).abs() < 1e-9,
-                "{name} macro_f1: evaluate {f}, harness {b}"
+                "{task} macro_f1: evaluate {f}, harness {b}"
             );
             compared += 1;
         }
         // Judged metrics are not in the harness task: evaluate leaves them to --judge too.
         for m in t["not_scored"].as_array().unwrap() {
-            assert!(mine.get(m.as_str().unwrap()).is_none(), "{name}: {m}");
+            assert!(mine.get(m.as_str().unwrap()).is_none(), "{task}: {m}");
         }
     }
     got["compared"] = compared.into();
