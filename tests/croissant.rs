@@ -148,10 +148,16 @@ fn a_release_carries_valid_croissant_whose_records_are_its_rows() {
     );
 
     // The cost: caption, questions and blind all call gpt-4o-mini on one service, yet each has
-    // its line, with the calls it sent (the fake server tells them apart by the answer's schema)
-    // and the tokens `cache stats` counts for it, in chain order.
+    // its line, with the answers it paid for (the distinct requests the fake server saw, told
+    // apart by the answer's schema: two videos can ask the blind model the same question at
+    // once, and the cache keeps one answer for both) and the tokens `cache stats` counts for
+    // it, in chain order.
     let mut sent = std::collections::BTreeMap::<&str, i64>::new();
+    let mut seen = std::collections::HashSet::new();
     for (r, status) in server.requests() {
+        if !seen.insert(r.body.clone()) {
+            continue;
+        }
         let v: Value = serde_json::from_slice(&r.body).unwrap();
         let stage = match v["response_format"]["json_schema"]["name"].as_str() {
             Some("caption") => "caption",
