@@ -11,6 +11,7 @@ pub mod stats;
 mod tables;
 
 use regions::Regions;
+use stats::Sample;
 use tables::{
     AnswerField, FieldKind, RunTables, answer_fields, col_f64, col_u32, segment_rows, shot_rows,
 };
@@ -197,7 +198,7 @@ fn analyze_tables(
         let (rows, values) = shot_rows(&run_tables, sid, by, &filtered)?;
         tables.rows.entry(SHOTS.into()).or_default().extend(rows);
         for (g, vals) in values {
-            tables.values.insert((SHOTS.into(), g), vals);
+            tables.values.insert((SHOTS.into(), g), Sample::F64(vals));
         }
     }
 
@@ -211,15 +212,17 @@ fn analyze_tables(
     for a in &answers {
         tables.rows.insert(a.name.clone(), a.rows.clone());
         for (g, v) in &a.values {
-            tables.values.insert((a.name.clone(), g.clone()), v.clone());
+            tables
+                .values
+                .insert((a.name.clone(), g.clone()), Sample::F64(v.clone()));
         }
         for (g, c) in &a.counts {
             tables.counts.insert((a.name.clone(), g.clone()), c.clone());
         }
     }
 
-    let mut stats_rows = compare_first_two(&groups, &tables);
-    stats_rows.extend(compare_answers(&answers, &tables));
+    let mut stats_rows = compare_first_two(&groups, &mut tables);
+    stats_rows.extend(compare_answers(&answers, &mut tables));
     std::fs::create_dir_all(&out_dir).map_err(|e| AnalyzeError::io(&out_dir, e))?;
     for (name, rows) in &tables.rows {
         write_table(&out_dir, name, rows)?;
@@ -262,8 +265,8 @@ struct Tables {
     rows: BTreeMap<String, Vec<DistRow>>,
     /// Binned counts per (analysis, group), for the chi-square tests.
     counts: BTreeMap<(String, String), Vec<f64>>,
-    /// Raw values per (analysis, group), for the KS tests.
-    values: BTreeMap<(String, String), Vec<f64>>,
+    /// Raw values per (analysis, group), for the KS tests (which take them: each is tested once).
+    values: BTreeMap<(String, String), Sample>,
 }
 
 /// The bins of the region analyses.
@@ -352,7 +355,7 @@ fn region_tables(regions: &mut Regions) -> Tables {
         {
             let mut vals = vals;
             vals.shrink_to_fit();
-            t.values.insert((name.into(), g.clone()), vals);
+            t.values.insert((name.into(), g.clone()), Sample::F32(vals));
         }
     }
     t
@@ -360,7 +363,7 @@ fn region_tables(regions: &mut Regions) -> Tables {
 
 /// The statistics, for the first two groups: chi-square on every binned analysis, KS on every
 /// one with raw values.
-fn compare_first_two(groups: &[String], t: &Tables) -> Vec<StatRow> {
+fn compare_first_two(groups: &[String], t: &mut Tables) -> Vec<StatRow> {
     let mut stats_rows = vec![];
     let [a, b, ..] = groups else {
         return stats_rows;
@@ -384,11 +387,11 @@ fn compare_first_two(groups: &[String], t: &Tables) -> Vec<StatRow> {
         }
     }
     for name in ["saturation", "value", "area", "aspect_ratio", SHOTS] {
-        if let (Some(x), Some(y)) = (
-            t.values.get(&(name.into(), a.clone())),
-            t.values.get(&(name.into(), b.clone())),
+        if let (Some(mut x), Some(mut y)) = (
+            t.values.remove(&(name.into(), a.clone())),
+            t.values.remove(&(name.into(), b.clone())),
         ) {
-            if let Some(r) = stats::ks_two_sample(x, y) {
+            if let Some(r) = stats::ks_two_sample(&mut x, &mut y) {
                 stats_rows.push(stat_row(name, a, b, &r));
             }
         }
@@ -482,7 +485,7 @@ fn draw(
 }
 
 /// The first two groups compared on each answer field: KS on numbers, chi-square on categories.
-fn compare_answers(answers: &[AnswerField], t: &Tables) -> Vec<StatRow> {
+fn compare_answers(answers: &[AnswerField], t: &mut Tables) -> Vec<StatRow> {
     let mut out = vec![];
     for a in answers {
         let [g1, g2, ..] = &a.videos.keys().cloned().collect::<Vec<_>>()[..] else {
@@ -490,8 +493,8 @@ fn compare_answers(answers: &[AnswerField], t: &Tables) -> Vec<StatRow> {
         };
         let key = |g: &String| (a.name.clone(), g.clone());
         let r = match a.kind {
-            FieldKind::Number => match (t.values.get(&key(g1)), t.values.get(&key(g2))) {
-                (Some(x), Some(y)) => stats::ks_two_sample(x, y),
+            FieldKind::Number => match (t.values.remove(&key(g1)), t.values.remove(&key(g2))) {
+                (Some(mut x), Some(mut y)) => stats::ks_two_sample(&mut x, &mut y),
                 _ => None,
             },
             FieldKind::Category => match (t.counts.get(&key(g1)), t.counts.get(&key(g2))) {

@@ -39,8 +39,9 @@ pub(super) struct GroupRegions {
     pub(super) cells: BTreeMap<(u32, u32), f64>,
     pub(super) area: Vec<f64>,
     pub(super) aspect: Vec<f64>,
-    /// Raw values for the KS tests: text saturation, text value, area, aspect ratio.
-    pub(super) values: [Vec<f64>; 4],
+    /// Raw values for the KS tests: text saturation, text value, area, aspect ratio (the
+    /// table's 32-bit floats).
+    pub(super) values: [Vec<f32>; 4],
 }
 
 impl GroupRegions {
@@ -211,7 +212,8 @@ fn add_batch(
         g.area[bin_of(&bins.area_edges, c.area[i].max(1e-5))] += 1.0;
         g.aspect[bin_of(&bins.aspect_edges, c.aspect[i])] += 1.0;
         for (vals, x) in g.values.iter_mut().zip([s, v, c.area[i], c.aspect[i]]) {
-            vals.push(x);
+            // The table's columns are 32-bit: narrowing them back is exact.
+            vals.push(x as f32);
         }
         let video = if videos.is_valid(i) {
             videos.value(i)

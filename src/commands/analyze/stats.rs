@@ -30,22 +30,55 @@ fn kolmogorov_q(lambda: f64) -> f64 {
     (2.0 * sum).clamp(0.0, 1.0)
 }
 
-/// Two-sample KS test (Stephens' small-sample correction of λ).
-pub fn ks_two_sample(a: &[f64], b: &[f64]) -> Option<TestResult> {
-    if a.is_empty() || b.is_empty() {
+/// The values one group gives a KS test. The OCR table stores its measures as 32-bit floats,
+/// kept as such (half the memory of `f64`, the same order and ties); shot counts and answer
+/// fields are `f64`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Sample {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+}
+
+impl Sample {
+    fn len(&self) -> usize {
+        match self {
+            Sample::F32(v) => v.len(),
+            Sample::F64(v) => v.len(),
+        }
+    }
+
+    fn at(&self, i: usize) -> f64 {
+        match self {
+            Sample::F32(v) => f64::from(v[i]),
+            Sample::F64(v) => v[i],
+        }
+    }
+
+    /// Ascending, in place: the test sorts what it is given rather than a copy of it.
+    fn sort(&mut self) {
+        match self {
+            Sample::F32(v) => v.sort_unstable_by(|x, y| x.total_cmp(y)),
+            Sample::F64(v) => v.sort_unstable_by(|x, y| x.total_cmp(y)),
+        }
+    }
+}
+
+/// Two-sample KS test (Stephens' small-sample correction of λ); sorts both samples in place.
+pub fn ks_two_sample(a: &mut Sample, b: &mut Sample) -> Option<TestResult> {
+    if a.len() == 0 || b.len() == 0 {
         return None;
     }
-    let (mut a, mut b) = (a.to_vec(), b.to_vec());
-    a.sort_by(|x, y| x.total_cmp(y));
-    b.sort_by(|x, y| x.total_cmp(y));
-    let (na, nb) = (a.len() as f64, b.len() as f64);
+    a.sort();
+    b.sort();
+    let (la, lb) = (a.len(), b.len());
+    let (na, nb) = (la as f64, lb as f64);
     let (mut i, mut j, mut d) = (0usize, 0usize, 0f64);
-    while i < a.len() && j < b.len() {
-        let x = a[i].min(b[j]);
-        while i < a.len() && a[i] <= x {
+    while i < la && j < lb {
+        let x = a.at(i).min(b.at(j));
+        while i < la && a.at(i) <= x {
             i += 1;
         }
-        while j < b.len() && b[j] <= x {
+        while j < lb && b.at(j) <= x {
             j += 1;
         }
         d = d.max((i as f64 / na - j as f64 / nb).abs());
@@ -54,8 +87,8 @@ pub fn ks_two_sample(a: &[f64], b: &[f64]) -> Option<TestResult> {
     let p = kolmogorov_q((en + 0.12 + 0.11 / en) * d);
     Some(TestResult {
         test: "ks_2samp",
-        n_a: a.len() as u64,
-        n_b: b.len() as u64,
+        n_a: la as u64,
+        n_b: lb as u64,
         statistic: d,
         p_value: p,
         effect_size: d,
@@ -105,13 +138,22 @@ mod tests {
     fn ks_separates_shifted_samples_and_not_identical_ones() {
         let a: Vec<f64> = (0..200).map(|i| i as f64 / 200.0).collect();
         let b: Vec<f64> = (0..200).map(|i| 0.5 + i as f64 / 200.0).collect();
-        let r = ks_two_sample(&a, &b).unwrap();
+        let r = ks_two_sample(&mut Sample::F64(a.clone()), &mut Sample::F64(b)).unwrap();
         assert!(
             (r.statistic - 0.5).abs() < 0.01 && r.p_value < 1e-10,
             "{r:?}"
         );
-        let same = ks_two_sample(&a, &a).unwrap();
+        let same = ks_two_sample(&mut Sample::F64(a.clone()), &mut Sample::F64(a.clone())).unwrap();
         assert!(same.statistic == 0.0 && same.p_value > 0.99);
+        // 32-bit samples, given unsorted, test as their 64-bit values do.
+        let a32: Vec<f32> = a.iter().rev().map(|x| *x as f32).collect();
+        let b64: Vec<f64> = (0..150).map(|i| 0.3 + i as f64 / 300.0).collect();
+        let wide = ks_two_sample(
+            &mut Sample::F64(a32.iter().map(|x| f64::from(*x)).collect()),
+            &mut Sample::F64(b64.clone()),
+        );
+        let narrow = ks_two_sample(&mut Sample::F32(a32), &mut Sample::F64(b64));
+        assert_eq!(wide, narrow);
     }
 
     #[test]
