@@ -93,12 +93,12 @@ pub struct ResponseCache {
     conn: Mutex<Connection>,
 }
 
-const SCHEMA: &str = "
-PRAGMA journal_mode = WAL;
-PRAGMA synchronous = NORMAL;
-CREATE TABLE IF NOT EXISTS sync (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS imported (part TEXT PRIMARY KEY);
-CREATE TABLE IF NOT EXISTS responses (
+/// The answers' table, in the cache and in a published part alike.
+macro_rules! responses_table {
+    ($create:literal) => {
+        concat!(
+            $create,
+            " (
     key TEXT PRIMARY KEY,
     service TEXT NOT NULL,
     method TEXT NOT NULL,
@@ -112,7 +112,20 @@ CREATE TABLE IF NOT EXISTS responses (
     created_at TEXT NOT NULL,
     batch INTEGER NOT NULL DEFAULT 0,
     stage TEXT
-);
+            );"
+        )
+    };
+}
+
+const SCHEMA: &str = concat!(
+    "
+PRAGMA journal_mode = WAL;
+PRAGMA synchronous = NORMAL;
+CREATE TABLE IF NOT EXISTS sync (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS imported (part TEXT PRIMARY KEY);
+",
+    responses_table!("CREATE TABLE IF NOT EXISTS responses"),
+    "
 CREATE TABLE IF NOT EXISTS lookups (
     service TEXT NOT NULL,
     method TEXT NOT NULL,
@@ -121,26 +134,11 @@ CREATE TABLE IF NOT EXISTS lookups (
     misses INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (service, method, stage)
 );
-";
+"
+);
 
 /// A published part holds only answers (no lookups, no sync state).
-const PART_SCHEMA: &str = "
-CREATE TABLE responses (
-    key TEXT PRIMARY KEY,
-    service TEXT NOT NULL,
-    method TEXT NOT NULL,
-    request TEXT NOT NULL,
-    status INTEGER NOT NULL,
-    body BLOB NOT NULL,
-    parsed TEXT,
-    input_tokens INTEGER,
-    output_tokens INTEGER,
-    latency_ms INTEGER NOT NULL,
-    created_at TEXT NOT NULL,
-    batch INTEGER NOT NULL DEFAULT 0,
-    stage TEXT
-);
-";
+const PART_SCHEMA: &str = responses_table!("CREATE TABLE responses");
 
 const COLUMNS: &str = "key, service, method, request, status, body, parsed, input_tokens, output_tokens, latency_ms, created_at, batch, stage";
 
