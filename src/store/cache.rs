@@ -117,6 +117,21 @@ macro_rules! responses_table {
     };
 }
 
+/// Hits and misses per service, method and stage (`''`: none recorded), in the schema and in
+/// the migration that adds the stage.
+macro_rules! lookups_table {
+    () => {
+        "CREATE TABLE IF NOT EXISTS lookups (
+    service TEXT NOT NULL,
+    method TEXT NOT NULL,
+    stage TEXT NOT NULL DEFAULT '',
+    hits INTEGER NOT NULL DEFAULT 0,
+    misses INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (service, method, stage)
+);"
+    };
+}
+
 const SCHEMA: &str = concat!(
     "
 PRAGMA journal_mode = WAL;
@@ -125,16 +140,9 @@ CREATE TABLE IF NOT EXISTS sync (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS imported (part TEXT PRIMARY KEY);
 ",
     responses_table!("CREATE TABLE IF NOT EXISTS responses"),
-    "
-CREATE TABLE IF NOT EXISTS lookups (
-    service TEXT NOT NULL,
-    method TEXT NOT NULL,
-    stage TEXT NOT NULL DEFAULT '',
-    hits INTEGER NOT NULL DEFAULT 0,
-    misses INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (service, method, stage)
-);
-"
+    "\n",
+    lookups_table!(),
+    "\n"
 );
 
 /// A published part holds only answers (no lookups, no sync state).
@@ -163,17 +171,10 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
         }
         // The key grows a column, which ALTER cannot do: the table is rebuilt.
         if old("lookups", "stage")? {
+            conn.execute_batch("ALTER TABLE lookups RENAME TO lookups_before_stages;")?;
+            conn.execute_batch(lookups_table!())?;
             conn.execute_batch(
-                "ALTER TABLE lookups RENAME TO lookups_before_stages;
-                 CREATE TABLE lookups (
-                     service TEXT NOT NULL,
-                     method TEXT NOT NULL,
-                     stage TEXT NOT NULL DEFAULT '',
-                     hits INTEGER NOT NULL DEFAULT 0,
-                     misses INTEGER NOT NULL DEFAULT 0,
-                     PRIMARY KEY (service, method, stage)
-                 );
-                 INSERT INTO lookups (service, method, stage, hits, misses)
+                "INSERT INTO lookups (service, method, stage, hits, misses)
                      SELECT service, method, '', hits, misses FROM lookups_before_stages;
                  DROP TABLE lookups_before_stages;",
             )?;
