@@ -22,7 +22,7 @@
 
 use super::formats::{Answer, AnswerContext, Format};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 /// One released item's reference, as scoring reads it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -61,11 +61,68 @@ pub struct ItemScore {
     pub status: Status,
     /// The parser's code for an unread prediction.
     pub problem: String,
-    pub values: BTreeMap<&'static str, f64>,
+    pub values: Values,
     /// Tagged reasoning: the predicted label (None: no readable `<result>`).
     pub label: Option<String>,
     /// The answer as its format read it (None: unread or missing).
     pub answer: Option<Answer>,
+}
+
+/// An item's metric values, by name: at most two (`computed`), kept inline and in name order
+/// (serialized as a map, as a `BTreeMap` was). At a million items a map each was a third of
+/// `evaluate`'s memory.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Values {
+    pairs: [(&'static str, f64); 2],
+    len: u8,
+}
+
+impl Values {
+    /// Sets `name`'s value, keeping the names in order.
+    ///
+    /// Panics past two names: no format computes more (`computed`).
+    pub fn insert(&mut self, name: &'static str, value: f64) {
+        let n = usize::from(self.len);
+        if let Some(p) = self.pairs[..n].iter_mut().find(|p| p.0 == name) {
+            p.1 = value;
+            return;
+        }
+        assert!(n < self.pairs.len(), "an item has at most two metrics");
+        self.pairs[n] = (name, value);
+        self.len += 1;
+        self.pairs[..=n].sort_by(|a, b| a.0.cmp(b.0));
+    }
+
+    pub fn get(&self, name: &str) -> Option<f64> {
+        self.iter().find(|p| p.0 == name).map(|p| p.1)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, f64)> + '_ {
+        self.pairs[..usize::from(self.len)].iter().copied()
+    }
+}
+
+impl std::ops::Index<&str> for Values {
+    type Output = f64;
+
+    fn index(&self, name: &str) -> &f64 {
+        let n = usize::from(self.len);
+        match self.pairs[..n].iter().find(|p| p.0 == name) {
+            Some(p) => &p.1,
+            None => panic!("no metric {name:?} for this item"),
+        }
+    }
+}
+
+impl Serialize for Values {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(usize::from(self.len)))?;
+        for (k, v) in self.iter() {
+            m.serialize_entry(k, &v)?;
+        }
+        m.end()
+    }
 }
 
 /// The metrics `score_item` computes for a format (the judged ones are not among them).
@@ -99,7 +156,7 @@ pub fn score_item(
             Err(e) => (Status::Unread, e.code.to_string(), None),
         },
     };
-    let mut values = BTreeMap::new();
+    let mut values = Values::default();
     let mut label = None;
     let reference_text = || match format {
         Format::ReferenceList => r
@@ -375,6 +432,20 @@ mod tests {
         let f = rouge_l("the cat sat on the mat", "the cat is on the mat");
         assert!((f - 5.0 / 6.0).abs() < 1e-12, "{f}");
         assert_eq!(rouge_l("", "x"), 0.0);
+    }
+
+    #[test]
+    fn values_keep_name_order_and_serialize_as_a_map() {
+        let mut v = Values::default();
+        v.insert("rouge_l", 0.25);
+        v.insert("accuracy", 1.0);
+        v.insert("rouge_l", 0.5);
+        assert_eq!(v.iter().collect::<Vec<_>>(), [("accuracy", 1.0), ("rouge_l", 0.5)]);
+        assert_eq!((v["rouge_l"], v.get("jaccard")), (0.5, None));
+        assert_eq!(
+            serde_json::to_string(&v).unwrap(),
+            r#"{"accuracy":1.0,"rouge_l":0.5}"#
+        );
     }
 
     #[test]
