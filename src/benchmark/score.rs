@@ -440,7 +440,10 @@ mod tests {
         v.insert("rouge_l", 0.25);
         v.insert("accuracy", 1.0);
         v.insert("rouge_l", 0.5);
-        assert_eq!(v.iter().collect::<Vec<_>>(), [("accuracy", 1.0), ("rouge_l", 0.5)]);
+        assert_eq!(
+            v.iter().collect::<Vec<_>>(),
+            [("accuracy", 1.0), ("rouge_l", 0.5)]
+        );
         assert_eq!((v["rouge_l"], v.get("jaccard")), (0.5, None));
         assert_eq!(
             serde_json::to_string(&v).unwrap(),

@@ -7,7 +7,8 @@
 //! Each analysis is also a PNG plot, and `report.html` shows them all with the statistics.
 
 mod regions;
-pub mod stats;
+mod spill;
+mod stats;
 mod tables;
 
 use regions::Regions;
@@ -221,8 +222,9 @@ fn analyze_tables(
         }
     }
 
-    let mut stats_rows = compare_first_two(&groups, &mut tables);
-    stats_rows.extend(compare_answers(&answers, &mut tables));
+    let ks_read = |e| AnalyzeError::io(&std::env::temp_dir(), e);
+    let mut stats_rows = compare_first_two(&groups, &mut tables).map_err(ks_read)?;
+    stats_rows.extend(compare_answers(&answers, &mut tables).map_err(ks_read)?);
     std::fs::create_dir_all(&out_dir).map_err(|e| AnalyzeError::io(&out_dir, e))?;
     for (name, rows) in &tables.rows {
         write_table(&out_dir, name, rows)?;
@@ -325,6 +327,7 @@ impl RegionBins {
 /// raw values move into the tables (the largest part of `analyze`'s memory: four numbers a
 /// region), so they are never held twice.
 fn region_tables(regions: &mut Regions) -> Tables {
+    let spilled = std::mem::take(&mut regions.spill).into_shared();
     let bins = RegionBins::new(regions.grid);
     let grid_cols = regions.grid.1;
     let mut t = Tables::default();
@@ -349,13 +352,22 @@ fn region_tables(regions: &mut Regions) -> Tables {
                 .extend(dist(g, bins, &counts));
             t.counts.insert((name.into(), g.clone()), counts);
         }
+        if r.untested {
+            continue;
+        }
         for (name, vals) in ["saturation", "value", "area", "aspect_ratio"]
             .into_iter()
             .zip(std::mem::take(&mut r.values))
         {
-            let mut vals = vals;
-            vals.shrink_to_fit();
-            t.values.insert((name.into(), g.clone()), Sample::F32(vals));
+            let sample = match &spilled {
+                Some(file) if vals.has_runs() => Sample::Spilled(vals, file.clone()),
+                _ => {
+                    let mut vals = vals.held;
+                    vals.shrink_to_fit();
+                    Sample::F32(vals)
+                }
+            };
+            t.values.insert((name.into(), g.clone()), sample);
         }
     }
     t
@@ -363,10 +375,10 @@ fn region_tables(regions: &mut Regions) -> Tables {
 
 /// The statistics, for the first two groups: chi-square on every binned analysis, KS on every
 /// one with raw values.
-fn compare_first_two(groups: &[String], t: &mut Tables) -> Vec<StatRow> {
+fn compare_first_two(groups: &[String], t: &mut Tables) -> std::io::Result<Vec<StatRow>> {
     let mut stats_rows = vec![];
     let [a, b, ..] = groups else {
-        return stats_rows;
+        return Ok(stats_rows);
     };
     for name in [
         "hue_pixels",
@@ -391,12 +403,12 @@ fn compare_first_two(groups: &[String], t: &mut Tables) -> Vec<StatRow> {
             t.values.remove(&(name.into(), a.clone())),
             t.values.remove(&(name.into(), b.clone())),
         ) {
-            if let Some(r) = stats::ks_two_sample(&mut x, &mut y) {
+            if let Some(r) = stats::ks_two_sample(&mut x, &mut y)? {
                 stats_rows.push(stat_row(name, a, b, &r));
             }
         }
     }
-    stats_rows
+    Ok(stats_rows)
 }
 
 /// One PNG per analysis, and `report.html` showing them with the statistics.
@@ -485,7 +497,7 @@ fn draw(
 }
 
 /// The first two groups compared on each answer field: KS on numbers, chi-square on categories.
-fn compare_answers(answers: &[AnswerField], t: &mut Tables) -> Vec<StatRow> {
+fn compare_answers(answers: &[AnswerField], t: &mut Tables) -> std::io::Result<Vec<StatRow>> {
     let mut out = vec![];
     for a in answers {
         let [g1, g2, ..] = &a.videos.keys().cloned().collect::<Vec<_>>()[..] else {
@@ -494,7 +506,7 @@ fn compare_answers(answers: &[AnswerField], t: &mut Tables) -> Vec<StatRow> {
         let key = |g: &String| (a.name.clone(), g.clone());
         let r = match a.kind {
             FieldKind::Number => match (t.values.remove(&key(g1)), t.values.remove(&key(g2))) {
-                (Some(mut x), Some(mut y)) => stats::ks_two_sample(&mut x, &mut y),
+                (Some(mut x), Some(mut y)) => stats::ks_two_sample(&mut x, &mut y)?,
                 _ => None,
             },
             FieldKind::Category => match (t.counts.get(&key(g1)), t.counts.get(&key(g2))) {
@@ -507,7 +519,7 @@ fn compare_answers(answers: &[AnswerField], t: &mut Tables) -> Vec<StatRow> {
             out.push(stat_row(&a.name, g1, g2, &r));
         }
     }
-    out
+    Ok(out)
 }
 
 fn stat_row(name: &str, a: &str, b: &str, t: &stats::TestResult) -> StatRow {

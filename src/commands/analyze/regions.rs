@@ -2,12 +2,15 @@
 //! group while the table streams a shard at a time (`shards::for_each_batch`): the pixel
 //! histograms summed, the one-vote-per-region hue, cell, area and aspect counts, the raw values
 //! the KS tests compare, and which (video, frame) pairs show text (for the segment analysis).
-//! Nothing is kept per region but four numbers for the KS tests, so memory does not grow with
-//! the regions' histograms or strings (MVFNDB §3.1–3.2's tables over millions of regions).
+//! Nothing is kept per region but four numbers for the KS tests, and only for the two groups
+//! the tests compare, written to a temporary file past a budget (`spill`); a (video, frame)
+//! pair is one bit. So memory does not grow with the regions (MVFNDB §3.1–3.2's tables over
+//! millions of regions), only a few bytes a video.
 //!
-//! Reads the `ocr` table's REGION_COLUMNS and the `--by` column; writes, calls and caches
-//! nothing.
+//! Reads the `ocr` table's REGION_COLUMNS and the `--by` column; writes the KS values past the
+//! budget to a temporary file; calls and caches nothing.
 
+use super::spill::{SpillFile, Spilled};
 use super::tables::{HistColumn, RunTables, col_hist};
 use super::*;
 use std::collections::{HashMap, HashSet};
@@ -41,7 +44,9 @@ pub(super) struct GroupRegions {
     pub(super) aspect: Vec<f64>,
     /// Raw values for the KS tests: text saturation, text value, area, aspect ratio (the
     /// table's 32-bit floats).
-    pub(super) values: [Vec<f32>; 4],
+    pub(super) values: [Spilled; 4],
+    /// Not among the first two groups in name order, which alone are tested: no values kept.
+    pub(super) untested: bool,
 }
 
 impl GroupRegions {
@@ -54,31 +59,47 @@ impl GroupRegions {
             area: vec![0.0; bins.area.len()],
             aspect: vec![0.0; bins.aspect.len()],
             values: Default::default(),
+            untested: false,
         }
     }
 }
 
-/// Which sampled frames of which videos show creator-added text.
+/// Which sampled frames of which videos show creator-added text: a video's first 64 frames
+/// as the bits of one word (a set of pairs took most of `analyze`'s memory at ten million
+/// regions), later ones as pairs.
 #[derive(Default)]
 pub(super) struct TextFrames {
     videos: HashMap<String, u32>,
-    pairs: HashSet<(u32, u32)>,
+    first: Vec<u64>,
+    later: HashSet<(u32, u32)>,
 }
 
 impl TextFrames {
     fn insert(&mut self, video: &str, frame: u32) {
-        let next = self.videos.len() as u32;
         let v = match self.videos.get(video) {
             Some(v) => *v,
-            None => *self.videos.entry(video.to_string()).or_insert(next),
+            None => {
+                let next = self.first.len() as u32;
+                self.videos.insert(video.to_string(), next);
+                self.first.push(0);
+                next
+            }
         };
-        self.pairs.insert((v, frame));
+        if frame < 64 {
+            self.first[v as usize] |= 1 << frame;
+        } else {
+            self.later.insert((v, frame));
+        }
     }
 
     pub(super) fn contains(&self, video: &str, frame: u32) -> bool {
-        self.videos
-            .get(video)
-            .is_some_and(|v| self.pairs.contains(&(*v, frame)))
+        self.videos.get(video).is_some_and(|&v| {
+            if frame < 64 {
+                (self.first[v as usize] >> frame) & 1 == 1
+            } else {
+                self.later.contains(&(v, frame))
+            }
+        })
     }
 }
 
@@ -89,6 +110,8 @@ pub(super) struct Regions {
     /// stage's grid setting).
     pub(super) grid: (u32, u32),
     pub(super) text_frames: TextFrames,
+    /// Where the KS values past the budget went.
+    pub(super) spill: SpillFile,
 }
 
 /// The creator-added regions of the `ocr` table (stage `ocr`) that pass `--where`, counted.
@@ -103,6 +126,7 @@ pub(super) fn read_regions(
         groups: BTreeMap::new(),
         grid: (1, 1),
         text_frames: TextFrames::default(),
+        spill: SpillFile::default(),
     };
     let columns: Vec<&str> = REGION_COLUMNS.iter().copied().chain([by]).collect();
     // Checked against every column of the table first: the batches below hold only the decoded
@@ -124,7 +148,11 @@ pub(super) fn read_regions(
                 filter.map(|f| f.columns()).unwrap_or_default()
             ))
         })?;
-        add_batch(&b, ocr, by, &bins, &mut r)
+        add_batch(&b, ocr, by, &bins, &mut r)?;
+        let Regions { groups, spill, .. } = &mut r;
+        spill
+            .over_budget(groups.values_mut().flat_map(|g| g.values.iter_mut()))
+            .map_err(|e| AnalyzeError::io(&std::env::temp_dir(), e))
     })?;
     Ok(r)
 }
@@ -195,6 +223,11 @@ fn add_batch(
         };
         if !r.groups.contains_key(name) {
             r.groups.insert(name.to_string(), GroupRegions::new(bins));
+            // A group past the second in name order stays past it: its values are never tested.
+            for g in r.groups.values_mut().skip(2) {
+                g.untested = true;
+                g.values.iter_mut().for_each(Spilled::clear);
+            }
         }
         let g = r.groups.get_mut(name).expect("inserted above");
         g.n += 1;
@@ -211,9 +244,11 @@ fn add_batch(
         r.grid = (r.grid.0.max(cell.0 + 1), r.grid.1.max(cell.1 + 1));
         g.area[bin_of(&bins.area_edges, c.area[i].max(1e-5))] += 1.0;
         g.aspect[bin_of(&bins.aspect_edges, c.aspect[i])] += 1.0;
-        for (vals, x) in g.values.iter_mut().zip([s, v, c.area[i], c.aspect[i]]) {
-            // The table's columns are 32-bit: narrowing them back is exact.
-            vals.push(x as f32);
+        if !g.untested {
+            for (vals, x) in g.values.iter_mut().zip([s, v, c.area[i], c.aspect[i]]) {
+                // The table's columns are 32-bit: narrowing them back is exact.
+                vals.held.push(x as f32);
+            }
         }
         let video = if videos.is_valid(i) {
             videos.value(i)

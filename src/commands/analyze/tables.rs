@@ -150,9 +150,12 @@ pub(super) fn segment_rows(
         }
     }
     // video → (group, frames with text per segment, frames per segment): one entry per
-    // video, looked up without allocating (a frames table has a row per sampled frame).
-    type Segments = ([f64; 8], [f64; 8]);
-    let mut per_video: HashMap<String, Vec<(String, Segments)>> = HashMap::new();
+    // video, looked up without allocating (a frames table has a row per sampled frame), its
+    // group an index into `names` and its counts 32-bit (a video's entry was 600 bytes, most
+    // of `analyze`'s memory at ten million regions).
+    type Segments = ([u32; 8], [u32; 8]);
+    let mut names: Vec<String> = vec![];
+    let mut per_video: HashMap<String, Vec<(u32, Segments)>> = HashMap::new();
     let mut skipped = false;
     let columns = [COL_VIDEO_ID, by, "frame_index", "timestamp_secs"];
     run_tables.each_batch(fid, &columns, &mut |b| {
@@ -181,20 +184,27 @@ pub(super) fn segment_rows(
             } else {
                 "(null)"
             };
+            let g = match names.iter().position(|n| n == g) {
+                Some(k) => k as u32,
+                None => {
+                    names.push(g.to_string());
+                    (names.len() - 1) as u32
+                }
+            };
             if !per_video.contains_key(id) {
-                per_video.insert(id.to_string(), vec![]);
+                per_video.insert(id.to_string(), Vec::with_capacity(1));
             }
             let groups = per_video.get_mut(id).expect("inserted above");
-            let e = match groups.iter().position(|(gg, _)| gg == g) {
+            let e = match groups.iter().position(|(gg, _)| *gg == g) {
                 Some(k) => &mut groups[k].1,
                 None => {
-                    groups.push((g.to_string(), Default::default()));
+                    groups.push((g, Default::default()));
                     &mut groups.last_mut().expect("pushed").1
                 }
             };
-            e.1[seg] += 1.0;
+            e.1[seg] += 1;
             if with_text.contains(id, idx.value(i)) {
-                e.0[seg] += 1.0;
+                e.0[seg] += 1;
             }
         }
         Ok(())
@@ -202,7 +212,11 @@ pub(super) fn segment_rows(
     // In (group, video) order, as the means are summed.
     let mut per_video: Vec<((&str, &str), &Segments)> = per_video
         .iter()
-        .flat_map(|(id, gs)| gs.iter().map(move |(g, e)| ((g.as_str(), id.as_str()), e)))
+        .flat_map(|(id, gs)| {
+            let names = &names;
+            gs.iter()
+                .map(move |(g, e)| ((names[*g as usize].as_str(), id.as_str()), e))
+        })
         .collect();
     per_video.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let seg_bins: Vec<(f64, f64, String)> = (0..8)
@@ -224,8 +238,8 @@ pub(super) fn segment_rows(
         for s in 0..8 {
             let shares: Vec<f64> = vids
                 .iter()
-                .filter(|v| v.1[s] > 0.0)
-                .map(|v| v.0[s] / v.1[s])
+                .filter(|v| v.1[s] > 0)
+                .map(|v| f64::from(v.0[s]) / f64::from(v.1[s]))
                 .collect();
             mean[s] = shares.iter().sum::<f64>() / shares.len().max(1) as f64;
         }
