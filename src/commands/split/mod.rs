@@ -276,11 +276,11 @@ type StageValues = HashMap<String, HashMap<String, String>>;
 async fn stage_values(
     store: &Arc<dyn crate::store::Store>,
     m: &crate::store::manifest::Manifest,
-    source: &[RecordBatch],
+    source_columns: &[String],
     names: &[String],
 ) -> Result<StageValues, RunError> {
     use crate::stages::{Release, stage_kind};
-    let in_source = |c: &str| source.iter().any(|b| b.column_by_name(c).is_some());
+    let in_source = |c: &str| source_columns.iter().any(|x| x == c);
     let mut out = StageValues::new();
     for name in names.iter().filter(|c| !in_source(c)) {
         let (wanted_stage, column) = match name.split_once('.') {
@@ -329,7 +329,7 @@ async fn stage_values(
                     Some(s) => format!("--stratify {name}: the run has no stage `{s}`"),
                     None => format!(
                         "no column `{name}` in the source table (columns: {}) or in a one-row-per-video stage table (a `language` stage gives `language`)",
-                        source_columns(source).join(", ")
+                        source_columns.join(", ")
                     ),
                 }));
             }
@@ -345,22 +345,22 @@ async fn stage_values(
     Ok(out)
 }
 
-fn source_columns(batches: &[RecordBatch]) -> Vec<String> {
-    batches
-        .first()
-        .map(|b| {
-            b.schema()
-                .fields()
-                .iter()
-                .map(|f| f.name().clone())
-                .collect()
-        })
-        .unwrap_or_default()
+/// Every column of the source table (its batches hold only those a split reads), for the
+/// errors that list them.
+async fn source_columns(
+    store: &Arc<dyn crate::store::Store>,
+    fingerprint: &str,
+) -> Result<Vec<String>, RunError> {
+    let schema = crate::store::filter::table_schema(store, SOURCE_STAGE_ID, fingerprint).await?;
+    Ok(schema
+        .map(|s| s.fields().iter().map(|f| f.name().clone()).collect())
+        .unwrap_or_default())
 }
 
 /// The stratum and group values of every source video, by id.
 fn source_values(
     batches: &[RecordBatch],
+    columns: &[String],
     opts: &SplitOptions,
     staged: &StageValues,
 ) -> Result<HashMap<String, (String, Option<String>)>, RunError> {
@@ -378,15 +378,9 @@ fn source_values(
                 continue;
             }
             let col = text_column(b, c).ok_or_else(|| {
-                let names: Vec<String> = b
-                    .schema()
-                    .fields()
-                    .iter()
-                    .map(|f| f.name().clone())
-                    .collect();
                 RunError::Config(format!(
                     "no column `{c}` in the source table (columns: {})",
-                    names.join(", ")
+                    columns.join(", ")
                 ))
             })?;
             cols.push(col);
@@ -425,11 +419,23 @@ pub async fn split(run_dir: &Path, opts: &SplitOptions) -> Result<SplitReport, R
     let (selected, _) = crate::stages::selection::pipeline_selection(&run).await?;
     let (store, m) = (run.store, run.manifest);
     let fp = crate::commands::source_fingerprint(&m);
-    let view = read_table(&store, SOURCE_STAGE_ID, &fp, true).await?;
+    // Only the columns a split reads: a source table of a million videos holds titles and
+    // descriptions a split never looks at.
+    let mut read: Vec<&str> = vec!["video_id"];
+    read.extend(
+        (opts
+            .stratify
+            .iter()
+            .chain(&opts.group)
+            .chain(&opts.from_column))
+        .map(String::as_str),
+    );
+    let view = read_table_columns(&store, SOURCE_STAGE_ID, &fp, &read).await?;
+    let columns = source_columns(&store, &fp).await?;
     let mut wanted = opts.stratify.clone();
     wanted.extend(opts.from_column.clone());
-    let staged = stage_values(&store, &m, &view.batches, &wanted).await?;
-    let values = source_values(&view.batches, opts, &staged)?;
+    let staged = stage_values(&store, &m, &columns, &wanted).await?;
+    let values = source_values(&view.batches, &columns, opts, &staged)?;
     let items: Vec<Item> = selected
         .iter()
         .map(|id| {
@@ -456,7 +462,7 @@ pub async fn split(run_dir: &Path, opts: &SplitOptions) -> Result<SplitReport, R
     } else {
         (items, 0, vec![])
     };
-    let (placed, opts) = place(&items, &view.batches, &staged, opts)?;
+    let (placed, opts) = place(&items, &view.batches, &columns, &staged, opts)?;
     let opts = &opts;
     let mut report = report(opts, &items, &placed, run_dir);
     report.duplicate_clusters = clusters;
@@ -470,6 +476,7 @@ pub async fn split(run_dir: &Path, opts: &SplitOptions) -> Result<SplitReport, R
 fn place(
     items: &[Item],
     source: &[RecordBatch],
+    columns: &[String],
     staged: &StageValues,
     opts: &SplitOptions,
 ) -> Result<(Vec<usize>, SplitOptions), RunError> {
@@ -478,7 +485,7 @@ fn place(
         let mut by = opts.clone();
         by.stratify = vec![column.clone()];
         by.group = None;
-        let values: HashMap<String, Option<String>> = source_values(source, &by, staged)?
+        let values: HashMap<String, Option<String>> = source_values(source, columns, &by, staged)?
             .into_iter()
             .map(|(id, (v, _))| (id, (v != "(none)" && !v.trim().is_empty()).then_some(v)))
             .collect();
