@@ -11,7 +11,7 @@
 use crate::error::RunError;
 use crate::runtime::chain::SOURCE_STAGE_ID;
 use crate::store::run::RunView;
-use crate::store::shards::{read_table, text_column};
+use crate::store::shards::{read_table_columns, text_column};
 use arrow::array::{Array, BooleanArray, Float64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -60,7 +60,10 @@ async fn column_of(
     let Some(st) = stage_id.and_then(|id| run.manifest.stages.iter().find(|s| s.id == id)) else {
         return Ok(HashMap::new());
     };
-    let view = read_table(&run.store, &st.id, &st.fingerprint, true).await?;
+    // Two columns of the table, not all of them (the source table holds titles and
+    // descriptions, and this runs once per column).
+    let view =
+        read_table_columns(&run.store, &st.id, &st.fingerprint, &["video_id", column]).await?;
     let mut out = HashMap::new();
     for b in &view.batches {
         let (Some(ids), Some(col)) = (text_column(b, "video_id"), text_column(b, column)) else {
@@ -86,26 +89,53 @@ fn last_of_kind<'a>(run: &'a RunView, kind: &str) -> Option<&'a str> {
         .map(|s| s.id.as_str())
 }
 
+/// SHA-256 of a file, on the blocking pool; None when it is not there.
+async fn sha256_of(path: std::path::PathBuf) -> Result<Option<String>, RunError> {
+    let shown = path.display().to_string();
+    match tokio::task::spawn_blocking(move || super::integrity::sha256_file(&path)).await {
+        Ok(Ok(s)) => Ok(Some(s)),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Ok(Err(e)) => Err(RunError::io(shown, e)),
+        Err(e) => Err(RunError::Internal(format!("hashing {shown}: {e}"))),
+    }
+}
+
 /// SHA-256 of the media at `path` (relative to the run, or absolute for a local source), None
 /// when the run no longer has it. An object-store run's media are fetched to a temporary file.
 async fn media_sha256(run: &RunView, path: &str) -> Result<Option<String>, RunError> {
-    let sha = |p: &Path| match super::integrity::sha256_file(p) {
-        Ok(s) => Ok(Some(s)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(RunError::io(p.display().to_string(), e)),
-    };
     if Path::new(path).is_absolute() {
-        return sha(Path::new(path));
+        return sha256_of(path.into()).await;
     }
     if let Some(local) = run.store.local_path(path) {
-        return sha(&local);
+        return sha256_of(local).await;
     }
     let tmp = tempfile::NamedTempFile::new().map_err(|e| RunError::io("temporary file", e))?;
     match run.store.get_file(path, tmp.path()).await {
-        Ok(()) => sha(tmp.path()),
+        Ok(()) => sha256_of(tmp.path().to_path_buf()).await,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(RunError::io(format!("{}/{path}", run.store.location()), e)),
     }
+}
+
+/// `media_sha256` of every distinct path, each hashed once (videos downloaded to the same bytes
+/// share one content-addressed file) and as many at once as there are cores: a release of
+/// thousands of videos hashes gigabytes, and one at a time left a core idle.
+async fn media_sha256s<'a>(
+    run: &RunView,
+    paths: impl Iterator<Item = &'a String>,
+) -> Result<HashMap<&'a str, Option<String>>, RunError> {
+    use futures::StreamExt;
+    let mut distinct: Vec<&str> = paths.map(String::as_str).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    futures::stream::iter(distinct)
+        .map(|p| async move { Ok((p, media_sha256(run, p).await?)) })
+        .buffer_unordered(cores)
+        .collect::<Vec<Result<_, RunError>>>()
+        .await
+        .into_iter()
+        .collect()
 }
 
 /// Writes `manifest.parquet` into the release folder `out`: one row per video of the split, in
@@ -124,15 +154,18 @@ pub async fn write_manifest(
     let dl_url = column_of(run, download, "url").await?;
     let dl_path = column_of(run, download, "path").await?;
     let probed_secs = column_of(run, probe, "duration_secs").await?;
+    let media_of = |id: &String| dl_path.get(id).or_else(|| source_path.get(id));
+    let ids = || {
+        order
+            .iter()
+            .flat_map(|s| by_split.get(s).into_iter().flatten())
+    };
+    let hashes = media_sha256s(run, ids().filter_map(media_of)).await?;
     let mut rows = vec![];
     let mut w = ManifestWritten::default();
     for split in order {
         for id in by_split.get(split).into_iter().flatten() {
-            let media = dl_path.get(id).or_else(|| source_path.get(id));
-            let media_sha256 = match media {
-                Some(p) => media_sha256(run, p).await?,
-                None => None,
-            };
+            let media_sha256 = media_of(id).and_then(|p| hashes[p.as_str()].clone());
             let duration_secs = probed_secs
                 .get(id)
                 .or_else(|| source_secs.get(id))

@@ -8,7 +8,7 @@ use crate::runtime::chain::SOURCE_STAGE_ID;
 use crate::stages::{Release, stage_kind};
 use crate::store::Store;
 use crate::store::manifest::Manifest;
-use crate::store::shards::{read_table, text_column};
+use crate::store::shards::{read_table, read_table_columns, text_column};
 use arrow::array::{Array, RecordBatch, StringArray, UInt32Array};
 use arrow::datatypes::{DataType, Schema};
 use std::collections::{BTreeMap, HashMap};
@@ -106,7 +106,19 @@ pub(super) async fn read_inputs(store: &Arc<dyn Store>, m: &Manifest) -> Result<
         if role == Some(Release::Skip) {
             continue;
         }
-        let view = read_table(store, &st.id, &st.fingerprint, true).await?;
+        // The frames and OCR tables give a release two columns each: the rest (the OCR
+        // table's histograms, boxes and colours) is not decoded.
+        let view = match role {
+            Some(Release::Frames) => {
+                let cols = ["video_id", "frame_index", "path"];
+                read_table_columns(store, &st.id, &st.fingerprint, &cols).await?
+            }
+            Some(Release::Text) => {
+                let cols = ["video_id", "frame_index", "text"];
+                read_table_columns(store, &st.id, &st.fingerprint, &cols).await?
+            }
+            _ => read_table(store, &st.id, &st.fingerprint, true).await?,
+        };
         let Some(batch) = concat(&st.id, &view.batches)? else {
             continue;
         };
