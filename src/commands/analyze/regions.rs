@@ -259,3 +259,24 @@ fn add_batch(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::TextFrames;
+
+    #[test]
+    fn frames_with_text_are_found_per_video_below_and_past_64() {
+        let mut t = TextFrames::default();
+        for (v, f) in [("a", 0), ("a", 63), ("b", 5), ("a", 64), ("b", 1000)] {
+            t.insert(v, f);
+        }
+        let shown = |v: &str| {
+            (0..1100)
+                .filter(|f| t.contains(v, *f))
+                .collect::<Vec<u32>>()
+        };
+        assert_eq!(shown("a"), [0, 63, 64]);
+        assert_eq!(shown("b"), [5, 1000]);
+        assert!(shown("c").is_empty());
+    }
+}
