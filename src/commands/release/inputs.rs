@@ -59,7 +59,8 @@ pub(super) struct Inputs {
     pub(super) source: Joined,
     pub(super) stages: Vec<Joined>,
     pub(super) frames: HashMap<String, Vec<(u32, String)>>,
-    pub(super) ocr: HashMap<String, Vec<(u32, String)>>,
+    /// video → its `ocr_text`: distinct lines in frame order.
+    pub(super) ocr: HashMap<String, String>,
     pub(super) frames_stage: Option<String>,
     pub(super) ocr_stage: Option<String>,
     /// video → its transcript, from the `transcript` stage.
@@ -137,7 +138,7 @@ pub(super) async fn read_inputs(store: &Arc<dyn Store>, m: &Manifest) -> Result<
             }
             Some(Release::Skip) => {}
             Some(Release::Text) => {
-                ocr = per_video(&batch, "frame_index", "text")?;
+                ocr = ocr_texts(&batch)?;
                 ocr_stage = Some(st.id.clone());
             }
             Some(Release::Transcript) => {
@@ -261,6 +262,49 @@ pub(super) async fn annotation_columns(store: &Arc<dyn Store>) -> Result<Option<
     }))
 }
 
+/// A batch's frame index column as 32-bit numbers.
+fn frame_indices(batch: &RecordBatch, index_col: &str) -> Result<UInt32Array, RunError> {
+    let idx = arrow::compute::cast(
+        batch
+            .column_by_name(index_col)
+            .ok_or_else(|| RunError::Internal(format!("no column {index_col}")))?,
+        &DataType::UInt32,
+    )
+    .map_err(|e| RunError::Internal(e.to_string()))?;
+    idx.as_any()
+        .downcast_ref::<UInt32Array>()
+        .cloned()
+        .ok_or_else(|| RunError::Internal(format!("{index_col}: not a number")))
+}
+
+/// video → its OCR lines as the release's `ocr_text`: each distinct text once, in frame order
+/// (rows of one frame keep their stored order), one a line. Built from row positions into the
+/// text column, not a string per region: a run of ten million regions held gigabytes of them.
+fn ocr_texts(batch: &RecordBatch) -> Result<HashMap<String, String>, RunError> {
+    let ids = text(batch, "video_id")?;
+    let values = text(batch, "text")?;
+    let idx = frame_indices(batch, "frame_index")?;
+    let mut rows: HashMap<&str, Vec<(u32, u32)>> = HashMap::new();
+    for i in 0..batch.num_rows() {
+        rows.entry(ids.value(i))
+            .or_default()
+            .push((idx.value(i), i as u32));
+    }
+    Ok(rows
+        .into_iter()
+        .map(|(id, mut v)| {
+            v.sort_by_key(|(f, _)| *f);
+            let mut seen = std::collections::HashSet::new();
+            let lines: Vec<&str> = v
+                .iter()
+                .map(|(_, i)| values.value(*i as usize))
+                .filter(|t| seen.insert(*t))
+                .collect();
+            (id.to_string(), lines.join("\n"))
+        })
+        .collect())
+}
+
 /// video → (frame index, value) in frame order (rows of one frame keep their stored order).
 pub(super) fn per_video(
     batch: &RecordBatch,
@@ -269,18 +313,7 @@ pub(super) fn per_video(
 ) -> Result<HashMap<String, Vec<(u32, String)>>, RunError> {
     let ids = text(batch, "video_id")?;
     let values = text(batch, value_col)?;
-    let idx = arrow::compute::cast(
-        batch
-            .column_by_name(index_col)
-            .ok_or_else(|| RunError::Internal(format!("no column {index_col}")))?,
-        &DataType::UInt32,
-    )
-    .map_err(|e| RunError::Internal(e.to_string()))?;
-    let idx = idx
-        .as_any()
-        .downcast_ref::<UInt32Array>()
-        .cloned()
-        .ok_or_else(|| RunError::Internal(format!("{index_col}: not a number")))?;
+    let idx = frame_indices(batch, index_col)?;
     let mut out: HashMap<String, Vec<(u32, String)>> = HashMap::new();
     for i in 0..batch.num_rows() {
         out.entry(ids.value(i).to_string())

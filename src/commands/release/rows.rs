@@ -82,18 +82,7 @@ pub(super) fn build_rows(
     if inputs.ocr_stage.is_some() {
         let mut b = StringBuilder::new();
         for id in ids {
-            let mut seen = std::collections::HashSet::new();
-            let lines: Vec<&str> = inputs
-                .ocr
-                .get(id)
-                .map(|v| {
-                    v.iter()
-                        .map(|(_, t)| t.as_str())
-                        .filter(|t| seen.insert(*t))
-                        .collect()
-                })
-                .unwrap_or_default();
-            b.append_value(lines.join("\n"));
+            b.append_value(inputs.ocr.get(id).map_or("", String::as_str));
         }
         fields.push(Field::new("ocr_text", DataType::Utf8, true));
         cols.push(Arc::new(b.finish()));
