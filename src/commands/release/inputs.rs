@@ -120,6 +120,21 @@ pub(super) async fn read_inputs(store: &Arc<dyn Store>, m: &Manifest) -> Result<
             }
             _ => read_table(store, &st.id, &st.fingerprint, true).await?,
         };
+        // The frames and OCR tables are read a batch at a time: concatenated, a copy of them
+        // was as large again (the OCR table is the run's largest).
+        match role {
+            Some(Release::Frames) if !view.batches.is_empty() => {
+                frames = per_video(&view.batches, "frame_index", "path")?;
+                frames_stage = Some(st.id.clone());
+                continue;
+            }
+            Some(Release::Text) if !view.batches.is_empty() => {
+                ocr = ocr_texts(&view.batches)?;
+                ocr_stage = Some(st.id.clone());
+                continue;
+            }
+            _ => {}
+        }
         let Some(batch) = concat(&st.id, &view.batches)? else {
             continue;
         };
@@ -132,15 +147,7 @@ pub(super) async fn read_inputs(store: &Arc<dyn Store>, m: &Manifest) -> Result<
             Some(Release::PerVideo) | Some(Release::Columns(_)) => {
                 stages.push(stage_joined(&st.id, batch, role, &extras)?);
             }
-            Some(Release::Frames) => {
-                frames = per_video(&batch, "frame_index", "path")?;
-                frames_stage = Some(st.id.clone());
-            }
-            Some(Release::Skip) => {}
-            Some(Release::Text) => {
-                ocr = ocr_texts(&batch)?;
-                ocr_stage = Some(st.id.clone());
-            }
+            Some(Release::Skip) | Some(Release::Frames) | Some(Release::Text) => {}
             Some(Release::Transcript) => {
                 let rows: HashMap<String, Vec<crate::stages::transcript::TranscriptSegment>> =
                     view.rows()?;
@@ -280,24 +287,33 @@ fn frame_indices(batch: &RecordBatch, index_col: &str) -> Result<UInt32Array, Ru
 /// video → its OCR lines as the release's `ocr_text`: each distinct text once, in frame order
 /// (rows of one frame keep their stored order), one a line. Built from row positions into the
 /// text column, not a string per region: a run of ten million regions held gigabytes of them.
-fn ocr_texts(batch: &RecordBatch) -> Result<HashMap<String, String>, RunError> {
-    let ids = text(batch, "video_id")?;
-    let values = text(batch, "text")?;
-    let idx = frame_indices(batch, "frame_index")?;
-    let mut rows: HashMap<&str, Vec<(u32, u32)>> = HashMap::new();
-    for i in 0..batch.num_rows() {
-        rows.entry(ids.value(i))
-            .or_default()
-            .push((idx.value(i), i as u32));
+fn ocr_texts(batches: &[RecordBatch]) -> Result<HashMap<String, String>, RunError> {
+    let ids: Vec<StringArray> = batches
+        .iter()
+        .map(|b| text(b, "video_id"))
+        .collect::<Result<_, _>>()?;
+    let values: Vec<StringArray> = batches
+        .iter()
+        .map(|b| text(b, "text"))
+        .collect::<Result<_, _>>()?;
+    // video → (frame, batch, row) of each of its regions, in stored order.
+    let mut rows: HashMap<&str, Vec<(u32, u32, u32)>> = HashMap::new();
+    for (k, b) in batches.iter().enumerate() {
+        let idx = frame_indices(b, "frame_index")?;
+        for i in 0..b.num_rows() {
+            rows.entry(ids[k].value(i))
+                .or_default()
+                .push((idx.value(i), k as u32, i as u32));
+        }
     }
     Ok(rows
         .into_iter()
         .map(|(id, mut v)| {
-            v.sort_by_key(|(f, _)| *f);
+            v.sort_by_key(|(f, _, _)| *f);
             let mut seen = std::collections::HashSet::new();
             let lines: Vec<&str> = v
                 .iter()
-                .map(|(_, i)| values.value(*i as usize))
+                .map(|(_, k, i)| values[*k as usize].value(*i as usize))
                 .filter(|t| seen.insert(*t))
                 .collect();
             (id.to_string(), lines.join("\n"))
@@ -307,18 +323,20 @@ fn ocr_texts(batch: &RecordBatch) -> Result<HashMap<String, String>, RunError> {
 
 /// video → (frame index, value) in frame order (rows of one frame keep their stored order).
 pub(super) fn per_video(
-    batch: &RecordBatch,
+    batches: &[RecordBatch],
     index_col: &str,
     value_col: &str,
 ) -> Result<HashMap<String, Vec<(u32, String)>>, RunError> {
-    let ids = text(batch, "video_id")?;
-    let values = text(batch, value_col)?;
-    let idx = frame_indices(batch, index_col)?;
     let mut out: HashMap<String, Vec<(u32, String)>> = HashMap::new();
-    for i in 0..batch.num_rows() {
-        out.entry(ids.value(i).to_string())
-            .or_default()
-            .push((idx.value(i), values.value(i).to_string()));
+    for batch in batches {
+        let ids = text(batch, "video_id")?;
+        let values = text(batch, value_col)?;
+        let idx = frame_indices(batch, index_col)?;
+        for i in 0..batch.num_rows() {
+            out.entry(ids.value(i).to_string())
+                .or_default()
+                .push((idx.value(i), values.value(i).to_string()));
+        }
     }
     for v in out.values_mut() {
         v.sort_by_key(|(f, _)| *f);
