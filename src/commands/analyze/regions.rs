@@ -204,6 +204,15 @@ fn columns<'a>(b: &'a RecordBatch, ocr: &str, by: &str) -> Result<Columns<'a>, A
     })
 }
 
+/// Marks the groups past the second in name order untested and drops their values: only the
+/// first two are KS-tested, and a group past the second stays past it as groups are added.
+fn drop_untested(groups: &mut BTreeMap<String, GroupRegions>) {
+    for g in groups.values_mut().skip(2) {
+        g.untested = true;
+        g.values.iter_mut().for_each(Spilled::clear);
+    }
+}
+
 /// Counts the creator-added regions of one batch into their groups.
 fn add_batch(
     b: &RecordBatch,
@@ -223,11 +232,7 @@ fn add_batch(
         };
         if !r.groups.contains_key(name) {
             r.groups.insert(name.to_string(), GroupRegions::new(bins));
-            // A group past the second in name order stays past it: its values are never tested.
-            for g in r.groups.values_mut().skip(2) {
-                g.untested = true;
-                g.values.iter_mut().for_each(Spilled::clear);
-            }
+            drop_untested(&mut r.groups);
         }
         let g = r.groups.get_mut(name).expect("inserted above");
         g.n += 1;
@@ -262,7 +267,34 @@ fn add_batch(
 
 #[cfg(test)]
 mod tests {
-    use super::TextFrames;
+    use super::*;
+
+    #[test]
+    fn only_the_first_two_groups_by_name_keep_ks_values() {
+        let bins = RegionBins::new((1, 1));
+        let mut groups = BTreeMap::new();
+        // Groups arrive out of name order; each gets a value while it may still be tested.
+        for name in ["c", "b", "a", "d"] {
+            groups.insert(name.to_string(), GroupRegions::new(&bins));
+            drop_untested(&mut groups);
+            for g in groups.values_mut().filter(|g| !g.untested) {
+                g.values[0].held.push(1.0);
+            }
+        }
+        let kept: Vec<(&str, bool, usize)> = groups
+            .iter()
+            .map(|(n, g)| (n.as_str(), g.untested, g.values[0].len()))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                ("a", false, 2),
+                ("b", false, 3),
+                ("c", true, 0),
+                ("d", true, 0)
+            ]
+        );
+    }
 
     #[test]
     fn frames_with_text_are_found_per_video_below_and_past_64() {
