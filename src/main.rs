@@ -2,12 +2,12 @@
 //! how a command ended (or the class of its error) to the exit code. The only place `anyhow`
 //! would be used; nothing here needs it, since every command returns typed errors.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 use vidcurate::commands::{
     analyze, annotate, batch, cache, evaluate, gc, harness, items, ocr, overlap, queries,
-    questions, rehydrate, release, rethreshold, run, split, status, takedown, tasks, validate,
-    verify,
+    questions, reference, rehydrate, release, rethreshold, run, split, status, takedown, tasks,
+    validate, verify,
 };
 use vidcurate::error::{Exit, RunError};
 
@@ -75,6 +75,7 @@ enum Cmd {
     Items(items::Args),
     Analyze(analyze::Args),
     Ocr(ocr::Args),
+    Reference(reference::Args),
 }
 
 fn init_logs() {
@@ -114,10 +115,11 @@ fn dispatch(cmd: Cmd) -> Result<Exit, RunError> {
         Cmd::Items(a) => items::run(a),
         Cmd::Analyze(a) => analyze::run(a),
         Cmd::Ocr(a) => ocr::run(a),
+        Cmd::Reference(a) => reference::run(a, &Cli::command()),
     }
 }
 
-/// The exit-code table (README, "Exit codes"): one place for every command.
+/// The exit-code table (the book: docs/src/reference/exit-codes.md): one place for every command.
 fn exit_code(r: &Result<Exit, RunError>) -> u8 {
     match r {
         Ok(Exit::Done) => 0,

@@ -273,7 +273,7 @@ fn relevance_parses_retries_rejects_and_never_pays_twice() {
         .lines()
         .find_map(|l| l.strip_prefix("selection: "))
         .unwrap();
-    let kept = vidcurate::commands::rethreshold::selected_ids(Path::new(sel)).unwrap();
+    let kept = vidcurate::stages::rethreshold::selected_ids(Path::new(sel)).unwrap();
     assert!(kept.contains("prose") && kept.contains("slow") && !kept.contains("lecture"));
     // A threshold a pipeline file could not hold is refused here too, naming stage.key.
     for bad in ["relevance.min_score=0", "relevance.min_score=11"] {
@@ -413,7 +413,7 @@ fn gemini_fake(answers: HashMap<u32, Vec<Response>>) -> FakeServer {
 }
 
 fn rubric(scores: [u8; 12]) -> String {
-    let names = vidcurate::stages::judge::CRITERIA;
+    let names = vidcurate::stages::model_inputs::CRITERIA;
     let objs: Vec<Value> = scores
         .iter()
         .enumerate()
@@ -619,7 +619,7 @@ fn committee_votes_are_stored_and_the_hardness_rule_is_reappliable() {
         .lines()
         .find_map(|l| l.strip_prefix("selection: "))
         .unwrap();
-    let kept = vidcurate::commands::rethreshold::selected_ids(Path::new(sel)).unwrap();
+    let kept = vidcurate::stages::rethreshold::selected_ids(Path::new(sel)).unwrap();
     assert_eq!(
         kept.into_iter().collect::<Vec<_>>(),
         vec!["clear".to_string()]

@@ -64,43 +64,66 @@ pub struct Metric {
     pub field: Option<String>,
 }
 
+/// Why a task file's `metrics` entry does not name a metric of its format.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetricError {
+    #[error("unknown metric {name:?} (known: {known})")]
+    Unknown { name: String, known: String },
+    #[error("metric {base:?} does not fit the format {format:?}: it scores {scores}")]
+    Misfit {
+        base: String,
+        format: &'static str,
+        scores: String,
+    },
+    #[error("hit_rate needs the reference list it counts: hit_rate.FIELD, FIELD one of {lists}")]
+    NoList { lists: String },
+    #[error("hit_rate.{field}: the reference has no list {field:?} (its lists: {lists})")]
+    UnknownList { field: String, lists: String },
+    #[error("metric {base:?} takes no field (got .{field})")]
+    TakesNoField { base: String, field: String },
+}
+
 impl Metric {
     /// Parses a metric name and checks it fits `format`; `lists` are the task's reference
     /// list fields (what `hit_rate.FIELD` may name).
-    pub fn parse(name: &str, format: Format, lists: &[String]) -> Result<Self, String> {
+    pub fn parse(name: &str, format: Format, lists: &[String]) -> Result<Self, MetricError> {
         let (base, field) = match name.split_once('.') {
             Some((b, f)) => (b, Some(f.to_string())),
             None => (name, None),
         };
         let Some((_, kind, fits)) = METRICS.iter().find(|(n, _, _)| *n == base) else {
             let known: Vec<&str> = METRICS.iter().map(|(n, _, _)| *n).collect();
-            return Err(format!(
-                "unknown metric {name:?} (known: {})",
-                known.join(", ")
-            ));
+            return Err(MetricError::Unknown {
+                name: name.to_string(),
+                known: known.join(", "),
+            });
         };
         if !fits.contains(&format) {
             let names: Vec<&str> = fits.iter().map(|f| f.name()).collect();
-            return Err(format!(
-                "metric {base:?} does not fit the format {:?}: it scores {}",
-                format.name(),
-                names.join(", ")
-            ));
+            return Err(MetricError::Misfit {
+                base: base.to_string(),
+                format: format.name(),
+                scores: names.join(", "),
+            });
         }
         match (*kind, field.as_deref()) {
-            (MetricKind::HitRate, None) => Err(format!(
-                "hit_rate needs the reference list it counts: hit_rate.FIELD, FIELD one of {}",
-                lists.join(", ")
-            )),
-            (MetricKind::HitRate, Some(f)) if !lists.iter().any(|l| l == f) => Err(format!(
-                "hit_rate.{f}: the reference has no list {f:?} (its lists: {})",
-                lists.join(", ")
-            )),
+            (MetricKind::HitRate, None) => Err(MetricError::NoList {
+                lists: lists.join(", "),
+            }),
+            (MetricKind::HitRate, Some(f)) if !lists.iter().any(|l| l == f) => {
+                Err(MetricError::UnknownList {
+                    field: f.to_string(),
+                    lists: lists.join(", "),
+                })
+            }
             (MetricKind::HitRate, _) | (_, None) => Ok(Self {
                 kind: *kind,
                 field: field.clone(),
             }),
-            (_, Some(f)) => Err(format!("metric {base:?} takes no field (got .{f})")),
+            (_, Some(f)) => Err(MetricError::TakesNoField {
+                base: base.to_string(),
+                field: f.to_string(),
+            }),
         }
     }
 }
@@ -114,18 +137,28 @@ mod tests {
         let lists = vec!["entities".to_string()];
         let ok = Metric::parse("hit_rate.entities", Format::TaggedReasoning, &lists).unwrap();
         assert_eq!(ok.field.as_deref(), Some("entities"));
-        let e = Metric::parse("mean_iou", Format::Count, &lists).unwrap_err();
+        let e = Metric::parse("mean_iou", Format::Count, &lists)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("does not fit") && e.contains("time_ranges"),
             "{e}"
         );
-        let e = Metric::parse("hit_rate.knowledge", Format::TaggedReasoning, &lists).unwrap_err();
+        let e = Metric::parse("hit_rate.knowledge", Format::TaggedReasoning, &lists)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no list \"knowledge\""), "{e}");
-        let e = Metric::parse("hit_rate", Format::ReferenceList, &lists).unwrap_err();
+        let e = Metric::parse("hit_rate", Format::ReferenceList, &lists)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("hit_rate.FIELD"), "{e}");
-        let e = Metric::parse("bleu", Format::OpenText, &lists).unwrap_err();
+        let e = Metric::parse("bleu", Format::OpenText, &lists)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("unknown metric"), "{e}");
-        let e = Metric::parse("accuracy.x", Format::SingleChoice, &lists).unwrap_err();
+        let e = Metric::parse("accuracy.x", Format::SingleChoice, &lists)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("takes no field"), "{e}");
     }
 }

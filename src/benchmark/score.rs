@@ -156,9 +156,22 @@ pub fn score_item(
             Err(e) => (Status::Unread, e.code.to_string(), None),
         },
     };
-    let mut values = Values::default();
-    let mut label = None;
-    let reference_text = || match format {
+    let (values, label) = metric_values(format, r, &answer);
+    ItemScore {
+        item_id: r.item_id.clone(),
+        video_id: r.video_id.clone(),
+        status,
+        problem,
+        values,
+        label,
+        answer,
+    }
+}
+
+/// The text a prediction's ROUGE-L is measured against: a reference list's items one per line,
+/// else the reference text.
+fn reference_text(format: Format, r: &Reference) -> String {
+    match format {
         Format::ReferenceList => r
             .lists
             .iter()
@@ -166,8 +179,20 @@ pub fn score_item(
             .collect::<Vec<_>>()
             .join("\n"),
         _ => r.text.clone(),
-    };
-    match (format, &answer) {
+    }
+}
+
+/// The format's metrics for one read answer (None: unread or missing), and the label a tagged
+/// answer gave.
+fn metric_values(
+    format: Format,
+    r: &Reference,
+    answer: &Option<Answer>,
+) -> (Values, Option<String>) {
+    let mut values = Values::default();
+    let mut label = None;
+    let reference_text = || reference_text(format, r);
+    match (format, answer) {
         (Format::SingleChoice, a) => {
             let right = matches!(a, Some(Answer::Choice(i)) if r.choices == [*i]);
             values.insert("accuracy", f64::from(u8::from(right)));
@@ -214,15 +239,7 @@ pub fn score_item(
             label = result;
         }
     }
-    ItemScore {
-        item_id: r.item_id.clone(),
-        video_id: r.video_id.clone(),
-        status,
-        problem,
-        values,
-        label,
-        answer,
-    }
+    (values, label)
 }
 
 /// Exact-set accuracy and Jaccard of two sets of options (an empty prediction scores 0).

@@ -248,6 +248,32 @@ fn sub(k: &str, k2: &str) -> Vec<Seg> {
 
 /// Name, format, options and labels.
 fn check_shape(f: &TaskFile, src: &SourceText) -> Result<Format, ConfigError> {
+    let format = check_name_and_format(f, src)?;
+    check_options(f, format, src)?;
+    if f.reference.label_column.is_some() && format != Format::TaggedReasoning {
+        return Err(src.error_at(
+            &sub("reference", "label_column"),
+            "label_column belongs to tagged_reasoning tasks",
+        ));
+    }
+    match (format == Format::TaggedReasoning, f.labels.len()) {
+        (true, n) if n < 2 => Err(src.error_at(
+            &key("labels"),
+            "a tagged_reasoning task needs at least two labels for <result>",
+        )),
+        (false, n) if n > 0 => Err(src.error_at(
+            &key("labels"),
+            format!(
+                "labels belong to tagged_reasoning tasks, not {}",
+                format.name()
+            ),
+        )),
+        _ => Ok(format),
+    }
+}
+
+/// The name, the format, the texts every task needs and its targets.
+fn check_name_and_format(f: &TaskFile, src: &SourceText) -> Result<Format, ConfigError> {
     let valid = !f.name.is_empty()
         && f.name
             .chars()
@@ -280,6 +306,11 @@ fn check_shape(f: &TaskFile, src: &SourceText) -> Result<Format, ConfigError> {
     if f.targets.is_empty() {
         return Err(src.error_at(&key("targets"), "name at least one target feature"));
     }
+    Ok(format)
+}
+
+/// The options: only for formats that have them, each once, and how many an item shows.
+fn check_options(f: &TaskFile, format: Format, src: &SourceText) -> Result<(), ConfigError> {
     if !format.has_options() && !f.options.is_empty() {
         return Err(src.error_at(
             &key("options"),
@@ -310,26 +341,7 @@ fn check_shape(f: &TaskFile, src: &SourceText) -> Result<Format, ConfigError> {
             ),
         ));
     }
-    if f.reference.label_column.is_some() && format != Format::TaggedReasoning {
-        return Err(src.error_at(
-            &sub("reference", "label_column"),
-            "label_column belongs to tagged_reasoning tasks",
-        ));
-    }
-    match (format == Format::TaggedReasoning, f.labels.len()) {
-        (true, n) if n < 2 => Err(src.error_at(
-            &key("labels"),
-            "a tagged_reasoning task needs at least two labels for <result>",
-        )),
-        (false, n) if n > 0 => Err(src.error_at(
-            &key("labels"),
-            format!(
-                "labels belong to tagged_reasoning tasks, not {}",
-                format.name()
-            ),
-        )),
-        _ => Ok(format),
-    }
+    Ok(())
 }
 
 /// The reference's list fields: required for formats scored against lists.
@@ -374,11 +386,13 @@ fn check_metrics(
         .iter()
         .enumerate()
         .map(|(i, m)| {
-            Metric::parse(m, format, lists).map_err(|e| src.error_at(&at("metrics", i), e))
+            Metric::parse(m, format, lists)
+                .map_err(|e| src.error_at(&at("metrics", i), e.to_string()))
         })
         .collect()
 }
 
+/// The reference's source and, for a derived one, its rule.
 fn check_reference(f: &TaskFile, format: Format, src: &SourceText) -> Result<(), ConfigError> {
     let r = &f.reference;
     let here = |k: &str| sub("reference", k);
@@ -393,22 +407,7 @@ fn check_reference(f: &TaskFile, format: Format, src: &SourceText) -> Result<(),
         }
     };
     if !derived {
-        for (k, given) in [
-            ("rule", r.rule.is_some()),
-            ("stage", r.stage.is_some()),
-            ("columns", !r.columns.is_empty()),
-        ] {
-            if given {
-                return Err(src.error_at(&here(k), format!("`{k}` belongs to a derived reference")));
-            }
-        }
-        if r.from == "drafted" && f.prompts.draft.is_none() {
-            return Err(src.error_at(
-                &key("prompts"),
-                "a drafted reference needs [prompts] draft (and refine and judge for the loop)",
-            ));
-        }
-        return Ok(());
+        return check_not_derived(f, src);
     }
     let name = r.rule.as_deref().unwrap_or_default();
     let Some(rule) = DERIVED_RULES.iter().find(|d| d.name == name) else {
@@ -431,6 +430,40 @@ fn check_reference(f: &TaskFile, format: Format, src: &SourceText) -> Result<(),
             ),
         ));
     }
+    check_derived_columns(r, rule, src)
+}
+
+/// A drafted or people's reference: no derived keys, and a drafted one has its draft prompt.
+fn check_not_derived(f: &TaskFile, src: &SourceText) -> Result<(), ConfigError> {
+    let r = &f.reference;
+    let here = |k: &str| sub("reference", k);
+    for (k, given) in [
+        ("rule", r.rule.is_some()),
+        ("stage", r.stage.is_some()),
+        ("columns", !r.columns.is_empty()),
+    ] {
+        if given {
+            return Err(src.error_at(&here(k), format!("`{k}` belongs to a derived reference")));
+        }
+    }
+    if r.from == "drafted" && f.prompts.draft.is_none() {
+        return Err(src.error_at(
+            &key("prompts"),
+            "a drafted reference needs [prompts] draft (and refine and judge for the loop)",
+        ));
+    }
+    Ok(())
+}
+
+/// A derived reference's stage and columns: the rule's stage, columns of its table, and every
+/// column the rule reads.
+fn check_derived_columns(
+    r: &Reference,
+    rule: &DerivedRule,
+    src: &SourceText,
+) -> Result<(), ConfigError> {
+    let here = |k: &str| sub("reference", k);
+    let name = rule.name;
     let stage = r.stage.as_deref().unwrap_or_default();
     let Some(columns) = (stage == rule.stage)
         .then(|| stage_columns(stage))

@@ -3,6 +3,7 @@
 use super::formats::Format;
 use super::metrics::MetricKind;
 use super::task::{Task, load_dir};
+use crate::config::ConfigError;
 use std::path::{Path, PathBuf};
 
 fn shipped() -> PathBuf {
@@ -10,8 +11,8 @@ fn shipped() -> PathBuf {
 }
 
 /// A task file written beside the shipped prompts, so `prompts/...` resolves.
-fn parse(text: &str) -> Result<Task, String> {
-    Task::parse(&shipped().join("t.toml"), text.to_string()).map_err(|e| e.to_string())
+fn parse(text: &str) -> Result<Task, ConfigError> {
+    Task::parse(&shipped().join("t.toml"), text.to_string())
 }
 
 const GOOD: &str = r#"name = "x"
@@ -127,7 +128,7 @@ fn bad_task_files_name_the_line_and_key() {
         ),
     ];
     for (from, to, line, wants) in cases {
-        let e = parse(&GOOD.replace(from, to)).unwrap_err();
+        let e = parse(&GOOD.replace(from, to)).unwrap_err().to_string();
         assert!(e.contains(&format!("t.toml{line}")), "{to}: {e}");
         for w in *wants {
             assert!(e.contains(w), "{to}: wanted {w:?} in {e}");
@@ -160,7 +161,8 @@ fn derived_references_must_name_a_real_rule_stage_and_columns() {
         "single_choice",
         "accuracy",
     ))
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(
         e.contains(":13") && e.contains("reference.stage") && e.contains("`ocr`"),
         "{e}"
@@ -172,7 +174,8 @@ fn derived_references_must_name_a_real_rule_stage_and_columns() {
         "single_choice",
         "accuracy",
     ))
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(
         e.contains(":14") && e.contains("reference.columns[1]") && e.contains("\"font_colour\""),
         "{e}"
@@ -184,9 +187,12 @@ fn derived_references_must_name_a_real_rule_stage_and_columns() {
         "single_choice",
         "accuracy",
     ))
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("reads the column \"text_color\""), "{e}");
-    let e = parse(&derived("palette", "ocr", ok, "single_choice", "accuracy")).unwrap_err();
+    let e = parse(&derived("palette", "ocr", ok, "single_choice", "accuracy"))
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains(":12") && e.contains("reference.rule") && e.contains("text_colour"),
         "{e}"
@@ -198,9 +204,12 @@ fn derived_references_must_name_a_real_rule_stage_and_columns() {
         "single_choice",
         "accuracy",
     ))
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("yields count answers"), "{e}");
-    let e = parse(&derived("text_colour", "ocr", ok, "count", "accuracy")).unwrap_err();
+    let e = parse(&derived("text_colour", "ocr", ok, "count", "accuracy"))
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains(":7") && e.contains("a count task has no options"),
         "{e}"

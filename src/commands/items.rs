@@ -33,7 +33,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<Exit, RunError> {
-    let (t, _) = super::tokio_runtime()?.block_on(async {
+    let (t, _) = crate::runtime::tokio_runtime()?.block_on(async {
         let run = RunView::open(&a.run).await?;
         table(&run, &a.set).await
     })?;

@@ -141,7 +141,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
-    let s = super::tokio_runtime()?.block_on(status(&a.run))?;
+    let s = crate::runtime::tokio_runtime()?.block_on(status(&a.run))?;
     print!("{}", render(&s));
     Ok(if s.ranks.iter().any(|r| r.unfinished()) {
         crate::error::Exit::Unfinished

@@ -156,10 +156,8 @@ impl Taxonomy {
 mod tests {
     use super::*;
 
-    fn parse(text: &str) -> Result<Taxonomy, String> {
-        Taxonomy::parse(Path::new("t.toml"), text.to_string())
-            .map(|(t, _)| t)
-            .map_err(|e| e.to_string())
+    fn parse(text: &str) -> Result<Taxonomy, ConfigError> {
+        Taxonomy::parse(Path::new("t.toml"), text.to_string()).map(|(t, _)| t)
     }
 
     #[test]
@@ -184,9 +182,12 @@ mod tests {
     #[test]
     fn bad_taxonomies_name_the_line_and_key() {
         let e = parse("name = \"x\"\n[[levels]]\nname = \"a\"\ndefinition = \"d\"\ncolour = 1\n")
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("t.toml:5") && e.contains("colour"), "{e}");
-        let e = parse("name = \"x\"\n[[levels]]\nname = \"a\"\n").unwrap_err();
+        let e = parse("name = \"x\"\n[[levels]]\nname = \"a\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("t.toml:2") && e.contains("levels[0].definition"),
             "{e}"
@@ -194,15 +195,16 @@ mod tests {
         let e = parse(
             "name = \"x\"\n[[levels]]\nname = \"a\"\ndefinition = \"d\"\n[[levels]]\nname = \"a\"\ndefinition = \"e\"\n",
         )
-        .unwrap_err();
+        .unwrap_err().to_string();
         assert!(
             e.contains("t.toml:6") && e.contains("already levels[0]"),
             "{e}"
         );
-        let e = parse("name = \"x\"\n").unwrap_err();
+        let e = parse("name = \"x\"\n").unwrap_err().to_string();
         assert!(e.contains("at least one [[levels]]"), "{e}");
         let e = parse("name = \"x\"\noptions = 1\n[[levels]]\nname = \"a\"\ndefinition = \"d\"\n")
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("t.toml:2") && e.contains("options"), "{e}");
     }
 }

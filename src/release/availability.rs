@@ -12,14 +12,16 @@ use crate::error::RunError;
 use crate::runtime::chain::SOURCE_STAGE_ID;
 use crate::store::run::RunView;
 use crate::store::shards::{read_table_columns, text_column};
-use arrow::array::{Array, BooleanArray, Float64Array, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::array::{Array, Float64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod card;
+mod without_rows;
 pub use card::{card_with_removals, card_with_sizes};
+use without_rows::{without_rows_jsonl, without_rows_parquet, without_rows_tsv};
 
 /// The manifest's file name inside a release folder.
 pub const MANIFEST_FILE: &str = "manifest.parquet";
@@ -218,26 +220,6 @@ fn manifest_batch(rows: &[ManifestRow]) -> Result<RecordBatch, RunError> {
     .map_err(|e| RunError::Internal(format!("{MANIFEST_FILE}: {e}")))
 }
 
-/// A Parquet file's schema and rows (the schema too, so a file with no rows keeps its columns).
-pub fn read_parquet(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>), RunError> {
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    let data = bytes::Bytes::from(std::fs::read(path).map_err(io(path))?);
-    let bad = |e: &dyn std::fmt::Display| {
-        RunError::Config(format!(
-            "{}: not a readable Parquet file: {e}",
-            path.display()
-        ))
-    };
-    let builder = ParquetRecordBatchReaderBuilder::try_new(data).map_err(|e| bad(&e))?;
-    let schema = builder.schema().clone();
-    let batches = builder
-        .build()
-        .map_err(|e| bad(&e))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| bad(&e))?;
-    Ok((schema, batches))
-}
-
 /// The release's manifest. A folder without one is bad input, said with what was expected.
 pub fn read_manifest(release: &Path) -> Result<Vec<ManifestRow>, RunError> {
     let path = release.join(MANIFEST_FILE);
@@ -247,7 +229,7 @@ pub fn read_manifest(release: &Path) -> Result<Vec<ManifestRow>, RunError> {
             release.display()
         )));
     }
-    let (_, batches) = read_parquet(&path)?;
+    let (_, batches) = super::read_parquet(&path)?;
     let mut out = vec![];
     for b in &batches {
         let col = |name: &str| {
@@ -316,45 +298,10 @@ pub fn takedown(
     let known = release_ids(release)?;
     // Before anything changes: which exports to write again at the end.
     let exports = super::harness::exported(release);
-    let unknown: Vec<&String> = ids
-        .iter()
-        .filter(|id| !known.contains(*id) && !recorded.contains(*id))
-        .collect();
-    if !unknown.is_empty() {
-        return Err(RunError::Config(format!(
-            "{}: no video {} in this release (expected ids from {MANIFEST_FILE} or data/); nothing changed",
-            release.display(),
-            unknown
-                .iter()
-                .map(|s| format!("`{s}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-    }
+    all_known(release, ids, &known, &recorded)?;
     let gone: BTreeSet<String> = ids.iter().cloned().collect();
     let mut report = TakedownReport::default();
-    let mut writes: Vec<(std::path::PathBuf, Vec<u8>)> = vec![];
-    let mut rows_now: HashMap<String, usize> = HashMap::new();
-    for rel in
-        super::integrity::release_files(release).map_err(|e| RunError::Config(e.to_string()))?
-    {
-        let path = release.join(&rel);
-        let new = match rel.rsplit('.').next() {
-            Some("parquet") => {
-                let (bytes, kept, removed) = without_rows_parquet(&path, &gone)?;
-                rows_now.insert(rel.clone(), kept);
-                report.rows_removed += removed;
-                bytes
-            }
-            Some("tsv") => without_rows_tsv(&path, &gone)?,
-            Some("jsonl") if rel != TAKEDOWNS_FILE => without_rows_jsonl(&path, &gone)?,
-            _ => None,
-        };
-        if let Some(bytes) = new {
-            report.rewritten.push(rel);
-            writes.push((path, bytes));
-        }
-    }
+    let (mut writes, rows_now) = files_without(release, &gone, &mut report)?;
     for id in &gone {
         if recorded.contains(id) {
             report.already.push(id.clone());
@@ -395,6 +342,63 @@ pub fn takedown(
     Ok(report)
 }
 
+/// Errs naming the ids that are neither in the release nor recorded as taken down.
+fn all_known(
+    release: &Path,
+    ids: &[String],
+    known: &BTreeSet<String>,
+    recorded: &BTreeSet<String>,
+) -> Result<(), RunError> {
+    let unknown: Vec<&String> = ids
+        .iter()
+        .filter(|id| !known.contains(*id) && !recorded.contains(*id))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(RunError::Config(format!(
+            "{}: no video {} in this release (expected ids from {MANIFEST_FILE} or data/); nothing changed",
+            release.display(),
+            unknown
+                .iter()
+                .map(|s| format!("`{s}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// Every release file that holds rows of `gone`, as it is to be written without them (noted
+/// in the report as rewritten, with the rows removed), and the rows each Parquet file keeps.
+fn files_without(
+    release: &Path,
+    gone: &BTreeSet<String>,
+    report: &mut TakedownReport,
+) -> Result<(Vec<(PathBuf, Vec<u8>)>, HashMap<String, usize>), RunError> {
+    let mut writes: Vec<(PathBuf, Vec<u8>)> = vec![];
+    let mut rows_now: HashMap<String, usize> = HashMap::new();
+    for rel in
+        super::integrity::release_files(release).map_err(|e| RunError::Config(e.to_string()))?
+    {
+        let path = release.join(&rel);
+        let new = match rel.rsplit('.').next() {
+            Some("parquet") => {
+                let (bytes, kept, removed) = without_rows_parquet(&path, gone)?;
+                rows_now.insert(rel.clone(), kept);
+                report.rows_removed += removed;
+                bytes
+            }
+            Some("tsv") => without_rows_tsv(&path, gone)?,
+            Some("jsonl") if rel != TAKEDOWNS_FILE => without_rows_jsonl(&path, gone)?,
+            _ => None,
+        };
+        if let Some(bytes) = new {
+            report.rewritten.push(rel);
+            writes.push((path, bytes));
+        }
+    }
+    Ok((writes, rows_now))
+}
+
 /// The ids earlier takedowns recorded.
 pub fn recorded_ids(release: &Path) -> Result<BTreeSet<String>, RunError> {
     let path = release.join(TAKEDOWNS_FILE);
@@ -431,7 +435,7 @@ fn release_ids(release: &Path) -> Result<BTreeSet<String>, RunError> {
         for e in rd {
             let p = e.map_err(io(&data))?.path();
             if p.extension().is_some_and(|x| x == "parquet") {
-                for b in read_parquet(&p)?.1 {
+                for b in super::read_parquet(&p)?.1 {
                     if let Some(ids) = text_column(&b, "video_id") {
                         out.extend(ids.iter().flatten().map(String::from));
                     }
@@ -440,116 +444,6 @@ fn release_ids(release: &Path) -> Result<BTreeSet<String>, RunError> {
         }
     }
     Ok(out)
-}
-
-/// The file without the rows of `gone` (None when it has none of them or no `video_id`), and
-/// the rows it keeps and drops.
-fn without_rows_parquet(
-    path: &Path,
-    gone: &BTreeSet<String>,
-) -> Result<(Option<Vec<u8>>, usize, usize), RunError> {
-    let (schema, batches) = read_parquet(path)?;
-    let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
-    if schema.column_with_name("video_id").is_none() {
-        return Ok((None, total, 0));
-    }
-    let mut kept = vec![];
-    for b in &batches {
-        let ids = text_column(b, "video_id").ok_or_else(|| {
-            RunError::Config(format!("{}: `video_id` is not text", path.display()))
-        })?;
-        let keep: BooleanArray = ids
-            .iter()
-            .map(|id| Some(!id.is_some_and(|id| gone.contains(id))))
-            .collect();
-        kept.push(
-            arrow::compute::filter_record_batch(b, &keep)
-                .map_err(|e| RunError::Internal(format!("{}: {e}", path.display())))?,
-        );
-    }
-    let left: usize = kept.iter().map(RecordBatch::num_rows).sum();
-    if left == total {
-        return Ok((None, total, 0));
-    }
-    let bytes = if left == 0 {
-        no_row_groups(path, schema)?
-    } else {
-        let one = arrow::compute::concat_batches(&schema, &kept)
-            .map_err(|e| RunError::Internal(format!("{}: {e}", path.display())))?;
-        crate::store::shards::encode_table(&one)?
-    };
-    Ok((Some(bytes), left, total - left))
-}
-
-/// A Parquet file with the columns and no row group: `datasets` skips such a file, where one
-/// empty row group stops it ("BatchSize must be greater than 0"), so an emptied file keeps its
-/// name and the split its other files.
-fn no_row_groups(path: &Path, schema: SchemaRef) -> Result<Vec<u8>, RunError> {
-    let mut out = vec![];
-    let w = parquet::arrow::ArrowWriter::try_new(&mut out, schema, None)
-        .map_err(|e| RunError::Internal(format!("{}: {e}", path.display())))?;
-    w.close()
-        .map_err(|e| RunError::Internal(format!("{}: {e}", path.display())))?;
-    Ok(out)
-}
-
-/// A TSV export (VLMEvalKit's) without the records whose `video_id` column is in `gone`. Records
-/// are cut where the csv reader says they start, so kept ones stay byte for byte as written
-/// (quoted cells with newlines included).
-fn without_rows_tsv(path: &Path, gone: &BTreeSet<String>) -> Result<Option<Vec<u8>>, RunError> {
-    let text = std::fs::read(path).map_err(io(path))?;
-    let mut rdr = csv::ReaderBuilder::new()
-        .delimiter(b'\t')
-        .has_headers(true)
-        .flexible(true)
-        .from_reader(&text[..]);
-    let bad = |e: csv::Error| RunError::Config(format!("{}: {e}", path.display()));
-    let Some(col) = rdr
-        .headers()
-        .map_err(bad)?
-        .iter()
-        .position(|h| h == "video_id")
-    else {
-        return Ok(None);
-    };
-    let mut records = vec![];
-    for r in rdr.byte_records() {
-        let r = r.map_err(bad)?;
-        let start = r.position().map_or(0, |p| p.byte() as usize);
-        let drop = r
-            .get(col)
-            .is_some_and(|v| gone.contains(String::from_utf8_lossy(v).as_ref()));
-        records.push((start, drop));
-    }
-    if !records.iter().any(|(_, d)| *d) {
-        return Ok(None);
-    }
-    let mut out = text[..records[0].0].to_vec();
-    for (i, (start, drop)) in records.iter().enumerate() {
-        let end = records.get(i + 1).map_or(text.len(), |n| n.0);
-        if !drop {
-            out.extend_from_slice(&text[*start..end]);
-        }
-    }
-    Ok(Some(out))
-}
-
-/// A JSON-lines file without the objects whose `video_id` is in `gone`.
-fn without_rows_jsonl(path: &Path, gone: &BTreeSet<String>) -> Result<Option<Vec<u8>>, RunError> {
-    let text = std::fs::read_to_string(path).map_err(io(path))?;
-    let mut out = String::new();
-    let mut dropped = false;
-    for line in text.split_inclusive('\n') {
-        let id = serde_json::from_str::<serde_json::Value>(line)
-            .ok()
-            .and_then(|v| v["video_id"].as_str().map(String::from));
-        if id.is_some_and(|id| gone.contains(&id)) {
-            dropped = true;
-        } else {
-            out += line;
-        }
-    }
-    Ok(dropped.then(|| out.into_bytes()))
 }
 
 fn append_takedowns(
@@ -572,31 +466,4 @@ fn append_takedowns(
         text += &format!("{line}\n");
     }
     crate::store::write_file(&path, text.as_bytes()).map_err(io(&path))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tsv_records_with_quoted_newlines_are_cut_whole() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("x.tsv");
-        std::fs::write(
-            &p,
-            "index\tquestion\tvideo_id\n0\t\"two\nlines\"\ta\n1\tplain\tb\n2\tq\ta\n",
-        )
-        .unwrap();
-        let gone = BTreeSet::from(["a".to_string()]);
-        let got = without_rows_tsv(&p, &gone).unwrap().unwrap();
-        assert_eq!(
-            String::from_utf8(got).unwrap(),
-            "index\tquestion\tvideo_id\n1\tplain\tb\n"
-        );
-        assert!(
-            without_rows_tsv(&p, &BTreeSet::from(["z".to_string()]))
-                .unwrap()
-                .is_none()
-        );
-    }
 }

@@ -4,5 +4,33 @@
 //! as the evaluation harnesses' tasks and datasets.
 
 pub mod availability;
+pub mod build;
 pub mod harness;
 pub mod integrity;
+pub mod rehydrate;
+pub mod split;
+
+/// A Parquet file's schema and rows (the schema too, so a file with no rows keeps its columns).
+pub fn read_parquet(
+    path: &std::path::Path,
+) -> Result<(arrow::datatypes::SchemaRef, Vec<arrow::array::RecordBatch>), crate::error::RunError> {
+    use crate::error::RunError;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let data = bytes::Bytes::from(
+        std::fs::read(path).map_err(|e| RunError::io(path.display().to_string(), e))?,
+    );
+    let bad = |e: &dyn std::fmt::Display| {
+        RunError::Config(format!(
+            "{}: not a readable Parquet file: {e}",
+            path.display()
+        ))
+    };
+    let builder = ParquetRecordBatchReaderBuilder::try_new(data).map_err(|e| bad(&e))?;
+    let schema = builder.schema().clone();
+    let batches = builder
+        .build()
+        .map_err(|e| bad(&e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(&e))?;
+    Ok((schema, batches))
+}

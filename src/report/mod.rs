@@ -2,7 +2,12 @@
 //! statistics rows (`StatRow`), and their PNG plots and HTML report (`plot`). `analyze` writes
 //! them for the on-screen text analyses, `evaluate` for the annotated signal lengths.
 
+pub mod analyze;
+pub mod cache;
+pub mod estimate;
 pub mod plot;
+pub mod questions;
+pub mod reference;
 
 use serde::{Deserialize, Serialize};
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// Ids that name folders of the run directory the runtime owns.
 pub const RESERVED_IDS: &[&str] = &["source", "rejects", "media", "manifest"];
-pub const SOURCE_STAGE_ID: &str = "source";
+pub use super::stage::SOURCE_STAGE_ID;
 /// Bumped when the source table's meaning changes.
 pub const SOURCE_FINGERPRINT: &str = "source-v2";
 
@@ -40,4 +40,14 @@ pub struct Plan {
     /// The model services in batch or offline mode: the runner attaches their queues, sends
     /// their batches between passes and files the answers.
     pub batch_services: Vec<std::sync::Arc<dyn super::batch::BatchService>>,
+}
+
+/// The fingerprint a run's source table was written under (the current one when the manifest
+/// predates it): what a command reads that table with.
+pub fn source_fingerprint(m: &crate::store::manifest::Manifest) -> String {
+    m.stages
+        .iter()
+        .find(|s| s.id == SOURCE_STAGE_ID)
+        .map(|s| s.fingerprint.clone())
+        .unwrap_or_else(|| SOURCE_FINGERPRINT.to_string())
 }

@@ -92,6 +92,14 @@ pub fn backoff(attempt: u32, seed: &str) -> Duration {
     Duration::from_millis(base + jitter)
 }
 
+/// The one tokio runtime a command's async work runs on.
+pub fn tokio_runtime() -> Result<tokio::runtime::Runtime, RunError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RunError::at("starting the runtime", e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 //! collected-marker; calls `Source::run`.
 
 use super::stage::{self, StageContext};
-use super::stage_loop::{RejectLog, open_stage_tables};
+use super::stage_loop::{RejectLog, note_lost, open_stage_tables};
 use super::{StageCounts, StageSettings, collected, ranks};
 use crate::error::RunError;
 use crate::record::{SourceInfo, VideoRecord};
@@ -84,32 +84,12 @@ pub async fn run_source(
             // Otherwise that rank lists, persists and forwards it itself.
             continue;
         }
-        table.counts.received += 1;
-        watch.received();
-        watch.finished(None);
-        match item {
-            Ok(rec) => {
-                if !table.forward(rec, &output, &progress, &watch).await? {
-                    break;
-                }
-            }
-            Err(rej) => table.reject(rej, &progress).await?,
+        if !table.settle(item, &output, &progress, &watch).await? {
+            break;
         }
     }
-    table.writer.flush().await?;
-    if let (Some(fp), true) = (&collect_for, ended) {
-        cx.store
-            .put(collected::COLLECTED, collected::marker(fp))
-            .await
-            .map_err(|e| RunError::io(collected::COLLECTED, e))?;
-    }
-    note_lost(&cx, table.writer.lost());
-    table.rejects.summary(&cx.stage_id);
-    progress.finish();
-    watch.ended();
-    let mut counts = table.counts;
-    counts.tally = cx.tally.snapshot();
-    Ok(counts)
+    let collected_for = collect_for.as_deref().filter(|_| ended);
+    table.close(&cx, collected_for, &progress, &watch).await
 }
 
 /// A record whose id cannot name a file becomes a reject (`unsafe_id`), whatever the source: the
@@ -152,6 +132,54 @@ struct SourceTable {
 }
 
 impl SourceTable {
+    /// Counts one of this rank's items and forwards it, or records it as a reject.
+    /// `Ok(false)`: the next stage has stopped listening.
+    async fn settle(
+        &mut self,
+        item: stage::SourceItem,
+        output: &mpsc::Sender<VideoRecord>,
+        progress: &StageProgress,
+        watch: &StageWatch,
+    ) -> Result<bool, RunError> {
+        self.counts.received += 1;
+        watch.received();
+        watch.finished(None);
+        match item {
+            Ok(rec) => {
+                if !self.forward(rec, output, progress, watch).await? {
+                    return Ok(false);
+                }
+            }
+            Err(rej) => self.reject(rej, progress).await?,
+        }
+        Ok(true)
+    }
+
+    /// Commits what is buffered and, with `collected_for` (the source ended on the rank that
+    /// collects for all), writes the marker naming that fingerprint; returns the counts.
+    async fn close(
+        mut self,
+        cx: &StageContext,
+        collected_for: Option<&str>,
+        progress: &StageProgress,
+        watch: &StageWatch,
+    ) -> Result<StageCounts, RunError> {
+        self.writer.flush().await?;
+        if let Some(fp) = collected_for {
+            cx.store
+                .put(collected::COLLECTED, collected::marker(fp))
+                .await
+                .map_err(|e| RunError::io(collected::COLLECTED, e))?;
+        }
+        note_lost(cx, self.writer.lost());
+        self.rejects.summary(&cx.stage_id);
+        progress.finish();
+        watch.ended();
+        let mut counts = self.counts;
+        counts.tally = cx.tally.snapshot();
+        Ok(counts)
+    }
+
     /// Persists one of this rank's videos (unless an earlier run did) and sends it on.
     /// `Ok(false)`: the next stage has stopped listening.
     async fn forward(
@@ -229,13 +257,5 @@ fn keep_for_other_rank(
                 writer.reject(&rej.video_id, &rej.extra, &rej.error);
             }
         }
-    }
-}
-
-/// Counts the videos another worker of this rank committed first (a requeued task running beside
-/// the old one): worth seeing in the summary, harmless to the tables.
-pub(super) fn note_lost(cx: &StageContext, lost: u64) {
-    if lost > 0 {
-        cx.tally.add("committed_by_another_worker", lost);
     }
 }

@@ -16,6 +16,9 @@ use serde::de::DeserializeOwned;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
+/// The id of the source's table, which the source loop writes as a stage writes its own.
+pub const SOURCE_STAGE_ID: &str = "source";
+
 pub use super::cpu::CpuPool;
 
 /// What a stage may use while it computes.
@@ -117,7 +120,7 @@ impl StageContext {
         let store = crate::store::LocalStore::open_read_only(&tmp)
             .map_err(|e| crate::error::RunError::io(tmp.display().to_string(), e))?;
         Ok(Self {
-            stage_id: crate::runtime::chain::SOURCE_STAGE_ID.into(),
+            stage_id: SOURCE_STAGE_ID.into(),
             fingerprint: String::new(),
             store: Arc::new(store),
             run_dir: run_dir.to_path_buf(),

@@ -5,7 +5,6 @@
 //! calls the `Processor`'s `process`, `keep` and `attach`.
 
 use super::retry::{Outcome, compute_with_retries};
-use super::source_loop::note_lost;
 use super::stage::{self, Processor, StageContext};
 use super::{StageCounts, StageIo, StageSettings, StageTask};
 use crate::error::{ErrorKind, RunError, StageError};
@@ -21,6 +20,7 @@ use serde::Serialize;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::mpsc;
 
 /// Wraps a `Processor` with the runtime's machinery.
 pub struct ProcessorTask<P: Processor>(pub Arc<P>);
@@ -72,48 +72,32 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
         let (prior, mut writer) = open_stage_tables::<P::Row>(&cx, &settings).await?;
         let mut counts = StageCounts::default();
         let limit = settings.max_in_flight.max(1);
-        let mut in_flight = FuturesUnordered::<BoxFuture<'static, Outcome<P::Row>>>::new();
-        let mut to_send: VecDeque<VideoRecord> = VecDeque::new();
-        let mut input_open = true;
-        let mut downstream_open = true;
+        let mut flow = Flow::<P::Row> {
+            in_flight: FuturesUnordered::new(),
+            to_send: VecDeque::new(),
+            input_open: true,
+            downstream_open: true,
+        };
         let mut rejects = RejectLog::default();
         let mut tick = tokio::time::interval(settings.flush_every.max(Duration::from_millis(100)));
         loop {
-            if !input_open && in_flight.is_empty() && to_send.is_empty() {
+            if !flow.input_open && flow.in_flight.is_empty() && flow.to_send.is_empty() {
                 break;
             }
-            let room = in_flight.len() + to_send.len() < limit;
-            let step = tokio::select! {
-                biased;
-                // Ctrl-C: queued videos are not started (they are not recorded as done, so the
-                // rerun does them); those in flight are finished and persisted.
-                _ = cx.cancel.cancelled(), if input_open => Step::InputClosed,
-                Some(o) = in_flight.next(), if !in_flight.is_empty() => Step::Finished(o),
-                permit = output.reserve(), if !to_send.is_empty() => match permit {
-                    Ok(permit) => {
-                        if let Some(rec) = to_send.pop_front() {
-                            permit.send(rec);
-                            watch.sent();
-                        }
-                        Step::Sent
-                    }
-                    Err(_) => Step::DownstreamClosed,
-                },
-                r = input.recv(), if input_open && room => match r {
-                    Some(rec) => Step::Received(rec),
-                    None => Step::InputClosed,
-                },
-                _ = tick.tick() => Step::Tick,
-            };
+            let room = flow.in_flight.len() + flow.to_send.len() < limit;
+            let step = flow
+                .next_step(&cx, &mut input, &output, &watch, &mut tick, room)
+                .await;
             match step {
                 Step::InputClosed => {
-                    input_open = false;
+                    flow.input_open = false;
                     input.close();
                     watch.input_closed();
                 }
                 Step::Received(rec) => {
                     watch.received();
-                    in_flight.push(self.start(rec, &prior, &cx, &settings, &watch));
+                    flow.in_flight
+                        .push(self.start(rec, &prior, &cx, &settings, &watch));
                 }
                 Step::Finished(outcome) => {
                     if let Some(rec) = self
@@ -129,8 +113,8 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
                         .await?
                     {
                         counts.forwarded += 1;
-                        if downstream_open {
-                            to_send.push_back(rec);
+                        if flow.downstream_open {
+                            flow.to_send.push_back(rec);
                         }
                     }
                     writer.maybe_flush().await?;
@@ -139,12 +123,12 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
                 Step::DownstreamClosed => {
                     // Downstream has stopped (a fatal error there, or Ctrl-C): finish and
                     // persist what is in flight, forward nothing more.
-                    downstream_open = false;
-                    to_send.clear();
+                    flow.downstream_open = false;
+                    flow.to_send.clear();
                 }
                 Step::Tick => writer.maybe_flush().await?,
             }
-            watch.set_waiting_to_send(to_send.len());
+            watch.set_waiting_to_send(flow.to_send.len());
         }
         writer.flush().await?;
         note_lost(&cx, writer.lost());
@@ -184,6 +168,52 @@ impl RejectLog {
                     n - Self::SHOWN
                 );
             }
+        }
+    }
+}
+
+/// The videos the stage loop holds (computing, or finished and waiting for room downstream), and
+/// which of its channels are still open.
+struct Flow<R> {
+    in_flight: FuturesUnordered<BoxFuture<'static, Outcome<R>>>,
+    to_send: VecDeque<VideoRecord>,
+    input_open: bool,
+    downstream_open: bool,
+}
+
+impl<R> Flow<R> {
+    /// Waits for what comes first of the things `ProcessorTask::run` waits on; a record that
+    /// finds room downstream is sent here. `room`: a new input may be taken.
+    async fn next_step(
+        &mut self,
+        cx: &StageContext,
+        input: &mut mpsc::Receiver<VideoRecord>,
+        output: &mpsc::Sender<VideoRecord>,
+        watch: &StageWatch,
+        tick: &mut tokio::time::Interval,
+        room: bool,
+    ) -> Step<R> {
+        tokio::select! {
+            biased;
+            // Ctrl-C: queued videos are not started (they are not recorded as done, so the
+            // rerun does them); those in flight are finished and persisted.
+            _ = cx.cancel.cancelled(), if self.input_open => Step::InputClosed,
+            Some(o) = self.in_flight.next(), if !self.in_flight.is_empty() => Step::Finished(o),
+            permit = output.reserve(), if !self.to_send.is_empty() => match permit {
+                Ok(permit) => {
+                    if let Some(rec) = self.to_send.pop_front() {
+                        permit.send(rec);
+                        watch.sent();
+                    }
+                    Step::Sent
+                }
+                Err(_) => Step::DownstreamClosed,
+            },
+            r = input.recv(), if self.input_open && room => match r {
+                Some(rec) => Step::Received(rec),
+                None => Step::InputClosed,
+            },
+            _ = tick.tick() => Step::Tick,
         }
     }
 }
@@ -359,4 +389,12 @@ pub(super) async fn open_stage_tables<
     .await?
     .publishing(cx.cache.clone());
     Ok((Arc::new(prior), writer))
+}
+
+/// Counts the videos another worker of this rank committed first (a requeued task running beside
+/// the old one): worth seeing in the summary, harmless to the tables.
+pub(super) fn note_lost(cx: &StageContext, lost: u64) {
+    if lost > 0 {
+        cx.tally.add("committed_by_another_worker", lost);
+    }
 }

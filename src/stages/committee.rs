@@ -15,7 +15,7 @@
 //! disagreement five binary votes can show. `keep = "hard"` passes only hard videos on; "all"
 //! passes every video (the votes are stored either way).
 
-use super::judge::frame_inputs;
+use super::model_inputs::frame_inputs;
 use crate::clients::llm::{ChatRequest, LlmService};
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
@@ -236,7 +236,7 @@ pub fn build(
     let (cfg, mut compute): (CommitteeConfig, _) = compute_settings(common, compute_at, bcx)?;
     compute["prompt"] = serde_json::Value::Null;
     compute["prompt_blake3"] =
-        super::judge::text_hash(cfg.prompt.as_deref().unwrap_or(COMMITTEE_PROMPT)).into();
+        super::model_inputs::text_hash(cfg.prompt.as_deref().unwrap_or(COMMITTEE_PROMPT)).into();
     let select: CommitteeSelect = crate::stages::select_settings(common, select_at, bcx)?;
     if cfg.members.is_empty() {
         return Err(bcx.src.error_at(compute_at, "a committee needs members"));

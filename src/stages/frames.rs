@@ -175,6 +175,43 @@ impl super::PlainStage for FramesConfig {
     }
 }
 
+/// One decoded frame, encoded: target and presented time, size, its JPEG, and its pixels when a
+/// later stage wants them as decoded.
+type Encoded = (f64, f64, u32, u32, Vec<u8>, Option<image::RgbImage>);
+
+/// Grabs the frames at `chunk` (all of the range in `Mode::Range`) and encodes each as JPEG.
+fn grab_encoded(
+    cfg: &FramesConfig,
+    path: &std::path::Path,
+    chunk: &[f64],
+    hand_over: bool,
+) -> Result<Vec<Encoded>, StageError> {
+    let grabs = match cfg.mode {
+        Mode::Range => ffmpeg::grab_range(
+            path,
+            cfg.start_secs,
+            cfg.end_secs.unwrap_or(f64::INFINITY),
+            cfg.max_frames.unwrap_or(RANGE_LIMIT) as usize,
+            cfg.max_side,
+        )?,
+        _ => ffmpeg::grab_at(path, chunk, cfg.max_side)?,
+    };
+    grabs
+        .into_iter()
+        .map(|g| {
+            let jpeg = ffmpeg::jpeg(&g.image, cfg.jpeg_quality)?;
+            Ok((
+                g.target_secs,
+                g.timestamp_secs,
+                g.image.width(),
+                g.image.height(),
+                jpeg,
+                hand_over.then_some(g.image),
+            ))
+        })
+        .collect()
+}
+
 #[async_trait]
 impl Processor for FramesStage {
     type Row = FrameRef;
@@ -230,32 +267,8 @@ impl Processor for FramesStage {
         };
         let jobs = chunks.into_iter().map(|chunk| {
             let (cfg, path) = (cfg.clone(), path.clone());
-            cx.cpu.run(move || {
-                let grabs = match cfg.mode {
-                    Mode::Range => ffmpeg::grab_range(
-                        &path,
-                        cfg.start_secs,
-                        cfg.end_secs.unwrap_or(f64::INFINITY),
-                        cfg.max_frames.unwrap_or(RANGE_LIMIT) as usize,
-                        cfg.max_side,
-                    )?,
-                    _ => ffmpeg::grab_at(&path, &chunk, cfg.max_side)?,
-                };
-                grabs
-                    .into_iter()
-                    .map(|g| {
-                        let jpeg = ffmpeg::jpeg(&g.image, cfg.jpeg_quality)?;
-                        Ok((
-                            g.target_secs,
-                            g.timestamp_secs,
-                            g.image.width(),
-                            g.image.height(),
-                            jpeg,
-                            hand_over.then_some(g.image),
-                        ))
-                    })
-                    .collect::<Result<Vec<_>, StageError>>()
-            })
+            cx.cpu
+                .run(move || grab_encoded(&cfg, &path, &chunk, hand_over))
         });
         let grabs: Vec<_> = futures::future::try_join_all(jobs)
             .await?

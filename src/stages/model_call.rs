@@ -13,7 +13,7 @@
 //! then the video is rejected with it. The prompt's and the schema's full texts are in the
 //! fingerprint, not their files' names.
 
-use super::judge::{ask_validated, frame_inputs, text_hash};
+use super::model_inputs::{ask_validated, frame_inputs, text_hash};
 use super::structured::{OutputSchema, SchemaProblem};
 use crate::clients::llm::{ChatRequest, ImageInput, LlmService};
 use crate::config::{ConfigError, Seg, StageCommon};
@@ -209,7 +209,8 @@ pub fn build<P: Preset>(
     crate::stages::no_select(common, select_at, bcx)?;
     let s = P::settings(&cfg);
     let at = |k: &str| crate::config::key_at(compute_at, k);
-    let prompt = super::judge::prompt_text(&s.prompt.cloned(), P::DEFAULT_PROMPT, compute_at, bcx)?;
+    let prompt =
+        super::model_inputs::prompt_text(&s.prompt.cloned(), P::DEFAULT_PROMPT, compute_at, bcx)?;
     if prompt.trim().is_empty() {
         let file = s
             .prompt

@@ -9,7 +9,7 @@
 //! video is rejected (`unparseable_score`, raw answer kept); refusals and safety blocks are
 //! rejected with the reason. `select = { min_score = 9 }` (the paper's threshold).
 
-use super::judge::{Event, EventConfig, RELEVANCE_PROMPT, ask_validated, title_description};
+use super::model_inputs::{Event, EventConfig, RELEVANCE_PROMPT, ask_validated, title_description};
 use crate::clients::llm::{ChatRequest, LlmService};
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::engines::minilm::{MiniLm, MiniLmError, cosine};
@@ -180,7 +180,7 @@ pub fn build(
         "service": cfg.service, "model": cfg.model, "max_tokens": cfg.max_tokens,
         "temperature": cfg.temperature, "event": event, "scale": cfg.scale,
         "description_chars": cfg.description_chars,
-        "prompt_blake3": super::judge::text_hash(cfg.prompt.as_deref().unwrap_or(RELEVANCE_PROMPT)),
+        "prompt_blake3": super::model_inputs::text_hash(cfg.prompt.as_deref().unwrap_or(RELEVANCE_PROMPT)),
     });
     Ok(Built {
         task: Box::new(ProcessorTask(Arc::new(RelevanceStage {

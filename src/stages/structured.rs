@@ -7,7 +7,7 @@
 //! cached or fresh, with the `jsonschema` crate before the stage reads a field of it. A provider
 //! that ignores or loosens the schema (a server without constrained decoding, Gemini's subset)
 //! therefore still yields only valid rows, and a failing answer goes back once with what broke
-//! through `judge::ask_validated`'s repair.
+//! through `model_inputs::ask_validated`'s repair.
 
 use crate::clients::llm::ResponseSchema;
 use serde_json::Value;
@@ -105,7 +105,7 @@ impl OutputSchema {
     pub fn check(&self, text: &str) -> Result<Value, SchemaProblem> {
         let value: Value = match serde_json::from_str(text.trim()) {
             Ok(v) => v,
-            Err(first) => super::judge::span(text, '{', '}')
+            Err(first) => super::model_inputs::span(text, '{', '}')
                 .and_then(|s| serde_json::from_str(s).ok())
                 .ok_or_else(|| SchemaProblem::NotJson(first.to_string()))?,
         };

@@ -16,7 +16,7 @@
 //! Caches: each upload's answer in the run's response cache, keyed by the service, the model,
 //! the options and the BLAKE3 of the WAV bytes, so a rerun or a rebuilt table pays nothing.
 
-use crate::clients::asr::{AsrService, TranscribeRequest};
+use crate::clients::asr::{AsrService, TranscribeRequest, Transcription};
 use crate::config::{ConfigError, Seg};
 use crate::engines::audio;
 use crate::error::StageError;
@@ -353,6 +353,36 @@ fn caption_rows(
         .collect())
 }
 
+/// Appends the segments of upload `k` (`offset` seconds into the audio, `len` long) to `rows`,
+/// in seconds of the whole audio.
+fn push_segments(
+    rows: &mut Vec<TranscriptSegment>,
+    t: Transcription,
+    k: usize,
+    offset: f64,
+    len: f64,
+    source: &str,
+) {
+    for mut s in t.segments {
+        if !t.timed {
+            // An untimed answer (gpt-4o models) is known only to lie in its upload.
+            (s.start, s.end) = (0.0, len);
+        }
+        rows.push(TranscriptSegment {
+            segment_index: Some(rows.len() as u32),
+            // A segment cannot run past the audio it was heard in.
+            start_secs: Some(ms3(offset + s.start.clamp(0.0, len))),
+            end_secs: Some(ms3(offset + s.end.clamp(s.start.max(0.0), len))),
+            text: s.text,
+            language: t.language.clone(),
+            source: source.to_string(),
+            chunk_index: Some(k as u32),
+            chunk_start_secs: Some(ms3(offset)),
+            reason: None,
+        });
+    }
+}
+
 #[async_trait]
 impl Processor for TranscriptStage {
     type Row = TranscriptSegment;
@@ -438,24 +468,7 @@ impl Processor for TranscriptStage {
                 cx.tally.add("uploads_cached", 1);
             }
             let (offset, len) = (a as f64 / rate, (b - a) as f64 / rate);
-            for mut s in t.segments {
-                if !t.timed {
-                    // An untimed answer (gpt-4o models) is known only to lie in its upload.
-                    (s.start, s.end) = (0.0, len);
-                }
-                rows.push(TranscriptSegment {
-                    segment_index: Some(rows.len() as u32),
-                    // A segment cannot run past the audio it was heard in.
-                    start_secs: Some(ms3(offset + s.start.clamp(0.0, len))),
-                    end_secs: Some(ms3(offset + s.end.clamp(s.start.max(0.0), len))),
-                    text: s.text,
-                    language: t.language.clone(),
-                    source: source.clone(),
-                    chunk_index: Some(k as u32),
-                    chunk_start_secs: Some(ms3(offset)),
-                    reason: None,
-                });
-            }
+            push_segments(&mut rows, t, k, offset, len, &source);
         }
         if rows.is_empty() {
             return Ok(vec![TranscriptSegment::none("no_speech")]);

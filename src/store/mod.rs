@@ -12,10 +12,12 @@ pub mod batch;
 pub mod cache;
 pub mod commits;
 pub mod filter;
+pub mod gc;
 pub mod manifest;
 pub mod objects;
 pub mod run;
 pub mod shards;
+pub mod verify;
 
 use async_trait::async_trait;
 use std::io;

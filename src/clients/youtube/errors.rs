@@ -57,63 +57,7 @@ impl Failure {
 /// (and so never the key); API error bodies are Google's JSON.
 pub(super) fn classify(method: Method, e: common::Error) -> Failure {
     match e {
-        common::Error::BadRequest(json) => {
-            let err = &json["error"];
-            let code = err["code"].as_i64().unwrap_or(0);
-            let message = err["message"].as_str().unwrap_or("").to_string();
-            let reasons: Vec<String> = err["errors"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x["reason"].as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let details: Vec<String> = err["details"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x["reason"].as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let all: Vec<&str> = reasons
-                .iter()
-                .chain(details.iter())
-                .map(String::as_str)
-                .collect();
-            let first = all.first().map(|s| s.to_string()).unwrap_or_default();
-            if let Some(r) = all
-                .iter()
-                .find(|r| matches!(**r, "quotaExceeded" | "dailyLimitExceeded"))
-            {
-                Failure::QuotaExceeded(r.to_string())
-            } else if let Some(r) = all.iter().find(|r| {
-                matches!(
-                    **r,
-                    "keyInvalid"
-                        | "API_KEY_INVALID"
-                        | "keyExpired"
-                        | "accessNotConfigured"
-                        | "forbidden"
-                )
-            }) {
-                Failure::KeyInvalid(r.to_string())
-            } else if code == 429
-                || code >= 500
-                || all.iter().any(|r| {
-                    matches!(
-                        *r,
-                        "rateLimitExceeded" | "userRateLimitExceeded" | "backendError"
-                    )
-                })
-            {
-                Failure::Retry(format!("{code} {first}: {message}"))
-            } else {
-                let _ = method;
-                Failure::Refused(code, first, message)
-            }
-        }
+        common::Error::BadRequest(json) => classify_body(method, &json),
         common::Error::Failure(resp) => {
             let status = resp.status().as_u16();
             if status == 429 || status >= 500 {
@@ -135,6 +79,59 @@ pub(super) fn classify(method: Method, e: common::Error) -> Failure {
         ),
         other => Failure::Refused(0, "client".into(), other.to_string()),
     }
+}
+
+/// What Google's JSON error body says: the day's bucket spent, the key refused, worth a retry,
+/// or the request refused.
+fn classify_body(method: Method, json: &serde_json::Value) -> Failure {
+    let err = &json["error"];
+    let code = err["code"].as_i64().unwrap_or(0);
+    let message = err["message"].as_str().unwrap_or("").to_string();
+    let reasons = reasons_in(&err["errors"]);
+    let details = reasons_in(&err["details"]);
+    let all: Vec<&str> = reasons
+        .iter()
+        .chain(details.iter())
+        .map(String::as_str)
+        .collect();
+    let first = all.first().map(|s| s.to_string()).unwrap_or_default();
+    if let Some(r) = all
+        .iter()
+        .find(|r| matches!(**r, "quotaExceeded" | "dailyLimitExceeded"))
+    {
+        Failure::QuotaExceeded(r.to_string())
+    } else if let Some(r) = all.iter().find(|r| {
+        matches!(
+            **r,
+            "keyInvalid" | "API_KEY_INVALID" | "keyExpired" | "accessNotConfigured" | "forbidden"
+        )
+    }) {
+        Failure::KeyInvalid(r.to_string())
+    } else if code == 429
+        || code >= 500
+        || all.iter().any(|r| {
+            matches!(
+                *r,
+                "rateLimitExceeded" | "userRateLimitExceeded" | "backendError"
+            )
+        })
+    {
+        Failure::Retry(format!("{code} {first}: {message}"))
+    } else {
+        let _ = method;
+        Failure::Refused(code, first, message)
+    }
+}
+
+/// The `reason` of each entry of an error body's `errors` or `details` list.
+fn reasons_in(list: &serde_json::Value) -> Vec<String> {
+    list.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x["reason"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The response cache refusing a read or a write stops the run as a setup fault.

@@ -8,8 +8,10 @@
 //! classify 0°/180° in batches of 6 and turn crops the classifier is sure (> 0.9) are upside down;
 //! recognise in batches of 6 sorted by width (height 48, CTC greedy decode); keep text score ≥ 0.5.
 
+mod chain;
 pub mod det;
 pub mod imgops;
+mod lines;
 pub mod reuse;
 pub mod text;
 
@@ -17,8 +19,8 @@ use det::{DbParams, Quad};
 use image::RgbImage;
 use ort::session::Session;
 use ort::value::TensorRef;
-use reuse::{Change, KnownLine, Window};
 pub use reuse::{FrameMemory, Reuse, ReuseCounts};
+use reuse::{KnownLine, Window};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -359,127 +361,6 @@ impl OcrEngine {
             .collect())
     }
 
-    /// The lines of a frame of a chain, using what `memory` holds (`Reuse::On`), and leaving
-    /// this frame's in it. `check`: recognise the reused lines too and count those whose text
-    /// differs from what was remembered.
-    fn read_reusing(
-        &self,
-        m: &mut Models,
-        img: &RgbImage,
-        memory: &mut FrameMemory,
-        check: bool,
-        counts: &mut ReuseCounts,
-    ) -> Result<Vec<KnownLine>, OcrError> {
-        let t0 = std::time::Instant::now();
-        let boxes = self.detect_in_chain(m, img, memory, counts)?;
-        let t_det = t0.elapsed();
-        let crops: Vec<RgbImage> = boxes.iter().map(|q| line_crop(img, q)).collect();
-        counts.lines += boxes.len() as u64;
-        // The known line each box repeats, if any.
-        let known: Vec<Option<usize>> = boxes
-            .iter()
-            .zip(&crops)
-            .map(|(q, c)| memory.same_line(q, c))
-            .collect();
-        counts.rec_reused += known.iter().flatten().count() as u64;
-        let todo: Vec<usize> = (0..boxes.len())
-            .filter(|&i| known[i].is_none() || check)
-            .collect();
-        let todo_crops: Vec<RgbImage> = todo.iter().map(|&i| crops[i].clone()).collect();
-        let mut read: Vec<Option<LineRead>> = vec![None; boxes.len()];
-        for (&i, r) in todo.iter().zip(self.read_lines(m, &todo_crops)?) {
-            read[i] = Some(r);
-        }
-        tracing::debug!(
-            det_ms = t_det.as_millis() as u64,
-            rec_ms = (t0.elapsed() - t_det).as_millis() as u64,
-            boxes = boxes.len(),
-            recognised = todo.len(),
-            "OCR timings."
-        );
-        // A repeated line keeps the crop and text it was first read from, so a slow change
-        // cannot drift away from the pixels the text was read from.
-        let mut lines = Vec::with_capacity(boxes.len());
-        let mut remembered = Vec::with_capacity(boxes.len());
-        for (i, (quad, crop)) in boxes.into_iter().zip(crops).enumerate() {
-            match (known[i], read[i].take()) {
-                (Some(j), fresh) => {
-                    let was = memory.lines[j].clone();
-                    if let Some((text, ..)) = fresh.filter(|f| f.0 != was.text) {
-                        counts.rec_mismatch += 1;
-                        tracing::debug!(was = %was.text, now = %text, "Reused recognition differs.");
-                    }
-                    lines.push(KnownLine {
-                        quad,
-                        ..was.clone()
-                    });
-                    remembered.push(was);
-                }
-                (None, Some((text, score, angle))) => {
-                    let line = KnownLine {
-                        quad,
-                        crop,
-                        text,
-                        score,
-                        angle,
-                    };
-                    lines.push(line.clone());
-                    remembered.push(line);
-                }
-                (None, None) => unreachable!("every box is recognised or known"),
-            }
-        }
-        memory.lines = remembered;
-        Ok(lines)
-    }
-
-    /// The boxes of a frame of a chain: the previous frame's when nothing changed, from the
-    /// previous map with the changed window recomputed when little did, else from scratch.
-    /// Leaves this frame's map and boxes in `memory`.
-    fn detect_in_chain(
-        &self,
-        m: &mut Models,
-        img: &RgbImage,
-        memory: &mut FrameMemory,
-        counts: &mut ReuseCounts,
-    ) -> Result<Vec<Quad>, OcrError> {
-        let (w, h) = img.dimensions();
-        let (rw, rh) = self.det_size(w, h);
-        let full_px = rw as u64 * rh as u64;
-        counts.det_pixels_full += full_px;
-        // The frame memory keeps the pixels its map was computed from: kept as they were where
-        // nothing changed, so a slow change is measured from where it started.
-        let map = match memory.change(img, self.params.window_detection) {
-            Change::Unchanged => {
-                counts.det_reused += 1;
-                return Ok(memory.boxes.clone());
-            }
-            Change::Within(win) => {
-                counts.det_partial += 1;
-                let prev = memory
-                    .map
-                    .take()
-                    .expect("a change is only found against a map");
-                let (run, _) = win.scaled(rw as f64 / w as f64, rh as f64 / h as f64, rw, rh);
-                counts.det_pixels += (run[2] - run[0]) as u64 * (run[3] - run[1]) as u64;
-                let map = self.det_map(m, img, Some((&prev, win)))?;
-                if let Some(frame) = memory.frame.as_mut() {
-                    win.copy(img, frame);
-                }
-                map
-            }
-            Change::Different => {
-                counts.det_pixels += full_px;
-                memory.frame = Some(img.clone());
-                self.det_map(m, img, None)?
-            }
-        };
-        let boxes = self.boxes(&map, w, h);
-        memory.map = Some(map);
-        memory.boxes = boxes.clone();
-        Ok(boxes)
-    }
-
     /// Letterboxes very flat or very low images (black bands top and bottom), as RapidOCR does.
     fn letterbox(&self, img: RgbImage) -> (RgbImage, u32) {
         let (w, h) = img.dimensions();
@@ -582,112 +463,6 @@ impl OcrEngine {
         let boxes = det::boxes_from_map(&map.data, map.w, map.h, w, h, &self.params.det);
         det::reading_order(det::tidy(boxes, w, h))
     }
-
-    /// Batches of `batch` crops sorted by aspect ratio, as RapidOCR orders them.
-    fn batches(&self, crops: &[RgbImage]) -> Vec<Vec<usize>> {
-        let mut order: Vec<usize> = (0..crops.len()).collect();
-        order.sort_by(|&a, &b| {
-            let r = |i: usize| crops[i].width() as f64 / crops[i].height() as f64;
-            r(a).total_cmp(&r(b))
-        });
-        order
-            .chunks(self.params.batch.max(1))
-            .map(|c| c.to_vec())
-            .collect()
-    }
-
-    #[allow(clippy::type_complexity)]
-    fn classify(
-        &self,
-        m: &mut Models,
-        mut crops: Vec<RgbImage>,
-    ) -> Result<(Vec<RgbImage>, Option<Vec<(String, f32)>>), OcrError> {
-        if !self.params.use_cls {
-            return Ok((crops, None));
-        }
-        let (h, w) = (48u32, 192u32);
-        let mut angles = vec![(String::new(), 0.0f32); crops.len()];
-        for batch in self.batches(&crops) {
-            let (_, probs) = run_lines(&mut m.cls, &crops, &batch, h, w).map_err(|error| {
-                OcrError::Inference {
-                    model: "cls",
-                    error,
-                }
-            })?;
-            for (k, &i) in batch.iter().enumerate() {
-                let (p0, p180) = (probs[2 * k], probs[2 * k + 1]);
-                let (label, score) = if p180 > p0 { ("180", p180) } else { ("0", p0) };
-                angles[i] = (label.to_string(), score);
-                if label == "180" && score > self.params.cls_thresh {
-                    crops[i] = image::imageops::rotate180(&crops[i]);
-                }
-            }
-        }
-        Ok((crops, Some(angles)))
-    }
-
-    fn recognize(
-        &self,
-        m: &mut Models,
-        crops: &[RgbImage],
-    ) -> Result<Vec<(String, f32)>, OcrError> {
-        let h = 48u32;
-        let mut out = vec![(String::new(), 0.0f32); crops.len()];
-        for batch in self.batches(crops) {
-            let max_ratio = batch
-                .iter()
-                .map(|&i| crops[i].width() as f64 / crops[i].height() as f64)
-                .fold(320.0 / 48.0, f64::max);
-            let w = (h as f64 * max_ratio) as u32;
-            let tb = std::time::Instant::now();
-            let (shape, probs) = run_lines(&mut m.rec, crops, &batch, h, w).map_err(|error| {
-                OcrError::Inference {
-                    model: "rec",
-                    error,
-                }
-            })?;
-            tracing::trace!(
-                ms = tb.elapsed().as_secs_f64() * 1e3,
-                w,
-                n = batch.len(),
-                widths = ?batch.iter().map(|&i| (48.0 * crops[i].width() as f64 / crops[i].height() as f64) as u32).collect::<Vec<_>>(),
-                "Recognition batch."
-            );
-            let (steps, classes) = (shape[1] as usize, shape[2] as usize);
-            for (k, &i) in batch.iter().enumerate() {
-                out[i] = self.ctc_decode(
-                    &probs[k * steps * classes..(k + 1) * steps * classes],
-                    steps,
-                    classes,
-                );
-            }
-        }
-        Ok(out)
-    }
-
-    /// Greedy CTC: best class per step, repeats merged, blanks dropped; score = mean probability.
-    fn ctc_decode(&self, probs: &[f32], steps: usize, classes: usize) -> (String, f32) {
-        let mut text = String::new();
-        let (mut sum, mut n) = (0f32, 0usize);
-        let mut prev = usize::MAX;
-        for t in 0..steps {
-            let row = &probs[t * classes..(t + 1) * classes];
-            let (best, p) =
-                row.iter().enumerate().fold(
-                    (0, f32::MIN),
-                    |acc, (i, &v)| if v > acc.1 { (i, v) } else { acc },
-                );
-            if best != 0 && best != prev {
-                if let Some(c) = self.chars.get(best) {
-                    text.push_str(c);
-                }
-                sum += p;
-                n += 1;
-            }
-            prev = best;
-        }
-        (text, if n == 0 { 0.0 } else { sum / n as f32 })
-    }
 }
 
 /// A line's text, its score, and the angle classifier's verdict when it ran.
@@ -734,26 +509,6 @@ fn run_det(session: &mut Session, resized: &RgbImage, win: [u32; 4]) -> Result<V
         });
     }
     Ok(pred.to_vec())
-}
-
-/// Runs a line model (cls or rec) on crops `batch` resized to height `h`, padded to width `w`.
-fn run_lines(
-    session: &mut Session,
-    crops: &[RgbImage],
-    batch: &[usize],
-    h: u32,
-    w: u32,
-) -> Result<(Vec<i64>, Vec<f32>), ort::Error> {
-    let per = (3 * h * w) as usize;
-    let mut input = vec![0f32; per * batch.len()];
-    for (k, &i) in batch.iter().enumerate() {
-        imgops::to_line_tensor(&crops[i], h, w, &mut input[k * per..(k + 1) * per]);
-    }
-    let tensor =
-        TensorRef::from_array_view(([batch.len(), 3, h as usize, w as usize], input.as_slice()))?;
-    let outputs = session.run(ort::inputs![tensor])?;
-    let (shape, data) = outputs[0].try_extract_tensor::<f32>()?;
-    Ok((shape.iter().copied().collect(), data.to_vec()))
 }
 
 /// The perspective crop of one box, turned upright when it is much taller than wide.

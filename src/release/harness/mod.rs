@@ -206,7 +206,7 @@ fn parquet_files(dir: &Path, hint: &str) -> Result<Vec<PathBuf>, RunError> {
 
 /// A released Parquet file's rows (one reader for every command that opens a release).
 fn batches(path: &Path) -> Result<Vec<RecordBatch>, RunError> {
-    crate::release::availability::read_parquet(path).map(|(_, b)| b)
+    crate::release::read_parquet(path).map(|(_, b)| b)
 }
 
 /// The released questions in file order (splits sorted by name, as `evaluate` reads them);

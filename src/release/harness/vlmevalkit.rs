@@ -51,6 +51,7 @@ fn images(release: &Path, frames: &[Frame]) -> Result<Vec<String>, RunError> {
         .collect()
 }
 
+/// Writes `<name>.tsv` and its CircularEval copy `<name>_CIRC.tsv` of `items`.
 pub(super) fn write(release: &Path, name: &str, items: &[Item]) -> Result<Vec<PathBuf>, RunError> {
     let frames = read_frames(release)?;
     if items.len() >= CIRCULAR_OFFSET {
@@ -61,22 +62,7 @@ pub(super) fn write(release: &Path, name: &str, items: &[Item]) -> Result<Vec<Pa
     }
     let width = items.iter().map(|i| i.options.len()).max().unwrap_or(0);
     let letters: Vec<char> = ('A'..='Z').take(width).collect();
-    let mut head = vec!["index".to_string(), "question".into()];
-    head.extend(letters.iter().map(|c| c.to_string()));
-    head.extend(
-        [
-            "answer",
-            "category",
-            "l2-category",
-            "image",
-            "image_path",
-            "item_id",
-            "video_id",
-            "rotation",
-        ]
-        .map(String::from),
-    );
-    let mut plain = head.join("\t") + "\n";
+    let mut plain = header(&letters);
     let mut circ = plain.clone();
     for (i, it) in items.iter().enumerate() {
         let fs = frames
@@ -94,37 +80,8 @@ pub(super) fn write(release: &Path, name: &str, items: &[Item]) -> Result<Vec<Pa
         let paths: Vec<String> = (0..fs.len())
             .map(|k| format!("{}_{k:05}.jpg", super::ident(&it.video_id)))
             .collect();
-        let n = it.options.len();
-        let answer = (it.answer.as_bytes().first().copied().unwrap_or(b'A') - b'A') as usize;
-        for r in 0..n {
-            let index = r * CIRCULAR_OFFSET + i;
-            let mut row = vec![index.to_string(), cell(&it.question)];
-            for k in 0..width {
-                row.push(if k < n {
-                    cell(&it.options[(k + r) % n])
-                } else {
-                    String::new()
-                });
-            }
-            // Letter k shows option (k + r) mod n, so the right option sits at (answer - r).
-            row.push(letters[(answer + n - r) % n].to_string());
-            row.push(cell(&it.level));
-            row.push(cell(&it.split));
-            // Rotated copies share the original's images by its index (VLMEvalKit's ≤ 64 rule).
-            row.push(if r == 0 {
-                if imgs.len() == 1 {
-                    imgs[0].clone()
-                } else {
-                    py_list(&imgs)
-                }
-            } else {
-                i.to_string()
-            });
-            row.push(cell(&py_list(&paths)));
-            row.push(cell(&it.item_id));
-            row.push(cell(&it.video_id));
-            row.push(r.to_string());
-            let line = row.join("\t") + "\n";
+        for r in 0..it.options.len() {
+            let line = tsv_line(it, i, r, width, &letters, &imgs, &paths);
             if r == 0 {
                 plain += &line;
             }
@@ -136,4 +93,66 @@ pub(super) fn write(release: &Path, name: &str, items: &[Item]) -> Result<Vec<Pa
         write_text(&dir.join(format!("{name}.tsv")), &plain)?,
         write_text(&dir.join(format!("{name}_CIRC.tsv")), &circ)?,
     ])
+}
+
+/// The header line: the option letters' columns between the question and the answer.
+fn header(letters: &[char]) -> String {
+    let mut head = vec!["index".to_string(), "question".into()];
+    head.extend(letters.iter().map(|c| c.to_string()));
+    head.extend(
+        [
+            "answer",
+            "category",
+            "l2-category",
+            "image",
+            "image_path",
+            "item_id",
+            "video_id",
+            "rotation",
+        ]
+        .map(String::from),
+    );
+    head.join("\t") + "\n"
+}
+
+/// The line of item `i` with its options rotated `r` places (0: the original).
+fn tsv_line(
+    it: &Item,
+    i: usize,
+    r: usize,
+    width: usize,
+    letters: &[char],
+    imgs: &[String],
+    paths: &[String],
+) -> String {
+    let n = it.options.len();
+    let answer = (it.answer.as_bytes().first().copied().unwrap_or(b'A') - b'A') as usize;
+    let index = r * CIRCULAR_OFFSET + i;
+    let mut row = vec![index.to_string(), cell(&it.question)];
+    for k in 0..width {
+        row.push(if k < n {
+            cell(&it.options[(k + r) % n])
+        } else {
+            String::new()
+        });
+    }
+    // Letter k shows option (k + r) mod n, so the right option sits at (answer - r).
+    row.push(letters[(answer + n - r) % n].to_string());
+    row.push(cell(&it.level));
+    row.push(cell(&it.split));
+    // Rotated copies share the original's images by its index (VLMEvalKit's ≤ 64 rule).
+    row.push(if r == 0 {
+        if imgs.len() == 1 {
+            imgs[0].clone()
+        } else {
+            py_list(imgs)
+        }
+    } else {
+        i.to_string()
+    });
+    row.push(cell(&py_list(paths)));
+    row.push(cell(&it.item_id));
+    row.push(cell(&it.video_id));
+    row.push(r.to_string());
+    row.join("\t") + "\n"
 }

@@ -4,7 +4,7 @@
 //! does not carry. Also the two ways the FakeSV paper splits it: by time and by event.
 
 use super::settings::{Plan, SplitBy};
-use super::{Published, Row};
+use super::{Published, Row, TimeProblem};
 use crate::error::RunError;
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -69,7 +69,7 @@ fn row_of(origin: String, line: u32, o: &serde_json::Map<String, serde_json::Val
     row.extra[EVENT] = text("keywords").map(|s| s.trim().to_string());
     row.extra[PUBLISH_TIME] = text("publish_time");
     row.time = match o.get("publish_time") {
-        None | Some(serde_json::Value::Null) => Err("no `publish_time`".into()),
+        None | Some(serde_json::Value::Null) => Err(TimeProblem::Missing),
         Some(v) => parse_time(v),
     };
     row
@@ -83,10 +83,10 @@ pub(super) fn event(row: &Row) -> Option<&str> {
 /// A publish time as FakeSV may write it: seconds or milliseconds since 1970 (a number or a
 /// string of digits; 10^11 and more is read as milliseconds, which is after 5138 in seconds),
 /// RFC 3339, or `YYYY-MM-DD[ HH:MM[:SS]]` (also with `/`; taken as UTC).
-pub(super) fn parse_time(v: &serde_json::Value) -> Result<Published, String> {
+pub(super) fn parse_time(v: &serde_json::Value) -> Result<Published, TimeProblem> {
     use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
     let shown = crate::stages::local::json_text(Some(v)).unwrap_or_default();
-    let bad = || format!("cannot read publish_time `{shown}` as a time");
+    let bad = || TimeProblem::Unreadable(shown.clone());
     let number = match v {
         serde_json::Value::Number(n) => n.as_f64(),
         serde_json::Value::String(s) => s.trim().parse::<f64>().ok(),
@@ -232,7 +232,12 @@ mod tests {
         assert_eq!(at(json!("2021/03/04 05:06:07")), want);
         assert_eq!(at(json!("2021-03-04T13:06:07+08:00")), want);
         assert_eq!(at(json!("2021-03-04")), Ok("2021-03-04T00:00:00Z".into()));
-        assert!(at(json!("yesterday")).unwrap_err().contains("`yesterday`"));
+        assert!(
+            at(json!("yesterday"))
+                .unwrap_err()
+                .to_string()
+                .contains("`yesterday`")
+        );
         assert!(at(json!([1])).is_err());
         assert_eq!(parse_time(&json!(1.5)).unwrap().ms, 1500);
     }
@@ -289,7 +294,14 @@ mod tests {
         assert_eq!(rows[1].line, 3);
         assert_eq!(rows[1].problem.as_ref().unwrap().reason, "bad_line");
         assert_eq!(rows[2].raw_label.as_deref(), Some("真"));
-        assert!(rows[2].time.as_ref().unwrap_err().contains("soon"));
+        assert!(
+            rows[2]
+                .time
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("soon")
+        );
         let last = rows[3].problem.as_ref().unwrap();
         assert!(last.detail.contains("data.json:5:"), "{}", last.detail);
     }

@@ -56,6 +56,20 @@ struct Published {
     rfc3339: String,
 }
 
+/// Why a row has no publish time.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum TimeProblem {
+    /// The format gives none.
+    #[error("no publish time")]
+    NotGiven,
+    /// The row has no `publish_time` field.
+    #[error("no `publish_time`")]
+    Missing,
+    /// The value as the file shows it.
+    #[error("cannot read publish_time `{0}` as a time")]
+    Unreadable(String),
+}
+
 /// One annotation row as a format reader read it, before the checks every format shares.
 #[derive(Debug)]
 struct Row {
@@ -69,7 +83,7 @@ struct Row {
     description: Option<String>,
     /// The split the dataset gives (MultiHateClip: the file's).
     split: Option<String>,
-    time: Result<Published, String>,
+    time: Result<Published, TimeProblem>,
     /// Aligned with the format's column names; `label`, `split` and `fold` are filled here.
     extra: Vec<Option<String>>,
     problem: Option<StageError>,
@@ -85,7 +99,7 @@ impl Row {
             title: None,
             description: None,
             split: None,
-            time: Err("no publish time".into()),
+            time: Err(TimeProblem::NotGiven),
             extra: vec![None; n_extra],
             problem: None,
         }
@@ -339,6 +353,14 @@ impl Source for DatasetSource {
             })
             .map(Ok)
             .boxed()
+    }
+}
+
+/// A format's own label map (raw label → label), for a source that names none.
+fn default_labels(format: settings::Format) -> Vec<(&'static str, &'static str)> {
+    match format {
+        settings::Format::Fakesv => fakesv::default_labels(),
+        settings::Format::Multihateclip => multihateclip::default_labels(),
     }
 }
 

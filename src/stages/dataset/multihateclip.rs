@@ -89,7 +89,7 @@ fn read_file(
     };
     let headers: Vec<String> = String::from_utf8(head)
         .map_err(|e| e.to_string())
-        .and_then(|h| fields(h.as_bytes()))
+        .and_then(|h| fields(h.as_bytes()).map_err(|e| e.to_string()))
         .map_err(|e| cfgerr(format!("line 1: {e}")))?
         .iter()
         .map(|h| h.trim().to_string())
@@ -109,7 +109,7 @@ fn read_file(
         let origin = format!("{shown}:{line}");
         let cells = String::from_utf8(record)
             .map_err(|e| e.to_string())
-            .and_then(|r| fields(r.as_bytes()));
+            .and_then(|r| fields(r.as_bytes()).map_err(|e| e.to_string()));
         let cells = match cells {
             Ok(c) => c,
             Err(e) => {
@@ -198,7 +198,7 @@ fn records(bytes: &[u8]) -> Vec<(u32, Vec<u8>)> {
 }
 
 /// One record's cells (tab-separated, CSV quoting).
-fn fields(record: &[u8]) -> Result<Vec<String>, String> {
+fn fields(record: &[u8]) -> Result<Vec<String>, csv::Error> {
     let mut rdr = csv::ReaderBuilder::new()
         .delimiter(b'\t')
         .has_headers(false)
@@ -206,14 +206,14 @@ fn fields(record: &[u8]) -> Result<Vec<String>, String> {
         .from_reader(record);
     match rdr.records().next() {
         Some(Ok(r)) => Ok(r.iter().map(String::from).collect()),
-        Some(Err(e)) => Err(e.to_string()),
+        Some(Err(e)) => Err(e),
         None => Ok(vec![]),
     }
 }
 
 /// A list cell as a JSON array (text); an empty cell, `None` or `nan` (what pandas writes for
 /// a missing value) is no value.
-pub(super) fn list_cell(cell: Option<&str>) -> Result<Option<String>, String> {
+pub(super) fn list_cell(cell: Option<&str>) -> Result<Option<String>, LiteralError> {
     let Some(s) = cell.map(str::trim) else {
         return Ok(None);
     };
@@ -222,14 +222,14 @@ pub(super) fn list_cell(cell: Option<&str>) -> Result<Option<String>, String> {
     }
     match py_literal(s)? {
         v @ serde_json::Value::Array(_) => Ok(Some(v.to_string())),
-        _ => Err("not a list".into()),
+        _ => Err(LiteralError::NotAList),
     }
 }
 
 /// A Python literal as `str()` of a list writes it: lists and tuples (both become JSON
 /// arrays), strings in either quote with Python's escapes, numbers, `None` and `nan` (null),
 /// `True` and `False`.
-pub(super) fn py_literal(s: &str) -> Result<serde_json::Value, String> {
+pub(super) fn py_literal(s: &str) -> Result<serde_json::Value, LiteralError> {
     let mut p = Lit { text: s, pos: 0 };
     let v = p.value(0)?;
     p.ws();
@@ -237,6 +237,16 @@ pub(super) fn py_literal(s: &str) -> Result<serde_json::Value, String> {
         None => Ok(v),
         Some(c) => Err(p.err(format!("unexpected {c:?} after the value"))),
     }
+}
+
+/// Why a cell is no Python list: where reading stopped (the character, from 1, as people
+/// count) and what was there, or a value that is not a list.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(super) enum LiteralError {
+    #[error("{what} at character {at}")]
+    At { what: String, at: usize },
+    #[error("not a list")]
+    NotAList,
 }
 
 struct Lit<'a> {
@@ -263,14 +273,14 @@ impl Lit<'_> {
     }
 
     /// A message naming the character where reading stopped (from 1), as people count.
-    fn err(&self, what: impl std::fmt::Display) -> String {
-        format!(
-            "{what} at character {}",
-            self.text[..self.pos].chars().count() + 1
-        )
+    fn err(&self, what: impl std::fmt::Display) -> LiteralError {
+        LiteralError::At {
+            what: what.to_string(),
+            at: self.text[..self.pos].chars().count() + 1,
+        }
     }
 
-    fn value(&mut self, depth: usize) -> Result<serde_json::Value, String> {
+    fn value(&mut self, depth: usize) -> Result<serde_json::Value, LiteralError> {
         self.ws();
         match self.peek() {
             None => Err(self.err("a value expected")),
@@ -283,7 +293,7 @@ impl Lit<'_> {
         }
     }
 
-    fn seq(&mut self, close: char, depth: usize) -> Result<serde_json::Value, String> {
+    fn seq(&mut self, close: char, depth: usize) -> Result<serde_json::Value, LiteralError> {
         if depth >= MAX_DEPTH {
             return Err(self.err(format!("lists nested deeper than {MAX_DEPTH}")));
         }
@@ -310,7 +320,7 @@ impl Lit<'_> {
         }
     }
 
-    fn string(&mut self, quote: char) -> Result<String, String> {
+    fn string(&mut self, quote: char) -> Result<String, LiteralError> {
         self.bump();
         let mut out = String::new();
         loop {
@@ -323,11 +333,11 @@ impl Lit<'_> {
         }
     }
 
-    fn escape(&mut self, out: &mut String) -> Result<(), String> {
+    fn escape(&mut self, out: &mut String) -> Result<(), LiteralError> {
         let c = self
             .bump()
             .ok_or_else(|| self.err("the string is not closed"))?;
-        let hex = |p: &mut Self, n: usize| -> Result<char, String> {
+        let hex = |p: &mut Self, n: usize| -> Result<char, LiteralError> {
             let start = p.pos;
             for _ in 0..n {
                 p.bump()
@@ -359,7 +369,7 @@ impl Lit<'_> {
         Ok(())
     }
 
-    fn number(&mut self) -> Result<serde_json::Value, String> {
+    fn number(&mut self) -> Result<serde_json::Value, LiteralError> {
         let start = self.pos;
         while self
             .peek()
@@ -378,7 +388,7 @@ impl Lit<'_> {
             .ok_or_else(|| self.err(format!("{text:?} is not a number")))
     }
 
-    fn word(&mut self) -> Result<serde_json::Value, String> {
+    fn word(&mut self) -> Result<serde_json::Value, LiteralError> {
         let start = self.pos;
         while self.peek().is_some_and(|c| c.is_alphanumeric() || c == '_') {
             self.bump();
@@ -396,7 +406,7 @@ impl Lit<'_> {
 mod tests {
     use super::*;
 
-    fn cell(s: &str) -> Result<Option<String>, String> {
+    fn cell(s: &str) -> Result<Option<String>, LiteralError> {
         list_cell(Some(s))
     }
 
@@ -428,7 +438,7 @@ mod tests {
 
     #[test]
     fn broken_lists_say_where() {
-        let bad = |s: &str| cell(s).unwrap_err();
+        let bad = |s: &str| cell(s).unwrap_err().to_string();
         assert!(
             bad("['Woman'").contains("no closing ']'"),
             "{}",

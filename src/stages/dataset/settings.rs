@@ -1,7 +1,6 @@
 //! The `dataset` source's settings, and their checks beyond the types: each error names the
 //! pipeline file's line and key.
 
-use super::{fakesv, multihateclip};
 use crate::config::{ConfigError, Seg, key_at};
 use crate::stages::BuildCx;
 use serde::{Deserialize, Serialize};
@@ -156,11 +155,7 @@ pub(super) fn resolve(
     }
     let files = split_files(cfg, &written, at, bcx)?;
     let labels = cfg.labels.clone().unwrap_or_else(|| {
-        let pairs = match cfg.format {
-            Format::Fakesv => fakesv::default_labels(),
-            Format::Multihateclip => multihateclip::default_labels(),
-        };
-        pairs
+        super::default_labels(cfg.format)
             .into_iter()
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .collect()

@@ -6,13 +6,16 @@
 //! own parser (`benchmark::formats`), and gets one repair naming the problem; an answer still
 //! wrong rejects the item, not the video. Every round is returned for the row.
 
+use super::{ItemsConfig, ModelRef, Models, ROLES};
 use crate::benchmark::formats::{AnswerContext, Format, Problem, option_label};
 use crate::benchmark::rounds::{Judgment, LoopRule, Next, Round, next};
 use crate::benchmark::task::Task;
 use crate::clients::llm::{ChatRequest, ImageInput};
+use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
+use crate::stages::BuildCx;
 use crate::stages::model_call::Call;
-use crate::stages::structured::OutputSchema;
+use crate::stages::structured::{OutputSchema, SchemaProblem};
 use serde_json::{Value, json};
 use std::path::Path;
 
@@ -89,6 +92,59 @@ pub fn judge_schema() -> OutputSchema {
         "additionalProperties": false,
     });
     OutputSchema::new("item_judgment", schema, Path::new("(built in)")).expect("a valid schema")
+}
+
+/// The three models of a drafted task (`given`: each role's configured model), each with its
+/// role's prompt and schema.
+pub(super) fn drafted_models(
+    cfg: &ItemsConfig,
+    task: &Task,
+    given: [(&str, &Option<ModelRef>); 3],
+    common: &StageCommon,
+    compute_at: &[Seg],
+    bcx: &BuildCx,
+) -> Result<Models, ConfigError> {
+    let at = |k: &str| crate::config::key_at(compute_at, k);
+    let mut callers = vec![];
+    for (k, m) in given {
+        let Some(m) = m else {
+            return Err(bcx.src.error_at(
+                compute_at,
+                format!(
+                    "task {} is drafted: name its {k} = {{ service, model }}",
+                    task.file.name
+                ),
+            ));
+        };
+        let svc = bcx.llm_service(&m.service, &at(k), common)?;
+        // The judge reads the refined item, not the video.
+        let judge = k == "judge";
+        callers.push(Call {
+            svc,
+            model: m.model.clone(),
+            prompt: task
+                .prompt(ROLES[callers.len()])
+                .unwrap_or_default()
+                .to_string(),
+            schema: Some(if judge {
+                judge_schema()
+            } else {
+                draft_schema(task)
+            }),
+            max_images: if judge { 0 } else { cfg.max_images },
+            max_transcript_chars: cfg.max_transcript_chars,
+            max_tokens: cfg.max_tokens,
+            temperature: cfg.temperature,
+        });
+    }
+    let judge = callers.pop().expect("three callers");
+    let refiner = callers.pop().expect("three callers");
+    let drafter = callers.pop().expect("three callers");
+    Ok(Models {
+        drafter,
+        refiner,
+        judge,
+    })
 }
 
 /// What a draft is checked against: the options, the video's duration, the dataset's label.
@@ -174,6 +230,48 @@ impl Loop<'_> {
         c.request(prompt, if images { self.images.clone() } else { vec![] })
     }
 
+    /// A role's prompt (`draft`, `refine`, `judge`) for this video, `[draft]` and `[reasons]`
+    /// filled.
+    fn prompt(
+        &self,
+        fill: &(dyn Fn(&str) -> String + Sync),
+        role: &str,
+        draft: &str,
+        reasons: &str,
+        round: usize,
+    ) -> String {
+        // The round is in the text: a refinement or judgment repeated word for word is a new
+        // request, not the response cache's answer to the round before.
+        let p = fill(self.task.prompt(role).unwrap_or_default())
+            .replace("[draft]", draft)
+            .replace("[reasons]", reasons);
+        if round == 0 {
+            p
+        } else {
+            format!("{p}\n\n(Round {round}.)")
+        }
+    }
+
+    /// A drafted or refined answer as the row keeps it, or why it is refused; the refusal's
+    /// code is left in `last_code`.
+    fn check_answer(
+        &self,
+        t: &str,
+        dcx: &DraftContext<'_>,
+        last_code: &std::sync::Mutex<&'static str>,
+    ) -> Result<String, AnswerProblem> {
+        let note = |code: &'static str| *last_code.lock().unwrap_or_else(|e| e.into_inner()) = code;
+        let v = self.drafter.check(t).map_err(|e| {
+            note("breaks_schema");
+            AnswerProblem::Schema(e)
+        })?;
+        check_draft(self.task, &v, dcx).map_err(|p| {
+            note(p.code);
+            AnswerProblem::Format(p)
+        })?;
+        Ok(v.to_string())
+    }
+
     /// Runs the loop. `fill` fills a prompt's places for this video (`[draft]` and `[reasons]`
     /// are filled here); `dcx` checks each draft.
     pub async fn run(
@@ -182,34 +280,13 @@ impl Loop<'_> {
         dcx: &DraftContext<'_>,
         cx: &crate::runtime::stage::StageContext,
     ) -> Result<Ended, StageError> {
-        // The round is in the text: a refinement or judgment repeated word for word is a new
-        // request, not the response cache's answer to the round before.
         let prompt = |role: &str, draft: &str, reasons: &str, round: usize| {
-            let p = fill(self.task.prompt(role).unwrap_or_default())
-                .replace("[draft]", draft)
-                .replace("[reasons]", reasons);
-            if round == 0 {
-                p
-            } else {
-                format!("{p}\n\n(Round {round}.)")
-            }
+            self.prompt(fill, role, draft, reasons, round)
         };
         let mut rounds: Vec<Round> = vec![];
         // The format's code of the last problem: what a rejected item's row names.
         let last_code = std::sync::Mutex::new("breaks_schema");
-        let check = |t: &str| -> Result<String, String> {
-            let note =
-                |code: &'static str| *last_code.lock().unwrap_or_else(|e| e.into_inner()) = code;
-            let v = self.drafter.check(t).map_err(|e| {
-                note("breaks_schema");
-                e.to_string()
-            })?;
-            check_draft(self.task, &v, dcx).map_err(|p| {
-                note(p.code);
-                p.message
-            })?;
-            Ok(v.to_string())
-        };
+        let check = |t: &str| self.check_answer(t, dcx, &last_code);
         loop {
             let step = next(&rounds, &self.rule);
             let (caller, role, req) = match &step {
@@ -257,32 +334,15 @@ impl Loop<'_> {
                     (self.refiner, "refine", self.request(self.refiner, p, true))
                 }
             };
-            let a = crate::stages::judge::ask_validated(
-                &caller.svc,
-                req,
-                cx,
-                "invalid_reference",
-                check,
-                |problem| format!("Your previous answer was invalid: {problem}. Reply with only the JSON object the schema describes, the problem fixed."),
-            )
-            .await;
-            match a {
-                Ok(a) => rounds.push(Round {
+            match ask_reference(caller, req, cx, check).await {
+                Ok(text) => rounds.push(Round {
                     round: rounds.len() as u32,
                     role: role.into(),
                     model: caller.model.clone(),
-                    text: a.value,
+                    text,
                     judgment: None,
                 }),
-                Err(mut e) => {
-                    if e.reason == "invalid_reference" {
-                        e.reason = last_code
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .to_string();
-                    }
-                    return rejected(rounds, e);
-                }
+                Err(e) => return rejected(rounds, named_by(e, &last_code)),
             }
         }
     }
@@ -293,7 +353,7 @@ impl Loop<'_> {
         cx: &crate::runtime::stage::StageContext,
     ) -> Result<Judgment, StageError> {
         let req = self.request(self.judge, prompt.to_string(), false);
-        let a = crate::stages::judge::ask_validated(
+        let a = crate::stages::model_inputs::ask_validated(
             &self.judge.svc,
             req,
             cx,
@@ -321,4 +381,45 @@ fn rejected(rounds: Vec<Round>, e: StageError) -> Result<Ended, StageError> {
         kept: None,
         rejected: Some((e.reason.clone(), e.detail.clone())),
     })
+}
+
+/// Asks `caller` for a draft or a refinement, repaired once when `check` refuses it; the
+/// answer as `check` keeps it.
+async fn ask_reference(
+    caller: &Call,
+    req: ChatRequest,
+    cx: &crate::runtime::stage::StageContext,
+    check: impl Fn(&str) -> Result<String, AnswerProblem>,
+) -> Result<String, StageError> {
+    let a = crate::stages::model_inputs::ask_validated(
+        &caller.svc,
+        req,
+        cx,
+        "invalid_reference",
+        check,
+        |problem| format!("Your previous answer was invalid: {problem}. Reply with only the JSON object the schema describes, the problem fixed."),
+    )
+    .await?;
+    Ok(a.value)
+}
+
+/// Why a drafted or refined answer is refused: it breaks the schema, or the format's check.
+#[derive(Debug, thiserror::Error)]
+enum AnswerProblem {
+    #[error(transparent)]
+    Schema(SchemaProblem),
+    #[error(transparent)]
+    Format(Problem),
+}
+
+/// A call's error with an answer still invalid after its repair renamed by the format's code
+/// of the last problem (`last_code`).
+fn named_by(mut e: StageError, last_code: &std::sync::Mutex<&'static str>) -> StageError {
+    if e.reason == "invalid_reference" {
+        e.reason = last_code
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .to_string();
+    }
+    e
 }

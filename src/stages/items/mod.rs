@@ -37,7 +37,7 @@ use crate::runtime::stage::{Processor, StageContext, StageEstimate};
 use crate::stages::model_call::Call;
 use crate::stages::{BuildCx, Built, compute_settings};
 use async_trait::async_trait;
-use drafted::Loop;
+use drafted::{Ended, Loop};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::PathBuf;
@@ -167,46 +167,9 @@ pub fn build(
         }
         None
     } else {
-        let mut callers = vec![];
-        for (k, m) in given {
-            let Some(m) = m else {
-                return Err(bcx.src.error_at(
-                    compute_at,
-                    format!(
-                        "task {} is drafted: name its {k} = {{ service, model }}",
-                        task.file.name
-                    ),
-                ));
-            };
-            let svc = bcx.llm_service(&m.service, &at(k), common)?;
-            // The judge reads the refined item, not the video.
-            let judge = k == "judge";
-            callers.push(Call {
-                svc,
-                model: m.model.clone(),
-                prompt: task
-                    .prompt(ROLES[callers.len()])
-                    .unwrap_or_default()
-                    .to_string(),
-                schema: Some(if judge {
-                    drafted::judge_schema()
-                } else {
-                    drafted::draft_schema(&task)
-                }),
-                max_images: if judge { 0 } else { cfg.max_images },
-                max_transcript_chars: cfg.max_transcript_chars,
-                max_tokens: cfg.max_tokens,
-                temperature: cfg.temperature,
-            });
-        }
-        let judge = callers.pop().expect("three callers");
-        let refiner = callers.pop().expect("three callers");
-        let drafter = callers.pop().expect("three callers");
-        Some(Models {
-            drafter,
-            refiner,
-            judge,
-        })
+        Some(drafted::drafted_models(
+            &cfg, &task, given, common, compute_at, bcx,
+        )?)
     };
     // The texts decide whether items are made again, not the files' names.
     compute["task"] = json!(task.fingerprint);
@@ -483,8 +446,9 @@ impl ItemsStage {
         m: &Models,
     ) -> Result<Vec<BenchItem>, StageError> {
         let images =
-            super::judge::frame_inputs(rec, cx, self.cfg.max_images, "the drafting model").await?;
-        let (title, _) = super::judge::title_description(rec, cx);
+            super::model_inputs::frame_inputs(rec, cx, self.cfg.max_images, "the drafting model")
+                .await?;
+        let (title, _) = super::model_inputs::title_description(rec, cx);
         let transcript: String = rec
             .transcript
             .as_deref()
@@ -492,16 +456,7 @@ impl ItemsStage {
             .chars()
             .take(self.cfg.max_transcript_chars)
             .collect();
-        let label = self
-            .task
-            .file
-            .reference
-            .label_column
-            .as_ref()
-            .and_then(|c| {
-                let i = cx.extras.iter().position(|n| n == c)?;
-                rec.extra.get(i).cloned().flatten()
-            });
+        let label = self.video_label(rec, cx);
         let options = &self.task.file.options;
         let duration = rec.probe.as_ref().map(|p| p.video_duration_secs);
         let none = |s: &str| {
@@ -544,25 +499,53 @@ impl ItemsStage {
                 &fill
             };
             let ended = lp.run(place, &dcx, cx).await?;
-            let mut row = self.blank_row(id, k as u32);
-            row.options = options.clone();
-            row.judge_model = m.judge.model.clone();
-            crate::benchmark::rounds::fill_row(&mut row, &ended.rounds);
-            match (ended.kept, ended.rejected) {
-                (Some(round), _) => {
-                    let text = &ended.rounds[round as usize].text;
-                    fill_reference(&mut row, &self.task, text, options, duration);
-                    row.kept = true;
-                    row.final_round = Some(round);
-                }
-                (None, Some((code, why))) => {
-                    row.reject_codes = vec![code];
-                    row.reject_reason = why;
-                }
-                (None, None) => {}
-            }
+            let row = self.drafted_row(id, k, m, ended, duration);
             rows.push(row);
         }
         Ok(rows)
+    }
+
+    /// The video's right label for the task (its `label_column`), when it has one.
+    fn video_label(&self, rec: &VideoRecord, cx: &StageContext) -> Option<String> {
+        self.task
+            .file
+            .reference
+            .label_column
+            .as_ref()
+            .and_then(|c| {
+                let i = cx.extras.iter().position(|n| n == c)?;
+                rec.extra.get(i).cloned().flatten()
+            })
+    }
+
+    /// The row of drafted item `k` from how its loop ended: the kept round's reference, or the
+    /// rejection.
+    fn drafted_row(
+        &self,
+        id: String,
+        k: usize,
+        m: &Models,
+        ended: Ended,
+        duration: Option<f64>,
+    ) -> BenchItem {
+        let options = &self.task.file.options;
+        let mut row = self.blank_row(id, k as u32);
+        row.options = options.clone();
+        row.judge_model = m.judge.model.clone();
+        crate::benchmark::rounds::fill_row(&mut row, &ended.rounds);
+        match (ended.kept, ended.rejected) {
+            (Some(round), _) => {
+                let text = &ended.rounds[round as usize].text;
+                fill_reference(&mut row, &self.task, text, options, duration);
+                row.kept = true;
+                row.final_round = Some(round);
+            }
+            (None, Some((code, why))) => {
+                row.reject_codes = vec![code];
+                row.reject_reason = why;
+            }
+            (None, None) => {}
+        }
+        row
     }
 }

@@ -18,8 +18,8 @@ use crate::error::{ErrorKind, StageError};
 use crate::record::{QuestionItem, Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext, StageEstimate};
-use crate::stages::judge::ask_text;
 use crate::stages::model_call::Call;
+use crate::stages::model_inputs::ask_text;
 use crate::stages::{BuildCx, Built, ThresholdError, compute_settings};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -144,7 +144,7 @@ pub fn build(
             format!("samples must be 1..20, got {}", cfg.samples),
         ));
     }
-    compute["prompt"] = serde_json::json!(crate::stages::judge::text_hash(BLIND_PROMPT));
+    compute["prompt"] = serde_json::json!(crate::stages::model_inputs::text_hash(BLIND_PROMPT));
     let svc = bcx.llm_service(
         &cfg.service,
         &crate::config::key_at(compute_at, "service"),

@@ -120,11 +120,45 @@ pub fn check(
             format!("it has {} options, not {}", d.options.len(), t.options),
         ));
     }
+    let index = answer_index(d, &mut why);
+    let normed: Vec<String> = d.options.iter().map(|o| norm(o)).collect();
+    option_problems(d, &normed, rules, &mut why);
+    if let Some(i) = index {
+        let a = &normed[i];
+        // Short answers ("Yes", "2") appear in questions by chance.
+        if a.chars().count() >= 4 && norm(&d.question).contains(a.as_str()) {
+            why.push(problem(
+                "answer_in_question",
+                format!(
+                    "the question contains the answer's text ({:?})",
+                    d.options[i]
+                ),
+            ));
+        }
+    }
+    evidence_problems(d, frames_shown, &mut why);
+    if level.is_some_and(|l| l.context_note) && d.context_note.trim().is_empty() {
+        why.push(problem(
+            "missing_context",
+            format!(
+                "a {} item must give the missing context in context_note",
+                d.level
+            ),
+        ));
+    }
+    match (why.is_empty(), index) {
+        (true, Some(i)) => Ok(i),
+        _ => Err(ItemProblems(why)),
+    }
+}
+
+/// The index of the option `d.answer` names, else None with the reason added to `why`.
+fn answer_index(d: &Draft, why: &mut Vec<Problem>) -> Option<usize> {
     let answer = d
         .answer
         .trim()
         .trim_matches(|c| c == '(' || c == ')' || c == '.');
-    let index = match answer.chars().collect::<Vec<_>>().as_slice() {
+    match answer.chars().collect::<Vec<_>>().as_slice() {
         [c] if c.is_ascii_alphabetic() => {
             let i = (c.to_ascii_uppercase() as u8 - b'A') as usize;
             if i < d.options.len() {
@@ -151,8 +185,12 @@ pub fn check(
             ));
             None
         }
-    };
-    let normed: Vec<String> = d.options.iter().map(|o| norm(o)).collect();
+    }
+}
+
+/// The rules on the options themselves (`normed`: their normalised texts): none empty, none
+/// repeated, lengths comparable.
+fn option_problems(d: &Draft, normed: &[String], rules: &ItemRules, why: &mut Vec<Problem>) {
     if normed.iter().any(String::is_empty) {
         why.push(problem("empty_option", "an option is empty".into()));
     }
@@ -176,19 +214,10 @@ pub fn check(
             ),
         ));
     }
-    if let Some(i) = index {
-        let a = &normed[i];
-        // Short answers ("Yes", "2") appear in questions by chance.
-        if a.chars().count() >= 4 && norm(&d.question).contains(a.as_str()) {
-            why.push(problem(
-                "answer_in_question",
-                format!(
-                    "the question contains the answer's text ({:?})",
-                    d.options[i]
-                ),
-            ));
-        }
-    }
+}
+
+/// The rules on the evidence: frames that were shown, a span that is one.
+fn evidence_problems(d: &Draft, frames_shown: usize, why: &mut Vec<Problem>) {
     if let Some(bad) = d
         .evidence
         .frames
@@ -210,19 +239,6 @@ pub fn check(
             "evidence_span",
             format!("the evidence span {a}..{b} is not a span"),
         ));
-    }
-    if level.is_some_and(|l| l.context_note) && d.context_note.trim().is_empty() {
-        why.push(problem(
-            "missing_context",
-            format!(
-                "a {} item must give the missing context in context_note",
-                d.level
-            ),
-        ));
-    }
-    match (why.is_empty(), index) {
-        (true, Some(i)) => Ok(i),
-        _ => Err(ItemProblems(why)),
     }
 }
 

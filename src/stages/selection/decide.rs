@@ -296,8 +296,8 @@ fn hits(ids: &VideoIds, rules: &Rules, stage: &str, s: Shard) -> Result<Hits, Ru
             None => Ok(BooleanArray::from(vec![true; b.num_rows()])),
         };
         let (v0, v1) = (
-            verdict(&rules[0]).map_err(bad)?,
-            verdict(&rules[1]).map_err(bad)?,
+            verdict(&rules[0]).map_err(|e| bad(e.to_string()))?,
+            verdict(&rules[1]).map_err(|e| bad(e.to_string()))?,
         );
         h.rows.reserve(b.num_rows());
         for i in 0..b.num_rows() {

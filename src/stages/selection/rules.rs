@@ -94,28 +94,46 @@ impl Rule {
 
     /// Per row of a batch, whether its video goes on were it the video's first row; `values`
     /// is the batch's column of the rule (None when the rule reads no column).
-    pub fn verdicts(&self, values: Option<&ArrayRef>, rows: usize) -> Result<BooleanArray, String> {
+    pub fn verdicts(
+        &self,
+        values: Option<&ArrayRef>,
+        rows: usize,
+    ) -> Result<BooleanArray, RuleError> {
         let (Rule::FirstRow { column, bound, .. }, Some(values)) = (self, values) else {
             return match self {
-                Rule::FirstRow { column, .. } => Err(format!("no column {column}")),
+                Rule::FirstRow { column, .. } => Err(RuleError::NoColumn(column)),
                 _ => Ok(BooleanArray::from(vec![true; rows])),
             };
         };
+        let arrow = |error| RuleError::Arrow { column, error };
         // The row types hold unsigned integers; any integer column compares exactly as i64.
-        let values = arrow::compute::cast(values, &DataType::Int64)
-            .map_err(|e| format!("column {column}: {e}"))?;
+        let values = arrow::compute::cast(values, &DataType::Int64).map_err(arrow)?;
         if values.null_count() > 0 {
-            return Err(format!(
-                "column {column}: {} rows without a value",
-                values.null_count()
-            ));
+            return Err(RuleError::Nulls {
+                column,
+                nulls: values.null_count(),
+            });
         }
         let out = match *bound {
             Bound::AtLeast(b) => cmp::gt_eq(&values, &Int64Array::new_scalar(b)),
             Bound::AtMost(b) => cmp::lt_eq(&values, &Int64Array::new_scalar(b)),
         };
-        out.map_err(|e| format!("column {column}: {e}"))
+        out.map_err(arrow)
     }
+}
+
+/// Why a column rule cannot decide a batch's rows.
+#[derive(Debug, thiserror::Error)]
+pub enum RuleError {
+    #[error("no column {0}")]
+    NoColumn(&'static str),
+    #[error("column {column}: {error}")]
+    Arrow {
+        column: &'static str,
+        error: arrow::error::ArrowError,
+    },
+    #[error("column {column}: {nulls} rows without a value")]
+    Nulls { column: &'static str, nulls: usize },
 }
 
 #[cfg(test)]

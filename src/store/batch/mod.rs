@@ -111,6 +111,24 @@ struct Queue {
     failed: HashMap<String, String>,
 }
 
+impl Queue {
+    /// Records a request a batch answered with an error, on disk and in memory.
+    fn fail(&mut self, id: &str, code: &str, message: &str) -> Result<(), StageError> {
+        let f = Failure {
+            custom_id: id.to_string(),
+            code: code.to_string(),
+            message: message.to_string(),
+        };
+        append_line(
+            &self.dir.join("failed.jsonl"),
+            &serde_json::to_string(&f).expect("failure serialises"),
+        )?;
+        self.failed
+            .insert(id.to_string(), format!("{code}: {message}"));
+        Ok(())
+    }
+}
+
 /// The queue of one model service (see the module docs); attached to its folder by the runner
 /// before each pass.
 #[derive(Default)]
@@ -256,33 +274,7 @@ impl BatchQueue {
             file.sync_all().map_err(|e| io_err(&path, e))?;
         }
         // Each job's cache keys beside it, so filing its results reads only its own.
-        let mut key_files: Vec<Option<std::fs::File>> = (0..made.len()).map(|_| None).collect();
-        let requests = q.dir.join("requests.jsonl");
-        if let Ok(f) = std::fs::File::open(&requests) {
-            for line in BufReader::new(f).lines() {
-                let line = line.map_err(|e| io_err(&requests, e))?;
-                let Some(&i) = serde_json::from_str::<IdOnly>(&line)
-                    .ok()
-                    .and_then(|id| job_of.get(&id.custom_id))
-                else {
-                    continue;
-                };
-                let path = job_keys_path(&q.dir, &made[i].name);
-                if key_files[i].is_none() {
-                    key_files[i] =
-                        Some(std::fs::File::create(&path).map_err(|e| io_err(&path, e))?);
-                }
-                let f = key_files[i].as_mut().expect("opened");
-                f.write_all(format!("{line}\n").as_bytes())
-                    .map_err(|e| io_err(&path, e))?;
-            }
-        }
-        for (f, job) in key_files.into_iter().zip(&made) {
-            if let Some(f) = f {
-                f.sync_all()
-                    .map_err(|e| io_err(&job_keys_path(&q.dir, &job.name), e))?;
-            }
-        }
+        write_job_keys(&q.dir, &made, &job_of)?;
         let n = made.len();
         jobs.extend(made);
         // Recorded before `pending.jsonl` is cleared: a kill in between leaves the requests in
@@ -311,26 +303,8 @@ impl BatchQueue {
         };
         let (mut answered, mut errors) = (0, 0);
         let mut seen = HashSet::new();
-        let fail = |q: &mut Queue, id: &str, code: &str, message: &str| -> Result<(), StageError> {
-            let f = Failure {
-                custom_id: id.to_string(),
-                code: code.to_string(),
-                message: message.to_string(),
-            };
-            append_line(
-                &q.dir.join("failed.jsonl"),
-                &serde_json::to_string(&f).expect("failure serialises"),
-            )?;
-            q.failed
-                .insert(id.to_string(), format!("{code}: {message}"));
-            Ok(())
-        };
         for line in output.split(|b| *b == b'\n') {
-            if line.iter().all(|b| b.is_ascii_whitespace()) {
-                continue;
-            }
-            let Ok(v) = serde_json::from_slice::<Value>(line) else {
-                tracing::warn!("Skipping an unreadable line of a batch's results.");
+            let Some(v) = result_line(line) else {
                 continue;
             };
             let Some(id) = v["custom_id"].as_str() else {
@@ -357,31 +331,18 @@ impl BatchQueue {
                         answered += 1;
                     }
                     Err(e) => {
-                        fail(q, id, "unreadable_answer", &e.to_string())?;
+                        q.fail(id, "unreadable_answer", &e.to_string())?;
                         errors += 1;
                     }
                 }
                 continue;
             }
-            let err = if v["error"].is_object() {
-                &v["error"]
-            } else {
-                &body["error"]
-            };
-            let code = err["code"]
-                .as_str()
-                .map(String::from)
-                .unwrap_or_else(|| format!("status_{status}"));
-            fail(q, id, &code, err["message"].as_str().unwrap_or(""))?;
+            let (code, message) = failure_of(&v, status);
+            q.fail(id, &code, message)?;
             errors += 1;
         }
         for id in expected.iter().filter(|id| !seen.contains(*id)) {
-            fail(
-                q,
-                id,
-                missing,
-                "the batch returned no line for this request",
-            )?;
+            q.fail(id, missing, "the batch returned no line for this request")?;
             errors += 1;
         }
         for id in expected {
@@ -414,6 +375,68 @@ impl BatchQueue {
         }
         save_jobs(&q.dir, &jobs)
     }
+}
+
+/// Writes each new job's cache keys (`requests.jsonl` lines of its ids) beside it, synced.
+fn write_job_keys(
+    dir: &Path,
+    made: &[Job],
+    job_of: &HashMap<String, usize>,
+) -> Result<(), StageError> {
+    let mut key_files: Vec<Option<std::fs::File>> = (0..made.len()).map(|_| None).collect();
+    let requests = dir.join("requests.jsonl");
+    if let Ok(f) = std::fs::File::open(&requests) {
+        for line in BufReader::new(f).lines() {
+            let line = line.map_err(|e| io_err(&requests, e))?;
+            let Some(&i) = serde_json::from_str::<IdOnly>(&line)
+                .ok()
+                .and_then(|id| job_of.get(&id.custom_id))
+            else {
+                continue;
+            };
+            let path = job_keys_path(dir, &made[i].name);
+            if key_files[i].is_none() {
+                key_files[i] = Some(std::fs::File::create(&path).map_err(|e| io_err(&path, e))?);
+            }
+            let f = key_files[i].as_mut().expect("opened");
+            f.write_all(format!("{line}\n").as_bytes())
+                .map_err(|e| io_err(&path, e))?;
+        }
+    }
+    for (f, job) in key_files.into_iter().zip(made) {
+        if let Some(f) = f {
+            f.sync_all()
+                .map_err(|e| io_err(&job_keys_path(dir, &job.name), e))?;
+        }
+    }
+    Ok(())
+}
+
+/// A line of a batch's results as JSON: None for a blank line, or (warned) an unreadable one.
+fn result_line(line: &[u8]) -> Option<Value> {
+    if line.iter().all(|b| b.is_ascii_whitespace()) {
+        return None;
+    }
+    let Ok(v) = serde_json::from_slice::<Value>(line) else {
+        tracing::warn!("Skipping an unreadable line of a batch's results.");
+        return None;
+    };
+    Some(v)
+}
+
+/// The code and message of a results line that carries no answer (`status` is its HTTP status).
+fn failure_of(v: &Value, status: u64) -> (String, &str) {
+    let body = &v["response"]["body"];
+    let err = if v["error"].is_object() {
+        &v["error"]
+    } else {
+        &body["error"]
+    };
+    let code = err["code"]
+        .as_str()
+        .map(String::from)
+        .unwrap_or_else(|| format!("status_{status}"));
+    (code, err["message"].as_str().unwrap_or(""))
 }
 
 /// How long between two polls, from the service's `batch_poll_secs`.

@@ -107,37 +107,15 @@ fn eval(plan: &Plan, b: &RecordBatch) -> Result<Val, ArrowError> {
             }
             Val::Rows(Arc::new(acc))
         }
-        Plan::Cmp(x, op, y) => binary(&eval(x, b)?, &eval(y, b)?, |l, r| {
-            let f = match op {
-                CmpOp::Eq => cmp::eq,
-                CmpOp::Ne => cmp::neq,
-                CmpOp::Lt => cmp::lt,
-                CmpOp::Le => cmp::lt_eq,
-                CmpOp::Gt => cmp::gt,
-                CmpOp::Ge => cmp::gt_eq,
-            };
-            Ok(Arc::new(f(l, r)?))
-        })?,
-        Plan::Arith(x, op, y) => binary(&eval(x, b)?, &eval(y, b)?, |l, r| match op {
-            ArithOp::Add => numeric::add(l, r),
-            ArithOp::Sub => numeric::sub(l, r),
-            ArithOp::Mul => numeric::mul(l, r),
-            ArithOp::Div => numeric::div(l, r),
-            ArithOp::Rem => numeric::rem(l, r),
-        })?,
+        Plan::Cmp(x, op, y) => binary(&eval(x, b)?, &eval(y, b)?, |l, r| compare(op, l, r))?,
+        Plan::Arith(x, op, y) => binary(&eval(x, b)?, &eval(y, b)?, |l, r| arith(op, l, r))?,
         Plan::Like {
             subject,
             pattern,
             negated,
             case_insensitive,
         } => binary(&eval(subject, b)?, &eval(pattern, b)?, |l, r| {
-            let f = match (negated, case_insensitive) {
-                (false, false) => comparison::like,
-                (false, true) => comparison::ilike,
-                (true, false) => comparison::nlike,
-                (true, true) => comparison::nilike,
-            };
-            Ok(Arc::new(f(l, r)?))
+            like(*negated, *case_insensitive, l, r)
         })?,
         Plan::IsNull { subject, negated } => {
             let a = match eval(subject, b)? {
@@ -148,6 +126,46 @@ fn eval(plan: &Plan, b: &RecordBatch) -> Result<Val, ArrowError> {
             Val::Rows(is_null(&a, *negated)?)
         }
     })
+}
+
+/// `l op r`, row by row.
+fn compare(op: &CmpOp, l: &dyn Datum, r: &dyn Datum) -> Result<ArrayRef, ArrowError> {
+    let f = match op {
+        CmpOp::Eq => cmp::eq,
+        CmpOp::Ne => cmp::neq,
+        CmpOp::Lt => cmp::lt,
+        CmpOp::Le => cmp::lt_eq,
+        CmpOp::Gt => cmp::gt,
+        CmpOp::Ge => cmp::gt_eq,
+    };
+    Ok(Arc::new(f(l, r)?))
+}
+
+/// `l op r`, row by row.
+fn arith(op: &ArithOp, l: &dyn Datum, r: &dyn Datum) -> Result<ArrayRef, ArrowError> {
+    match op {
+        ArithOp::Add => numeric::add(l, r),
+        ArithOp::Sub => numeric::sub(l, r),
+        ArithOp::Mul => numeric::mul(l, r),
+        ArithOp::Div => numeric::div(l, r),
+        ArithOp::Rem => numeric::rem(l, r),
+    }
+}
+
+/// `l [NOT] [I]LIKE r`, row by row.
+fn like(
+    negated: bool,
+    case_insensitive: bool,
+    l: &dyn Datum,
+    r: &dyn Datum,
+) -> Result<ArrayRef, ArrowError> {
+    let f = match (negated, case_insensitive) {
+        (false, false) => comparison::like,
+        (false, true) => comparison::ilike,
+        (true, false) => comparison::nlike,
+        (true, true) => comparison::nilike,
+    };
+    Ok(Arc::new(f(l, r)?))
 }
 
 /// A kernel on two values; NULL on either side is NULL, without running it.

@@ -7,7 +7,7 @@
 //! Arrow's compute kernels (`eval`): comparisons, Kleene `and`/`or`/`not`, `like`, `is null`,
 //! arithmetic, so a batch is filtered in a few vectorised passes, never row by row. A NULL
 //! compares to unknown and an unknown row is dropped, as in SQL. DataFusion itself was measured
-//! and not taken: README, "Why sqlparser and Arrow kernels, not DataFusion".
+//! and not taken: docs/src/architecture.md, "Why sqlparser and Arrow kernels, not DataFusion".
 //!
 //! Every error that is the expression's fault is invalid input (exit 2) and quotes the
 //! expression with a caret under the part at fault: a syntax error, a column the table lacks

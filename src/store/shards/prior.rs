@@ -7,7 +7,8 @@
 //! (`write::restore_rejects`). Called by the runtime when a stage task starts.
 
 use super::read::{
-    committed_rejects, decode_parquet, get_unless_moved, read_shard, stage_files, string_column,
+    ShardContents, committed_rejects, decode_parquet, get_unless_moved, read_shard, stage_files,
+    string_column,
 };
 use super::write::{part_number, restore_rejects};
 use super::{SUPERSEDED_DIR, fields_of};
@@ -244,52 +245,14 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
         let sum = unrecorded
             .remove(&path)
             .then(|| commits::ObjectSum::of(&path, &data, None));
-        let contents = match decode_parquet(data, false) {
-            Ok(c) => c,
-            Err(e) => {
-                let why = match e {
-                    super::read::DecodeError::Damaged(why) => why,
-                    other => format!("unreadable: {other}"),
-                };
-                set_aside_damaged(store.as_ref(), &path, &why).await?;
-                continue;
-            }
+        let Some(contents) = decode_or_set_aside(store.as_ref(), &path, data).await? else {
+            continue;
         };
         if let Some(object) = sum.filter(|_| contents.fingerprint.as_deref() == Some(fingerprint)) {
-            let rec = commits::CommitRecord {
-                object,
-                stage: Some(stage_id.to_string()),
-                videos: contents
-                    .videos
-                    .iter()
-                    .chain(&contents.rejected)
-                    .cloned()
-                    .collect(),
-                objects: contents.objects.clone(),
-                committed_at: crate::store::manifest::now(),
-            };
-            commits::write_record(store.as_ref(), &rec)
-                .await
-                .map_err(|e| RunError::io(commits::record_path(&path), e))?;
+            write_missing_record(store.as_ref(), stage_id, &path, object, &contents).await?;
         }
         if contents.fingerprint.as_deref() != Some(fingerprint) {
-            let old = contents.fingerprint.unwrap_or_else(|| "unknown".into());
-            let to = format!("{SUPERSEDED_DIR}/{old}/{path}");
-            tracing::info!(stage = stage_id, from = %path, to = %to, "Settings changed: setting old shard aside.");
-            // The record first: a shard without its record is read as one, a record without
-            // its shard as a deleted shard.
-            let record = commits::record_path(&path);
-            set_aside(
-                store.as_ref(),
-                &record,
-                &format!("{SUPERSEDED_DIR}/{old}/{record}"),
-            )
-            .await?;
-            set_aside(store.as_ref(), &path, &to).await?;
-            if let Some(r) = contents.rejects_file {
-                let to = format!("{SUPERSEDED_DIR}/{old}/{r}");
-                set_aside(store.as_ref(), &r, &to).await?;
-            }
+            set_aside_superseded(store.as_ref(), stage_id, &path, contents).await?;
             continue;
         }
         if let Some(n) = part_number(&path).filter(|_| path.starts_with(&own_slots)) {
@@ -307,22 +270,104 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
             continue;
         }
         restore_rejects(store.as_ref(), &contents, stage_id, &rejects).await?;
-        prior.rejected.extend(
-            committed_rejects(&contents, &rejects)
+        prior.add_committed(path, &contents, &rejects, mine);
+    }
+    Ok(prior)
+}
+
+impl<R> Prior<R> {
+    /// Counts a committed shard's videos that `mine` accepts: those it rejects as rejected, the
+    /// others as done (the shard is kept when it finished any of them).
+    fn add_committed(
+        &mut self,
+        path: String,
+        contents: &ShardContents,
+        rejects: &HashSet<String>,
+        mine: impl Fn(&String) -> bool,
+    ) {
+        self.rejected.extend(
+            committed_rejects(contents, rejects)
                 .iter()
                 .filter(|v| mine(v))
                 .map(|v| id_key(v)),
         );
-        let idx = prior.shards.len() as u32;
-        let before = prior.done.len();
+        let idx = self.shards.len() as u32;
+        let before = self.done.len();
         for v in contents.videos.iter().filter(|v| mine(v)) {
-            prior.done.insert(id_key(v), idx);
+            self.done.insert(id_key(v), idx);
         }
-        if prior.done.len() > before {
-            prior.shards.push(path);
+        if self.done.len() > before {
+            self.shards.push(path);
         }
     }
-    Ok(prior)
+}
+
+/// The shard's footers, or None when it is damaged (then set aside, see `set_aside_damaged`).
+async fn decode_or_set_aside(
+    store: &dyn Store,
+    path: &str,
+    data: Vec<u8>,
+) -> Result<Option<ShardContents>, RunError> {
+    match decode_parquet(data, false) {
+        Ok(c) => Ok(Some(c)),
+        Err(e) => {
+            let why = match e {
+                super::read::DecodeError::Damaged(why) => why,
+                other => format!("unreadable: {other}"),
+            };
+            set_aside_damaged(store, path, &why).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Writes the commit record a slot committed right before a crash lacks, from its checked bytes.
+async fn write_missing_record(
+    store: &dyn Store,
+    stage_id: &str,
+    path: &str,
+    object: commits::ObjectSum,
+    contents: &ShardContents,
+) -> Result<(), RunError> {
+    let rec = commits::CommitRecord {
+        object,
+        stage: Some(stage_id.to_string()),
+        videos: contents
+            .videos
+            .iter()
+            .chain(&contents.rejected)
+            .cloned()
+            .collect(),
+        objects: contents.objects.clone(),
+        committed_at: crate::store::manifest::now(),
+    };
+    commits::write_record(store, &rec)
+        .await
+        .map_err(|e| RunError::io(commits::record_path(path), e))?;
+    Ok(())
+}
+
+/// Moves a shard written with other settings (its record, itself, its rejects shard) under
+/// `_superseded/<its fingerprint>/`, so readers never mix settings.
+async fn set_aside_superseded(
+    store: &dyn Store,
+    stage_id: &str,
+    path: &str,
+    contents: ShardContents,
+) -> Result<(), RunError> {
+    let old = contents.fingerprint.unwrap_or_else(|| "unknown".into());
+    let to = format!("{SUPERSEDED_DIR}/{old}/{path}");
+    tracing::info!(stage = stage_id, from = %path, to = %to, "Settings changed: setting old shard aside.");
+    // The record first: a shard without its record is read as one, a record without
+    // its shard as a deleted shard.
+    let record = commits::record_path(path);
+    set_aside(store, &record, &format!("{SUPERSEDED_DIR}/{old}/{record}")).await?;
+    set_aside(store, path, &to).await?;
+    if let Some(r) = contents.rejects_file {
+        let to = format!("{SUPERSEDED_DIR}/{old}/{r}");
+        set_aside(store, &r, &to).await?;
+    }
+    Ok(())
 }
 
 /// Moves a damaged shard (and its commit record) to `_damaged/` with a note, and says so in one

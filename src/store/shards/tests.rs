@@ -22,10 +22,9 @@ fn rec(id: &str) -> VideoRecord {
     VideoRecord::new(id.into(), SourceInfo::default(), vec![])
 }
 
-/// Several workers of one rank settle overlapping videos (each its own way: rows, or a reject)
-/// and commit in small slots at the same time: every video ends up settled exactly once, and
-/// no reject attempt a commit did not adopt is left behind.
-async fn twins_commit_each_video_once(store: Arc<dyn Store>) {
+/// Four workers of one rank walk the same 60 videos from different starting points, settling
+/// each (rows, or a reject) and committing every third video; returns the videos they lost.
+async fn race_twins(store: &Arc<dyn Store>) -> u64 {
     let mut tasks = tokio::task::JoinSet::new();
     for worker in 0..4u32 {
         let store = store.clone();
@@ -61,19 +60,11 @@ async fn twins_commit_each_video_once(store: Arc<dyn Store>) {
             w.lost()
         });
     }
-    let lost: u64 = tasks.join_all().await.into_iter().sum();
-    assert!(lost > 0, "the workers should have raced");
-    let view = read_table(&store, "probe", "fp", true).await.unwrap();
-    assert!(view.done.is_disjoint(&view.rejected));
-    assert_eq!(view.done.len() + view.rejected.len(), 60);
-    let rows: HashMap<String, Vec<Row>> = view.rows().unwrap();
-    for (id, rs) in &rows {
-        // Both rows of a video come from the one worker that committed it.
-        assert_eq!(rs.len(), 2, "{id}: {rs:?}");
-        assert_eq!(rs[0].worker, rs[1].worker);
-    }
-    assert_eq!(rows.len(), view.done.len());
-    // Reject shards left: only those a commit adopted, and each rejected video once.
+    tasks.join_all().await.into_iter().sum()
+}
+
+/// The reject shards left are only those a commit adopted, and hold each rejected video once.
+async fn assert_only_adopted_rejects_left(store: &Arc<dyn Store>, rejected_ids: &HashSet<String>) {
     let mut adopted = HashSet::new();
     for p in store.list("probe").await.unwrap() {
         let c = decode_parquet(store.get(&p).await.unwrap(), false).unwrap();
@@ -90,9 +81,28 @@ async fn twins_commit_each_video_once(store: Arc<dyn Store>) {
         );
     }
     rejected.sort();
-    let mut want: Vec<_> = view.rejected.iter().cloned().collect();
+    let mut want: Vec<_> = rejected_ids.iter().cloned().collect();
     want.sort();
     assert_eq!(rejected, want);
+}
+
+/// Several workers of one rank settle overlapping videos (each its own way: rows, or a reject)
+/// and commit in small slots at the same time: every video ends up settled exactly once, and
+/// no reject attempt a commit did not adopt is left behind.
+async fn twins_commit_each_video_once(store: Arc<dyn Store>) {
+    let lost = race_twins(&store).await;
+    assert!(lost > 0, "the workers should have raced");
+    let view = read_table(&store, "probe", "fp", true).await.unwrap();
+    assert!(view.done.is_disjoint(&view.rejected));
+    assert_eq!(view.done.len() + view.rejected.len(), 60);
+    let rows: HashMap<String, Vec<Row>> = view.rows().unwrap();
+    for (id, rs) in &rows {
+        // Both rows of a video come from the one worker that committed it.
+        assert_eq!(rs.len(), 2, "{id}: {rs:?}");
+        assert_eq!(rs[0].worker, rs[1].worker);
+    }
+    assert_eq!(rows.len(), view.done.len());
+    assert_only_adopted_rejects_left(&store, &view.rejected).await;
     // Resume sees the same: nothing to redo, nothing twice.
     let prior = load_prior::<Row>(
         &store,

@@ -315,54 +315,8 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
             let io = |p: &str, e| RunError::io(format!("{}/{p}", t.store.location()), e);
             let slot = self.next_slot;
             // The slot's rejects shard is written after winning, from rows the slot carries.
-            let rejects = if self.rejects.videos.is_empty() {
-                None
-            } else {
-                let rows = FooterRejects {
-                    extras: t.extras.to_vec(),
-                    ids: self.rejects.ids.clone(),
-                    extra: self.rejects.extra.clone(),
-                    rows: self.rejects.rows.clone(),
-                };
-                let json = serde_json::to_string(&rows)
-                    .map_err(|e| RunError::Internal(format!("reject rows: {e}")))?;
-                let bytes = rows.shard(&t.stage_id, &t.fingerprint)?;
-                Some((t.rejects_path(slot), bytes, json))
-            };
-            let batch = build_batch(
-                &self.fields,
-                &self.rows.rows,
-                &self.rows.ids,
-                &self.rows.extra,
-                &t.extras,
-                &t.fingerprint,
-            )?;
-            let mut objects = self.rows.objects.clone();
-            if let Some((rpath, rbytes, _)) = &rejects {
-                objects.push(ObjectSum::of(rpath, rbytes, None));
-            }
-            let footer = Footer {
-                videos: &self.rows.videos,
-                rejected: &self.rejects.videos,
-                rejects_file: rejects.as_ref().map(|(p, _, _)| p.as_str()),
-                reject_rows: rejects.as_ref().map(|(_, _, j)| j.as_str()),
-                objects: &objects,
-            };
-            let bytes = encode_parquet(&batch, &footer, &t.stage_id, &t.fingerprint)?;
-            let path = t.slot_path(slot);
-            let record = CommitRecord {
-                object: ObjectSum::of(&path, &bytes, None),
-                stage: Some(t.stage_id.clone()),
-                videos: self
-                    .rows
-                    .videos
-                    .iter()
-                    .chain(&self.rejects.videos)
-                    .cloned()
-                    .collect(),
-                objects,
-                committed_at: crate::store::manifest::now(),
-            };
+            let rejects = self.slot_rejects(slot)?;
+            let (path, bytes, record) = self.encode_slot(slot, rejects.as_ref())?;
             if t.store
                 .put_if_absent(&path, bytes)
                 .await
@@ -391,6 +345,70 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
             self.catch_up().await?;
         }
         Ok(())
+    }
+
+    /// The rejects shard of `slot` (its path, bytes, and its rows as the slot's footer carries
+    /// them), None when nothing buffered is rejected.
+    fn slot_rejects(&self, slot: u32) -> Result<Option<(String, Vec<u8>, String)>, RunError> {
+        if self.rejects.videos.is_empty() {
+            return Ok(None);
+        }
+        let t = &self.target;
+        let rows = FooterRejects {
+            extras: t.extras.to_vec(),
+            ids: self.rejects.ids.clone(),
+            extra: self.rejects.extra.clone(),
+            rows: self.rejects.rows.clone(),
+        };
+        let json = serde_json::to_string(&rows)
+            .map_err(|e| RunError::Internal(format!("reject rows: {e}")))?;
+        let bytes = rows.shard(&t.stage_id, &t.fingerprint)?;
+        Ok(Some((t.rejects_path(slot), bytes, json)))
+    }
+
+    /// The buffered rows as `slot`'s shard: its path, its bytes and the commit record to write
+    /// once it is committed.
+    fn encode_slot(
+        &self,
+        slot: u32,
+        rejects: Option<&(String, Vec<u8>, String)>,
+    ) -> Result<(String, Vec<u8>, CommitRecord), RunError> {
+        let t = &self.target;
+        let batch = build_batch(
+            &self.fields,
+            &self.rows.rows,
+            &self.rows.ids,
+            &self.rows.extra,
+            &t.extras,
+            &t.fingerprint,
+        )?;
+        let mut objects = self.rows.objects.clone();
+        if let Some((rpath, rbytes, _)) = rejects {
+            objects.push(ObjectSum::of(rpath, rbytes, None));
+        }
+        let footer = Footer {
+            videos: &self.rows.videos,
+            rejected: &self.rejects.videos,
+            rejects_file: rejects.map(|(p, _, _)| p.as_str()),
+            reject_rows: rejects.map(|(_, _, j)| j.as_str()),
+            objects: &objects,
+        };
+        let bytes = encode_parquet(&batch, &footer, &t.stage_id, &t.fingerprint)?;
+        let path = t.slot_path(slot);
+        let record = CommitRecord {
+            object: ObjectSum::of(&path, &bytes, None),
+            stage: Some(t.stage_id.clone()),
+            videos: self
+                .rows
+                .videos
+                .iter()
+                .chain(&self.rejects.videos)
+                .cloned()
+                .collect(),
+            objects,
+            committed_at: crate::store::manifest::now(),
+        };
+        Ok((path, bytes, record))
     }
 
     /// Reads the slots committed from `next_slot` on and drops the videos they settled.

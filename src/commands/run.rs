@@ -1,0 +1,139 @@
+//! `vidcurate run`: plan a pipeline file and run it (or, with `--dry-run`, estimate it), then
+//! print the per-stage summary.
+
+use crate::error::{Exit, RunError};
+use crate::runtime::runner::{self, RunOptions, RunStatus};
+use std::path::PathBuf;
+
+/// Several workers on one run directory (docs/src/cluster.md).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct RankArgs {
+    /// This worker's rank, 0..WORLD: it does the videos whose id hashes to it
+    /// (blake3(video_id) mod WORLD). Default: SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN, or
+    /// Kubernetes' JOB_COMPLETION_INDEX; else one process does every video.
+    #[arg(long, requires = "world")]
+    pub rank: Option<u32>,
+    /// Number of ranks [default: SLURM_ARRAY_TASK_COUNT]. Pinned in RUN/run.json by the first
+    /// worker; a worker with another world (or pipeline, or tool version) is refused.
+    #[arg(long)]
+    pub world: Option<u32>,
+    /// Replace the run's pin (run.json) with this worker's settings: start the run over with a
+    /// new world size or pipeline. Shards of the old settings are kept and set aside as usual.
+    #[arg(long)]
+    pub repin: bool,
+    /// Local working folder for a run on an object store (media being decoded, the response
+    /// cache) [default: a folder under the system temp dir].
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+}
+
+/// Run a pipeline (resumes an earlier run in the same directory).
+#[derive(clap::Args)]
+pub struct Args {
+    /// The pipeline file (TOML).
+    pub file: PathBuf,
+    /// Run directory [default: output.dir of the file, else data/runs/<name>]: a folder, or
+    /// an object store: s3://bucket/prefix, gs://bucket/prefix, az://container/prefix
+    /// (credentials and endpoint from the environment: AWS_ACCESS_KEY_ID,
+    /// AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_ALLOW_HTTP=true for http, …).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// No progress bars (log lines are still written to stderr).
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Call nothing: print what the run would do and cost, per stage and in total (YouTube
+    /// calls and days of quota, model calls, tokens and USD live and in batch mode, frames
+    /// and disk), counting what the run directory and its cache already hold as free.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub ranks: RankArgs,
+}
+
+pub fn run(a: Args) -> Result<Exit, RunError> {
+    let rank = crate::runtime::ranks::Rank::resolve(a.ranks.rank, a.ranks.world, &|k| {
+        std::env::var(k).ok()
+    })
+    .map_err(|e| RunError::Config(e.to_string()))?;
+    let plan = crate::plan::load(&a.file)?;
+    // Stages with a line of their own for the summary (the prescreen's saved calls, OCR reuse).
+    let summaries: Vec<(String, fn(&str, &crate::runtime::StageCounts) -> String)> = plan
+        .stages
+        .iter()
+        .filter_map(|s| {
+            let f = crate::stages::stage_kind(&s.kind)?.summary?;
+            Some((s.id.clone(), f))
+        })
+        .collect();
+    let rt = crate::runtime::tokio_runtime()?;
+    let opts = RunOptions {
+        out: a.out,
+        quiet: a.quiet,
+        rank,
+        repin: a.ranks.repin,
+        work_dir: a.ranks.work_dir,
+    };
+    if a.dry_run {
+        let d = rt.block_on(crate::report::estimate::dry_run(plan, &opts))?;
+        print!("{}", crate::report::estimate::render(&d));
+        return Ok(Exit::Done);
+    }
+    let (file, text) = (plan.file.clone(), plan.text.clone());
+    let replan = || crate::plan::plan_text(&file, text.clone()).map_err(RunError::from);
+    let report = rt.block_on(runner::run(plan, opts, &replan))?;
+    print_summary(&report, &summaries);
+    if report.status == RunStatus::Interrupted {
+        eprintln!("interrupted: rerun the same command to resume");
+        return Ok(Exit::Interrupted);
+    }
+    let rejected = report.rejected();
+    if rejected > 0 {
+        eprintln!(
+            "{rejected} rejected: see {}/rejects/",
+            report.run_dir.display()
+        );
+        return Ok(Exit::Rejected);
+    }
+    Ok(Exit::Done)
+}
+
+type SummaryLine = (String, fn(&str, &crate::runtime::StageCounts) -> String);
+
+fn print_summary(report: &runner::RunReport, summaries: &[SummaryLine]) {
+    eprintln!("run directory: {}", report.run_dir.display());
+    eprintln!(
+        "{:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "stage", "received", "computed", "reused", "rejected", "filtered", "forwarded"
+    );
+    for id in &report.order {
+        if let Some(c) = report.counts.get(id) {
+            eprintln!(
+                "{:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                id,
+                c.received,
+                c.computed,
+                c.reused,
+                c.rejected + c.rejected_before,
+                c.filtered,
+                c.forwarded
+            );
+        }
+    }
+    for (id, line) in summaries {
+        if let Some(text) = report.counts.get(id).map(|c| line(id, c)) {
+            if !text.is_empty() {
+                eprintln!("{text}");
+            }
+        }
+    }
+    if report.passes > 1 {
+        let b = report.batches;
+        eprintln!(
+            "{} passes: {} batches answered {} requests ({} with an error; see `vidcurate batch status`)",
+            report.passes,
+            b.jobs,
+            b.answered + b.errors,
+            b.errors
+        );
+    }
+}

@@ -1,0 +1,140 @@
+//! The released multiple-choice items (`questions/*.parquet`) as scoring reads them.
+
+use super::Item;
+use crate::error::RunError;
+use crate::evaluation::{number, parquet_batches};
+use arrow::array::{Array, Float64Array, ListArray, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The released items (`questions/*.parquet`) and the levels in their order of appearance.
+pub fn read_items(release: &Path, by: Option<&str>) -> Result<(Vec<Item>, Vec<String>), RunError> {
+    let dir = release.join("questions");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| {
+            RunError::Config(format!(
+                "{}: {e} (a release of a run with a questions stage has it)",
+                dir.display()
+            ))
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+        .collect();
+    files.sort();
+    let (mut items, mut order) = (vec![], vec![]);
+    for f in files {
+        for b in parquet_batches(&f)? {
+            batch_items(&b, &f, by, &mut items, &mut order)?;
+        }
+    }
+    if items.is_empty() {
+        return Err(RunError::Config(format!("{}: no items", dir.display())));
+    }
+    Ok((items, order))
+}
+
+/// The items of one batch of file `f`, appended to `items`; levels not yet in `order` are
+/// appended to it.
+fn batch_items(
+    b: &RecordBatch,
+    f: &Path,
+    by: Option<&str>,
+    items: &mut Vec<Item>,
+    order: &mut Vec<String>,
+) -> Result<(), RunError> {
+    let names = || {
+        b.schema()
+            .fields()
+            .iter()
+            .map(|x| x.name().clone())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let text = |c: &str| {
+        crate::store::shards::text_column(b, c).ok_or_else(|| {
+            RunError::Config(format!(
+                "{}: no column `{c}` (columns: {})",
+                f.display(),
+                names()
+            ))
+        })
+    };
+    let (ids, videos, levels, questions, answers) = (
+        text("item_id")?,
+        text("video_id")?,
+        text("level")?,
+        text("question")?,
+        text("answer")?,
+    );
+    let group = by.map(text).transpose()?;
+    let list = DataType::List(Arc::new(Field::new("item", DataType::Utf8, true)));
+    let options = b
+        .column_by_name("options")
+        .and_then(|c| arrow::compute::cast(c, &list).ok())
+        .and_then(|c| c.as_any().downcast_ref::<ListArray>().cloned())
+        .ok_or_else(|| RunError::Config(format!("{}: no list column `options`", f.display())))?;
+    let blind = (number(b, "blind_correct"), number(b, "blind_samples"));
+    for i in 0..b.num_rows() {
+        let opts = options_at(&options, i, f)?;
+        let answer = answer_index(answers.value(i), opts.len(), f, ids.value(i))?;
+        let level = levels.value(i).to_string();
+        if !order.contains(&level) {
+            order.push(level.clone());
+        }
+        items.push(Item {
+            item_id: ids.value(i).to_string(),
+            video_id: videos.value(i).to_string(),
+            level,
+            question: questions.value(i).to_string(),
+            options: opts,
+            answer,
+            group: group
+                .as_ref()
+                .map(|g| {
+                    if g.is_null(i) {
+                        "(none)".into()
+                    } else {
+                        g.value(i).to_string()
+                    }
+                })
+                .unwrap_or_default(),
+            blind: blind_share(&blind, i),
+        });
+    }
+    Ok(())
+}
+
+/// Row `i`'s options as text.
+fn options_at(options: &ListArray, i: usize, f: &Path) -> Result<Vec<String>, RunError> {
+    let o = options.value(i);
+    let o = o.as_any().downcast_ref::<StringArray>().ok_or_else(|| {
+        RunError::Config(format!("{}: `options` is not a list of text", f.display()))
+    })?;
+    Ok((0..o.len()).map(|k| o.value(k).to_string()).collect())
+}
+
+/// The index of the option the answer letter names; a letter naming none is an error.
+fn answer_index(letter: &str, n: usize, f: &Path, item_id: &str) -> Result<usize, RunError> {
+    letter
+        .chars()
+        .next()
+        .and_then(|c| (c as usize).checked_sub('A' as usize))
+        .filter(|&k| letter.len() == 1 && k < n)
+        .ok_or_else(|| {
+            RunError::Config(format!(
+                "{}: item {item_id}: answer {letter:?} names none of its {n} options",
+                f.display(),
+            ))
+        })
+}
+
+/// Row `i`'s blind-stage share of right samples, when the release has the counts.
+fn blind_share(blind: &(Option<Float64Array>, Option<Float64Array>), i: usize) -> Option<f64> {
+    match blind {
+        (Some(c), Some(s)) if !c.is_null(i) && !s.is_null(i) && s.value(i) > 0.0 => {
+            Some(c.value(i) / s.value(i))
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,276 @@
+//! The book in docs/ and the README: the generated reference pages equal what the binary
+//! writes, every internal link and anchor resolves, the README stays short, and the guide's
+//! runnable commands run on the demo as written.
+
+use crate::util::{bin, make_corpus};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn book_src() -> PathBuf {
+    repo().join("docs/src")
+}
+
+fn md_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            md_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "md") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn generated_reference_pages_equal_what_the_binary_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = Command::new(bin())
+        .args(["reference", "--out"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut pages = 0;
+    for e in std::fs::read_dir(tmp.path()).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap();
+        let want = std::fs::read_to_string(&p).unwrap();
+        let checked_in = book_src().join("reference").join(name);
+        let got = std::fs::read_to_string(&checked_in).unwrap_or_default();
+        assert!(
+            got == want,
+            "{} differs from what the binary writes: run `cargo run -- reference` and commit it",
+            checked_in.display()
+        );
+        pages += 1;
+    }
+    assert_eq!(pages, 2, "commands.md and stage-types.md");
+}
+
+#[test]
+fn the_readme_is_short() {
+    let n = std::fs::read_to_string(repo().join("README.md"))
+        .unwrap()
+        .lines()
+        .count();
+    assert!(
+        n <= 300,
+        "README.md has {n} lines: the book in docs/ is where detail goes"
+    );
+}
+
+/// Markdown outside fenced code blocks (links inside code are examples, not links).
+fn prose(text: &str) -> Vec<(usize, &str)> {
+    let mut fenced = false;
+    let mut out = vec![];
+    for (n, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced {
+            out.push((n + 1, line));
+        }
+    }
+    out
+}
+
+/// The targets of inline links `[text](target)` and images on a line, inline code skipped.
+fn link_targets(line: &str) -> Vec<String> {
+    let mut out = vec![];
+    let mut in_code = false;
+    let b = line.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'`' => in_code = !in_code,
+            b']' if !in_code && b.get(i + 1) == Some(&b'(') => {
+                if let Some(end) = line[i + 2..].find(')') {
+                    let t = line[i + 2..i + 2 + end].split_whitespace().next();
+                    out.extend(t.map(str::to_string));
+                    i += 2 + end;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The ids mdBook gives a page's headings: lower case, spaces to `-`, other punctuation
+/// dropped, and `-1`, `-2`... on repeats.
+fn heading_ids(text: &str) -> BTreeSet<String> {
+    let mut seen = BTreeMap::<String, usize>::new();
+    let mut ids = BTreeSet::new();
+    for (_, line) in prose(text) {
+        let Some(h) = line.strip_prefix('#') else {
+            continue;
+        };
+        let h = h.trim_start_matches('#');
+        if !h.starts_with(' ') {
+            continue;
+        }
+        let plain: String = h.replace(['`', '*'], "");
+        let id = vidcurate::report::reference::anchor(&plain);
+        let n = seen.entry(id.clone()).or_insert(0);
+        ids.insert(if *n == 0 {
+            id.clone()
+        } else {
+            format!("{id}-{n}")
+        });
+        *n += 1;
+    }
+    ids
+}
+
+#[test]
+fn every_internal_link_and_anchor_resolves() {
+    let mut files = vec![repo().join("README.md")];
+    md_files(&book_src(), &mut files);
+    let summary = std::fs::read_to_string(book_src().join("SUMMARY.md")).unwrap();
+    let in_summary: BTreeSet<PathBuf> = prose(&summary)
+        .iter()
+        .flat_map(|(_, l)| link_targets(l))
+        .map(|t| book_src().join(t))
+        .collect();
+    let mut broken = vec![];
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        for (n, line) in prose(&text) {
+            for t in link_targets(line) {
+                if t.contains("://") || t.starts_with("mailto:") {
+                    continue;
+                }
+                let (path, frag) = t.split_once('#').unwrap_or((&t, ""));
+                let target = if path.is_empty() {
+                    f.clone()
+                } else {
+                    f.parent().unwrap().join(path)
+                };
+                let at = format!("{}:{n}: ({t})", f.strip_prefix(repo()).unwrap().display());
+                if !target.exists() {
+                    broken.push(format!("{at}: no such file"));
+                    continue;
+                }
+                let is_page = target.extension().is_some_and(|x| x == "md");
+                let canon = target.canonicalize().unwrap();
+                let in_book = canon.starts_with(book_src().canonicalize().unwrap());
+                if is_page
+                    && in_book
+                    && !in_summary
+                        .iter()
+                        .any(|s| s.canonicalize().ok() == Some(canon.clone()))
+                {
+                    broken.push(format!(
+                        "{at}: page not in SUMMARY.md, so mdBook does not build it"
+                    ));
+                }
+                if !frag.is_empty() && is_page {
+                    let ids = heading_ids(&std::fs::read_to_string(&target).unwrap());
+                    if !ids.contains(frag) {
+                        broken.push(format!("{at}: no heading with id `{frag}`"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_link_scanner_skips_code_and_finds_anchors() {
+    assert_eq!(
+        link_targets("see [a](x.md#y) and `[b](no.md)` and ![i](img.png \"t\")"),
+        vec!["x.md#y".to_string(), "img.png".to_string()]
+    );
+    let ids = heading_ids("# A b\n```\n# not a heading\n```\n## `vidcurate run`\n## A b\n");
+    let want: BTreeSet<String> = ["a-b", "a-b-1", "vidcurate-run"].map(String::from).into();
+    assert_eq!(ids, want);
+}
+
+/// The runnable blocks of a guide page: a fenced block right after the line
+/// `<!-- runs on the demo -->`, one command a line.
+fn runnable(text: &str) -> Vec<(usize, String)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = vec![];
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].trim() == "<!-- runs on the demo -->" && i + 1 < lines.len() {
+            i += 2;
+            while i < lines.len() && !lines[i].trim_start().starts_with("```") {
+                let l = lines[i].trim();
+                if !l.is_empty() && !l.starts_with('#') {
+                    out.push((i + 1, l.to_string()));
+                }
+                i += 1;
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Every runnable command of the guide, in the book's order, in a folder laid out like the
+/// repository (pipelines/, queries/ and the demo corpus in data/demo), after the demo's own
+/// run: a command that fails or that the binary does not know fails the test, naming the page
+/// and line.
+#[test]
+fn the_guides_commands_run_on_the_demo() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    for d in ["pipelines", "queries"] {
+        copy_dir(&repo().join(d), &root.join(d));
+    }
+    make_corpus(&root.join("data/demo"), &[]);
+    let summary = std::fs::read_to_string(book_src().join("SUMMARY.md")).unwrap();
+    let pages: Vec<PathBuf> = prose(&summary)
+        .iter()
+        .flat_map(|(_, l)| link_targets(l))
+        .filter(|t| t.starts_with("guide/"))
+        .map(|t| book_src().join(t))
+        .collect();
+    let mut ran = 0;
+    for page in &pages {
+        for (n, cmd) in runnable(&std::fs::read_to_string(page).unwrap()) {
+            let at = format!("{}:{n}", page.strip_prefix(repo()).unwrap().display());
+            let words: Vec<&str> = cmd.split_whitespace().collect();
+            let args = match words.first() {
+                Some(&"vidcurate") | Some(&"./target/release/vidcurate") => &words[1..],
+                _ => panic!("{at}: a runnable line starts with `vidcurate`: {cmd}"),
+            };
+            let o = Command::new(bin())
+                .args(args)
+                .current_dir(root)
+                .output()
+                .unwrap();
+            let code = o.status.code().unwrap_or(-1);
+            assert!(
+                code == 0 || code == 3,
+                "{at}: `{cmd}` exited {code}:\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            ran += 1;
+        }
+    }
+    assert!(
+        ran >= 5,
+        "the guide has {ran} runnable commands; it should teach by running them"
+    );
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let dest = to.join(p.file_name().unwrap());
+        if p.is_dir() {
+            copy_dir(&p, &dest);
+        } else {
+            std::fs::copy(&p, &dest).unwrap();
+        }
+    }
+}
