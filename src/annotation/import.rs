@@ -194,20 +194,6 @@ pub(super) fn validate(a: &Annotation, duration: Option<f64>) -> Vec<(String, St
     p
 }
 
-/// Who made a Label Studio annotation: the user's email, else their id.
-pub(super) fn annotator_of(a: &Value) -> String {
-    match &a["completed_by"] {
-        Value::Object(o) => o
-            .get("email")
-            .and_then(|e| e.as_str())
-            .map(String::from)
-            .or_else(|| o.get("id").map(|i| i.to_string())),
-        Value::Null => None,
-        other => Some(other.to_string()),
-    }
-    .unwrap_or_else(|| "unknown".into())
-}
-
 /// Parses a Label Studio JSON export (a list of tasks with `annotations`).
 pub(super) fn from_label_studio(
     tasks: &[Value],
@@ -245,7 +231,7 @@ pub(super) fn from_label_studio(
             .unwrap_or(24.0);
         let duration: Option<f64> = p.and_then(|r| r[1].as_deref()?.parse().ok());
         for a in t["annotations"].as_array().into_iter().flatten() {
-            let annotator = annotator_of(a);
+            let annotator = crate::benchmark::review::annotator_of(a);
             if a["was_cancelled"].as_bool() == Some(true) {
                 report.cancelled += 1;
                 continue;

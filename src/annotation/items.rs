@@ -502,7 +502,7 @@ fn reviews_of_task(
         return fresh;
     };
     for a in t["annotations"].as_array().into_iter().flatten() {
-        let who = super::import::annotator_of(a);
+        let who = crate::benchmark::review::annotator_of(a);
         if a["was_cancelled"].as_bool() == Some(true) {
             report.cancelled += 1;
             continue;

@@ -27,20 +27,6 @@ use std::path::Path;
 /// (task, metric) → (item index, element) → person → hit; the same for ratings, element None.
 type People<V> = BTreeMap<(String, String), BTreeMap<(usize, Option<usize>), BTreeMap<String, V>>>;
 
-/// Who made an annotation: the email when the export carries the user, else the user id.
-fn annotator_of(a: &Value) -> String {
-    match &a["completed_by"] {
-        Value::Object(o) => o
-            .get("email")
-            .and_then(|e| e.as_str())
-            .map(String::from)
-            .or_else(|| o.get("id").map(|i| i.to_string())),
-        Value::Null => None,
-        other => Some(other.to_string()),
-    }
-    .unwrap_or_else(|| "unknown".into())
-}
-
 struct Reader<'a> {
     by_key: HashMap<(&'a str, &'a str), &'a Judgeable>,
     items: &'a std::collections::HashSet<String>,
@@ -190,7 +176,7 @@ impl<'a> Reader<'a> {
                 .unwrap_or("")
         });
         for a in annotations {
-            let person = annotator_of(a);
+            let person = crate::benchmark::review::annotator_of(a);
             if a["was_cancelled"].as_bool() == Some(true) {
                 self.read.cancelled += 1;
                 continue;

@@ -348,7 +348,7 @@ fn reviews_of_task(
     let duration: Option<f64> = p.and_then(|r| r[1].as_deref()?.parse().ok());
     let made_ref = ReferenceColumns::of(item);
     for a in t["annotations"].as_array().into_iter().flatten() {
-        let who = crate::annotation::import::annotator_of(a);
+        let who = crate::benchmark::review::annotator_of(a);
         if a["was_cancelled"].as_bool() == Some(true) {
             report.cancelled += 1;
             continue;

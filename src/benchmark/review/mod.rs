@@ -326,3 +326,18 @@ pub async fn read_review_report<T: serde::de::DeserializeOwned>(
         Err(e) => Err(RunError::io(format!("{}/{path}", store.location()), e)),
     }
 }
+
+/// Who made a Label Studio annotation: the user's email when the export carries the user,
+/// else their id (people's reviews and their judgments of the judge are read alike).
+pub fn annotator_of(a: &serde_json::Value) -> String {
+    match &a["completed_by"] {
+        serde_json::Value::Object(o) => o
+            .get("email")
+            .and_then(|e| e.as_str())
+            .map(String::from)
+            .or_else(|| o.get("id").map(|i| i.to_string())),
+        serde_json::Value::Null => None,
+        other => Some(other.to_string()),
+    }
+    .unwrap_or_else(|| "unknown".into())
+}
