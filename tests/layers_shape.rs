@@ -106,11 +106,15 @@ fn functions(code: &str) -> Vec<(String, usize, usize)> {
     for (k, line) in lines.iter().enumerate() {
         let Some(name) = fn_name(line) else { continue };
         let mut depth = 0i32;
+        // `(`/`[` before the body: a `;` inside them (`[f64; 2]`) does not end a declaration.
+        let mut nested = 0i32;
         let mut started = false;
         'scan: for (j, l) in lines.iter().enumerate().skip(k) {
             for ch in l.chars() {
                 match ch {
-                    ';' if !started && depth == 0 => break 'scan,
+                    '(' | '[' if !started => nested += 1,
+                    ')' | ']' if !started => nested -= 1,
+                    ';' if !started && depth == 0 && nested == 0 => break 'scan,
                     '{' => {
                         depth += 1;
                         started = true;
@@ -321,11 +325,11 @@ fn src_keeps_its_shape() {
 #[test]
 fn the_shape_scanners_see_code_not_comments_or_strings() {
     let code = code_only(
-        "fn a() {\n    let s = \"}{ fn x() {\";\n    // fn y() {\n    let c = '{';\n}\nconst R: &str = r#\"a \" { \"#;\npub(crate) async fn b<T>(x: T) -> Result<Vec<u8>, String> where T: Copy { x; }\ntrait T { fn decl(&self); }\n",
+        "fn a() {\n    let s = \"}{ fn x() {\";\n    // fn y() {\n    let c = '{';\n}\nconst R: &str = r#\"a \" { \"#;\npub(crate) async fn b<T>(x: T) -> Result<Vec<u8>, String> where T: Copy { x; }\ntrait T { fn decl(&self); }\nfn c(p: [f64; 2]) -> [u8; 4] {\n    [0; 4]\n}\n",
     );
     let f = functions(&code);
     let names: Vec<(&str, usize, usize)> = f.iter().map(|(n, a, b)| (n.as_str(), *a, *b)).collect();
-    assert_eq!(names, vec![("a", 1, 5), ("b", 7, 1)]);
+    assert_eq!(names, vec![("a", 1, 5), ("b", 7, 1), ("c", 9, 3)]);
     assert_eq!(string_errors(&code), 1);
     assert_eq!(
         string_errors("Result<(), std::string::String> Result<String, E> MyResult<u8, String>"),

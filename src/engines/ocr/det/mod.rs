@@ -98,6 +98,12 @@ fn unclip(q: &Quad, ratio: f64) -> Vec<[f64; 2]> {
     if src.len() < 3 || delta <= 0.0 {
         return src;
     }
+    offset_round(src, delta)
+}
+
+/// Clipper's round offset of a closed polygon by `delta`: each edge moved out along its
+/// normal, the corners joined by arcs (arc tolerance 0.25), every point rounded.
+fn offset_round(mut src: Vec<[f64; 2]>, delta: f64) -> Vec<[f64; 2]> {
     // Clipper offsets positively oriented polygons (its Area() >= 0); it reverses the others.
     let clipper_area = -0.5
         * (0..src.len())

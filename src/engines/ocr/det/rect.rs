@@ -77,6 +77,18 @@ fn cv_min_area_rect(p: &[[f32; 2]]) -> Option<RotRect> {
     if n < 3 {
         return None;
     }
+    let (vect, inv, seq) = edges(p);
+    let orientation = orientation(&vect);
+    if orientation == 0.0 {
+        return None;
+    }
+    Some(rect_of(p, calipers(p, &vect, &inv, seq, orientation)?))
+}
+
+/// Each edge's vector and inverse length, and the points of least y, greatest x, greatest y
+/// and least x (OpenCV's `bottom, right, top, left`).
+fn edges(p: &[[f32; 2]]) -> (Vec<[f32; 2]>, Vec<f32>, [usize; 4]) {
+    let n = p.len();
     let mut vect = vec![[0f32; 2]; n];
     let mut inv = vec![0f32; n];
     let (mut left, mut bottom, mut right, mut top) = (0, 0, 0, 0);
@@ -105,24 +117,41 @@ fn cv_min_area_rect(p: &[[f32; 2]]) -> Option<RotRect> {
         inv[i] = (1.0 / (dx * dx + dy * dy).sqrt()) as f32;
         pt0 = pt;
     }
-    let mut orientation = 0f32;
+    (vect, inv, [bottom, right, top, left])
+}
+
+/// The hull's turning direction: 1 or -1 from the first non-collinear pair of edges, 0 when
+/// every edge is collinear.
+fn orientation(vect: &[[f32; 2]]) -> f32 {
+    let n = vect.len();
     let (mut ax, mut ay) = (vect[n - 1][0] as f64, vect[n - 1][1] as f64);
-    for v in &vect {
+    for v in vect {
         let (bx, by) = (v[0] as f64, v[1] as f64);
         let c = ax * by - ay * bx;
         if c != 0.0 {
-            orientation = if c > 0.0 { 1.0 } else { -1.0 };
-            break;
+            return if c > 0.0 { 1.0 } else { -1.0 };
         }
         (ax, ay) = (bx, by);
     }
-    if orientation == 0.0 {
-        return None;
-    }
+    0.0
+}
+
+/// The smallest-area placement of the calipers: (left point, base a, width, base b, height,
+/// bottom point).
+type Placement = (usize, f32, f32, f32, f32, usize);
+
+/// Rotates the four calipers around the hull, one edge a step, keeping the smallest area.
+fn calipers(
+    p: &[[f32; 2]],
+    vect: &[[f32; 2]],
+    inv: &[f32],
+    mut seq: [usize; 4],
+    orientation: f32,
+) -> Option<Placement> {
+    let n = p.len();
     let (mut base_a, mut base_b) = (orientation, 0f32);
-    let mut seq = [bottom, right, top, left];
     let mut minarea = f32::MAX;
-    let mut best: Option<(usize, f32, f32, f32, f32, usize)> = None;
+    let mut best: Option<Placement> = None;
     for _ in 0..n {
         let dp = [
             base_a * vect[seq[0]][0] + base_b * vect[seq[0]][1],
@@ -158,7 +187,11 @@ fn cv_min_area_rect(p: &[[f32; 2]]) -> Option<RotRect> {
             best = Some((seq[3], base_a, width, base_b, height, seq[0]));
         }
     }
-    let (l, a1, w, b1, h, b) = best?;
+    best
+}
+
+/// The rectangle of a caliper placement: its centre, sides and angle as OpenCV reports them.
+fn rect_of(p: &[[f32; 2]], (l, a1, w, b1, h, b): Placement) -> RotRect {
     let (a2, b2) = (-b1, a1);
     let c1 = a1 * p[l][0] + p[l][1] * b1;
     let c2 = a2 * p[b][0] + p[b][1] * b2;
@@ -177,13 +210,13 @@ fn cv_min_area_rect(p: &[[f32; 2]]) -> Option<RotRect> {
         angle = -90.0;
         std::mem::swap(&mut rw, &mut rh);
     }
-    Some(RotRect {
+    RotRect {
         cx,
         cy,
         w: rw,
         h: rh,
         angle,
-    })
+    }
 }
 
 /// OpenCV's `RotatedRect::points`, in single precision.
