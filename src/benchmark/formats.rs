@@ -7,7 +7,6 @@
 //! Reads nothing, writes nothing, calls nothing, caches nothing.
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
 
 /// The shape of a task's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -455,15 +454,6 @@ fn tagged(text: &str, labels: &[String]) -> Result<Answer, Problem> {
             format!("<result>{r}</result> is not one of {}", labels.join(", ")),
         )),
     }
-}
-
-/// The letters of a set of option indices, for storage and prompts ("A,C").
-pub fn letters_of(indices: &BTreeSet<usize>) -> String {
-    indices
-        .iter()
-        .map(|i| letter(*i))
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 #[cfg(test)]

@@ -165,11 +165,6 @@ impl RunStages {
             .collect();
         (rows, kept)
     }
-
-    /// The videos the pipeline's own thresholds selected (sorted ids), and the funnel.
-    pub fn selected(&self) -> (Vec<String>, Vec<FunnelRow>) {
-        self.decided.selected()
-    }
 }
 
 /// The videos a run's pipeline selected under its own thresholds (sorted ids) and the funnel

@@ -64,11 +64,6 @@ impl RunView {
             })
             .collect()
     }
-
-    /// The run's `[services.*]` tables (prices, limits), as the pipeline file had them.
-    pub fn services(&self) -> BTreeMap<String, ServiceConfig> {
-        services_of(&self.pipeline)
-    }
 }
 
 /// The `[services.*]` tables of a recorded pipeline; a table this version cannot read is left

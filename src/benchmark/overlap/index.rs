@@ -35,14 +35,6 @@ impl HashIndex {
         HashIndex { hashes, tables }
     }
 
-    pub fn len(&self) -> usize {
-        self.hashes.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.hashes.is_empty()
-    }
-
     /// A searcher for distance `d` (its probe masks computed once).
     pub fn searcher(&self, d: u32) -> Searcher<'_> {
         Searcher {

@@ -253,14 +253,9 @@ impl OcrEngine {
             .map_err(|_| OcrError::Poisoned)
     }
 
-    /// Detection, classification and recognition of every text line in `img`.
-    pub fn ocr(&self, img: &RgbImage) -> Result<Vec<Region>, OcrError> {
-        self.ocr_frame(img, &mut FrameMemory::default(), Reuse::Off)
-            .map(|(regions, _)| regions)
-    }
-
-    /// `ocr` of one frame of a chain read in order: `memory` carries what the previous frames
-    /// found, and `mode` says whether it is used (`reuse`).
+    /// Detection, classification and recognition of every text line in one frame of a chain
+    /// read in order: `memory` carries what the previous frames found, and `mode` says whether
+    /// it is used (`reuse`).
     pub fn ocr_frame(
         &self,
         img: &RgbImage,
