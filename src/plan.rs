@@ -38,6 +38,25 @@ pub fn fingerprint(
     h.finalize().to_hex()[..16].to_string()
 }
 
+/// A run summary's own line for a source or stage: its id and what writes the line from its
+/// counts (an empty line: nothing to say).
+pub type SummaryLine = (String, fn(&str, &crate::runtime::StageCounts) -> String);
+
+/// The source and stages of `plan` with a line of their own in the run summary (a dataset's
+/// unlisted rows, the prescreen's saved calls, OCR reuse), in pipeline order.
+pub fn summaries(plan: &Plan) -> Vec<SummaryLine> {
+    let source = stages::SOURCE_KINDS
+        .iter()
+        .find(|k| k.name == plan.source_kind)
+        .and_then(|k| k.summary)
+        .map(|f| (SOURCE_STAGE_ID.to_string(), f));
+    let staged = plan.stages.iter().filter_map(|s| {
+        let f = stages::stage_kind(&s.kind)?.summary?;
+        Some((s.id.clone(), f))
+    });
+    source.into_iter().chain(staged).collect()
+}
+
 /// Reads and checks a pipeline file without running anything.
 pub fn load(file: &Path) -> Result<Plan, ConfigError> {
     let text = std::fs::read_to_string(file).map_err(|e| ConfigError {

@@ -18,6 +18,7 @@ mod cluster;
 mod config;
 mod croissant;
 mod dataset;
+mod dataset_lists;
 mod dryrun;
 mod evaluate_batch;
 mod evaluate_people;

@@ -56,15 +56,7 @@ pub fn run(a: Args) -> Result<Exit, RunError> {
     })
     .map_err(|e| RunError::Config(e.to_string()))?;
     let plan = crate::plan::load(&a.file)?;
-    // Stages with a line of their own for the summary (the prescreen's saved calls, OCR reuse).
-    let summaries: Vec<(String, fn(&str, &crate::runtime::StageCounts) -> String)> = plan
-        .stages
-        .iter()
-        .filter_map(|s| {
-            let f = crate::stages::stage_kind(&s.kind)?.summary?;
-            Some((s.id.clone(), f))
-        })
-        .collect();
+    let summaries = crate::plan::summaries(&plan);
     let rt = crate::runtime::tokio_runtime()?;
     let opts = RunOptions {
         out: a.out,
@@ -97,9 +89,7 @@ pub fn run(a: Args) -> Result<Exit, RunError> {
     Ok(Exit::Done)
 }
 
-type SummaryLine = (String, fn(&str, &crate::runtime::StageCounts) -> String);
-
-fn print_summary(report: &runner::RunReport, summaries: &[SummaryLine]) {
+fn print_summary(report: &runner::RunReport, summaries: &[crate::plan::SummaryLine]) {
     eprintln!("run directory: {}", report.run_dir.display());
     eprintln!(
         "{:<14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",

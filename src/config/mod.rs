@@ -7,6 +7,7 @@
 
 pub mod queries;
 pub mod taxonomy;
+mod unknown;
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -424,7 +425,7 @@ impl SourceText {
                 line,
                 column,
                 key: None,
-                message: e.message().trim().to_string(),
+                message: unknown::closest_first(e.message().trim()),
             }
         })
     }
@@ -448,7 +449,7 @@ impl SourceText {
                     serde_path_to_error::Segment::Unknown => {}
                 }
             }
-            let msg = e.inner().to_string();
+            let msg = unknown::closest_first(&e.inner().to_string());
             // serde names an unknown key only in its message; point at that key's line.
             if let Some(name) = msg
                 .strip_prefix("unknown field `")

@@ -292,6 +292,8 @@ pub struct SourceKind {
     pub name: &'static str,
     pub about: &'static str,
     pub build: SourceBuildFn,
+    /// A line for the run summary from the source's counts (empty: nothing to say).
+    pub summary: Option<fn(stage_id: &str, counts: &StageCounts) -> String>,
 }
 
 pub type SourceBuildFn =
@@ -303,16 +305,19 @@ pub const SOURCE_KINDS: &[SourceKind] = &[
         name: "local",
         about: "a folder of video files, or a CSV/JSONL manifest with extra columns carried through",
         build: local::build,
+        summary: None,
     },
     SourceKind {
         name: "dataset",
-        about: "an existing dataset's annotation files (FakeSV data.json, MultiHateClip TSVs): its labels mapped, events, splits and folds, media from a folder or a URL template",
+        about: "an existing dataset's annotation files (FakeSV data.json, MultiHateClip TSVs and text.json): its labels mapped, events, splits and folds (computed, or from its published id lists), media from a folder or a URL template",
         build: dataset::build,
+        summary: Some(dataset::summary),
     },
     SourceKind {
         name: "youtube",
         about: "a query file -> YouTube Data API search and videos.list: one row per video with provenance (quota-aware, cached)",
         build: youtube::build,
+        summary: None,
     },
 ];
 

@@ -4,7 +4,7 @@
 //! does not carry. Also the two ways the FakeSV paper splits it: by time and by event.
 
 use super::settings::{Plan, SplitBy};
-use super::{Published, Row, TimeProblem};
+use super::{Listed, Published, Row, TimeProblem};
 use crate::error::RunError;
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -176,42 +176,53 @@ pub(super) fn event_folds(events: &[String], folds: u32) -> Vec<u32> {
     events.iter().map(|e| fold_of[e.as_str()]).collect()
 }
 
-/// The folds and splits of the rows without a problem.
-pub(super) fn place(names: &[String], rows: &mut [Row], plan: &Plan) {
+/// The folds and splits of the rows without a problem: folds from the fold lists when
+/// `listed` has them, else the computed event folds; splits by time, from the split lists,
+/// or by fold (`test_fold` is `test`, the other folds `train`; a row in no fold list, none).
+pub(super) fn place(names: &[String], rows: &mut [Row], plan: &Plan, listed: &Listed) {
     let col = |name: &str| names.iter().position(|n| n == name);
     let (split_col, fold_col) = (col("split"), col("fold"));
     let kept: Vec<usize> = (0..rows.len())
         .filter(|&i| rows[i].problem.is_none())
         .collect();
-    // An event's text and a lone video's id must not meet as one key.
-    let events: Vec<String> = kept
-        .iter()
-        .map(|&i| match event(&rows[i]) {
-            Some(e) => format!("e:{e}"),
-            None => format!("v:{}", rows[i].id.as_deref().unwrap_or_default()),
-        })
-        .collect();
-    let folds = event_folds(&events, plan.folds);
-    let splits: Vec<String> = match plan.split_by {
-        SplitBy::Temporal => {
+    let folds: Vec<Option<u32>> = match &listed.folds {
+        Some(f) => kept.iter().map(|&i| f[i]).collect(),
+        None => {
+            // An event's text and a lone video's id must not meet as one key.
+            let events: Vec<String> = kept
+                .iter()
+                .map(|&i| match event(&rows[i]) {
+                    Some(e) => format!("e:{e}"),
+                    None => format!("v:{}", rows[i].id.as_deref().unwrap_or_default()),
+                })
+                .collect();
+            event_folds(&events, plan.folds)
+                .into_iter()
+                .map(Some)
+                .collect()
+        }
+    };
+    let splits: Vec<Option<String>> = match (plan.split_by, &listed.splits) {
+        (SplitBy::Temporal, _) => {
             let times: Vec<i64> = kept
                 .iter()
                 .map(|&i| rows[i].time.as_ref().map_or(0, |t| t.ms))
                 .collect();
             let at = temporal_splits(&times, &plan.shares);
-            at.iter().map(|&k| plan.names[k].clone()).collect()
+            at.iter().map(|&k| Some(plan.names[k].clone())).collect()
         }
-        SplitBy::EventFolds => folds
+        (SplitBy::Files, Some(s)) => kept.iter().map(|&i| s[i].clone()).collect(),
+        _ => folds
             .iter()
-            .map(|&f| (if f == plan.test_fold { "test" } else { "train" }).to_string())
+            .map(|f| f.map(|f| (if f == plan.test_fold { "test" } else { "train" }).to_string()))
             .collect(),
     };
     for ((&i, fold), split) in kept.iter().zip(folds).zip(splits) {
         if let Some(c) = fold_col {
-            rows[i].extra[c] = Some(fold.to_string());
+            rows[i].extra[c] = fold.map(|f| f.to_string());
         }
         if let Some(c) = split_col {
-            rows[i].extra[c] = Some(split);
+            rows[i].extra[c] = split;
         }
     }
 }

@@ -3,18 +3,22 @@
 //! from MultiHateClip).
 //!
 //! Reads: the annotation file(s) of `format` (FakeSV's `data.json`, MultiHateClip's split TSVs:
-//! see fakesv.rs and multihateclip.rs for their columns) and, with `media_dir`, whether
-//! `<media_dir>/<id>.<ext>` exists. Writes: the `source` table, one row per video: the media
-//! path (or, with `media_url`, only the URL, for a `download` stage), title and description
-//! where the dataset has them, the publish time as `published_at` (RFC 3339, UTC), and extra
-//! columns carried through every table: `label` (mapped by `labels`), `split`, and FakeSV's
-//! `event`, `publish_time` (as written) and `fold`, or MultiHateClip's other columns with its
-//! Python-literal lists as JSON arrays. Calls: nothing. Caches: nothing; `open` reads the files
+//! see fakesv.rs and multihateclip.rs for their columns), the dataset's published id lists
+//! (split_files.rs) or MultiHateClip's text.json (text_json.rs) when given, and, with
+//! `media_dir`, whether `<media_dir>/<id>.<ext>` exists. Writes: the `source` table, one row
+//! per video: the media path (or, with `media_url`, only the URL, for a `download` stage),
+//! title and description where the dataset has them, the publish time as `published_at` (RFC
+//! 3339, UTC), and extra columns carried through every table: `label` (mapped by `labels`),
+//! `split`, and FakeSV's `event`, `publish_time` (as written) and `fold`, or MultiHateClip's
+//! other columns with its Python-literal lists as JSON arrays (and text.json's
+//! `dataset_transcript`, `llm_label`, `language_check`). Calls: nothing. Caches: nothing; `open` reads the files
 //! whole, since splits and folds depend on every row, and keeps one entry per row (the datasets
 //! hold thousands). Video id: the dataset's own. Rejects, each naming file:line: `bad_line`,
 //! `missing_id`, `unsafe_id`, `unknown_label` (never dropped silently), `bad_list`,
 //! `no_publish_time` (temporal split only), `duplicate_id` (naming the first line; the first
-//! is kept), and `missing_file` under `media_dir`; the other rows go on.
+//! is kept), `listed_twice` (an id twice in the id lists, naming each list's file:line),
+//! `bad_text` (a text.json entry of the wrong shape, naming text.json:line and the key), and
+//! `missing_file` under `media_dir`; the other rows go on.
 //!
 //! Splits and folds (FakeSV; computed over the rows without a problem, media aside):
 //! - `fold`: events (`keywords`) are placed whole, largest first (ties by event text), each in
@@ -26,13 +30,23 @@
 //!   k with i < round(n · (share_1 + … + share_k) / Σ shares). Default 70/15/15 named train,
 //!   valid, test (FakeSV's public split files hold 4002/773/720 of 5495).
 //! - `split_by = "event_folds"`: `test` for the videos of fold `test_fold`, `train` for the rest.
+//! - The dataset's published id lists (split_files.rs): `fold_files` give the `fold` column
+//!   instead of the computed folds; `split_by = "files"` takes `split` from `split_files`
+//!   (else from the fold lists, as `event_folds` does). A row in no list keeps an empty split
+//!   (or fold); an id listed twice is a `listed_twice` reject naming every file:line.
 //!
 //! MultiHateClip's split is its file's: `splits` maps a file (as written in `annotations`) to a
-//! split name, by default the file's stem. The settings and their checks are in settings.rs.
+//! split name, by default the file's stem; `text` joins its `text.json` (text_json.rs). The
+//! settings and their checks are in settings.rs. What the lists and text.json leave unmatched
+//! (rows in no list, listed ids or text.json entries without a row, rows without an entry) is
+//! counted into the source's tally (the run summary's `source:` line and manifest.json) and
+//! named in a warning.
 
 mod fakesv;
 mod multihateclip;
 mod settings;
+mod split_files;
+mod text_json;
 
 use crate::config::{ConfigError, Seg};
 use crate::error::{RunError, StageError};
@@ -126,6 +140,14 @@ impl Row {
     }
 }
 
+/// The folds and splits the dataset's id lists give, per row (aligned with the rows); `None`:
+/// no lists of that kind.
+#[derive(Debug, Default)]
+struct Listed {
+    folds: Option<Vec<Option<u32>>>,
+    splits: Option<Vec<Option<String>>>,
+}
+
 pub struct DatasetSource {
     cfg: DatasetConfig,
     /// Resolved annotation files and the split each gives (MultiHateClip).
@@ -133,9 +155,13 @@ pub struct DatasetSource {
     labels: BTreeMap<String, String>,
     media: Media,
     plan: Plan,
+    /// MultiHateClip's text.json.
+    text: Option<PathBuf>,
     /// After `open`: one entry per row, with its publish time (RFC 3339).
     entries: Vec<(Entry, Option<String>)>,
     extras: Extras,
+    /// After `open`: what the id lists and text.json left unmatched, for the tally.
+    unmatched: Vec<(String, u64)>,
 }
 
 pub fn build(
@@ -149,6 +175,7 @@ pub fn build(
         labels,
         media,
         plan,
+        text,
     } = settings::resolve(&mut cfg, at, bcx)?;
     let json = serde_json::to_value(&cfg).unwrap_or_default();
     let source = DatasetSource {
@@ -157,8 +184,10 @@ pub fn build(
         labels,
         media,
         plan,
+        text,
         entries: vec![],
         extras: Arc::new(vec![]),
+        unmatched: vec![],
     };
     Ok((Box::new(source), json))
 }
@@ -287,38 +316,23 @@ impl Source for DatasetSource {
     }
 
     async fn open(&mut self, _cx: &StageContext) -> Result<(), RunError> {
-        if let Media::Dir { dir, .. } = &self.media
-            && !dir.is_dir()
-        {
-            let msg = format!("source media_dir {}: not a folder", dir.display());
-            return Err(RunError::Config(msg));
-        }
-        if let Some((f, _)) = self.files.iter().find(|(f, _)| !f.is_file()) {
-            let msg = format!("source annotations {}: no such file", f.display());
-            return Err(RunError::Config(msg));
-        }
-        let temporal = self.plan.split_by == SplitBy::Temporal;
-        let (names, mut rows) = match self.cfg.format {
-            Format::Fakesv => {
-                let rows = fakesv::read(&self.files[0].0)?;
-                if temporal && !rows.is_empty() && rows.iter().all(|r| r.time.is_err()) {
-                    return Err(RunError::Config(format!(
-                        "{}: no row has a publish_time, which the temporal split needs (FakeSV's public data.json has none); set split_by = \"event_folds\"",
-                        self.files[0].0.display()
-                    )));
-                }
-                (fakesv::COLUMNS.map(String::from).to_vec(), rows)
-            }
-            Format::Multihateclip => multihateclip::read(&self.files)?,
-        };
+        let (names, mut rows) = self.read()?;
         check_names(&names, &self.files)?;
         let fakesv = self.cfg.format == Format::Fakesv;
+        let temporal = self.plan.split_by == SplitBy::Temporal;
         check_rows(&mut rows, &self.labels, fakesv && temporal);
+        self.unmatched.clear();
         if fakesv {
-            fakesv::place(&names, &mut rows, &self.plan);
-        } else if let Some(c) = col(&names, "split") {
-            for r in &mut rows {
-                r.extra[c] = r.split.clone();
+            let listed = self.listed(&mut rows)?;
+            fakesv::place(&names, &mut rows, &self.plan, &listed);
+        } else {
+            if let Some(c) = col(&names, "split") {
+                for r in &mut rows {
+                    r.extra[c] = r.split.clone();
+                }
+            }
+            if let Some(t) = self.text.clone() {
+                self.join_text(&t, &names, &mut rows)?;
             }
         }
         self.entries = rows.into_iter().map(|r| self.entry(r)).collect();
@@ -337,6 +351,12 @@ impl Source for DatasetSource {
     fn run(self: Box<Self>, cx: StageContext) -> SourceStream {
         let cpu = cx.cpu.clone();
         let this = *self;
+        // Every rank lists every row: one rank's counts are the run's.
+        if cx.rank.rank == 0 {
+            for (name, n) in &this.unmatched {
+                cx.tally.add(name, *n);
+            }
+        }
         // Duplicates are found (and named with both lines) in `open`; this map stays empty.
         let mut seen = HashMap::new();
         futures::stream::iter(this.entries)
@@ -353,6 +373,142 @@ impl Source for DatasetSource {
             })
             .map(Ok)
             .boxed()
+    }
+}
+
+impl DatasetSource {
+    /// The annotation rows as the format reads them, with its extra columns (MultiHateClip's
+    /// text.json ones after the TSVs'), once the files are there.
+    fn read(&self) -> Result<(Vec<String>, Vec<Row>), RunError> {
+        if let Media::Dir { dir, .. } = &self.media
+            && !dir.is_dir()
+        {
+            let msg = format!("source media_dir {}: not a folder", dir.display());
+            return Err(RunError::Config(msg));
+        }
+        if let Some((f, _)) = self.files.iter().find(|(f, _)| !f.is_file()) {
+            let msg = format!("source annotations {}: no such file", f.display());
+            return Err(RunError::Config(msg));
+        }
+        let file = &self.files[0].0;
+        match self.cfg.format {
+            Format::Fakesv => {
+                let rows = fakesv::read(file)?;
+                let temporal = self.plan.split_by == SplitBy::Temporal;
+                if temporal && !rows.is_empty() && rows.iter().all(|r| r.time.is_err()) {
+                    return Err(RunError::Config(format!(
+                        "{}: no row has a publish_time, which the temporal split needs (FakeSV's public data.json has none); set split_by = \"event_folds\" or \"files\"",
+                        file.display()
+                    )));
+                }
+                Ok((fakesv::COLUMNS.map(String::from).to_vec(), rows))
+            }
+            Format::Multihateclip => {
+                let (mut names, mut rows) = multihateclip::read(&self.files)?;
+                if self.text.is_some() {
+                    if let Some(c) = text_json::COLUMNS.iter().find(|c| col(&names, c).is_some()) {
+                        return Err(RunError::Config(format!(
+                            "{}: column `{c}` is also a column text.json gives",
+                            file.display()
+                        )));
+                    }
+                    names.extend(text_json::COLUMNS.map(String::from));
+                    for r in &mut rows {
+                        r.extra.resize(names.len(), None);
+                    }
+                }
+                Ok((names, rows))
+            }
+        }
+    }
+
+    /// The folds and splits FakeSV's published id lists give (rows listed twice rejected).
+    /// The rows in no list are counted once both kinds have rejected theirs.
+    fn listed(&mut self, rows: &mut [Row]) -> Result<Listed, RunError> {
+        let data = self.files[0].0.display().to_string();
+        let named_lists = self.plan.split_lists.iter().map(|(_, f)| f.clone());
+        let lists = [
+            ("fold_files", "fold", self.plan.fold_lists.clone()),
+            ("split_files", "split", named_lists.collect()),
+        ];
+        let mut got = vec![];
+        for (what, column, files) in lists {
+            if !files.is_empty() {
+                got.push((what, column, split_files::assign(&files, what, rows)?));
+            }
+        }
+        let mut listed = Listed::default();
+        for (what, column, got) in got {
+            let unlisted = (got.of_row.iter().zip(rows.iter()))
+                .filter(|(k, r)| k.is_none() && r.problem.is_none())
+                .count();
+            self.note(&format!("{what}_unlisted"), unlisted, || {
+                format!("rows of {data} are in no list of {what}: their {column} is empty")
+            });
+            self.note(&format!("{what}_no_row"), got.no_row.len(), || {
+                let named = split_files::named(&got.no_row);
+                format!("ids listed in {what} have no row in {data}: {named}")
+            });
+            if what == "fold_files" {
+                let of = got.of_row.iter().map(|k| k.map(|k| k as u32 + 1));
+                listed.folds = Some(of.collect());
+            } else {
+                let name = |k: usize| self.plan.split_lists[k].0.clone();
+                listed.splits = Some(got.of_row.iter().map(|k| k.map(name)).collect());
+            }
+        }
+        Ok(listed)
+    }
+
+    /// MultiHateClip's text.json joined to the rows by id; what matches nothing is counted.
+    fn join_text(
+        &mut self,
+        file: &Path,
+        names: &[String],
+        rows: &mut [Row],
+    ) -> Result<(), RunError> {
+        let joined = text_json::read(file)?.join(names, rows);
+        let shown = file.display();
+        self.note("text_no_entry", joined.no_entry, || {
+            format!("rows have no entry in {shown}: their text columns are empty")
+        });
+        self.note("text_no_row", joined.no_row.len(), || {
+            let named = split_files::named(&joined.no_row);
+            format!("entries of {shown} have no row in the annotations: {named}")
+        });
+        Ok(())
+    }
+
+    /// Keeps a count for the tally; one above zero is also a warning (`what` says of what).
+    fn note(&mut self, name: &str, n: usize, what: impl FnOnce() -> String) {
+        if n > 0 {
+            tracing::warn!("source: {n} {}", what());
+        }
+        self.unmatched.push((name.to_string(), n as u64));
+    }
+}
+
+/// The run summary's line for a dataset source: what its id lists and text.json left
+/// unmatched (empty when it has neither).
+pub fn summary(stage_id: &str, counts: &crate::runtime::StageCounts) -> String {
+    let n = |k: &str| counts.tally.get(k).copied();
+    let mut parts = vec![];
+    for what in ["split_files", "fold_files"] {
+        let unlisted = n(&format!("{what}_unlisted"));
+        if let (Some(u), Some(x)) = (unlisted, n(&format!("{what}_no_row"))) {
+            parts.push(format!(
+                "{what}: {u} videos in no list, {x} listed ids without a row"
+            ));
+        }
+    }
+    if let (Some(a), Some(b)) = (n("text_no_entry"), n("text_no_row")) {
+        parts.push(format!(
+            "text: {a} videos without an entry, {b} entries without a row"
+        ));
+    }
+    match parts.is_empty() {
+        true => String::new(),
+        false => format!("{stage_id}: {}", parts.join("; ")),
     }
 }
 

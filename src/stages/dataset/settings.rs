@@ -22,6 +22,8 @@ pub enum SplitBy {
     #[default]
     Temporal,
     EventFolds,
+    /// The dataset's published id lists: `split_files`, else `fold_files` with `test_fold`.
+    Files,
 }
 
 /// One file, or several.
@@ -75,7 +77,8 @@ pub struct DatasetConfig {
     #[serde(default)]
     pub media_url: Option<String>,
     /// FakeSV: `temporal` (by publish time; needs `publish_time`, which FakeSV's full release
-    /// has and its public `data.json` has not) or `event_folds` [default temporal].
+    /// has and its public `data.json` has not), `event_folds`, or `files` (the published id
+    /// lists: `split_files`, else `fold_files`) [default temporal; files with `split_files`].
     #[serde(default)]
     pub split_by: Option<SplitBy>,
     /// FakeSV temporal split: the splits' names, earliest first [default ["train", "valid",
@@ -86,12 +89,24 @@ pub struct DatasetConfig {
     /// scale) [default [70, 15, 15]].
     #[serde(default)]
     pub split_shares: Option<Vec<f64>>,
-    /// FakeSV: the number of event folds [default 5].
+    /// FakeSV: the number of event folds [default 5; with `fold_files`, their number].
     #[serde(default)]
     pub folds: Option<u32>,
-    /// FakeSV, `split_by = "event_folds"`: the fold whose videos are `test` [default 1].
+    /// FakeSV, split by folds: the fold whose videos are `test` [default 1].
     #[serde(default)]
     pub test_fold: Option<u32>,
+    /// FakeSV, `split_by = "files"`: each split's published id list (one id a line), relative
+    /// to the pipeline file, e.g. `{ train = "data-split/temporal/vid_time3_train.txt", ... }`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub split_files: BTreeMap<String, PathBuf>,
+    /// FakeSV: the published fold lists, fold 1 first (e.g. `data-split/event/vid_fold_1.txt`
+    /// ... `_5.txt`): the `fold` column comes from them instead of the computed event folds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fold_files: Vec<PathBuf>,
+    /// MultiHateClip: its `text.json` (title, description, transcript and an LLM's label per
+    /// video id), joined to the rows by id.
+    #[serde(default)]
+    pub text: Option<PathBuf>,
 }
 
 /// Where the records' media are.
@@ -109,6 +124,10 @@ pub(super) struct Plan {
     pub(super) shares: Vec<f64>,
     pub(super) folds: u32,
     pub(super) test_fold: u32,
+    /// `split_files`, resolved: (split name, file).
+    pub(super) split_lists: Vec<(String, PathBuf)>,
+    /// `fold_files`, resolved, fold 1 first.
+    pub(super) fold_lists: Vec<PathBuf>,
 }
 
 /// The settings as the source uses them, checked.
@@ -118,6 +137,8 @@ pub(super) struct Resolved {
     pub(super) labels: BTreeMap<String, String>,
     pub(super) media: Media,
     pub(super) plan: Plan,
+    /// MultiHateClip's `text.json`, resolved.
+    pub(super) text: Option<PathBuf>,
 }
 
 /// Checks the settings beyond their types (errors name the key) and fills in the defaults
@@ -146,12 +167,15 @@ pub(super) fn resolve(
             ));
         }
         only("splits", !cfg.splits.is_empty(), "multihateclip")?;
+        only("text", cfg.text.is_some(), "multihateclip")?;
     } else {
         only("split_by", cfg.split_by.is_some(), "fakesv")?;
         only("split_names", cfg.split_names.is_some(), "fakesv")?;
         only("split_shares", cfg.split_shares.is_some(), "fakesv")?;
         only("folds", cfg.folds.is_some(), "fakesv")?;
         only("test_fold", cfg.test_fold.is_some(), "fakesv")?;
+        only("split_files", !cfg.split_files.is_empty(), "fakesv")?;
+        only("fold_files", !cfg.fold_files.is_empty(), "fakesv")?;
     }
     let files = split_files(cfg, &written, at, bcx)?;
     let labels = cfg.labels.clone().unwrap_or_else(|| {
@@ -168,11 +192,13 @@ pub(super) fn resolve(
     }
     let plan = split_plan(cfg, fakesv, at, bcx)?;
     cfg.labels = Some(labels.clone());
+    let text = cfg.text.as_ref().map(|t| bcx.resolve(t));
     Ok(Resolved {
         files,
         labels,
         media,
         plan,
+        text,
     })
 }
 
@@ -252,16 +278,23 @@ fn split_plan(
 ) -> Result<Plan, ConfigError> {
     let err = |key: &str, msg: String| bcx.src.error_at(&key_at(at, key), msg);
     let names = || ["train", "valid", "test"].map(String::from).to_vec();
-    let plan = Plan {
-        split_by: cfg.split_by.unwrap_or_default(),
+    let by_default = match cfg.split_files.is_empty() {
+        true => SplitBy::default(),
+        false => SplitBy::Files,
+    };
+    let mut plan = Plan {
+        split_by: cfg.split_by.unwrap_or(by_default),
         names: cfg.split_names.clone().unwrap_or_else(names),
         shares: cfg.split_shares.clone().unwrap_or(vec![70.0, 15.0, 15.0]),
         folds: cfg.folds.unwrap_or(5),
         test_fold: cfg.test_fold.unwrap_or(1),
+        split_lists: vec![],
+        fold_lists: vec![],
     };
     if !fakesv {
         return Ok(plan);
     }
+    id_lists(cfg, &mut plan, at, bcx)?;
     let n = &plan.names;
     let distinct = n.iter().enumerate().all(|(i, x)| !n[..i].contains(x));
     if n.is_empty() || n.iter().any(|x| x.trim().is_empty()) || !distinct {
@@ -290,4 +323,47 @@ fn split_plan(
     cfg.folds = Some(plan.folds);
     cfg.test_fold = Some(plan.test_fold);
     Ok(plan)
+}
+
+/// The published id lists (`split_files`, `fold_files`) checked against `split_by` and
+/// `folds`, resolved into the plan.
+fn id_lists(
+    cfg: &DatasetConfig,
+    plan: &mut Plan,
+    at: &[Seg],
+    bcx: &BuildCx,
+) -> Result<(), ConfigError> {
+    let err = |key: &str, msg: &str| bcx.src.error_at(&key_at(at, key), msg);
+    let by_files = plan.split_by == SplitBy::Files;
+    if !cfg.split_files.is_empty() && !by_files {
+        return Err(err(
+            "split_files",
+            "applies to split_by = \"files\" (the default when split_files is given)",
+        ));
+    }
+    if by_files && cfg.split_files.is_empty() && cfg.fold_files.is_empty() {
+        return Err(err(
+            "split_by",
+            "\"files\" needs `split_files` (a list per split) or `fold_files` (a list per fold; test_fold is the test split)",
+        ));
+    }
+    for (name, file) in &cfg.split_files {
+        let at = key_at(&key_at(at, "split_files"), name);
+        if name.trim().is_empty() || file.as_os_str().is_empty() {
+            return Err(bcx.src.error_at(&at, "give a split name and a file"));
+        }
+    }
+    if !cfg.fold_files.is_empty() {
+        let n = cfg.fold_files.len() as u32;
+        if cfg.folds.is_some_and(|f| f != n) {
+            let msg = format!("the {n} fold_files are {n} folds; leave `folds` out");
+            return Err(err("folds", &msg));
+        }
+        plan.folds = n;
+    }
+    plan.split_lists = (cfg.split_files.iter())
+        .map(|(name, p)| (name.clone(), bcx.resolve(p)))
+        .collect();
+    plan.fold_lists = cfg.fold_files.iter().map(|p| bcx.resolve(p)).collect();
+    Ok(())
 }
