@@ -22,7 +22,7 @@ So the table shows what the stage and its checks do over a few dozen videos, not
 model's items are.
 
 With --release DIR it goes on to the benchmark: `split`, `release` (the `questions` config
-beside the videos'), `evaluate --rotations-out` (every item once per rotation of its options),
+beside the videos'), `evaluate --rotations-out` (every test item once per rotation of its options),
 and `evaluate` of two STAND-IN answerers, not models, chosen to show what the scoring guards
 against: `longest` (names the longest option: the text-only shortcut) and `always-A` (position
 bias: right only when the answer is shown first, so CircularEval gives it nothing).

@@ -397,6 +397,9 @@ fn label_studio_round_trip_then_spreadsheet_annotators() {
             preds.to_str().unwrap(),
             "--label",
             "annotation_risk_label",
+            // Every split: the spans of all seven videos, whichever split they fell in.
+            "--split",
+            "all",
             "--json",
             "--lengths-plot",
             plot.to_str().unwrap(),

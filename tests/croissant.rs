@@ -364,7 +364,14 @@ fn a_task_release_describes_each_task_config() {
     write(&rel.join("predictions.jsonl"), &preds);
     let (report, got) = crate::harness_tasks::scored_alike(&rel, "release");
     assert_eq!(got["compared"], 2, "{got}");
-    assert_eq!(report["tasks"][0]["items"], videos, "{report}");
+    // lmms-eval and `evaluate` score the test split: one item per test video.
+    let test_videos = table_rows_file_all(&rel.join("data"))
+        .iter()
+        .filter(|r| r["split"] == "test")
+        .count();
+    assert!(test_videos > 0);
+    assert_eq!(report["split"]["name"], "test", "{report}");
+    assert_eq!(report["tasks"][0]["items"], test_videos, "{report}");
     let card = std::fs::read_to_string(rel.join("README.md")).unwrap();
     assert!(!card.contains(tasks.to_str().unwrap()), "{card}");
     // Relative to the pipeline file's folder, or its last parts (`…/mvfndb/sac.toml`) when

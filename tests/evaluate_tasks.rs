@@ -7,6 +7,7 @@ use crate::fake_http::{FakeServer, Request, Response};
 use crate::judge::{OPENAI_KEY, prompt_of};
 use crate::util::*;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::process::Command;
 
 pub(crate) fn py(args: &[&str]) -> String {
@@ -265,7 +266,18 @@ fn judged_metrics_are_paid_once_named_by_their_judge_and_never_guessed() {
     );
     std::fs::write(rel.join("judged.json"), &o.stdout).unwrap();
     let calls = server.requests().len();
+    // The report's first line says which split it scored (every item: the release has no
+    // test split); the judge's line follows.
+    assert!(
+        dry.starts_with(
+            "split: all (320 items; the release has no test split, its splits: train)\n"
+        ),
+        "{dry}"
+    );
     let planned: u64 = dry
+        .lines()
+        .find(|l| l.starts_with("judge "))
+        .unwrap()
         .split(": ")
         .nth(1)
         .unwrap()
@@ -377,4 +389,180 @@ fn a_judge_file_that_cannot_be_used_exits_2_at_its_line_and_key() {
             "{want} not in {e}"
         );
     }
+}
+
+/// A release with train / validation / test files (the generator's `splits`; the answers cover
+/// every split): `evaluate` scores the test split by default, equal to the independent scorer
+/// over the rows whose `split` is test, which also counts them; `--split all` scores every
+/// item, `--split validation` that split, an unknown name exits 2 naming the splits; prompt
+/// variants, the judge and the project for people take the test split too.
+#[test]
+fn the_test_split_is_scored_by_default_and_every_split_on_request() {
+    let d = tempfile::tempdir().unwrap();
+    let rel = d.path().join("rel");
+    let r = rel.to_str().unwrap();
+    py(&["make", r, "7", "splits"]);
+    let preds = rel.join("predictions.jsonl");
+    let items = rel.join("items.jsonl");
+    let evaluate = |extra: &[&str]| -> std::process::Output {
+        let mut args = vec!["evaluate", r, preds.to_str().unwrap()];
+        args.extend(extra);
+        run(&args, d.path())
+    };
+    let stdout = |o: &std::process::Output| {
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let mut scored = BTreeMap::new();
+    for (split, flags) in [
+        ("test", vec![]),
+        ("all", vec!["--split", "all"]),
+        ("validation", vec!["--split", "validation"]),
+    ] {
+        let mut args = flags.clone();
+        args.extend(["--json", "--by", "label", "--items-out"]);
+        args.push(items.to_str().unwrap());
+        let out = stdout(&evaluate(&args));
+        std::fs::write(rel.join("report.json"), &out).unwrap();
+        // Every item value, mean, standard error and Macro-F1 over the split's rows alone.
+        let counts: Value = serde_json::from_str(py(&["check", r, split]).trim()).unwrap();
+        let report: Value = serde_json::from_str(&out).unwrap();
+        let s = &report["split"];
+        assert_eq!(s["name"], split, "{s}");
+        assert_eq!(s["default"], split == "test", "{s}");
+        assert_eq!(s["scored"], counts["items"], "{s} {counts}");
+        assert_eq!(s["total"], counts["release_items"], "{s} {counts}");
+        assert_eq!(
+            s["other_predictions"], counts["other_predictions"],
+            "{s} {counts}"
+        );
+        assert_eq!(
+            report["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["items"].as_u64().unwrap())
+                .sum::<u64>(),
+            counts["items"].as_u64().unwrap()
+        );
+        let (n, total, other) = (
+            &counts["items"],
+            &counts["release_items"],
+            &counts["other_predictions"],
+        );
+        let first = if split == "all" {
+            format!("split: all ({total} items; every split: test, train, validation)")
+        } else {
+            format!(
+                "split: {split} ({n} of {total} items; {other} predictions of other splits not scored; --split all for every split)"
+            )
+        };
+        let text = stdout(&evaluate(&flags));
+        assert_eq!(text.lines().next(), Some(first.as_str()), "{text}");
+        scored.insert(split, n.as_u64().unwrap());
+    }
+    // 8 tasks of 40 items; 4 of the 15 videos are test, 2 validation.
+    assert_eq!(scored["all"], 320);
+    assert!(
+        0 < scored["test"] && scored["test"] + scored["validation"] < 320,
+        "{scored:?}"
+    );
+    let o = evaluate(&["--split", "dev"]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("--split dev:") && e.contains("(its splits: test, train, validation; or all"),
+        "{e}"
+    );
+
+    // Prompt variants on the test split: the independent scorer over its tagged items.
+    py(&["variants", r, "8"]);
+    let mut args = vec!["evaluate".to_string(), r.to_string(), "--json".into()];
+    for v in ["zero-shot", "mvfnd-cot", "all-mvfnd-cot"] {
+        args.push("--variant".into());
+        args.push(format!(
+            "{v}={}",
+            rel.join(format!("var_{v}.jsonl")).display()
+        ));
+    }
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = stdout(&run(&argv, d.path()));
+    std::fs::write(rel.join("variants.json"), &out).unwrap();
+    let counts: Value = serde_json::from_str(py(&["check_variants", r, "test"]).trim()).unwrap();
+    assert_eq!(counts["rows"], 6, "{counts}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["split"]["name"], "test");
+    assert_eq!(
+        report["rows"][0]["scores"]["accuracy"]["n"],
+        counts["items"]
+    );
+
+    // The judge judges the test split's answers only; its hit rates as the replayed rule's.
+    let server = FakeServer::start(stand_in_judge);
+    let judge = d.path().join("judge.toml");
+    write(
+        &judge,
+        &format!(
+            "[services.judge]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 6000\n\n[judge]\nservice = \"judge\"\nmodel = \"stand-in-judge\"\n",
+            server.url()
+        ),
+    );
+    let judged = |extra: &[&str]| {
+        let mut args = vec!["evaluate", r, preds.to_str().unwrap(), "--judge"];
+        args.push(judge.to_str().unwrap());
+        args.extend(extra);
+        Command::new(bin())
+            .args(&args)
+            .current_dir(d.path())
+            .env("VIDCURATE_TEST_OPENAI_KEY", OPENAI_KEY)
+            .output()
+            .unwrap()
+    };
+    let dry = stdout(&judged(&["--dry-run"]));
+    assert!(dry.starts_with("split: test ("), "{dry}");
+    let all_dry = stdout(&judged(&["--dry-run", "--split", "all"]));
+    let calls = |t: &str| -> u64 {
+        let l = t.lines().find(|l| l.starts_with("judge ")).unwrap();
+        l.split(": ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(
+        0 < calls(&dry) && calls(&dry) < calls(&all_dry),
+        "{dry}{all_dry}"
+    );
+    let out = stdout(&judged(&["--json", "--items-out", items.to_str().unwrap()]));
+    std::fs::write(rel.join("judged.json"), &out).unwrap();
+    let counts: Value = serde_json::from_str(py(&["check_judged", r, "test"]).trim()).unwrap();
+    assert!(counts["items"].as_u64().unwrap() > 0, "{counts}");
+
+    // The project for people holds the test split's answers only.
+    let people = d.path().join("people");
+    stdout(&evaluate(&["--people-out", people.to_str().unwrap()]));
+    let test_items: std::collections::BTreeSet<String> = table_rows_file_all(&rel.join("tasks/rl"))
+        .into_iter()
+        .chain(table_rows_file_all(&rel.join("tasks/ot")))
+        .filter(|r| r["split"] == "test")
+        .map(|r| r["item_id"].clone())
+        .collect();
+    let tasks: Value =
+        serde_json::from_slice(&std::fs::read(people.join("tasks.json")).unwrap()).unwrap();
+    let ids: Vec<&str> = tasks
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["data"]["item_id"].as_str().unwrap())
+        .collect();
+    assert!(!ids.is_empty());
+    assert!(ids.iter().all(|i| test_items.contains(*i)), "{ids:?}");
 }

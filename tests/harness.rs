@@ -16,10 +16,10 @@
 
 use crate::judge::err;
 use crate::need_ffmpeg;
-use crate::questions::{question_run, split_and_release};
+use crate::questions::{question_run, split_and_release_at};
 use crate::util::*;
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 fn lcg(s: &mut u64) -> u64 {
     *s = s
@@ -59,12 +59,13 @@ fn exported_harnesses_score_as_evaluate_and_follow_vlmevalkits_loader() {
     let (_server, out) = question_run(dir.path(), 4);
     let rel = dir.path().join("release");
     let flags = ["--harness", "lmms-eval", "--harness", "vlmevalkit"];
-    split_and_release(&out, &rel, dir.path(), &flags);
+    // Two test videos, so that the test split's scores have clustered standard errors.
+    split_and_release_at(&out, &rel, dir.path(), "25/25/50", &flags);
     // The checksums cover the harness files written after them.
     vidcurate::release::integrity::verify(&rel).unwrap();
     let croissant = std::fs::read_to_string(rel.join("croissant.json")).unwrap();
     assert!(croissant.contains("\"harness/lmms_eval/utils.py\""));
-    assert!(croissant.contains("\"harness/vlmevalkit/release_CIRC.tsv\""));
+    assert!(croissant.contains("\"harness/vlmevalkit/release_test_CIRC.tsv\""));
 
     // Every item under every rotation, answered mostly right, in every shape; one item never
     // answered and one rotation of another missing.
@@ -75,6 +76,8 @@ fn exported_harnesses_score_as_evaluate_and_follow_vlmevalkits_loader() {
             rel.to_str().unwrap(),
             "--rotations-out",
             rot.to_str().unwrap(),
+            "--split",
+            "all",
         ],
         dir.path(),
     );
@@ -84,8 +87,9 @@ fn exported_harnesses_score_as_evaluate_and_follow_vlmevalkits_loader() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let answers: HashMap<String, u64> = table_rows_file_all(&rel.join("questions"))
-        .into_iter()
+    let rows = table_rows_file_all(&rel.join("questions"));
+    let answers: HashMap<String, u64> = rows
+        .iter()
         .map(|r| {
             (
                 r["item_id"].clone(),
@@ -93,9 +97,15 @@ fn exported_harnesses_score_as_evaluate_and_follow_vlmevalkits_loader() {
             )
         })
         .collect();
-    let items = answers.len();
-    assert_eq!(items, 12, "4 videos of 3 items");
-    assert_eq!(variants.len(), items * 4);
+    assert_eq!(answers.len(), 12, "4 videos of 3 items");
+    assert_eq!(variants.len(), 12 * 4);
+    // Items per split, from the rows' own `split` column; lmms-eval and `evaluate` score test.
+    let mut per_split: BTreeMap<String, usize> = BTreeMap::new();
+    for r in &rows {
+        *per_split.entry(r["split"].clone()).or_default() += 1;
+    }
+    let items = per_split["test"];
+    assert_eq!(items, 6, "2 test videos of 3 items: {per_split:?}");
     let skip_item = variants[0]["item_id"].as_str().unwrap().to_string();
     let skip_rot = (variants[9]["item_id"].as_str().unwrap().to_string(), 3);
     let mut seed = 11u64;
@@ -128,6 +138,8 @@ fn exported_harnesses_score_as_evaluate_and_follow_vlmevalkits_loader() {
     );
     assert!(o.status.success(), "{}", err(&o));
     let ours: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(ours["split"]["name"], "test");
+    assert_eq!(ours["split"]["scored"], items);
     assert!(
         ours["all"]["micro"]["unparsed"].as_u64().unwrap() > 0,
         "{ours}"
@@ -149,6 +161,35 @@ fn exported_harnesses_score_as_evaluate_and_follow_vlmevalkits_loader() {
     assert!(o.status.success(), "check_harness.py: {}", err(&o));
     let theirs: Value = serde_json::from_slice(&o.stdout).unwrap();
     let t = &theirs["tasks"];
+
+    // Every task lists each split's files under its own name, scores test alone, keeps
+    // validation as validation and train for few-shot examples only.
+    for (task, s) in theirs["splits"].as_object().unwrap() {
+        let files = s["files"].as_object().unwrap();
+        for (split, list) in files {
+            let list: Vec<&str> = list
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f.as_str().unwrap())
+                .collect();
+            assert!(!list.is_empty(), "{task}: {s}");
+            for f in list {
+                assert!(
+                    f.starts_with(&format!("questions/{split}-")),
+                    "{task}: {f} under {split}"
+                );
+                for r in table_rows_file(&rel.join(f)) {
+                    assert_eq!(&r["split"], split, "{task}: {f}");
+                }
+            }
+        }
+        assert_eq!(files.len(), 3, "{task}: {s}");
+        assert_eq!(s["test_split"], "test", "{s}");
+        assert_eq!(s["validation_split"], "validation", "{s}");
+        assert_eq!(s["fewshot_split"], "train", "{s}");
+        assert!(s["training_split"].is_null(), "{s}");
+    }
 
     // One task per level, each equal to evaluate's level score and clustered error.
     let levels = ours["level_order"].as_array().unwrap();
@@ -219,8 +260,21 @@ fn exported_harnesses_score_as_evaluate_and_follow_vlmevalkits_loader() {
     assert_eq!(theirs["prompts_with_letters"], docs);
     assert!(theirs["visuals"].as_u64().unwrap() >= docs, "{theirs}");
 
-    // VLMEvalKit: the columns, one row per item (and per rotation in _CIRC), the indices.
+    // VLMEvalKit: a TSV pair per split; the columns, one row per item of the split (and per
+    // rotation in _CIRC), the indices.
     let v = &theirs["vlmevalkit"];
+    let names: Vec<&String> = v.as_object().unwrap().keys().collect();
+    assert_eq!(
+        names,
+        [
+            "release_test.tsv",
+            "release_test_CIRC.tsv",
+            "release_train.tsv",
+            "release_train_CIRC.tsv",
+            "release_validation.tsv",
+            "release_validation_CIRC.tsv"
+        ]
+    );
     let want: Vec<&str> = vec![
         "index",
         "question",
@@ -237,27 +291,38 @@ fn exported_harnesses_score_as_evaluate_and_follow_vlmevalkits_loader() {
         "video_id",
         "rotation",
     ];
-    for f in ["release.tsv", "release_CIRC.tsv"] {
-        let cols: Vec<&str> = v[f]["columns"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c.as_str().unwrap())
-            .collect();
-        assert_eq!(cols, want, "{f}");
-        assert_eq!(v[f]["originals"], items, "{f}");
-        assert_eq!(v[f]["checked"], v[f]["rows"], "{f}");
-        assert!(v[f]["frames_per_row"][0].as_u64().unwrap() >= 1, "{f}");
+    for (split, &n) in &per_split {
+        for f in [
+            format!("release_{split}.tsv"),
+            format!("release_{split}_CIRC.tsv"),
+        ] {
+            let f = f.as_str();
+            let cols: Vec<&str> = v[f]["columns"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c.as_str().unwrap())
+                .collect();
+            assert_eq!(cols, want, "{f}");
+            assert_eq!(v[f]["originals"], n, "{f}");
+            assert_eq!(v[f]["checked"], v[f]["rows"], "{f}");
+            assert_eq!(v[f]["l2"], serde_json::json!([split]), "{f}");
+            assert!(v[f]["frames_per_row"][0].as_u64().unwrap() >= 1, "{f}");
+        }
+        let (plain, circ) = (
+            &v[&format!("release_{split}.tsv")],
+            &v[&format!("release_{split}_CIRC.tsv")],
+        );
+        assert_eq!(plain["rows"], n);
+        assert!(plain["max_index"].as_u64().unwrap() < 1_000_000);
+        assert_eq!(plain["group_sizes"], serde_json::json!([1]));
+        assert_eq!(circ["rows"], n * 4);
+        assert_eq!(
+            circ["max_index"].as_u64().unwrap(),
+            3_000_000 + n as u64 - 1
+        );
+        assert_eq!(circ["group_sizes"], serde_json::json!([4]));
     }
-    assert_eq!(v["release.tsv"]["rows"], items);
-    assert!(v["release.tsv"]["max_index"].as_u64().unwrap() < 1_000_000);
-    assert_eq!(v["release.tsv"]["group_sizes"], serde_json::json!([1]));
-    assert_eq!(v["release_CIRC.tsv"]["rows"], items * 4);
-    assert_eq!(
-        v["release_CIRC.tsv"]["max_index"].as_u64().unwrap(),
-        3_000_000 + items as u64 - 1
-    );
-    assert_eq!(v["release_CIRC.tsv"]["group_sizes"], serde_json::json!([4]));
 
     // VLMEvalKit shows frames as images: a release without frames cannot be exported for it.
     let bare = dir.path().join("bare");

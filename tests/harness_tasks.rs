@@ -7,6 +7,7 @@
 use crate::evaluate_tasks::py;
 use crate::util::*;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 fn check(rel: &Path) -> Value {
@@ -82,13 +83,29 @@ fn task_exports_read_and_score_every_answer_as_evaluate() {
     );
     let group = got["groups"]["mvfn_tasks"].as_array().unwrap();
     assert_eq!(group.len(), 8);
+    // The release has no test split: every file is lmms-eval's `test`, there is nothing else.
+    let sc = &got["splits"]["mvfn_sc"];
+    assert_eq!(
+        sc["files"],
+        serde_json::json!({"test": ["tasks/sc/train-00000-of-00001.parquet"]}),
+        "{sc}"
+    );
+    assert_eq!(sc["test_split"], "test");
+    assert!(
+        sc["validation_split"].is_null() && sc["fewshot_split"].is_null(),
+        "{sc}"
+    );
     // VLMEvalKit shows one letter: the 4-option single choice only (not 30 positions, not a
-    // set of letters, a count, ranges or text).
+    // set of letters, a count, ranges or text); a dataset per split, here train alone.
     let vlm = got["vlmevalkit"].as_object().unwrap();
     let names: Vec<&String> = vlm.keys().collect();
-    assert_eq!(names, ["mvfn_sc.tsv", "mvfn_sc_CIRC.tsv"], "{got}");
-    assert_eq!(vlm["mvfn_sc.tsv"]["rows"], 40);
-    assert_eq!(vlm["mvfn_sc_CIRC.tsv"]["rows"], 160);
+    assert_eq!(
+        names,
+        ["mvfn_sc_train.tsv", "mvfn_sc_train_CIRC.tsv"],
+        "{got}"
+    );
+    assert_eq!(vlm["mvfn_sc_train.tsv"]["rows"], 40);
+    assert_eq!(vlm["mvfn_sc_train_CIRC.tsv"]["rows"], 160);
 
     // A takedown of every video but v12, which has no sc and no rl item: the exports are
     // written again from what is left, without the two emptied tasks (lmms-eval cannot run a
@@ -175,4 +192,96 @@ pub(crate) fn scored_alike(rel: &Path, name: &str) -> (Value, Value) {
     }
     got["compared"] = compared.into();
     (report, got)
+}
+
+/// A release with train / validation / test files: every lmms-eval task lists the test files
+/// alone as `test` and scores them (`test_split: test`), the validation files as
+/// `validation_split`, the train files as `fewshot_split` only; the test split's documents
+/// score as `evaluate` scores it by default; VLMEvalKit gets a TSV pair per split, each holding
+/// that split's items.
+#[test]
+fn task_exports_score_the_test_split_and_keep_each_split_apart() {
+    let d = tempfile::tempdir().unwrap();
+    let rel = d.path().join("mvfs");
+    py(&["make", rel.to_str().unwrap(), "9", "splits"]);
+    let o = run(
+        &[
+            "harness",
+            rel.to_str().unwrap(),
+            "--for",
+            "lmms-eval",
+            "--for",
+            "vlmevalkit",
+        ],
+        d.path(),
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let (report, got) = scored_alike(&rel, "mvfs");
+    assert_eq!(report["split"]["name"], "test", "{}", report["split"]);
+    // Each task's rows per split, counted from the Parquet rows' own `split` column.
+    let per_split = |task: &str| -> BTreeMap<String, usize> {
+        let mut n = BTreeMap::new();
+        for r in table_rows_file_all(&rel.join("tasks").join(task)) {
+            *n.entry(r["split"].clone()).or_default() += 1;
+        }
+        n
+    };
+    let mut test_docs = 0;
+    for (task, s) in got["splits"].as_object().unwrap() {
+        let files = s["files"].as_object().unwrap();
+        let keys: Vec<&String> = files.keys().collect();
+        assert_eq!(keys, ["test", "train", "validation"], "{task}: {s}");
+        for (split, list) in files {
+            for f in list.as_array().unwrap() {
+                let f = f.as_str().unwrap();
+                let name = f.rsplit('/').next().unwrap();
+                assert!(
+                    name.starts_with(&format!("{split}-")),
+                    "{task}: {f} under {split}"
+                );
+                // Every row of a file listed as test is a test row.
+                for r in table_rows_file(&rel.join(f)) {
+                    assert_eq!(&r["split"], split, "{task}: {f}");
+                }
+            }
+        }
+        assert_eq!(s["test_split"], "test", "{s}");
+        assert_eq!(s["validation_split"], "validation", "{s}");
+        assert_eq!(s["fewshot_split"], "train", "{s}");
+        assert!(s["training_split"].is_null(), "{s}");
+        test_docs += per_split(task.trim_start_matches("mvfs_"))["test"];
+    }
+    // The documents lmms-eval scored are the test rows, and `evaluate` scored as many.
+    assert_eq!(got["docs"], test_docs);
+    assert_eq!(report["split"]["scored"], test_docs);
+    let vlm = got["vlmevalkit"].as_object().unwrap();
+    let names: Vec<&String> = vlm.keys().collect();
+    assert_eq!(
+        names,
+        [
+            "mvfs_sc_test.tsv",
+            "mvfs_sc_test_CIRC.tsv",
+            "mvfs_sc_train.tsv",
+            "mvfs_sc_train_CIRC.tsv",
+            "mvfs_sc_validation.tsv",
+            "mvfs_sc_validation_CIRC.tsv"
+        ],
+        "{got}"
+    );
+    let sc = per_split("sc");
+    for split in ["test", "train", "validation"] {
+        let t = &vlm[&format!("mvfs_sc_{split}.tsv")];
+        assert_eq!(t["rows"], sc[split], "{split}: {t}");
+        assert_eq!(t["splits"], serde_json::json!([split]), "{t}");
+        assert_eq!(t["l2"], serde_json::json!([split]), "{t}");
+        assert_eq!(
+            vlm[&format!("mvfs_sc_{split}_CIRC.tsv")]["rows"],
+            4 * sc[split]
+        );
+    }
 }

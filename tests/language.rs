@@ -198,7 +198,10 @@ fn language_per_video_from_titles_transcripts_and_on_screen_text() {
         .filter(|l| l.starts_with("| "))
         .take(4)
         .collect();
-    assert_eq!(table[0], "| language | videos | share | a | b |", "{card}");
+    assert_eq!(
+        table[0], "| language | videos (all splits) | share | a | b |",
+        "{card}"
+    );
     let mut langs: Vec<&str> = table[1..]
         .iter()
         .map(|l| l.split(" | ").next().unwrap().trim_start_matches("| "))

@@ -10,7 +10,7 @@ use crate::judge::{err, llm_fixture, prompt_of, run_with_key};
 use crate::need_ffmpeg;
 use crate::util::*;
 use serde_json::{Value, json};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -839,8 +839,19 @@ pub(crate) fn split_and_release(
     cwd: &Path,
     extra: &[&str],
 ) -> std::process::Output {
+    split_and_release_at(run_dir, rel, cwd, "50/25/25", extra)
+}
+
+/// `split_and_release` with the split's `--ratios` (train/validation/test).
+pub(crate) fn split_and_release_at(
+    run_dir: &Path,
+    rel: &Path,
+    cwd: &Path,
+    ratios: &str,
+    extra: &[&str],
+) -> std::process::Output {
     let o = run(
-        &["split", run_dir.to_str().unwrap(), "--ratios", "50/25/25"],
+        &["split", run_dir.to_str().unwrap(), "--ratios", ratios],
         cwd,
     );
     assert!(o.status.success(), "{}", err(&o));
@@ -862,7 +873,8 @@ fn a_question_release_loads_with_datasets_and_scores_as_numpy_does() {
     let dir = tempfile::tempdir().unwrap();
     let (_server, out) = question_run(dir.path(), 6);
     let rel = dir.path().join("release");
-    split_and_release(&out, &rel, dir.path(), &["--frames", "none"]);
+    // Half the videos in test, so that its scores have standard errors over three videos.
+    split_and_release_at(&out, &rel, dir.path(), "34/16/50", &["--frames", "none"]);
     let card = std::fs::read_to_string(rel.join("README.md")).unwrap();
     assert!(card.contains("- config_name: questions\n"), "{card}");
     assert!(card.contains("## Questions"), "{card}");
@@ -871,23 +883,49 @@ fn a_question_release_loads_with_datasets_and_scores_as_numpy_does() {
         "every video's observable item: {card}"
     );
 
-    // The rotated variants a model answers for CircularEval: every item once per rotation.
+    // The items of each split, from the rows' own `split` column.
+    let rows = table_rows_file_all(&rel.join("questions"));
+    let test_items: HashSet<String> = rows
+        .iter()
+        .filter(|r| r["split"] == "test")
+        .map(|r| r["item_id"].clone())
+        .collect();
+    assert_eq!(test_items.len(), 9, "three test videos of three items");
+
+    // The rotated variants a model answers for CircularEval: every item of the test split once
+    // per rotation by default, of every split with --split all.
     let rot = dir.path().join("rotations.jsonl");
-    let o = run(
-        &[
+    let rotations = |extra: &[&str]| -> (String, Vec<Value>) {
+        let mut args = vec![
             "evaluate",
             rel.to_str().unwrap(),
             "--rotations-out",
             rot.to_str().unwrap(),
-        ],
-        dir.path(),
+        ];
+        args.extend(extra);
+        let o = run(&args, dir.path());
+        assert!(o.status.success(), "{}", err(&o));
+        let lines = std::fs::read_to_string(&rot)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        (String::from_utf8_lossy(&o.stdout).into_owned(), lines)
+    };
+    let (said, variants) = rotations(&[]);
+    assert!(
+        said.starts_with(
+            "split: test (9 of 18 items; --split all for every split)\n36 rotated items"
+        ),
+        "{said}"
     );
-    assert!(o.status.success(), "{}", err(&o));
-    let variants: Vec<Value> = std::fs::read_to_string(&rot)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    assert_eq!(variants.len(), 9 * 4);
+    assert!(
+        variants
+            .iter()
+            .all(|v| test_items.contains(v["item_id"].as_str().unwrap()))
+    );
+    let (_, variants) = rotations(&["--split", "all"]);
     assert_eq!(variants.len(), 18 * 4, "18 items of 4 options");
     assert!(variants.iter().all(|v| v.get("answer").is_none()));
 
@@ -938,23 +976,10 @@ fn a_question_release_loads_with_datasets_and_scores_as_numpy_does() {
         assert!(o.status.success(), "{}", err(&o));
         serde_json::from_slice(&o.stdout).unwrap()
     };
-    let ours_all = ours(&[]);
-    let ours_lang = ours(&["--by", "language"]);
-    let o = std::process::Command::new(crate::release::readers_python())
-        .arg(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/readers/check_questions.py"),
-        )
-        .arg(&rel)
-        .arg(&preds)
-        .env("HF_HUB_OFFLINE", "1")
-        .env("HF_DATASETS_OFFLINE", "1")
-        .env("HF_HOME", dir.path().join("hf"))
-        .env("HF_DATASETS_CACHE", dir.path().join("hf/datasets"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "check_questions.py: {}", err(&o));
-    let theirs: Value = serde_json::from_slice(&o.stdout).unwrap();
+    // Every split: the numbers evaluate gave before --split.
+    let ours_all = ours(&["--split", "all"]);
+    let ours_lang = ours(&["--split", "all", "--by", "language"]);
+    let theirs = check_questions(&rel, &preds, dir.path(), "all");
     assert_eq!(theirs["items"], 18, "{theirs}");
     assert_eq!(theirs["videos"], 6, "{theirs}");
     for c in [
@@ -999,6 +1024,64 @@ fn a_question_release_loads_with_datasets_and_scores_as_numpy_does() {
         0.0 < acc("circular") && acc("circular") < acc("all"),
         "{ours_all}"
     );
+    assert_eq!(ours_all["split"]["name"], "all");
+    assert_eq!(ours_all["split"]["scored"], 18);
+
+    // The default: the test split alone, as numpy scores its 9 items; the answers to the
+    // other 9 items are left out.
+    let ours_test = ours(&[]);
+    let ours_test_lang = ours(&["--by", "language"]);
+    let theirs = check_questions(&rel, &preds, dir.path(), "test");
+    assert_eq!(theirs["items"], 9, "{theirs}");
+    assert_eq!(theirs["release_items"], 18, "{theirs}");
+    let split = &ours_test["split"];
+    assert_eq!(split["name"], "test", "{split}");
+    assert_eq!(split["default"], true, "{split}");
+    assert_eq!(split["scored"], 9, "{split}");
+    assert_eq!(split["total"], 18, "{split}");
+    assert_eq!(split["other_predictions"], theirs["other_predictions"]);
+    assert!(
+        theirs["other_predictions"].as_u64().unwrap() > 0,
+        "{theirs}"
+    );
+    same_scores(&ours_test["all"], &theirs["all"], "test");
+    same_scores(&ours_test["circular"], &theirs["circular"], "test circular");
+    close(&ours_test["chance"], &theirs["chance"], "test chance");
+    close(&ours_test["blind"], &theirs["blind"], "test blind");
+    assert_eq!(ours_test["all"]["micro"]["unparsed"], theirs["unparsed"]);
+    for (g, t) in theirs["by_language"].as_object().unwrap() {
+        same_scores(&ours_test_lang["by"][g], t, &format!("test language {g}"));
+    }
+    // The text says which split it scored, first.
+    let o = run(
+        &["evaluate", rel.to_str().unwrap(), preds.to_str().unwrap()],
+        dir.path(),
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    let first = format!(
+        "split: test (9 of 18 items; {} predictions of other splits not scored; --split all for every split)",
+        theirs["other_predictions"]
+    );
+    assert_eq!(text.lines().next(), Some(first.as_str()), "{text}");
+    assert!(text.contains("\n9 items of 3 videos;"), "{text}");
+    // A split the release does not have.
+    let o = run(
+        &[
+            "evaluate",
+            rel.to_str().unwrap(),
+            preds.to_str().unwrap(),
+            "--split",
+            "dev",
+        ],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(
+        err(&o).contains("--split dev:")
+            && err(&o).contains("(its splits: train, validation, test; or all"),
+        "{}",
+        err(&o)
+    );
 
     // Bad input: an unknown item and a repeated item and rotation exit 2 at their line.
     let mut lines: Vec<&str> = csv.lines().collect();
@@ -1007,7 +1090,13 @@ fn a_question_release_loads_with_datasets_and_scores_as_numpy_does() {
         let f = dir.path().join("bad.csv");
         write(&f, body);
         let o = run(
-            &["evaluate", rel.to_str().unwrap(), f.to_str().unwrap()],
+            &[
+                "evaluate",
+                rel.to_str().unwrap(),
+                f.to_str().unwrap(),
+                "--split",
+                "all",
+            ],
             dir.path(),
         );
         assert_eq!(o.status.code(), Some(2), "{}", err(&o));
@@ -1021,4 +1110,25 @@ fn a_question_release_loads_with_datasets_and_scores_as_numpy_does() {
         e.contains("bad.csv:2: item_id \"not-an-item\" is not in the release"),
         "{e}"
     );
+}
+
+/// tests/readers/check_questions.py's scores of `preds` on `split` of the release (`all`: every
+/// split), loaded with `datasets`.
+fn check_questions(rel: &Path, preds: &Path, dir: &Path, split: &str) -> Value {
+    let o = std::process::Command::new(crate::release::readers_python())
+        .arg(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/readers/check_questions.py"),
+        )
+        .arg(rel)
+        .arg(preds)
+        .arg(split)
+        .env("HF_HUB_OFFLINE", "1")
+        .env("HF_DATASETS_OFFLINE", "1")
+        .env("HF_HOME", dir.join("hf"))
+        .env("HF_DATASETS_CACHE", dir.join("hf/datasets"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "check_questions.py: {}", err(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
 }

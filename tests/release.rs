@@ -176,12 +176,15 @@ fn a_release_loads_with_datasets_pyarrow_duckdb_and_polars() {
             "{texts:?}"
         );
     }
-    evaluate_matches_scikit_learn(&d.path().join("release-paths"), split.keys().collect());
+    evaluate_matches_scikit_learn(&d.path().join("release-paths"), &split);
 }
 
 /// Random predictions for every video and perturbation variant, scored by `vidcurate evaluate`
-/// and by scikit-learn: the same numbers, per variant and domain.
-fn evaluate_matches_scikit_learn(rel: &Path, videos: Vec<&String>) {
+/// and by scikit-learn: the same numbers, per variant and domain, on the test split by default
+/// (the predictions for the other videos left out and counted) and on every split with
+/// `--split all`. `split`: video → its split, as `vidcurate split` placed it.
+fn evaluate_matches_scikit_learn(rel: &Path, split: &BTreeMap<String, String>) {
+    let videos: Vec<&String> = split.keys().collect();
     let mut csv = String::from("video_id,prediction,variant\n");
     let mut state: u64 = 7;
     for variant in ["original", "shuffled", "reversed"] {
@@ -195,8 +198,8 @@ fn evaluate_matches_scikit_learn(rel: &Path, videos: Vec<&String>) {
     }
     let preds = rel.join("preds.csv");
     write(&preds, &csv);
-    let o = run(
-        &[
+    for which in ["test", "all"] {
+        let mut args = vec![
             "evaluate",
             rel.to_str().unwrap(),
             preds.to_str().unwrap(),
@@ -205,36 +208,49 @@ fn evaluate_matches_scikit_learn(rel: &Path, videos: Vec<&String>) {
             "--positive",
             "fake",
             "--json",
-        ],
-        rel,
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let ours: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let theirs = reader_json(
-        "check_metrics.py",
-        &[
-            rel.to_str().unwrap(),
-            preds.to_str().unwrap(),
-            "fake",
-            "domain",
-        ],
-    );
-    let theirs = theirs.as_object().unwrap();
-    assert_eq!(theirs.len(), 3);
-    for (variant, groups) in theirs {
-        for (group, m) in groups.as_object().unwrap() {
-            for (k, want) in m.as_object().unwrap() {
-                let got = &ours["metrics"][variant][group][k];
-                assert!(
-                    (got.as_f64().unwrap() - want.as_f64().unwrap()).abs() < 1e-9,
-                    "{variant}/{group}/{k}: ours {got}, scikit-learn {want}"
-                );
+        ];
+        if which == "all" {
+            args.extend(["--split", "all"]);
+        }
+        let o = run(&args, rel);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let ours: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let n = split
+            .values()
+            .filter(|s| which == "all" || *s == which)
+            .count();
+        assert_eq!(ours["split"]["name"], which);
+        assert_eq!(ours["split"]["scored"], n);
+        assert_eq!(ours["split"]["total"], split.len());
+        assert_eq!(ours["split"]["other_predictions"], 3 * (split.len() - n));
+        let theirs = reader_json(
+            "check_metrics.py",
+            &[
+                rel.to_str().unwrap(),
+                preds.to_str().unwrap(),
+                "fake",
+                "domain",
+                which,
+            ],
+        );
+        let theirs = theirs.as_object().unwrap();
+        assert_eq!(theirs.len(), 3);
+        for (variant, groups) in theirs {
+            assert_eq!(groups["all"]["n"], n, "{variant}");
+            for (group, m) in groups.as_object().unwrap() {
+                for (k, want) in m.as_object().unwrap() {
+                    let got = &ours["metrics"][variant][group][k];
+                    assert!(
+                        (got.as_f64().unwrap() - want.as_f64().unwrap()).abs() < 1e-9,
+                        "{which} {variant}/{group}/{k}: ours {got}, scikit-learn {want}"
+                    );
+                }
             }
         }
+        let drop = ours["f1_drop"]["shuffled"].as_f64().unwrap();
+        let f1 = |v: &str| ours["metrics"][v]["all"]["f1"].as_f64().unwrap();
+        assert!((drop - (f1("original") - f1("shuffled"))).abs() < 1e-12);
     }
-    let drop = ours["f1_drop"]["shuffled"].as_f64().unwrap();
-    let f1 = |v: &str| ours["metrics"][v]["all"]["f1"].as_f64().unwrap();
-    assert!((drop - (f1("original") - f1("shuffled"))).abs() < 1e-12);
 
     // Bad predictions: exit 2, and the message names the line and the value.
     let refused = |csv: &str| -> String {
@@ -245,6 +261,8 @@ fn evaluate_matches_scikit_learn(rel: &Path, videos: Vec<&String>) {
             preds.to_str().unwrap(),
             "--positive",
             "fake",
+            "--split",
+            "all",
         ];
         let o = run(&args, rel);
         let err = String::from_utf8_lossy(&o.stderr).to_string();

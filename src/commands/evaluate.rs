@@ -6,6 +6,13 @@ use std::path::PathBuf;
 
 /// Score a model's predictions on a release.
 ///
+/// Splits: by default the release's test split alone, when it has one (a model scored on every
+/// split is scored partly on the items meant for tuning it); `--split NAME` another split,
+/// `--split all` every split. The report's first line says which split it scored, how many
+/// videos or items of how many, and how many predictions for other splits it left out; a
+/// release without a test split is scored whole, and says so. Every mode below, and
+/// --variant, --judge, --people-out and --rotations-out, takes the split alike.
+///
 /// Labels (a predictions file with `video_id`, `prediction`, optional `variant`): RiskCue's
 /// metrics per domain and overall, and per perturbation variant.
 ///
@@ -37,13 +44,13 @@ use std::path::PathBuf;
 /// each person, with their majority (hit / miss) or mean (ratings) and theirs among themselves,
 /// beside the judge's agreement with itself.
 ///
-/// CircularEval: `--rotations-out FILE.jsonl` writes every item once per rotation r = 0..n-1
-/// (letter i shows option (i + r) mod n; the answer left out). Have the model answer each line
+/// CircularEval: `--rotations-out FILE.jsonl` writes every item of the split once per rotation
+/// r = 0..n-1 (letter i shows option (i + r) mod n; the answer left out). Have the model answer each line
 /// and give the answers back with their `item_id` and `rotation`: an item then counts only if
 /// every rotation is answered right.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  vidcurate evaluate data/releases/riskcue preds.csv --by domain\n  vidcurate evaluate data/releases/demo preds.jsonl --positive fake --json\n  vidcurate evaluate data/releases/harmvideo answers.csv --by language\n  vidcurate evaluate data/releases/harmvideo --rotations-out rotations.jsonl\n  vidcurate evaluate data/releases/mvfndb answers.jsonl --by label --items-out scored.jsonl\n  vidcurate evaluate data/releases/mvfndb answers.jsonl --judge judge.toml --people-out judging/\n  (a Label Studio project: judging/label_config.xml, judging/tasks.json; people judge it, export JSON)\n  vidcurate evaluate data/releases/mvfndb answers.jsonl --judge judge.toml --people export.json"
+    after_help = "Examples:\n  vidcurate evaluate data/releases/riskcue preds.csv --by domain\n  vidcurate evaluate data/releases/demo preds.jsonl --positive fake --json\n  vidcurate evaluate data/releases/harmvideo answers.csv --by language\n  vidcurate evaluate data/releases/harmvideo answers.csv --split all   (every split, not test alone)\n  vidcurate evaluate data/releases/harmvideo --rotations-out rotations.jsonl\n  vidcurate evaluate data/releases/mvfndb answers.jsonl --by label --items-out scored.jsonl\n  vidcurate evaluate data/releases/mvfndb answers.jsonl --judge judge.toml --people-out judging/\n  (a Label Studio project: judging/label_config.xml, judging/tasks.json; people judge it, export JSON)\n  vidcurate evaluate data/releases/mvfndb answers.jsonl --judge judge.toml --people export.json"
 )]
 pub struct Args {
     /// A release folder (vidcurate release --out).

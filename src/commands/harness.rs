@@ -15,8 +15,10 @@ use std::path::PathBuf;
 /// (harness/lmms_eval/: a task per question level plus all items and CircularEval, a task per
 /// benchmark task scored by its answer format, their groups and utils.py) or VLMEvalKit's
 /// custom multiple-choice TSVs (harness/vlmevalkit/: the questions and each single-choice
-/// task, each with its CircularEval copy). Scores equal `vidcurate evaluate` on the same
-/// answers; judged metrics (hit rates, factual consistency, …) stay with `evaluate --judge`.
+/// task, a TSV per split, each with its CircularEval copy). lmms-eval scores the test split
+/// (each split's files under its own name; train only for few-shot examples), as `vidcurate
+/// evaluate` does by default, and its scores equal `evaluate`'s on the same answers; judged
+/// metrics (hit rates, factual consistency, …) stay with `evaluate --judge`.
 ///
 /// The folder is checked against croissant.json's checksums first: a file changed after
 /// release is named and nothing is written. An export already there is replaced.

@@ -2,12 +2,13 @@
 //! matrix's F1, accuracy, specificity, balanced accuracy, MCC and no-skill F1, and the lengths
 //! of the annotated risk signals.
 
+use super::split::{Scope, SplitScored};
 use super::{EvaluateOptions, number, parquet_batches, read_rows};
 use crate::error::RunError;
 use crate::store::shards::text_column;
-use arrow::array::Array;
+use arrow::array::{Array, RecordBatch};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// Lengths of the annotated risk signals (end - start, seconds) of one group.
@@ -125,6 +126,8 @@ struct Prediction {
 
 #[derive(Debug, Serialize)]
 pub struct Report {
+    /// The split scored.
+    pub split: SplitScored,
     /// variant → group → metrics ("all" is every video; groups are values of `--by`).
     pub metrics: BTreeMap<String, BTreeMap<String, Metrics>>,
     /// variant → drop of F1 from the original order, overall.
@@ -135,14 +138,22 @@ pub struct Report {
     pub signal_lengths: BTreeMap<String, SignalLengths>,
 }
 
-/// video → (label, group) from the release's data files.
-type Truth = (
-    HashMap<String, (String, String)>,
-    BTreeMap<String, Vec<f64>>,
-);
+/// The release's videos as scoring reads them from its data files.
+#[derive(Default)]
+struct Truth {
+    /// video → (label, group) of the split scored.
+    videos: HashMap<String, (String, String)>,
+    /// group → the annotated risk-signal lengths of the split scored.
+    lengths: BTreeMap<String, Vec<f64>>,
+    /// Every label of the release (any split): what a prediction may say.
+    labels: BTreeSet<String>,
+    /// Videos of the splits not scored.
+    others: HashSet<String>,
+}
 
-/// video -> (label, group), and group -> annotated risk-signal lengths.
-fn release_truth(release: &Path, opts: &EvaluateOptions) -> Result<Truth, RunError> {
+/// The release's videos: those of the split `scope` scores with their label and group, the
+/// others by id.
+fn release_truth(release: &Path, opts: &EvaluateOptions, scope: &Scope) -> Result<Truth, RunError> {
     let dir = release.join("data");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map_err(|e| RunError::Config(format!("{}: {e} (not a release folder?)", dir.display())))?
@@ -150,58 +161,77 @@ fn release_truth(release: &Path, opts: &EvaluateOptions) -> Result<Truth, RunErr
         .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
         .collect();
     files.sort();
-    let mut out = HashMap::new();
-    let mut lengths: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut truth = Truth::default();
     for f in files {
+        let kept = scope.keeps(&f);
         for b in parquet_batches(&f)? {
-            let span = (
-                number(&b, "annotation_risk_signal_start"),
-                number(&b, "annotation_risk_signal_end"),
-            );
-            let missing = |c: &str| {
-                RunError::Config(format!(
-                    "{}: no column `{c}` (columns: {})",
-                    f.display(),
-                    b.schema()
-                        .fields()
-                        .iter()
-                        .map(|x| x.name().as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))
-            };
-            let ids = text_column(&b, "video_id").ok_or_else(|| missing("video_id"))?;
-            let labels = text_column(&b, &opts.label).ok_or_else(|| missing(&opts.label))?;
-            let groups = match &opts.by {
-                Some(c) => Some(text_column(&b, c).ok_or_else(|| missing(c))?),
-                None => None,
-            };
-            for i in 0..b.num_rows() {
-                let g = groups
-                    .as_ref()
-                    .map(|g| {
-                        if g.is_null(i) {
-                            "(none)".to_string()
-                        } else {
-                            g.value(i).to_string()
-                        }
-                    })
-                    .unwrap_or_default();
-                if let (Some(s), Some(e)) = &span
-                    && !s.is_null(i)
-                    && !e.is_null(i)
-                {
-                    let len = e.value(i) - s.value(i);
-                    lengths.entry("all".into()).or_default().push(len);
-                    if opts.by.is_some() {
-                        lengths.entry(g.clone()).or_default().push(len);
-                    }
-                }
-                out.insert(ids.value(i).to_string(), (labels.value(i).to_string(), g));
-            }
+            batch_truth(&b, &f, opts, kept, &mut truth)?;
         }
     }
-    Ok((out, lengths))
+    Ok(truth)
+}
+
+/// One batch of data file `f` into `truth`: its videos scored when `kept`, else only named.
+fn batch_truth(
+    b: &RecordBatch,
+    f: &Path,
+    opts: &EvaluateOptions,
+    kept: bool,
+    truth: &mut Truth,
+) -> Result<(), RunError> {
+    let span = (
+        number(b, "annotation_risk_signal_start"),
+        number(b, "annotation_risk_signal_end"),
+    );
+    let missing = |c: &str| {
+        RunError::Config(format!(
+            "{}: no column `{c}` (columns: {})",
+            f.display(),
+            b.schema()
+                .fields()
+                .iter()
+                .map(|x| x.name().as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    };
+    let ids = text_column(b, "video_id").ok_or_else(|| missing("video_id"))?;
+    let labels = text_column(b, &opts.label).ok_or_else(|| missing(&opts.label))?;
+    let groups = match &opts.by {
+        Some(c) => Some(text_column(b, c).ok_or_else(|| missing(c))?),
+        None => None,
+    };
+    for i in 0..b.num_rows() {
+        truth.labels.insert(labels.value(i).to_string());
+        if !kept {
+            truth.others.insert(ids.value(i).to_string());
+            continue;
+        }
+        let g = groups
+            .as_ref()
+            .map(|g| {
+                if g.is_null(i) {
+                    "(none)".to_string()
+                } else {
+                    g.value(i).to_string()
+                }
+            })
+            .unwrap_or_default();
+        if let (Some(s), Some(e)) = &span
+            && !s.is_null(i)
+            && !e.is_null(i)
+        {
+            let len = e.value(i) - s.value(i);
+            truth.lengths.entry("all".into()).or_default().push(len);
+            if opts.by.is_some() {
+                truth.lengths.entry(g.clone()).or_default().push(len);
+            }
+        }
+        truth
+            .videos
+            .insert(ids.value(i).to_string(), (labels.value(i).to_string(), g));
+    }
+    Ok(())
 }
 
 /// The label predictions of a predictions file: `video_id`, `prediction`, optional `variant`.
@@ -237,14 +267,16 @@ fn read_predictions(path: &Path) -> Result<Vec<Prediction>, RunError> {
     Ok(out)
 }
 
-/// Scores `predictions` against the release's labels.
+/// Scores `predictions` against the labels of the split `scope` scores; predictions of videos
+/// of other splits are counted and left out.
 pub fn evaluate(
     release: &Path,
     predictions: &Path,
     opts: &EvaluateOptions,
+    scope: &Scope,
 ) -> Result<Report, RunError> {
-    let (truth, lengths) = release_truth(release, opts)?;
-    let labels: BTreeSet<&str> = truth.values().map(|(l, _)| l.as_str()).collect();
+    let truth = release_truth(release, opts, scope)?;
+    let labels: BTreeSet<&str> = truth.labels.iter().map(String::as_str).collect();
     if !labels.contains(opts.positive.as_str()) {
         return Err(RunError::Config(format!(
             "--positive {:?} is not a value of the release's `{}` column (values: {})",
@@ -253,7 +285,7 @@ pub fn evaluate(
             labels.iter().copied().collect::<Vec<_>>().join(", ")
         )));
     }
-    let cells = confusions(&truth, &labels, predictions, opts)?;
+    let (cells, other) = confusions(&truth, &labels, predictions, opts)?;
     let metrics: BTreeMap<String, BTreeMap<String, Metrics>> = cells
         .iter()
         .map(|(v, g)| {
@@ -264,14 +296,17 @@ pub fn evaluate(
         })
         .collect();
     let f1_drop = f1_drops(&metrics);
-    let signal_lengths: BTreeMap<String, SignalLengths> = lengths
+    let signal_lengths: BTreeMap<String, SignalLengths> = truth
+        .lengths
         .into_iter()
         .filter_map(|(g, v)| Some((g, SignalLengths::of(v)?)))
         .collect();
     if let Some(png) = &opts.lengths_plot {
         lengths_plot(png, &signal_lengths)?;
     }
+    let total = truth.videos.len() + truth.others.len();
     Ok(Report {
+        split: scope.scored("videos", truth.videos.len(), total, other),
         metrics,
         f1_drop,
         positive: opts.positive.clone(),
@@ -280,18 +315,27 @@ pub fn evaluate(
     })
 }
 
-/// variant → group → confusion matrix of the predictions; an unknown video or label, or a
-/// second prediction for a video, is an error naming its line.
+/// variant → group → confusion matrix.
+type Cells = BTreeMap<String, BTreeMap<String, Confusion>>;
+
+/// variant → group → confusion matrix of the predictions, and how many predictions were of
+/// videos of other splits; an unknown video or label, or a second prediction for a video, is
+/// an error naming its line.
 fn confusions(
-    truth: &HashMap<String, (String, String)>,
+    truth: &Truth,
     labels: &BTreeSet<&str>,
     predictions: &Path,
     opts: &EvaluateOptions,
-) -> Result<BTreeMap<String, BTreeMap<String, Confusion>>, RunError> {
-    let mut cells: BTreeMap<String, BTreeMap<String, Confusion>> = BTreeMap::new();
+) -> Result<(Cells, usize), RunError> {
+    let mut cells: Cells = BTreeMap::new();
     let mut seen: HashMap<(String, String), String> = HashMap::new();
+    let mut other = 0;
     for p in read_predictions(predictions)? {
-        let Some((label, group)) = truth.get(&p.video_id) else {
+        let Some((label, group)) = truth.videos.get(&p.video_id) else {
+            if truth.others.contains(&p.video_id) {
+                other += 1;
+                continue;
+            }
             return Err(RunError::Config(format!(
                 "{}: video_id {:?} is not in the release",
                 p.at, p.video_id
@@ -318,7 +362,7 @@ fn confusions(
             v.entry(group.clone()).or_default().add(t, y);
         }
     }
-    Ok(cells)
+    Ok((cells, other))
 }
 
 /// variant → drop of its overall F1 from the original order's (none without an original).
@@ -373,7 +417,8 @@ fn lengths_plot(png: &Path, lengths: &BTreeMap<String, SignalLengths>) -> Result
 
 /// The report as a table: one line per variant and group, then the signal lengths.
 pub fn render(r: &Report) -> String {
-    let mut s = metrics_table(r);
+    let mut s = r.split.line();
+    s += &metrics_table(r);
     if !r.signal_lengths.is_empty() {
         s += "\nannotated risk-signal length (s):\n";
         for (g, l) in &r.signal_lengths {

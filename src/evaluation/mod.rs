@@ -3,6 +3,9 @@
 //! specificity, balanced accuracy, MCC and the always-positive ("no-skill") F1; per
 //! perturbation variant when the predictions carry one, with the drop from the original order.
 //!
+//! Every mode scores one split of the release (`split.rs`: the test split by default, `--split
+//! all` every split); predictions for videos or items of other splits are counted and left out.
+//!
 //! Reads: the release's `data/*.parquet` (video_id, the label column, the `--by` column) and a
 //! predictions file (CSV, JSONL or Parquet: `video_id`, `prediction`, optional `variant`).
 //! Writes: nothing but its report (stdout, or JSON with `--json`). Calls nothing; caches nothing.
@@ -18,6 +21,7 @@ mod people_report;
 pub mod questions;
 mod references;
 mod rows;
+pub mod split;
 pub mod tasks;
 pub mod variants;
 
@@ -33,6 +37,12 @@ use std::path::{Path, PathBuf};
 /// What `evaluate` is asked for (also its command-line flags).
 #[derive(Debug, Clone, clap::Args)]
 pub struct EvaluateOptions {
+    /// Score this split of the release only (its files' split, e.g. test or validation), or
+    /// `all` for every split. Default: test when the release has a test split, else every split;
+    /// the report's first line says which it scored. Predictions for videos or items of other
+    /// splits are counted and left out.
+    #[arg(long, value_name = "NAME")]
+    pub split: Option<String>,
     /// Group the metrics by this release column too (e.g. domain).
     #[arg(long)]
     pub by: Option<String>,
@@ -280,15 +290,17 @@ impl Printed {
 /// Scores what `r` asks for: rotations to answer, prompt variants, benchmark tasks (judged,
 /// priced or handed to people), questions, or labels; which one the predictions file tells.
 pub fn score(r: &Request) -> Result<Printed, RunError> {
+    let scope = split::Scope::resolve(r.release, r.opts.split.as_deref())?;
     if let Some(out) = r.rotations_out {
-        let n = questions::write_rotations(r.release, out)?;
+        let (n, scored) = questions::write_rotations(r.release, out, &scope)?;
         return Ok(Printed::text(format!(
-            "{n} rotated items: {}\n",
+            "{}{n} rotated items: {}\n",
+            scored.line(),
             out.display()
         )));
     }
     if !r.variants.is_empty() {
-        let v = variants::evaluate(r.release, r.variants)?;
+        let v = variants::evaluate(r.release, r.variants, &scope)?;
         return Ok(Printed::both(&v, variants::render(&v)));
     }
     let preds = r.predictions.expect("clap requires it");
@@ -301,22 +313,24 @@ pub fn score(r: &Request) -> Result<Printed, RunError> {
         )));
     }
     if on_tasks {
-        return score_tasks(r, preds);
+        return score_tasks(r, preds, &scope);
     }
     if answers_questions(preds)? {
-        let q = questions::evaluate(r.release, preds, r.opts.by.as_deref())?;
+        let q = questions::evaluate(r.release, preds, r.opts.by.as_deref(), &scope)?;
         Ok(Printed::both(&q, questions::render(&q)))
     } else {
-        let e = evaluate(r.release, preds, r.opts)?;
+        let e = evaluate(r.release, preds, r.opts, &scope)?;
         Ok(Printed::both(&e, render(&e)))
     }
 }
 
 /// Benchmark tasks: a project for people, the judging's price, or the scores (with the
 /// judge's agreement with people when their export is given).
-fn score_tasks(r: &Request, preds: &Path) -> Result<Printed, RunError> {
+fn score_tasks(r: &Request, preds: &Path, scope: &split::Scope) -> Result<Printed, RunError> {
     if let Some(dir) = &r.opts.people_out {
-        return Ok(Printed::text(people::write_project(r.release, preds, dir)?));
+        return Ok(Printed::text(people::write_project(
+            r.release, preds, dir, scope,
+        )?));
     }
     let judge = match &r.opts.judge {
         Some(f) => {
@@ -333,9 +347,10 @@ fn score_tasks(r: &Request, preds: &Path) -> Result<Printed, RunError> {
         let j = judge.as_ref().ok_or_else(|| {
             RunError::Config("--dry-run prices the judging: give --judge FILE".into())
         })?;
-        let d = tasks::dry_run(r.release, preds, j)?;
+        let (d, scored) = tasks::dry_run(r.release, preds, j, scope)?;
         return Ok(Printed::text(format!(
-            "judge {} on {}: {} calls, {} answered by the cache, {} to make: {} input and {} output tokens at most, ${:.4}{}\n",
+            "{}judge {} on {}: {} calls, {} answered by the cache, {} to make: {} input and {} output tokens at most, ${:.4}{}\n",
+            scored.line(),
             j.settings.model,
             j.settings.service,
             d.calls,
@@ -354,10 +369,11 @@ fn score_tasks(r: &Request, preds: &Path) -> Result<Printed, RunError> {
             by: r.opts.by.as_deref(),
             items_out: r.opts.items_out.as_deref(),
             judge: judge.as_ref(),
+            scope,
         },
     )?;
     if let Some(export) = &r.opts.people {
-        people_read::compare(r.release, preds, export, &mut t)?;
+        people_read::compare(r.release, preds, export, &mut t, scope)?;
     }
     Ok(Printed::both(&t, tasks::render(&t)))
 }

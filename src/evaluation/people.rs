@@ -57,11 +57,13 @@ pub(super) struct Judgeable {
     pub(super) ratings: Vec<String>,
 }
 
-/// What the project covers: the judgeable answers, the release's item ids and the models.
+/// What the project covers: the judgeable answers, the item ids of the split scored, the
+/// models, and what was scored.
 pub(super) struct Judgeables {
     pub(super) answers: Vec<Judgeable>,
     pub(super) items: HashSet<String>,
     pub(super) models: Vec<String>,
+    pub(super) scored: super::split::SplitScored,
 }
 
 /// How a task's data names an element: `METRIC#INDEX` (an index into the item's list).
@@ -96,12 +98,18 @@ fn item_questions(release: &Path, task: &str) -> Result<HashMap<String, String>,
     Ok(out)
 }
 
-/// Every answer of every model in `predictions` that the judge judges, in release order.
-pub(super) fn judgeables(release: &Path, predictions: &Path) -> Result<Judgeables, RunError> {
-    let (infos, refs) = super::tasks::load_release(release)?;
-    let (by_model, _) = super::tasks::read_model_answers(predictions, &refs)?;
+/// Every answer of every model in `predictions` to an item of the split `scope` scores that
+/// the judge judges, in release order.
+pub(super) fn judgeables(
+    release: &Path,
+    predictions: &Path,
+    scope: &super::split::Scope,
+) -> Result<Judgeables, RunError> {
+    let loaded = super::tasks::load_release(release, scope)?;
+    let (by_model, _, other) = super::tasks::read_model_answers(predictions, &loaded)?;
+    let super::tasks::Loaded { infos, refs, .. } = &loaded;
     let mut answers = vec![];
-    for (ti, (t, refs)) in infos.iter().zip(&refs).enumerate() {
+    for (ti, (t, refs)) in infos.iter().zip(refs).enumerate() {
         let hit_metrics: Vec<&String> = t
             .metrics
             .iter()
@@ -157,6 +165,7 @@ pub(super) fn judgeables(release: &Path, predictions: &Path) -> Result<Judgeable
         answers,
         items: refs.iter().flatten().map(|r| r.item_id.clone()).collect(),
         models: by_model.into_keys().collect(),
+        scored: loaded.scored(scope, other),
     })
 }
 
@@ -248,8 +257,9 @@ pub(super) fn write_project(
     release: &Path,
     predictions: &Path,
     dir: &Path,
+    scope: &super::split::Scope,
 ) -> Result<String, RunError> {
-    let all = judgeables(release, predictions)?;
+    let all = judgeables(release, predictions, scope)?;
     if all.answers.is_empty() {
         return Err(RunError::Config(format!(
             "{}: no read answer to a task with judged metrics (hit_rate.FIELD, {}): nothing for people to judge",
@@ -286,7 +296,8 @@ pub(super) fn write_project(
     )
     .map_err(|e| RunError::at(file.display().to_string(), e))?;
     Ok(format!(
-        "{} tasks for people (one per item and model the judge judges; {} model(s), up to {slots} reference element(s) an item, ratings: {}): {}, {}\nCreate a Label Studio project with label_config.xml, import tasks.json, have two or more people judge every task, export it as JSON and give it back: vidcurate evaluate RELEASE PREDICTIONS --judge JUDGE --people EXPORT.json\n",
+        "{}{} tasks for people (one per item and model the judge judges; {} model(s), up to {slots} reference element(s) an item, ratings: {}): {}, {}\nCreate a Label Studio project with label_config.xml, import tasks.json, have two or more people judge every task, export it as JSON and give it back: vidcurate evaluate RELEASE PREDICTIONS --judge JUDGE --people EXPORT.json\n",
+        all.scored.line(),
         tasks.len(),
         all.models.len(),
         if ratings.is_empty() {

@@ -313,6 +313,7 @@ pub(super) fn compare(
     predictions: &Path,
     export: &Path,
     report: &mut TasksReport,
+    scope: &super::split::Scope,
 ) -> Result<(), RunError> {
     let shown = export.display().to_string();
     let text = std::fs::read_to_string(export).map_err(|e| RunError::at(shown.clone(), e))?;
@@ -325,7 +326,7 @@ pub(super) fn compare(
         }
         Err(e) => return Err(RunError::Config(format!("{shown}:{}: {e}", e.line()))),
     };
-    let all = super::people::judgeables(release, predictions)?;
+    let all = super::people::judgeables(release, predictions, scope)?;
     let mut reader = Reader {
         by_key: all
             .answers

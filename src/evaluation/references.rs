@@ -4,7 +4,8 @@
 //! options) is shared rather than copied. At a million items this, not the scoring, was the
 //! cost of loading a release.
 //!
-//! Reads `tasks/<task>/*.parquet` of a release; writes, calls and caches nothing.
+//! Reads `tasks/<task>/*.parquet` of a release (only `item_id` of a split not scored); writes,
+//! calls and caches nothing.
 
 use crate::benchmark::score::Reference;
 use crate::error::RunError;
@@ -57,6 +58,36 @@ pub fn read_file(path: &Path, out: &mut Vec<Reference>) -> Result<(), RunError> 
     for b in reader {
         let b = b.map_err(|e| bad(e.to_string()))?;
         batch(&b, &mut last_options, out).map_err(|e| bad(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// The item ids of one Parquet file of a task config (a split not scored: its items are
+/// known, so a prediction for one is left out rather than refused).
+pub fn read_ids(path: &Path, out: &mut std::collections::HashSet<String>) -> Result<(), RunError> {
+    let shown = path.display().to_string();
+    let f = std::fs::File::open(path).map_err(|e| RunError::io(shown.clone(), e))?;
+    let bad = |e: String| RunError::Config(format!("{shown}: {e}"));
+    let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+        .map_err(|e| bad(e.to_string()))?;
+    let roots: Vec<usize> = builder
+        .schema()
+        .fields()
+        .iter()
+        .position(|f| f.name() == "item_id")
+        .into_iter()
+        .collect();
+    let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), roots);
+    let reader = builder
+        .with_projection(mask)
+        .build()
+        .map_err(|e| bad(e.to_string()))?;
+    for b in reader {
+        let b = b.map_err(|e| bad(e.to_string()))?;
+        if let Some(ids) = text(&b, "item_id").map_err(|e| bad(e.to_string()))? {
+            let ids = ids.as_string::<i32>();
+            out.extend(ids.iter().flatten().map(str::to_string));
+        }
     }
     Ok(())
 }

@@ -8,6 +8,7 @@
 //! sqrt((G − 1) / G · Σ_g (θ₋g − θ̄)²), since F1 is not a mean over items.
 //! Reads what `tasks::evaluate` reads, once per file; writes its report only; calls nothing.
 
+use super::split::{Scope, SplitScored};
 use super::tasks::{TaskScores, score_release};
 use crate::benchmark::score::{Mean, clustered, clustered_mean, macro_f1};
 use crate::error::RunError;
@@ -35,6 +36,8 @@ pub struct VariantRow {
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct VariantReport {
+    /// The split scored (`other_predictions`: over every variant's file).
+    pub split: SplitScored,
     pub variants: Vec<String>,
     pub rows: Vec<VariantRow>,
 }
@@ -134,8 +137,13 @@ fn difference(a: &TaskScores, b: &TaskScores) -> Decision {
     }
 }
 
-/// Scores every variant's file; the decisions of each tagged-reasoning task per model.
-pub fn evaluate(release: &Path, variants: &[(String, PathBuf)]) -> Result<VariantReport, RunError> {
+/// Scores every variant's file on the split `scope` scores; the decisions of each
+/// tagged-reasoning task per model.
+pub fn evaluate(
+    release: &Path,
+    variants: &[(String, PathBuf)],
+    scope: &Scope,
+) -> Result<VariantReport, RunError> {
     if let Some(i) =
         (0..variants.len()).find(|i| variants[..*i].iter().any(|v| v.0 == variants[*i].0))
     {
@@ -146,10 +154,18 @@ pub fn evaluate(release: &Path, variants: &[(String, PathBuf)]) -> Result<Varian
     }
     // variant → model → task → scores
     let mut all: Vec<BTreeMap<String, Vec<TaskScores>>> = vec![];
+    let mut split = SplitScored::default();
     for (_, file) in variants {
-        all.push(score_release(release, file)?);
+        let (scores, scored) = score_release(release, file, scope)?;
+        let other = split.other_predictions + scored.other_predictions;
+        split = SplitScored {
+            other_predictions: other,
+            ..scored
+        };
+        all.push(scores);
     }
     let mut rep = VariantReport {
+        split,
         variants: variants.iter().map(|v| v.0.clone()).collect(),
         rows: vec![],
     };
@@ -186,7 +202,8 @@ pub fn evaluate(release: &Path, variants: &[(String, PathBuf)]) -> Result<Varian
 /// differences from the first variant with their standard errors.
 pub fn render(r: &VariantReport) -> String {
     let width = |v: &str| (v.len() + 12).max(15);
-    let mut s = format!("{:<6} {:<20}", "task", "model");
+    let mut s = r.split.line();
+    s += &format!("{:<6} {:<20}", "task", "model");
     for v in &r.variants {
         s += &format!(" {:>w$}", format!("{v} ACC / M-F1"), w = width(v));
     }

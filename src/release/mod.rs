@@ -1,7 +1,8 @@
 //! What a written release folder is held to after `vidcurate release` made it: `integrity`
 //! checks its files against the SHA-256 checksums `croissant.json` lists, and refreshes them
 //! after a command that edits a release on purpose (a takedown); `harness` writes the release
-//! as the evaluation harnesses' tasks and datasets.
+//! as the evaluation harnesses' tasks and datasets; `split_files` says which split a released
+//! file holds.
 
 pub mod availability;
 pub mod build;
@@ -9,6 +10,7 @@ pub mod harness;
 pub mod integrity;
 pub mod rehydrate;
 pub mod split;
+pub mod split_files;
 
 /// A Parquet file's schema and rows (the schema too, so a file with no rows keeps its columns).
 pub fn read_parquet(

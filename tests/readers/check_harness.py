@@ -43,7 +43,7 @@ configs = {}
 for y in sorted(root.glob("*.yaml")):
     configs[y.stem] = read_yaml(y, utils)
 
-out = {"tasks": {}, "docs": {}, "groups": {}, "prompts_with_letters": 0, "visuals": 0}
+out = {"tasks": {}, "docs": {}, "groups": {}, "prompts_with_letters": 0, "visuals": 0, "splits": {}}
 old = os.getcwd()
 os.chdir(release)  # the data files are relative to the release folder
 try:
@@ -52,7 +52,12 @@ try:
             continue
         assert cfg["dataset_path"] == "parquet", cfg
         assert cfg["cluster_key"] == "video_id", cfg
-        ds = datasets.load_dataset("parquet", data_files=cfg["dataset_kwargs"]["data_files"])
+        files = cfg["dataset_kwargs"]["data_files"]
+        out["splits"][name] = {
+            "files": files,
+            **{k: cfg.get(k) for k in ("test_split", "validation_split", "fewshot_split", "training_split")},
+        }
+        ds = datasets.load_dataset("parquet", data_files=files)
         docs = cfg["process_docs"](ds[cfg["test_split"]])
         per_metric = {m["metric"]: [] for m in cfg["metric_list"]}
         kwargs = cfg["lmms_eval_specific_kwargs"]["default"]
@@ -140,6 +145,7 @@ for tsv in sorted(vdir.glob("*.tsv")):
         "max_index": max(idx),
         "group_sizes": sorted({len(g) for g in groups.values()}),
         "frames_per_row": sorted(frames),
+        "l2": sorted(set(data["l2-category"])),
     }
 out["vlmevalkit"] = vlm
 out["items"] = len(items)

@@ -1,6 +1,7 @@
 """scikit-learn's view of a vidcurate evaluation: the same metrics from the same release labels
 and predictions, as JSON shaped like `vidcurate evaluate --json`'s `metrics` (variant -> group ->
-metric). Usage: check_metrics.py RELEASE_DIR PREDICTIONS.csv POSITIVE BY_COLUMN
+metric). Usage: check_metrics.py RELEASE_DIR PREDICTIONS.csv POSITIVE BY_COLUMN [SPLIT]: with SPLIT
+only the videos whose `split` column is SPLIT are scored (predictions for others are skipped).
 """
 import collections
 import csv
@@ -13,13 +14,19 @@ from sklearn.metrics import (accuracy_score, balanced_accuracy_score, f1_score,
                              matthews_corrcoef, recall_score)
 
 rel, preds, positive, by = sys.argv[1:5]
-truth = {}
+split = sys.argv[5] if len(sys.argv) > 5 else "all"
+truth, released = {}, set()
 for f in sorted(glob.glob(f"{rel}/data/*.parquet")):
-    for r in pq.read_table(f, columns=["video_id", "label", by]).to_pylist():
-        truth[r["video_id"]] = (r["label"], r[by])
+    for r in pq.read_table(f, columns=["video_id", "label", by, "split"]).to_pylist():
+        released.add(r["video_id"])
+        if split in ("all", r["split"]):
+            truth[r["video_id"]] = (r["label"], r[by])
 cells = collections.defaultdict(lambda: collections.defaultdict(lambda: ([], [])))
 with open(preds) as f:
     for r in csv.DictReader(f):
+        if r["video_id"] not in truth:
+            assert r["video_id"] in released, r
+            continue
         label, group = truth[r["video_id"]]
         for g in ("all", group):
             t, p = cells[r.get("variant") or "original"][g]

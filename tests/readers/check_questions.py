@@ -7,7 +7,10 @@ clustered standard errors come from the cluster-robust sandwich of a least-squar
 dummies: each level's mean is a coefficient, the macro average their mean; y on a constant for
 the micro average), with the small-sample factor G / (G - 1).
 
-Usage: check_questions.py RELEASE PREDICTIONS.csv. Prints JSON.
+Usage: check_questions.py RELEASE PREDICTIONS.csv [SPLIT]. With SPLIT (a split `datasets` reads
+from the card, e.g. test) only that split's items are scored, and predictions for items of the
+other splits are counted as `other_predictions`; without it, or with `all`, every item. Prints
+JSON.
 """
 import csv
 import json
@@ -18,11 +21,15 @@ import numpy as np
 from datasets import load_dataset
 
 release, preds_path = sys.argv[1], sys.argv[2]
+chosen = sys.argv[3] if len(sys.argv) > 3 else "all"
 ds = load_dataset(release, "questions")
-items = {}
+items, split_of = {}, {}
 for split in ds:
     for r in ds[split]:
-        items[r["item_id"]] = r
+        assert r["split"] == split, (r["item_id"], r["split"], split)
+        split_of[r["item_id"]] = split
+        if chosen in ("all", split):
+            items[r["item_id"]] = r
 levels = []
 for r in items.values():
     if r["level"] not in levels:
@@ -46,8 +53,13 @@ def letter_of(text, options):
 
 answers = {}  # (item, rotation) -> right
 unparsed = set()
+other = 0
 with open(preds_path, newline="") as f:
     for row in csv.DictReader(f):
+        if row["item_id"] not in items:
+            assert row["item_id"] in split_of, row
+            other += 1
+            continue
         it = items[row["item_id"]]
         r = int(row["rotation"])
         n = len(it["options"])
@@ -74,6 +86,9 @@ def sandwich(y, X, groups):
         s = X[m].T @ u[m]
         meat += np.outer(s, s)
     G = len(gs)
+    if G < 2:
+        # One video: no spread between clusters to estimate (vidcurate reports 0).
+        return beta, np.zeros_like(meat)
     return beta, XtX_inv @ meat @ XtX_inv * G / (G - 1)
 
 
@@ -107,7 +122,9 @@ print(json.dumps({
     "chance": float(np.mean([1.0 / len(items[i]["options"]) for i in ids])),
     "blind": float(np.mean(blind)) if blind else None,
     "unparsed": len(unparsed),
+    "other_predictions": other,
     "items": len(ids),
+    "release_items": len(split_of),
     "videos": len(videos),
     "columns": sorted(ds[next(iter(ds))].column_names),
     "splits": {s: ds[s].num_rows for s in ds},

@@ -14,7 +14,11 @@ ITEMS.jsonl is `vidcurate evaluate --items-out`: each item's values, problem cod
 vidcurate read its answer. Every item's values from the exported functions are compared with
 them (a difference over 1e-12 is listed), so a parser that reads one answer differently shows.
 
-VLMEvalKit: each `<name>_<task>.tsv` read with pandas, its rows checked against the task's rows.
+Splits: for each task, the files each split of its `data_files` lists and the split keys
+(`test_split`, `validation_split`, `fewshot_split`, `training_split`), as `splits`.
+
+VLMEvalKit: each `<name>_<task>_<split>.tsv` read with pandas, its rows checked against the
+task's rows, with the splits (`l2-category`) its rows are in.
 
 Prints one JSON object.
 """
@@ -44,7 +48,8 @@ with open(sys.argv[3], encoding="utf-8") as f:
         r = json.loads(line)
         theirs[r["item_id"]] = r
 
-out = {"tasks": {}, "docs": 0, "items_differ": [], "visuals": 0, "options_shown": 0, "groups": {}}
+out = {"tasks": {}, "docs": 0, "items_differ": [], "visuals": 0, "options_shown": 0, "groups": {},
+       "splits": {}}
 os.chdir(release)  # the data files are relative to the release folder
 for y in sorted(root.glob("*.yaml")):
     cfg = read_yaml(y, utils)
@@ -56,7 +61,12 @@ for y in sorted(root.glob("*.yaml")):
     assert cfg["cluster_key"] == "video_id" and cfg["score_key"] == "value", cfg
     # lmms-eval would strip <think> from the answers by default; a tagged task scores it.
     assert cfg["reasoning_tags"] == "none", cfg
-    ds = datasets.load_dataset("parquet", data_files=cfg["dataset_kwargs"]["data_files"])
+    files = cfg["dataset_kwargs"]["data_files"]
+    out["splits"][cfg["task"]] = {
+        "files": files,
+        **{k: cfg.get(k) for k in ("test_split", "validation_split", "fewshot_split", "training_split")},
+    }
+    ds = datasets.load_dataset("parquet", data_files=files)
     docs = ds[cfg["test_split"]]
     metrics = {m["metric"]: [] for m in cfg["metric_list"]}
     kwargs = cfg["lmms_eval_specific_kwargs"]["default"]
@@ -109,6 +119,8 @@ for tsv in sorted((release / "harness" / "vlmevalkit").glob("*.tsv")):
         assert shown == [it["options"][(k + r) % n] for k in range(n)], (shown, r)
         assert shown[ord(row["answer"]) - 65] == it["options"][ord(it["answer"]) - 65]
         assert row["question"] == it["question"]
-    vlm[tsv.name] = {"rows": len(data), "items": len(rows)}
+    vlm[tsv.name] = {"rows": len(data), "items": len(rows),
+                     "splits": sorted({rows[i]["split"] for i in data["item_id"]}),
+                     "l2": sorted(set(data["l2-category"]))}
 out["vlmevalkit"] = vlm
 print(json.dumps(out))

@@ -1,25 +1,32 @@
 """An independent scorer for vidcurate's benchmark-task metrics (MVFNDB B.3), for tests/evaluate_tasks.rs.
 
-  make OUT SEED   writes a generated task release into OUT (tasks/tasks.json, tasks/<task>/
+  make OUT SEED [splits]
+                  writes a generated task release into OUT (tasks/tasks.json, tasks/<task>/
                   train-00000-of-00001.parquet, data/train-00000-of-00001.parquet with a `label`
                   and two frames per video, the frames' JPEGs under frames/), OUT/predictions.jsonl with messy answers (letters inside prose,
                   full-width forms, refusals, missing tags, reversed ranges, missing items) and
                   OUT/expect.json: how each planted answer must be read (status, problem code).
+                  With `splits`, videos v00-v08 are train, v09-v10 validation and v11-v14 test,
+                  each split in its own files (`<split>-00000-of-00001.parquet`), the answers
+                  still covering every split.
   variants OUT SEED  writes OUT/var_<name>.jsonl for three prompt variants (two models each,
                   `model` column) answering the release's tagged task `tg`, and OUT/planted.json
                   (variant → model → item → the label planted, null for an answer without tags).
-  check_variants OUT  recomputes OUT/variants.json (`vidcurate evaluate --variant … --json`):
+  check_variants OUT [SPLIT]  recomputes OUT/variants.json (`vidcurate evaluate --variant … --json`):
                   accuracy and clustered standard errors, scikit-learn's Macro-F1, the paired
                   differences, and delete-one-video jackknife errors for Macro-F1.
-  check_judged OUT  replays the stand-in judge's rule (tests/evaluate_tasks.rs: an element is
+  check_judged OUT [SPLIT]  replays the stand-in judge's rule (tests/evaluate_tasks.rs: an element is
                   stated when the answer holds its first word; elements with "smoke" are never
                   judged) over the answers as vidcurate read them, and compares OUT/judged.json's
                   hit rates, means and clustered standard errors (1e-9).
-  check OUT       reads OUT/items.jsonl and OUT/report.json (written by `vidcurate evaluate
+  check OUT [SPLIT]  reads OUT/items.jsonl and OUT/report.json (written by `vidcurate evaluate
                   --items-out --json`) and recomputes every item's values from the reference and
                   the answer as vidcurate read it, and every mean, clustered standard error and
                   Macro-F1, with numpy, scikit-learn and the rouge-score package; prints what
                   differs by more than 1e-9 (and exits 1), else one JSON line of counts.
+
+SPLIT (default all): only the items whose row's `split` is SPLIT are scored; the counts say how
+many items that is, how many the release has, and how many predictions answer other splits.
 
 ROUGE-L: rouge-score's own tokenizer for English; for texts with CJK characters a tokenizer
 that makes each CJK character a token (rouge-score's drops them), as vidcurate documents.
@@ -80,14 +87,38 @@ def write_frames(out, video):
     return paths
 
 
-def make(out, seed):
+def split_of_video(v, splits):
+    """train, validation or test by the video's number when the release has splits."""
+    if not splits:
+        return "train"
+    k = int(v[1:])
+    return "train" if k < 9 else "validation" if k < 11 else "test"
+
+
+def write_split_files(d, rows):
+    """`rows` in one Parquet file per split, named as a release names them."""
+    os.makedirs(d, exist_ok=True)
+    for split in sorted({r["split"] for r in rows}):
+        pq.write_table(pa.Table.from_pylist([r for r in rows if r["split"] == split]),
+                       os.path.join(d, f"{split}-00000-of-00001.parquet"))
+
+
+def task_rows(out, name, split="all"):
+    """A task's released rows (every file of its folder) of SPLIT, by their `split` column."""
+    d = os.path.join(out, "tasks", name)
+    rows = [r for f in sorted(os.listdir(d)) if f.endswith(".parquet")
+            for r in pq.read_table(os.path.join(d, f)).to_pylist()]
+    return [r for r in rows if split in ("all", r["split"])]
+
+
+def make(out, seed, splits=False):
     rng = random.Random(seed)
     videos = [f"v{i:02d}" for i in range(15)]
-    os.makedirs(os.path.join(out, "data"), exist_ok=True)
     labels = [rng.choice(LABELS) for _ in videos]
     frames = [write_frames(out, v) for v in videos]
-    pq.write_table(pa.table({"video_id": videos, "label": labels, "frames": frames}),
-                   os.path.join(out, "data", "train-00000-of-00001.parquet"))
+    write_split_files(os.path.join(out, "data"),
+                      [{"video_id": v, "split": split_of_video(v, splits), "label": l, "frames": f}
+                       for v, l, f in zip(videos, labels, frames)])
     infos, preds, expect = [], [], {}
     for name, cat, fmt, metrics, nopt in TASKS:
         infos.append({"name": name, "stage": name, "title": name.upper(), "category": cat,
@@ -98,7 +129,7 @@ def make(out, seed):
         for k in range(40):
             v = rng.choice(videos)
             item = f"{v}:{name}:{k}"
-            r = {"video_id": v, "split": "train", "item_id": item, "task": name,
+            r = {"video_id": v, "split": split_of_video(v, splits), "item_id": item, "task": name,
                  "question": f"Question {k} of {name.upper()}?"}
             p = None
             if fmt in ("single_choice", "multiple_choice"):
@@ -176,9 +207,7 @@ def make(out, seed):
                 expect[item] = ["unread", "unknown_label"]
             elif fmt == "multiple_choice" and p.startswith("nobody"):
                 expect[item] = ["unread", "no_option"]
-        d = os.path.join(out, "tasks", name)
-        os.makedirs(d, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(rows), os.path.join(d, "train-00000-of-00001.parquet"))
+        write_split_files(os.path.join(out, "tasks", name), rows)
     with open(os.path.join(out, "tasks", "tasks.json"), "w") as f:
         json.dump(infos, f, indent=1)
     with open(os.path.join(out, "predictions.jsonl"), "w") as f:
@@ -269,21 +298,27 @@ def item_value(fmt, metric, ref, it):
     raise ValueError((fmt, metric))
 
 
-def check(out):
+def check(out, split="all"):
     infos = json.load(open(os.path.join(out, "tasks", "tasks.json")))
     items = [json.loads(l) for l in open(os.path.join(out, "items.jsonl"))]
     report = {t["task"]: t for t in json.load(open(os.path.join(out, "report.json")))["tasks"]}
-    expect = json.load(open(os.path.join(out, "expect.json")))
+    scored = {r["item_id"] for t in infos for r in task_rows(out, t["name"], split)}
+    released = {r["item_id"] for t in infos for r in task_rows(out, t["name"])}
+    expect = {k: v for k, v in json.load(open(os.path.join(out, "expect.json"))).items() if k in scored}
     by_id = {it["item_id"]: it for it in items}
     bad, n_values, n_means = [], 0, 0
+    if set(by_id) != scored:
+        bad.append(f"items scored: {len(by_id)}, of the split: {len(scored)}")
     for item, (status, problem) in expect.items():
         it = by_id[item]
         if it["status"] != status or (problem and it["problem"] != problem):
             bad.append(f"{item}: read as {it['status']} {it['problem']}, planted {status} {problem}")
     for t in infos:
-        refs = pq.read_table(os.path.join(out, "tasks", t["name"], "train-00000-of-00001.parquet")).to_pylist()
+        refs = task_rows(out, t["name"], split)
         rows = [(r, by_id[r["item_id"]]) for r in refs]
         rep = report[t["name"]]
+        if rep["items"] != len(refs):
+            bad.append(f"{t['name']}: vidcurate scored {rep['items']} items, the split has {len(refs)}")
         for m in rep["metrics"]:
             vals = []
             for r, it in rows:
@@ -307,13 +342,16 @@ def check(out):
     if bad:
         print("\n".join(bad))
         sys.exit(1)
-    print(json.dumps({"values": n_values, "means": n_means, "planted": len(expect)}))
+    preds = [json.loads(l)["item_id"] for l in open(os.path.join(out, "predictions.jsonl"))]
+    print(json.dumps({"values": n_values, "means": n_means, "planted": len(expect),
+                      "items": len(scored), "release_items": len(released),
+                      "other_predictions": sum(1 for p in preds if p not in scored)}))
 
 
-def check_judged(out):
+def check_judged(out, split="all"):
     items = {json.loads(l)["item_id"]: json.loads(l) for l in open(os.path.join(out, "items.jsonl"))}
     report = {t["task"]: t for t in json.load(open(os.path.join(out, "judged.json")))["tasks"]}
-    refs = pq.read_table(os.path.join(out, "tasks", "rl", "train-00000-of-00001.parquet")).to_pylist()
+    refs = task_rows(out, "rl", split)
     vals, videos, left_out = [], [], 0
     for r in refs:
         a = items[r["item_id"]]["answer"]
@@ -346,7 +384,7 @@ VARIANTS = ["zero-shot", "mvfnd-cot", "all-mvfnd-cot"]
 
 def make_variants(out, seed):
     rng = random.Random(seed)
-    refs = pq.read_table(os.path.join(out, "tasks", "tg", "train-00000-of-00001.parquet")).to_pylist()
+    refs = task_rows(out, "tg")
     planted = {}
     for k, v in enumerate(VARIANTS):
         planted[v] = {}
@@ -371,8 +409,8 @@ def jackknife(videos, stat):
     return math.sqrt((g - 1) / g * float(np.sum((thetas - thetas.mean()) ** 2))) if g > 1 else 0.0
 
 
-def check_variants(out):
-    refs = pq.read_table(os.path.join(out, "tasks", "tg", "train-00000-of-00001.parquet")).to_pylist()
+def check_variants(out, split="all"):
+    refs = task_rows(out, "tg", split)
     planted = json.load(open(os.path.join(out, "planted.json")))
     report = json.load(open(os.path.join(out, "variants.json")))
     truth = np.array([r["answer_label"] for r in refs])
@@ -407,18 +445,19 @@ def check_variants(out):
     if bad:
         print("\n".join(bad))
         sys.exit(1)
-    print(json.dumps({"rows": len(report["rows"]), "numbers": n}))
+    print(json.dumps({"rows": len(report["rows"]), "numbers": n, "items": len(refs)}))
 
 
 if __name__ == "__main__":
     cmd = sys.argv[1]
+    split = sys.argv[3] if len(sys.argv) > 3 else "all"
     if cmd == "make":
-        make(sys.argv[2], int(sys.argv[3]))
+        make(sys.argv[2], int(sys.argv[3]), sys.argv[4:] == ["splits"])
     elif cmd == "variants":
         make_variants(sys.argv[2], int(sys.argv[3]))
     elif cmd == "check_judged":
-        check_judged(sys.argv[2])
+        check_judged(sys.argv[2], split)
     elif cmd == "check_variants":
-        check_variants(sys.argv[2])
+        check_variants(sys.argv[2], split)
     else:
-        check(sys.argv[2])
+        check(sys.argv[2], split)

@@ -1,15 +1,27 @@
-//! The released multiple-choice items (`questions/*.parquet`) as scoring reads them.
+//! The released multiple-choice items (`questions/*.parquet`) as scoring reads them: those of
+//! the split `evaluate` scores, and the ids of the others (a prediction for one is left out, not
+//! an unknown item).
 
 use super::Item;
 use crate::error::RunError;
+use crate::evaluation::split::Scope;
 use crate::evaluation::{number, parquet_batches};
 use arrow::array::{Array, Float64Array, ListArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// The released items (`questions/*.parquet`) and the levels in their order of appearance.
-pub fn read_items(release: &Path, by: Option<&str>) -> Result<(Vec<Item>, Vec<String>), RunError> {
+/// The released items of the split scored, the levels in their order of appearance (over every
+/// split), and the ids of the items of other splits.
+pub struct Released {
+    pub items: Vec<Item>,
+    pub order: Vec<String>,
+    pub others: HashSet<String>,
+}
+
+/// The released items (`questions/*.parquet`) of the split `scope` scores.
+pub fn read_items(release: &Path, by: Option<&str>, scope: &Scope) -> Result<Released, RunError> {
     let dir = release.join("questions");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map_err(|e| {
@@ -22,16 +34,33 @@ pub fn read_items(release: &Path, by: Option<&str>) -> Result<(Vec<Item>, Vec<St
         .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
         .collect();
     files.sort();
-    let (mut items, mut order) = (vec![], vec![]);
+    let mut out = Released {
+        items: vec![],
+        order: vec![],
+        others: HashSet::new(),
+    };
     for f in files {
+        let mut items = vec![];
         for b in parquet_batches(&f)? {
-            batch_items(&b, &f, by, &mut items, &mut order)?;
+            batch_items(&b, &f, by, &mut items, &mut out.order)?;
+        }
+        if scope.keeps(&f) {
+            out.items.extend(items);
+        } else {
+            out.others.extend(items.into_iter().map(|i| i.item_id));
         }
     }
-    if items.is_empty() {
+    if out.items.is_empty() && out.others.is_empty() {
         return Err(RunError::Config(format!("{}: no items", dir.display())));
     }
-    Ok((items, order))
+    if out.items.is_empty() {
+        return Err(RunError::Config(format!(
+            "{}: no items in the {} split (--split all scores every split)",
+            dir.display(),
+            scope.split.as_deref().unwrap_or("all")
+        )));
+    }
+    Ok(out)
 }
 
 /// The items of one batch of file `f`, appended to `items`; levels not yet in `order` are

@@ -15,16 +15,18 @@
 //! - random chance (the mean of 1 / options) and, when the release carries the blind stage's
 //!   counts, the blind baseline (a text-only model's mean accuracy over the same items).
 //!
-//! Reads: the release's `questions/*.parquet` and the predictions (CSV, JSONL or Parquet:
-//! `item_id`, `prediction` or `answer`, optional `rotation`). Writes: its report only, or with
-//! `--rotations-out` the items' rotated variants to give a model. Calls nothing.
+//! Reads: the release's `questions/*.parquet` (the split scored, `--split`) and the predictions
+//! (CSV, JSONL or Parquet: `item_id`, `prediction` or `answer`, optional `rotation`). Writes: its
+//! report only, or with `--rotations-out` the split's items' rotated variants to give a model.
+//! Calls nothing.
 
 mod items;
 mod parse;
 
-pub use items::read_items;
+pub use items::{Released, read_items};
 pub use parse::{parse_answer, rotated};
 
+use super::split::{Scope, SplitScored};
 use super::{Row, read_rows};
 use crate::benchmark::score::clustered;
 use crate::error::RunError;
@@ -74,6 +76,8 @@ pub struct Scores {
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct QuestionReport {
+    /// The split scored.
+    pub split: SplitScored,
     /// Levels in the release's order.
     pub level_order: Vec<String>,
     pub all: Scores,
@@ -144,13 +148,19 @@ pub fn scores(
     out
 }
 
-/// Scores the predictions file against the release's items.
+/// Scores the predictions file against the items of the split `scope` scores; predictions for
+/// items of other splits are counted and left out.
 pub fn evaluate(
     release: &Path,
     predictions: &Path,
     by: Option<&str>,
+    scope: &Scope,
 ) -> Result<QuestionReport, RunError> {
-    let (items, order) = read_items(release, by)?;
+    let Released {
+        items,
+        order,
+        others,
+    } = read_items(release, by, scope)?;
     let index: HashMap<&str, &Item> = items.iter().map(|i| (i.item_id.as_str(), i)).collect();
     let (rows, columns) = read_rows(predictions)?;
     let text_col = super::tasks::answer_column(predictions, &columns)?;
@@ -158,7 +168,8 @@ pub fn evaluate(
         right,
         unparsed_at,
         rotations,
-    } = read_answers(&rows, &index, text_col)?;
+        other,
+    } = read_answers(&rows, &index, &others, text_col)?;
     let all: Vec<&Item> = items.iter().collect();
     let plain: HashMap<String, bool> = items
         .iter()
@@ -180,6 +191,7 @@ pub fn evaluate(
         .map(|(i, _)| i.clone())
         .collect();
     let mut report = QuestionReport {
+        split: scope.scored("items", items.len(), items.len() + others.len(), other),
         all: scores(&all, &plain, &unparsed, &missing, &order),
         level_order: order.clone(),
         by_column: by.map(str::to_string),
@@ -210,28 +222,37 @@ pub fn evaluate(
 type Key = (String, usize);
 
 /// What the predictions answered: (item, rotation) → right, where each unparsed answer was
-/// read, and whether any prediction names a rotation.
+/// read, whether any prediction names a rotation, and how many rows answered items of other
+/// splits.
 struct Answered {
     right: HashMap<Key, bool>,
     unparsed_at: HashMap<Key, String>,
     rotations: bool,
+    other: usize,
 }
 
-/// Reads every prediction row against its item; an unknown item, a bad rotation or a second
-/// prediction for an (item, rotation) is an error naming its line.
+/// Reads every prediction row against its item (a row for an item of another split, in
+/// `others`, is counted and skipped); an unknown item, a bad rotation or a second prediction
+/// for an (item, rotation) is an error naming its line.
 fn read_answers(
     rows: &[Row],
     index: &HashMap<&str, &Item>,
+    others: &HashSet<String>,
     text_col: &str,
 ) -> Result<Answered, RunError> {
     let mut right: HashMap<Key, bool> = HashMap::new();
     let mut seen: HashMap<Key, String> = HashMap::new();
     let mut unparsed_at: HashMap<Key, String> = HashMap::new();
     let mut rotations = false;
+    let mut other = 0;
     for r in rows {
         let id = r
             .get("item_id")
             .ok_or_else(|| RunError::Config(format!("{}: no item_id", r.at)))?;
+        if others.contains(id) {
+            other += 1;
+            continue;
+        }
         let Some(item) = index.get(id) else {
             return Err(RunError::Config(format!(
                 "{}: item_id {id:?} is not in the release",
@@ -274,6 +295,7 @@ fn read_answers(
         right,
         unparsed_at,
         rotations,
+        other,
     })
 }
 
@@ -350,7 +372,8 @@ fn scores_table(s: &Scores, order: &[String], indent: &str) -> String {
 
 /// The report as printed.
 pub fn render(r: &QuestionReport) -> String {
-    let mut t = format!(
+    let mut t = r.split.line();
+    t += &format!(
         "{} items of {} videos; standard errors clustered by video\n",
         r.all.micro.n, r.all.micro.videos
     );
@@ -377,10 +400,15 @@ pub fn render(r: &QuestionReport) -> String {
     t
 }
 
-/// Every item's rotated variants as JSONL (item_id, rotation, video_id, level, question,
-/// options as shown): what a model answers for CircularEval. The answer is left out.
-pub fn write_rotations(release: &Path, out: &Path) -> Result<usize, RunError> {
-    let (items, _) = read_items(release, None)?;
+/// The rotated variants of every item of the split `scope` scores as JSONL (item_id, rotation,
+/// video_id, level, question, options as shown): what a model answers for CircularEval. The
+/// answer is left out. Returns the lines written and what they cover.
+pub fn write_rotations(
+    release: &Path,
+    out: &Path,
+    scope: &Scope,
+) -> Result<(usize, SplitScored), RunError> {
+    let Released { items, others, .. } = read_items(release, None, scope)?;
     let mut s = String::new();
     let mut n = 0;
     for it in &items {
@@ -395,7 +423,10 @@ pub fn write_rotations(release: &Path, out: &Path) -> Result<usize, RunError> {
         }
     }
     std::fs::write(out, s).map_err(|e| RunError::io(out.display().to_string(), e))?;
-    Ok(n)
+    Ok((
+        n,
+        scope.scored("items", items.len(), items.len() + others.len(), 0),
+    ))
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! A predictions file's answers to a task release, aligned with the release's references.
 
+use super::Loaded;
 use crate::benchmark::score::Reference;
 use crate::error::RunError;
 use crate::evaluation::rows::{Fields, Loc, each_row};
@@ -24,13 +25,14 @@ pub fn answer_column(path: &Path, columns: &[String]) -> Result<&'static str, Ru
         })
 }
 
-/// One model's answers (the file must hold one model's), and how many rows it has; unknown
-/// and repeated items exit 2 at their line.
+/// One model's answers (the file must hold one model's), how many rows it has and how many of
+/// them answer items of other splits; unknown and repeated items exit 2 at their line.
 pub(super) fn read_answers(
     path: &Path,
-    refs: &[Vec<Reference>],
-) -> Result<(Answers, usize), RunError> {
-    let (by_model, rows) = read_model_answers(path, refs)?;
+    loaded: &Loaded,
+) -> Result<(Answers, usize, usize), RunError> {
+    let (by_model, rows, other) = read_model_answers(path, loaded)?;
+    let refs = &loaded.refs;
     if by_model.len() > 1 {
         return Err(RunError::Config(format!(
             "{}: answers of {} models ({}): score one model per file, or compare prompt variants with --variant",
@@ -40,7 +42,7 @@ pub(super) fn read_answers(
         )));
     }
     let none = refs.iter().map(|r| vec![None; r.len()]).collect();
-    Ok((by_model.into_values().next().unwrap_or(none), rows))
+    Ok((by_model.into_values().next().unwrap_or(none), rows, other))
 }
 
 /// A model's answers while they are read: the answers, the row each came from, and those taken
@@ -50,14 +52,17 @@ type Given = (Answers, Vec<Vec<u32>>, Vec<(u32, u32)>);
 /// The columns a predictions file of a task release is read for.
 const NAMES: [&str; 4] = ["item_id", "prediction", "answer", "model"];
 
-/// model (the `model` column; `model` without one) → its answers aligned with the release, and
-/// the rows read; unknown items and an item a model answers twice exit 2 at their line. Read a
-/// row at a time (`rows::each_row`): no map or string per row beyond the answer itself.
+/// model (the `model` column; `model` without one) → its answers aligned with the split's
+/// references, the rows read, and the rows that answer items of other splits (skipped);
+/// unknown items and an item a model answers twice exit 2 at their line. Read a row at a time
+/// (`rows::each_row`): no map or string per row beyond the answer itself.
 pub(in crate::evaluation) fn read_model_answers(
     path: &Path,
-    refs: &[Vec<Reference>],
-) -> Result<(BTreeMap<String, Answers>, usize), RunError> {
+    loaded: &Loaded,
+) -> Result<(BTreeMap<String, Answers>, usize, usize), RunError> {
+    let refs = &loaded.refs;
     let index = item_positions(refs);
+    let mut other = 0;
     // model → (answers, the row each came from, whether it was the `answer` column's).
     let mut out: BTreeMap<String, Given> = BTreeMap::new();
     let mut rows = 0;
@@ -65,6 +70,12 @@ pub(in crate::evaluation) fn read_model_answers(
     let found = each_row(path, &NAMES, |at, f| {
         first_loc.get_or_insert((at.n, at.parquet));
         rows += 1;
+        let id = f[0].as_deref().unwrap_or("");
+        // Under every split nothing is other: no second lookup per row.
+        if !loaded.others.is_empty() && !index.contains_key(id) && loaded.others.contains(id) {
+            other += 1;
+            return Ok(());
+        }
         take_answer(&mut out, &index, refs, at, f)
     })?;
     let (has_prediction, has_answer) = (found.seen[1], found.seen[2]);
@@ -95,6 +106,7 @@ pub(in crate::evaluation) fn read_model_answers(
             })
             .collect(),
         rows,
+        other,
     ))
 }
 

@@ -3,8 +3,8 @@
 //! (perception / understanding / reasoning) and per value of `--by` (a column of the release's
 //! videos), every mean with its standard error clustered by video.
 //!
-//! Reads: `tasks/tasks.json` and `tasks/<task>/*.parquet` of the release, `data/*.parquet` for
-//! `--by`, and the predictions (CSV, JSONL or Parquet: `item_id`, `prediction` or `answer`).
+//! Reads: `tasks/tasks.json` and `tasks/<task>/*.parquet` of the release (the rows of the split
+//! scored; only `item_id` of the others), `data/*.parquet` for `--by`, and the predictions (CSV, JSONL or Parquet: `item_id`, `prediction` or `answer`).
 //! Writes: its report only. Calls nothing: the judged metrics (hit rates, factual consistency,
 //! theme relevance, completeness) are listed as not scored rather than guessed.
 
@@ -15,6 +15,7 @@ pub use answers::answer_column;
 pub(super) use answers::read_model_answers;
 pub use render::render;
 
+use super::split::{Scope, SplitScored};
 use crate::benchmark::formats::Format;
 use crate::benchmark::score::{
     ItemScore, Mean, Reference, Status, clustered_mean, computed, macro_f1, score_item,
@@ -22,7 +23,7 @@ use crate::benchmark::score::{
 use crate::error::RunError;
 use answers::{Answers, read_answers};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// What `tasks/tasks.json` says of a task (the fields scoring uses).
@@ -78,6 +79,8 @@ pub struct TaskReport {
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct TasksReport {
+    /// The split scored.
+    pub split: SplitScored,
     pub tasks: Vec<TaskReport>,
     pub by_column: Option<String>,
     pub predictions: usize,
@@ -88,12 +91,12 @@ pub struct TasksReport {
     pub people: Option<super::people_report::PeopleRead>,
 }
 
-/// How `evaluate` scores a task release: `--by`, `--items-out`, the judge.
-#[derive(Default)]
+/// How `evaluate` scores a task release: `--by`, `--items-out`, the judge, the split.
 pub struct TaskOptions<'a> {
     pub by: Option<&'a str>,
     pub items_out: Option<&'a Path>,
     pub judge: Option<&'a super::judge::Judge>,
+    pub scope: &'a Scope,
 }
 
 /// Whether the predictions answer the release's benchmark tasks (rather than its `questions`
@@ -121,11 +124,21 @@ fn parquet_files(dir: &Path) -> Result<Vec<PathBuf>, RunError> {
     crate::store::parquet_files_in(dir).map_err(|e| RunError::io(dir.display().to_string(), e))
 }
 
-/// The task's released rows as references, in file order.
-fn read_references(release: &Path, t: &TaskInfo) -> Result<Vec<Reference>, RunError> {
+/// The task's released rows of the split `scope` scores as references, in file order; the
+/// item ids of its other splits go to `others`.
+fn read_references(
+    release: &Path,
+    t: &TaskInfo,
+    scope: &Scope,
+    others: &mut HashSet<String>,
+) -> Result<Vec<Reference>, RunError> {
     let mut out = vec![];
     for f in parquet_files(&release.join("tasks").join(&t.name))? {
-        super::references::read_file(&f, &mut out)?;
+        if scope.keeps(&f) {
+            super::references::read_file(&f, &mut out)?;
+        } else {
+            super::references::read_ids(&f, others)?;
+        }
     }
     Ok(out)
 }
@@ -152,16 +165,35 @@ fn video_groups(release: &Path, column: &str) -> Result<HashMap<String, String>,
     Ok(out)
 }
 
-/// The release's tasks and each task's references in release order.
-pub(super) type Loaded = (Vec<TaskInfo>, Vec<Vec<Reference>>);
+/// The release's tasks, each task's references of the split scored in release order, and the
+/// item ids of the other splits.
+pub(super) struct Loaded {
+    pub(super) infos: Vec<TaskInfo>,
+    pub(super) refs: Vec<Vec<Reference>>,
+    pub(super) others: HashSet<String>,
+}
 
-pub(super) fn load_release(release: &Path) -> Result<Loaded, RunError> {
+impl Loaded {
+    /// What was scored: the items of the split, of the release, and `other` predictions of
+    /// other splits.
+    pub(super) fn scored(&self, scope: &Scope, other: usize) -> SplitScored {
+        let n: usize = self.refs.iter().map(Vec::len).sum();
+        scope.scored("items", n, n + self.others.len(), other)
+    }
+}
+
+pub(super) fn load_release(release: &Path, scope: &Scope) -> Result<Loaded, RunError> {
     let infos = read_infos(release)?;
     let mut refs = vec![];
+    let mut others = HashSet::new();
     for t in &infos {
-        refs.push(read_references(release, t)?);
+        refs.push(read_references(release, t, scope, &mut others)?);
     }
-    Ok((infos, refs))
+    Ok(Loaded {
+        infos,
+        refs,
+        others,
+    })
 }
 
 /// One item's final decision, for the prompt-variant comparison.
@@ -181,17 +213,20 @@ pub struct TaskScores {
     pub items: Vec<DecisionItem>,
 }
 
-/// The decisions of every tagged-reasoning task of the release, per model of `predictions`.
+/// The decisions of every tagged-reasoning task of the split `scope` scores, per model of
+/// `predictions`, and what was scored.
 pub fn score_release(
     release: &Path,
     predictions: &Path,
-) -> Result<BTreeMap<String, Vec<TaskScores>>, RunError> {
-    let (infos, refs) = load_release(release)?;
-    let (answers, _) = read_model_answers(predictions, &refs)?;
+    scope: &Scope,
+) -> Result<(BTreeMap<String, Vec<TaskScores>>, SplitScored), RunError> {
+    let loaded = load_release(release, scope)?;
+    let (answers, _, other) = read_model_answers(predictions, &loaded)?;
+    let Loaded { infos, refs, .. } = &loaded;
     let mut out = BTreeMap::new();
     for (model, answers) in &answers {
         let mut tasks = vec![];
-        for ((t, refs), given) in infos.iter().zip(&refs).zip(answers) {
+        for ((t, refs), given) in infos.iter().zip(refs).zip(answers) {
             if t.format != Format::TaggedReasoning.name() {
                 continue;
             }
@@ -222,7 +257,7 @@ pub fn score_release(
             release.display()
         )));
     }
-    Ok(out)
+    Ok((out, loaded.scored(scope, other)))
 }
 
 /// Scores every task of the release.
@@ -232,10 +267,12 @@ pub fn evaluate(
     opts: &TaskOptions,
 ) -> Result<TasksReport, RunError> {
     let (by, items_out) = (opts.by, opts.items_out);
-    let (infos, refs) = load_release(release)?;
-    let (answers, rows) = read_answers(predictions, &refs)?;
+    let loaded = load_release(release, opts.scope)?;
+    let (answers, rows, other) = read_answers(predictions, &loaded)?;
+    let Loaded { infos, refs, .. } = &loaded;
     let groups = by.map(|c| video_groups(release, c)).transpose()?;
     let mut report = TasksReport {
+        split: loaded.scored(opts.scope, other),
         by_column: by.map(str::to_string),
         predictions: rows,
         judge: opts.judge.map(|j| j.info()),
@@ -248,11 +285,11 @@ pub fn evaluate(
     if let (Some(j), Some(rt)) = (opts.judge, &rt)
         && j.batched()
     {
-        let asks = judged_asks(&infos, &refs, &answers)?;
+        let asks = judged_asks(infos, refs, &answers)?;
         rt.block_on(super::judge_batch::answer_all(j, &asks))?;
     }
     let mut lines = String::new();
-    for ((t, refs), given) in infos.iter().zip(&refs).zip(&answers) {
+    for ((t, refs), given) in infos.iter().zip(refs).zip(&answers) {
         let (mut rep, scores) = score_task(t, refs, given, groups.as_ref())?;
         if let (Some(j), Some(rt)) = (opts.judge, &rt) {
             let judged_metrics: Vec<String> = t
@@ -390,15 +427,18 @@ fn means(wanted: &[&str], set: &[&ItemScore]) -> BTreeMap<String, Mean> {
         .collect()
 }
 
-/// What judging these predictions would ask the judge: calls, those already cached, the price.
+/// What judging these predictions on the split `scope` scores would ask the judge: calls,
+/// those already cached, the price; and what was scored.
 pub fn dry_run(
     release: &Path,
     predictions: &Path,
     judge: &super::judge::Judge,
-) -> Result<super::judge::DryRun, RunError> {
-    let (infos, refs) = load_release(release)?;
-    let (answers, _) = read_answers(predictions, &refs)?;
-    Ok(judge.price(&judged_asks(&infos, &refs, &answers)?))
+    scope: &Scope,
+) -> Result<(super::judge::DryRun, SplitScored), RunError> {
+    let loaded = load_release(release, scope)?;
+    let (answers, _, other) = read_answers(predictions, &loaded)?;
+    let price = judge.price(&judged_asks(&loaded.infos, &loaded.refs, &answers)?);
+    Ok((price, loaded.scored(scope, other)))
 }
 
 /// Every judgment the tasks' judged metrics ask of these answers (each once per sample).

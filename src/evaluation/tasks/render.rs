@@ -6,7 +6,8 @@ use crate::evaluation::people_report;
 
 /// The report as text: one line per task and metric, grouped by category, then `--by`.
 pub fn render(r: &TasksReport) -> String {
-    let mut s = format!(
+    let mut s = r.split.line();
+    s += &format!(
         "{} predictions; standard errors clustered by video; unread and missing answers are wrong and stay in the denominator\n\n",
         r.predictions
     );

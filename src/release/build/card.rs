@@ -219,7 +219,7 @@ fn languages(
         .collect();
     rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     let mut c = format!(
-        "\n## Languages\n\nFrom stage `{stage}` (title, description, transcript and on-screen text; `mixed`: they disagree, `und`: no text to tell).\n\n| language | videos | share |"
+        "\n## Languages\n\nFrom stage `{stage}` (title, description, transcript and on-screen text; `mixed`: they disagree, `und`: no text to tell).\n\n| language | videos (all splits) | share |"
     );
     for (s, _, _) in sizes {
         c += &format!(" {s} |");
@@ -318,12 +318,12 @@ fn front_matter(
 fn tasks_section(tasks: &[TaskWritten]) -> String {
     let splits: Vec<&String> = tasks[0].sizes.iter().map(|(s, _, _)| s).collect();
     let mut c = String::from(
-        "\n## Benchmark tasks\n\nOne config per task (`load_dataset(\"path/to/this/folder\", \"kep\")`), its items in the split of their video; `tasks/tasks.json` says what each task is. The reference is in the columns of the task's format (single choice: `options`, `answer`; multiple choice: `answer` letters and `answer_choices`; count: `answer_count`; time ranges: `answer_starts`, `answer_ends` in seconds; reference lists: `reference_fields` with `reference_items`; open text: `answer_text`; tagged reasoning: `answer_label`, the reasoning and the lists). `origin` says whether models drafted it (refined and judged; `judge_model`, `final_round`) or vidcurate derived it from measured columns (`from_columns`); `review` what people made of it (accepted, minor_edit, rewritten), null when the task was not reviewed.\n\n| task | title | category | format | metrics | reference |",
+        "\n## Benchmark tasks\n\nOne config per task (`load_dataset(\"path/to/this/folder\", \"kep\")`), its items in the split of their video; `tasks/tasks.json` says what each task is; `vidcurate evaluate DIR PREDICTIONS` (item_id, prediction) scores each on the test split (`--split all`: every split). The reference is in the columns of the task's format (single choice: `options`, `answer`; multiple choice: `answer` letters and `answer_choices`; count: `answer_count`; time ranges: `answer_starts`, `answer_ends` in seconds; reference lists: `reference_fields` with `reference_items`; open text: `answer_text`; tagged reasoning: `answer_label`, the reasoning and the lists). `origin` says whether models drafted it (refined and judged; `judge_model`, `final_round`) or vidcurate derived it from measured columns (`from_columns`); `review` what people made of it (accepted, minor_edit, rewritten), null when the task was not reviewed.\n\n| task | title | category | format | metrics | reference |",
     );
     for s in &splits {
         c += &format!(" {s} |");
     }
-    c += " to confirm |\n|---|---|---|---|---|---|";
+    c += " to confirm (all splits) |\n|---|---|---|---|---|---|";
     c += &"---:|".repeat(splits.len() + 1);
     c += "\n";
     for t in tasks {
@@ -429,7 +429,7 @@ fn how_it_was_built(
 fn questions_section(q: &QuestionsWritten) -> String {
     let total: usize = q.sizes.iter().map(|(_, n, _)| n).sum();
     let mut c = format!(
-        "\n## Questions\n\nThe `questions` config holds {total} multiple-choice items from stage `{}`, one row per item, in the split of its video: `question`, `options` (A for the first), `answer` (the right letter), `level` (observable / internal / beyond), `rationale`, `context_note`, `language` (its video's), and `blind_correct` of `blind_samples` text-only answers (from the question and options alone) that named the right option.\n\n```python\nitems = load_dataset(\"path/to/this/folder\", \"questions\")\n```\n\nScore a model with `vidcurate evaluate DIR PREDICTIONS` (item_id, answer): accuracy per level, their macro average, standard errors clustered by video, and CircularEval over rotated options.\n\n| level | items |",
+        "\n## Questions\n\nThe `questions` config holds {total} multiple-choice items from stage `{}`, one row per item, in the split of its video: `question`, `options` (A for the first), `answer` (the right letter), `level` (observable / internal / beyond), `rationale`, `context_note`, `language` (its video's), and `blind_correct` of `blind_samples` text-only answers (from the question and options alone) that named the right option.\n\n```python\nitems = load_dataset(\"path/to/this/folder\", \"questions\")\n```\n\nScore a model with `vidcurate evaluate DIR PREDICTIONS` (item_id, answer) on the test split (`--split all`: every split): accuracy per level, their macro average, standard errors clustered by video, and CircularEval over rotated options.\n\n| level | all splits |",
         q.stage
     );
     for (s, _, _) in &q.sizes {
@@ -448,7 +448,7 @@ fn questions_section(q: &QuestionsWritten) -> String {
         c += "\n";
     }
     c += &review_section(q);
-    c += "\n| language | items | share |\n|---|---:|---:|\n";
+    c += "\n| language | items (all splits) | share |\n|---|---:|---:|\n";
     let mut langs: Vec<_> = q.languages.iter().collect();
     langs.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     for (l, n) in langs {

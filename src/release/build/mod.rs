@@ -73,10 +73,11 @@ pub struct ReleaseOptions {
     /// Also export the items for an evaluation harness (repeat for both): `lmms-eval`
     /// writes harness/lmms_eval/ (questions: a task per level, all items and CircularEval;
     /// benchmark tasks: a task per task scored by its format's metrics; a group each; utils.py)
-    /// for `lmms_eval --include_path`; `vlmevalkit` writes harness/vlmevalkit/<Name>.tsv and its
-    /// CircularEval copy <Name>_CIRC.tsv for VLMEvalKit's LMUData (questions, and each
-    /// single-choice task). Both score as `evaluate` does; judged metrics stay with
-    /// `evaluate --judge`.
+    /// for `lmms_eval --include_path`, each task scoring the test split (validation as
+    /// validation_split, train as fewshot_split only); `vlmevalkit` writes
+    /// harness/vlmevalkit/<Name>_<split>.tsv and its CircularEval copy <Name>_<split>_CIRC.tsv
+    /// per split for VLMEvalKit's LMUData (questions, and each single-choice task). Both score
+    /// as `evaluate` does; judged metrics stay with `evaluate --judge`.
     #[arg(long, value_enum, value_name = "HARNESS")]
     pub harness: Vec<crate::release::harness::Harness>,
 }

@@ -12,7 +12,9 @@
 //! Every task sets `cluster_key: video_id`, so lmms-eval adds its own clustered standard error
 //! (`*_stderr_clustered`, Miller's formula without the G/(G−1) factor); `clustered_se` and
 //! `macro_se` are `vidcurate evaluate`'s. Data files are the release's `questions/*.parquet`,
-//! relative to the release folder: run lmms-eval from there.
+//! relative to the release folder (run lmms-eval from there), each split under its own name;
+//! the tasks score the test split (`super::dataset_yaml`), and the levels are those its items
+//! have.
 
 use super::{Item, ident, write_text};
 use crate::error::RunError;
@@ -38,7 +40,7 @@ fn quoted(s: &str) -> String {
 
 fn task_yaml(
     task: &str,
-    data_files: &str,
+    dataset: &str,
     (docs, results): (&str, &str),
     metrics: &[(&str, &str)],
 ) -> String {
@@ -52,21 +54,27 @@ fn task_yaml(
         })
         .collect();
     TASK.replace("{{task}}", task)
-        .replace("{{data_files}}", data_files)
+        .replace("{{dataset}}", dataset)
         .replace("{{process_docs}}", docs)
         .replace("{{process_results}}", results)
         .replace("{{metric_list}}", list.trim_end())
 }
 
-pub(super) fn write(release: &Path, name: &str, items: &[Item]) -> Result<Vec<PathBuf>, RunError> {
+/// The tasks of `items`, the questions lmms-eval scores (the test split's when `test`).
+pub(super) fn write(
+    release: &Path,
+    name: &str,
+    items: &[Item],
+    test: bool,
+) -> Result<Vec<PathBuf>, RunError> {
     let dir = release.join("harness/lmms_eval");
     let levels = levels(items);
-    let files = super::parquet_files(&release.join("questions"), "")?;
-    let data_files: String = files
+    let files: Vec<String> = super::parquet_files(&release.join("questions"), "")?
         .iter()
         .filter_map(|f| f.file_name())
-        .map(|f| format!("\n      - questions/{}", f.to_string_lossy()))
+        .map(|f| format!("questions/{}", f.to_string_lossy()))
         .collect();
+    let data_files = super::dataset_yaml(&files, test);
     let mut written = vec![];
     let mut tasks = vec![];
     for (i, l) in levels.iter().enumerate() {

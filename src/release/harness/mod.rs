@@ -3,8 +3,15 @@
 //!
 //! - `lmms-eval` writes `harness/lmms_eval/`: one task per level, an all-items task and a
 //!   CircularEval task, a group over them, and one `utils.py` (`lmms.rs`).
-//! - `vlmevalkit` writes `harness/vlmevalkit/<Name>.tsv` and `<Name>_CIRC.tsv`, a custom
-//!   multiple-choice image dataset with the frames as images (`vlmevalkit.rs`).
+//! - `vlmevalkit` writes `harness/vlmevalkit/<Name>_<split>.tsv` and `<Name>_<split>_CIRC.tsv`
+//!   per split, a custom multiple-choice image dataset with the frames as images
+//!   (`vlmevalkit.rs`).
+//!
+//! Splits: every lmms-eval task lists each split's files under its own name and scores
+//! `test_split: test` alone (`validation_split` when the release has one; the train split only
+//! as `fewshot_split`), as `vidcurate evaluate` scores the test split by default; a release
+//! without a test split lists every file as `test`. A level or task with no test item gets no
+//! lmms-eval task. A file's split is its name's (`release::split_files`).
 //!
 //! A benchmark-task release (MVFNDB's tasks, `tasks/tasks.json`) gets one lmms-eval task per
 //! task, each scored by its format's own metrics (`tasks.rs`), and a VLMEvalKit TSV per
@@ -74,6 +81,7 @@ pub fn export(release: &Path, harnesses: &[Harness]) -> Result<Vec<PathBuf>, Run
         }
     }
     let name = task_name(release);
+    let test = has_test(release)?;
     let questions = read_items(release)?;
     let task_set = tasks::read(release)?;
     if questions.is_empty() && task_set.is_empty() {
@@ -97,11 +105,17 @@ pub fn export(release: &Path, harnesses: &[Harness]) -> Result<Vec<PathBuf>, Run
         }
         match h {
             Harness::LmmsEval => {
-                if !questions.is_empty() {
-                    written.extend(lmms::write(release, &name, &questions)?);
+                // lmms-eval scores the test split: its levels are those the test items have.
+                let scored: Vec<Item> = questions
+                    .iter()
+                    .filter(|i| !test || i.split == "test")
+                    .cloned()
+                    .collect();
+                if !scored.is_empty() {
+                    written.extend(lmms::write(release, &name, &scored, test)?);
                 }
-                written.extend(tasks::write_lmms(release, &name, &task_set)?);
-                written.push(lmms::write_utils(release, &name, &questions, &task_set)?);
+                written.extend(tasks::write_lmms(release, &name, &task_set, test)?);
+                written.push(lmms::write_utils(release, &name, &scored, &task_set)?);
             }
             Harness::Vlmevalkit => {
                 if !questions.is_empty() {
@@ -209,6 +223,13 @@ fn batches(path: &Path) -> Result<Vec<RecordBatch>, RunError> {
     crate::release::read_parquet(path).map(|(_, b)| b)
 }
 
+/// Whether the release has a test split: then the lmms-eval tasks score it alone.
+fn has_test(release: &Path) -> Result<bool, RunError> {
+    Ok(crate::release::split_files::release_splits(release)?
+        .iter()
+        .any(|s| s == "test"))
+}
+
 /// The released questions in file order (splits sorted by name, as `evaluate` reads them);
 /// none when the release has no questions config.
 fn read_items(release: &Path) -> Result<Vec<Item>, RunError> {
@@ -218,9 +239,64 @@ fn read_items(release: &Path) -> Result<Vec<Item>, RunError> {
     }
     let mut items = vec![];
     for f in parquet_files(&dir, "the questions config")? {
-        items.extend(rows_of::<Item>(&f)?);
+        items.extend(items_of(&f)?);
     }
     Ok(items)
+}
+
+/// A file's rows as `Item`s, each in the split the file's name gives (what `datasets` and the
+/// lmms-eval tasks read), else the one its `split` column gives.
+fn items_of(f: &Path) -> Result<Vec<Item>, RunError> {
+    let mut items = rows_of::<Item>(f)?;
+    if let Some(s) = crate::release::split_files::split_of(f) {
+        for it in &mut items {
+            it.split = s.to_string();
+        }
+    }
+    Ok(items)
+}
+
+/// A task YAML's data: each split's files of `files` (release-relative, in order) under its
+/// own name, `test_split: test`, `validation_split` when there are validation files, and the
+/// train files as `fewshot_split` only, so lmms-eval scores the test items alone. Without a
+/// test split (`test` false) every file is listed as `test`: all there is to score, as
+/// `evaluate` then scores every split.
+pub(crate) fn dataset_yaml(files: &[String], test: bool) -> String {
+    let list =
+        |fs: Vec<&String>| -> String { fs.iter().map(|f| format!("\n      - {f}")).collect() };
+    if !test {
+        return format!(
+            "# The release has no test split: every file is scored as `test` (as `vidcurate evaluate`\n\
+             # scores every split then).\ndataset_kwargs:\n  data_files:\n    test:{}\ntest_split: test",
+            list(files.iter().collect())
+        );
+    }
+    let of = |s: &str| -> Vec<&String> {
+        files
+            .iter()
+            .filter(|f| crate::release::split_files::split_of(Path::new(f.as_str())) == Some(s))
+            .collect()
+    };
+    let mut y = format!(
+        "dataset_kwargs:\n  data_files:\n    test:{}",
+        list(of("test"))
+    );
+    let mut keys = "# Scored: the test split alone (as `vidcurate evaluate` scores it by default).\ntest_split: test".to_string();
+    for (split, key) in [
+        ("validation", "validation_split"),
+        ("train", "fewshot_split"),
+    ] {
+        let fs = of(split);
+        if fs.is_empty() {
+            continue;
+        }
+        y += &format!("\n    {split}:{}", list(fs));
+        if split == "train" {
+            keys += "\n# The train split: few-shot examples only (--num_fewshot), never scored.";
+        }
+        keys += &format!("\n{key}: {split}");
+    }
+    y + "\n" + &keys
 }
 
 /// A released Parquet file's rows as `T`.

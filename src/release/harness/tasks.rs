@@ -14,9 +14,10 @@
 //!
 //! Reads `tasks/tasks.json` and the task configs' Parquet; writes the files above; calls nothing.
 
-use super::{Item, ident, parquet_files, rows_of, write_text};
+use super::{ident, items_of, parquet_files, write_text};
 use crate::benchmark::formats::{Format, MAX_LETTERED};
 use crate::error::RunError;
+use crate::release::split_files::split_of;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -38,12 +39,13 @@ pub(crate) struct TaskInfo {
     pub labels: Vec<String>,
 }
 
-/// A released task with items: its description, format and files (relative to the release).
+/// A released task with items: its description, format and files (relative to the release,
+/// each with its rows).
 #[derive(Debug, Clone)]
 pub(crate) struct ReleasedTask {
     pub info: TaskInfo,
     pub format: Format,
-    pub files: Vec<String>,
+    pub files: Vec<(String, usize)>,
     pub items: usize,
 }
 
@@ -59,6 +61,15 @@ impl ReleasedTask {
             out.push("macro_f1");
         }
         out
+    }
+
+    /// The items lmms-eval scores: the test split's when `test`, else every item.
+    fn scored_items(&self, test: bool) -> usize {
+        self.files
+            .iter()
+            .filter(|(f, _)| !test || split_of(Path::new(f)) == Some("test"))
+            .map(|(_, n)| n)
+            .sum()
     }
 
     /// The task's metrics that need a judge.
@@ -97,9 +108,10 @@ pub(crate) fn read(release: &Path) -> Result<Vec<ReleasedTask>, RunError> {
         let mut files = vec![];
         let mut items = 0;
         for f in parquet_files(&dir, "a task config listed in tasks.json")? {
-            items += rows_in(&f)?;
+            let rows = rows_in(&f)?;
+            items += rows;
             let name = f.file_name().unwrap_or_default().to_string_lossy();
-            files.push(format!("tasks/{}/{name}", info.name));
+            files.push((format!("tasks/{}/{name}", info.name), rows));
         }
         // A takedown can leave a task with no item; lmms-eval cannot score an empty task.
         if items > 0 {
@@ -136,19 +148,19 @@ fn task_id(name: &str, t: &ReleasedTask) -> String {
     format!("{name}_{}", ident(&t.info.name))
 }
 
-/// One YAML per task and the group over them.
+/// One YAML per task with items to score (in the test split when `test`) and the group over
+/// them.
 pub(super) fn write_lmms(
     release: &Path,
     name: &str,
     tasks: &[ReleasedTask],
+    test: bool,
 ) -> Result<Vec<PathBuf>, RunError> {
-    if tasks.is_empty() {
-        return Ok(vec![]);
-    }
     let dir = release.join("harness/lmms_eval");
     let mut written = vec![];
     let mut ids = vec![];
-    for t in tasks {
+    // lmms-eval cannot run a task without documents.
+    for t in tasks.iter().filter(|t| t.scored_items(test) > 0) {
         let id = task_id(name, t);
         let mut metrics = String::new();
         for m in t.scored() {
@@ -174,18 +186,26 @@ pub(super) fn write_lmms(
         } else {
             judged.join(", ")
         };
-        let files: String = t.files.iter().map(|f| format!("\n      - {f}")).collect();
+        let files: Vec<String> = t.files.iter().map(|(f, _)| f.clone()).collect();
+        let items = if test {
+            format!("{} test items (of {})", t.scored_items(test), t.items)
+        } else {
+            format!("{} items", t.items)
+        };
         let yaml = YAML
             .replace("{{task}}", &id)
             .replace("{{title}}", &t.info.title)
-            .replace("{{items}}", &t.items.to_string())
+            .replace("{{items}}", &items)
             .replace("{{format}}", t.format.name())
             .replace("{{judged}}", &judged)
-            .replace("{{data_files}}", &files)
+            .replace("{{dataset}}", &super::dataset_yaml(&files, test))
             .replace("{{max_new_tokens}}", &max_new_tokens(t.format).to_string())
             .replace("{{metric_list}}", metrics.trim_end());
         written.push(write_text(&dir.join(format!("{id}.yaml")), &yaml)?);
         ids.push(id);
+    }
+    if ids.is_empty() {
+        return Ok(written);
     }
     let members: String = ids.iter().map(|t| format!("  - {t}\n")).collect();
     let group = format!(
@@ -235,8 +255,8 @@ pub(super) fn write_vlmevalkit(
             continue;
         }
         let mut items = vec![];
-        for f in &t.files {
-            items.extend(rows_of::<Item>(&release.join(f))?);
+        for (f, _) in &t.files {
+            items.extend(items_of(&release.join(f))?);
         }
         if let Some(wide) = items.iter().find(|i| i.options.len() > MAX_LETTERED) {
             tracing::info!(

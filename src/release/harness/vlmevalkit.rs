@@ -1,5 +1,7 @@
-//! VLMEvalKit's custom multiple-choice dataset: `harness/vlmevalkit/<Name>.tsv` and its
-//! CircularEval copy `<Name>_CIRC.tsv`. Copy them into `$LMUData` and pass `--data <Name>`.
+//! VLMEvalKit's custom multiple-choice dataset, one per split: `harness/vlmevalkit/
+//! <Name>_<split>.tsv` and its CircularEval copy `<Name>_<split>_CIRC.tsv` (`<Name>.tsv` for
+//! items of no split). Copy them into `$LMUData` and pass `--data <Name>_test`: a model is
+//! scored on the test split, the others being there to tune it on.
 //!
 //! What VLMEvalKit's loader asks of such a file (`vlmeval/dataset/__init__.py::build_dataset`,
 //! `image_base.py::ImageBaseDataset.__init__`, `utils/multiple_choice.py::mcq_circular_eval`):
@@ -17,6 +19,7 @@
 use super::{Frame, Item, read_frames, write_text};
 use crate::error::RunError;
 use base64::Engine;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// Where rotated copies start: VLMEvalKit's circular grouping is `index % 1_000_000`.
@@ -51,9 +54,36 @@ fn images(release: &Path, frames: &[Frame]) -> Result<Vec<String>, RunError> {
         .collect()
 }
 
-/// Writes `<name>.tsv` and its CircularEval copy `<name>_CIRC.tsv` of `items`.
+/// Writes `<name>_<split>.tsv` and its CircularEval copy `<name>_<split>_CIRC.tsv` for each
+/// split of `items`, in the order the items come (`<name>.tsv` for items of no split).
 pub(super) fn write(release: &Path, name: &str, items: &[Item]) -> Result<Vec<PathBuf>, RunError> {
     let frames = read_frames(release)?;
+    let mut splits: Vec<&str> = vec![];
+    for it in items {
+        if !splits.contains(&it.split.as_str()) {
+            splits.push(&it.split);
+        }
+    }
+    let mut written = vec![];
+    for split in splits {
+        let of: Vec<&Item> = items.iter().filter(|i| i.split == split).collect();
+        let file = if split.is_empty() {
+            name.to_string()
+        } else {
+            format!("{name}_{}", super::ident(split))
+        };
+        written.extend(write_split(release, &file, &of, &frames)?);
+    }
+    Ok(written)
+}
+
+/// Writes `<name>.tsv` and its CircularEval copy `<name>_CIRC.tsv` of `items`.
+fn write_split(
+    release: &Path,
+    name: &str,
+    items: &[&Item],
+    frames: &HashMap<String, Vec<Frame>>,
+) -> Result<Vec<PathBuf>, RunError> {
     if items.len() >= CIRCULAR_OFFSET {
         return Err(RunError::Config(format!(
             "{} items: VLMEvalKit's circular indices allow under {CIRCULAR_OFFSET}",

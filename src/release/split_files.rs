@@ -1,0 +1,150 @@
+//! Which split a written release's file holds, as its name says: `release` writes
+//! `<split>-NNNNN-of-NNNNN.parquet` under `data/`, `perturbations/`, `questions/` and
+//! `tasks/<task>/`, and `datasets.load_dataset(DIR)` reads the split from that name (the card's
+//! `data_files` patterns), so `evaluate --split`, the harness exports and a test that loads the
+//! release agree on what "test" holds.
+//!
+//! Reads file names under a release folder and its card's front matter (for the splits' order);
+//! writes, calls and caches nothing.
+
+use crate::error::RunError;
+use std::path::{Path, PathBuf};
+
+/// The split a release file holds: `test-00000-of-00001.parquet` → `test`; None for a file
+/// named otherwise (a folder someone made by hand).
+pub fn split_of(path: &Path) -> Option<&str> {
+    let stem = path.file_name()?.to_str()?.strip_suffix(".parquet")?;
+    // `<split>-NNNNN-of-NNNNN`: the last 15 characters are the shard's numbers.
+    let cut = stem
+        .len()
+        .checked_sub(15)
+        .filter(|&c| stem.is_char_boundary(c))?;
+    let (split, shard) = stem.split_at(cut);
+    let b = shard.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    let numbered = b[0] == b'-' && digits(1..6) && &shard[6..10] == "-of-" && digits(10..15);
+    (numbered && !split.is_empty()).then_some(split)
+}
+
+/// The release's splits: those its `data/` files name, in the order the card lists them
+/// (`release`'s `--names` order: train, validation, test), then any other by name. Empty when
+/// no file names a split.
+pub fn release_splits(release: &Path) -> Result<Vec<String>, RunError> {
+    let dir = release.join("data");
+    let files = crate::store::parquet_files_in(&dir)
+        .map_err(|e| RunError::Config(format!("{}: {e} (not a release folder?)", dir.display())))?;
+    let mut named: Vec<String> = files
+        .iter()
+        .filter_map(|f| split_of(f).map(str::to_string))
+        .collect();
+    named.sort();
+    named.dedup();
+    let card = std::fs::read_to_string(release.join("README.md")).unwrap_or_default();
+    let mut out: Vec<String> = card_order(&card)
+        .into_iter()
+        .filter(|s| named.contains(s))
+        .collect();
+    for s in named {
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
+
+/// The splits the card's front matter lists (`  - split: NAME`), first appearance first.
+fn card_order(card: &str) -> Vec<String> {
+    let Some(front) = card
+        .strip_prefix("---\n")
+        .and_then(|r| r.split("\n---\n").next())
+    else {
+        return vec![];
+    };
+    let mut out: Vec<String> = vec![];
+    for l in front.lines() {
+        if let Some(s) = l.trim().strip_prefix("- split: ") {
+            let s = s.trim().to_string();
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+/// The files of a release folder `dir` (`questions/`, `tasks/<task>/`) grouped by the split
+/// their names give, in `splits`' order; files naming no split (or another) come last under "".
+pub fn files_by_split(
+    dir: &Path,
+    splits: &[String],
+) -> std::io::Result<Vec<(String, Vec<PathBuf>)>> {
+    let files = crate::store::parquet_files_in(dir)?;
+    let mut out: Vec<(String, Vec<PathBuf>)> = vec![];
+    let mut rest = vec![];
+    for s in splits {
+        let of: Vec<PathBuf> = files
+            .iter()
+            .filter(|f| split_of(f) == Some(s.as_str()))
+            .cloned()
+            .collect();
+        if !of.is_empty() {
+            out.push((s.clone(), of));
+        }
+    }
+    for f in files {
+        if !split_of(&f).is_some_and(|s| splits.iter().any(|x| x == s)) {
+            rest.push(f);
+        }
+    }
+    if !rest.is_empty() {
+        out.push((String::new(), rest));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_files_split_is_its_name_before_the_shard_numbers() {
+        let s = |n: &str| split_of(Path::new(n)).map(str::to_string);
+        assert_eq!(
+            s("data/test-00000-of-00001.parquet").as_deref(),
+            Some("test")
+        );
+        assert_eq!(
+            s("tasks/kep/my-split-00003-of-00010.parquet").as_deref(),
+            Some("my-split")
+        );
+        assert_eq!(s("data/data.parquet"), None);
+        assert_eq!(s("-00000-of-00001.parquet"), None);
+        assert_eq!(s("test-0000a-of-00001.parquet"), None);
+        assert_eq!(s("test-00000-of-00001.csv"), None);
+    }
+
+    #[test]
+    fn splits_come_in_the_cards_order_then_by_name() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("data")).unwrap();
+        for f in [
+            "test-00000-of-00001.parquet",
+            "train-00000-of-00002.parquet",
+            "train-00001-of-00002.parquet",
+            "extra-00000-of-00001.parquet",
+            "validation-00000-of-00001.parquet",
+            "loose.parquet",
+        ] {
+            std::fs::write(d.path().join("data").join(f), b"").unwrap();
+        }
+        let card = "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/train-*.parquet\n  - split: validation\n    path: x\n  - split: test\n    path: y\n---\n\n- split: later\n";
+        std::fs::write(d.path().join("README.md"), card).unwrap();
+        assert_eq!(
+            release_splits(d.path()).unwrap(),
+            ["train", "validation", "test", "extra"]
+        );
+        let by = files_by_split(&d.path().join("data"), &["test".into(), "train".into()]).unwrap();
+        let names: Vec<(&str, usize)> = by.iter().map(|(s, f)| (s.as_str(), f.len())).collect();
+        assert_eq!(names, [("test", 1), ("train", 2), ("", 3)]);
+    }
+}
