@@ -227,6 +227,41 @@ fn fakesv_fold_lists_split_by_the_test_fold() {
         (Some(2), None)
     );
 
+    // The event-fold protocol's split: the videos in no fold list are not part of it. Without
+    // --leave-out-missing they are an error that names them; with it, they are left out and
+    // counted, and the listed ones keep the lists' split.
+    let split = |extra: &[&str]| {
+        std::process::Command::new(bin())
+            .args(["split", run_dir.to_str().unwrap(), "--from-column", "split"])
+            .args(["--names", "train,test", "--name", "folds"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let o = split(&[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--leave-out-missing"), "{}", stderr(&o));
+    let o = split(&["--leave-out-missing"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("2 videos with no value left out"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let placed: BTreeMap<String, String> = table_rows_file(&run_dir.join("splits/folds.parquet"))
+        .into_iter()
+        .map(|r| (r["video_id"].clone(), r["split"].clone()))
+        .collect();
+    let listed: BTreeMap<String, String> = source
+        .iter()
+        .filter(|(_, r)| r["split"] != "null")
+        .map(|(id, r)| (id.clone(), r["split"].clone()))
+        .collect();
+    assert_eq!((placed.len(), &placed), (9, &listed));
+    let json = std::fs::read_to_string(run_dir.join("splits/folds.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["missing_left_out"].as_array().map(Vec::len), Some(2));
+
     write(&p, &format!("{body}{}", fold_files(6)));
     let o = run_into(&p, &d.path().join("run2"), d.path());
     let err = stderr(&o);

@@ -73,6 +73,11 @@ pub struct SplitOptions {
     /// occur, then any other value; --ratios is not used; a video with no value is an error.
     #[arg(long, conflicts_with_all = ["balanced_test", "group", "dedup", "drop_duplicates"])]
     pub from_column: Option<String>,
+    /// With --from-column: a video with no value is left out of every split (counted, and
+    /// listed in NAME.json) rather than an error; e.g. the rows FakeSV's event-fold lists leave
+    /// out (726 of its 5,495 videos).
+    #[arg(long, requires = "from_column")]
+    pub leave_out_missing: bool,
     /// MVFNDB's category-test-split: the last of --names (test) gets this many videos of every
     /// --stratify stratum (e.g. label,category), or `max` (as many as the smallest stratum
     /// has); the rest are split over the other names by their --ratios.
@@ -217,6 +222,9 @@ pub struct SplitReport {
     pub duplicate_clusters: usize,
     /// Videos left out as duplicates of another (with --drop-duplicates).
     pub dropped_duplicates: Vec<String>,
+    /// Videos left out for having no --from-column value (with --leave-out-missing).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing_left_out: Vec<String>,
     /// The largest |videos − target| over the cells.
     pub max_deviation: f64,
     #[serde(skip)]
@@ -268,6 +276,9 @@ impl SplitReport {
                 self.dropped_duplicates.len()
             );
         }
+        if let (Some(first), n) = (self.missing_left_out.first(), self.missing_left_out.len()) {
+            s += &format!("{n} videos with no value left out (first: {first})\n");
+        }
         s
     }
 }
@@ -276,7 +287,8 @@ pub use crate::stages::selection::read_split;
 
 /// Splits the videos `run_dir`'s pipeline selected and writes `splits/<name>.{parquet,json}`.
 pub async fn split(run_dir: &Path, opts: &SplitOptions) -> Result<SplitReport, RunError> {
-    if opts.ratios.len() != opts.names.len() {
+    // --from-column takes its shares from the column: --ratios does not apply.
+    if opts.from_column.is_none() && opts.ratios.len() != opts.names.len() {
         return Err(RunError::Config(format!(
             "--ratios has {} shares but --names {} splits ({})",
             opts.ratios.len(),
@@ -331,24 +343,28 @@ pub async fn split(run_dir: &Path, opts: &SplitOptions) -> Result<SplitReport, R
     } else {
         (items, 0, vec![])
     };
-    let (placed, opts) = place(&items, &view.batches, &columns, &staged, opts)?;
+    let (items, placed, opts, missing) = place(items, &view.batches, &columns, &staged, opts)?;
     let opts = &opts;
     let mut report = report(opts, &items, &placed, run_dir);
     report.duplicate_clusters = clusters;
     report.dropped_duplicates = dropped;
+    report.missing_left_out = missing;
     write(&store, opts, &items, &placed, &report).await?;
     Ok(report)
 }
 
-/// Where each item goes, and the options as applied (`--from-column` names the splits by the
-/// column's values and sets the ratios to the shares found).
+/// The items placed, where each goes, the options as applied (`--from-column` names the
+/// splits by the column's values and sets the ratios to the shares found) and the videos left
+/// out for having no value (`--leave-out-missing`).
+type Placed = (Vec<Item>, Vec<usize>, SplitOptions, Vec<String>);
+
 fn place(
-    items: &[Item],
+    items: Vec<Item>,
     source: &[RecordBatch],
     columns: &[String],
     staged: &StageValues,
     opts: &SplitOptions,
-) -> Result<(Vec<usize>, SplitOptions), RunError> {
+) -> Result<Placed, RunError> {
     let mut opts = opts.clone();
     if let Some(column) = opts.from_column.clone() {
         let mut by = opts.clone();
@@ -358,21 +374,25 @@ fn place(
             .into_iter()
             .map(|(id, (v, _))| (id, (v != "(none)" && !v.trim().is_empty()).then_some(v)))
             .collect();
-        let (placed, names) = modes::from_column(items, &values, &column, &opts)?;
+        let has = |i: &Item| values.get(&i.video_id).is_some_and(Option::is_some);
+        let (items, missing): (Vec<Item>, Vec<Item>) = match opts.leave_out_missing {
+            true => items.into_iter().partition(has),
+            false => (items, vec![]),
+        };
+        let (placed, names) = modes::from_column(&items, &values, &column, &opts)?;
         let n = items.len().max(1) as f64;
         opts.ratios = (0..names.len())
             .map(|s| placed.iter().filter(|p| **p == s).count() as f64 / n)
             .collect();
         opts.names = names;
-        return Ok((placed, opts));
+        let missing = missing.into_iter().map(|i| i.video_id).collect();
+        return Ok((items, placed, opts, missing));
     }
-    if let Some(per_cell) = opts.balanced_test {
-        return Ok((
-            modes::balanced_test(items, per_cell, &opts.ratios, opts.seed)?,
-            opts,
-        ));
-    }
-    Ok((assign(items, &opts.ratios, opts.seed), opts))
+    let placed = match opts.balanced_test {
+        Some(per_cell) => modes::balanced_test(&items, per_cell, &opts.ratios, opts.seed)?,
+        None => assign(&items, &opts.ratios, opts.seed),
+    };
+    Ok((items, placed, opts, vec![]))
 }
 
 fn report(opts: &SplitOptions, items: &[Item], placed: &[usize], run_dir: &Path) -> SplitReport {
@@ -412,6 +432,7 @@ fn report(opts: &SplitOptions, items: &[Item], placed: &[usize], run_dir: &Path)
         cells,
         duplicate_clusters: 0,
         dropped_duplicates: vec![],
+        missing_left_out: vec![],
         max_deviation,
         file: format!("{}/splits/{}.parquet", run_dir.display(), opts.name),
     }

@@ -44,7 +44,7 @@ pub fn from_column(
         .collect();
     if !missing.is_empty() {
         return Err(RunError::Config(format!(
-            "--from-column {column}: {} selected video(s) have no value (first: {}); give them one or split by --ratios",
+            "--from-column {column}: {} selected video(s) have no value (first: {}); give them one, leave them out with --leave-out-missing, or split by --ratios",
             missing.len(),
             missing
                 .iter()
@@ -223,6 +223,7 @@ mod tests {
             drop_duplicates: false,
             max_distance: 10,
             from_column: None,
+            leave_out_missing: false,
             balanced_test: None,
         };
         let (placed, names) = from_column(&items, &values, "split", &opts).unwrap();
