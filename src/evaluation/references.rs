@@ -30,11 +30,12 @@ const COLUMNS: &[&str] = &[
     "reference_items",
 ];
 
-/// The rows of one Parquet file of a task config, as references, in file order.
-pub fn read_file(path: &Path, out: &mut Vec<Reference>) -> Result<(), RunError> {
+/// The batches of `path`'s columns that `wanted` picks, and the file's row count (from its
+/// footer); errors name the file.
+fn open_columns(path: &Path, wanted: impl Fn(&str) -> bool) -> Result<(Batches, i64), RunError> {
     let shown = path.display().to_string();
     let f = std::fs::File::open(path).map_err(|e| RunError::io(shown.clone(), e))?;
-    let bad = |e: String| RunError::Config(format!("{shown}: {e}"));
+    let bad = move |e: String| RunError::Config(format!("{shown}: {e}"));
     let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
         .map_err(|e| bad(e.to_string()))?;
     let roots: Vec<usize> = builder
@@ -42,22 +43,31 @@ pub fn read_file(path: &Path, out: &mut Vec<Reference>) -> Result<(), RunError> 
         .fields()
         .iter()
         .enumerate()
-        .filter(|(_, f)| COLUMNS.contains(&f.name().as_str()))
+        .filter(|(_, f)| wanted(f.name()))
         .map(|(i, _)| i)
         .collect();
     let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), roots);
-    // The footer's row count: the references are most of the memory at a million items, and
-    // a vector grown by doubling holds up to twice what it needs.
     let rows = builder.metadata().file_metadata().num_rows();
-    out.reserve_exact(usize::try_from(rows).unwrap_or(0));
     let reader = builder
         .with_projection(mask)
         .build()
         .map_err(|e| bad(e.to_string()))?;
+    let batches = reader.map(move |b| b.map_err(|e| bad(e.to_string())));
+    Ok((Box::new(batches), rows))
+}
+
+type Batches = Box<dyn Iterator<Item = Result<RecordBatch, RunError>>>;
+
+/// The rows of one Parquet file of a task config, as references, in file order.
+pub fn read_file(path: &Path, out: &mut Vec<Reference>) -> Result<(), RunError> {
+    let (batches, rows) = open_columns(path, |name| COLUMNS.contains(&name))?;
+    // The footer's row count: the references are most of the memory at a million items, and
+    // a vector grown by doubling holds up to twice what it needs.
+    out.reserve_exact(usize::try_from(rows).unwrap_or(0));
+    let bad = |e: arrow::error::ArrowError| RunError::Config(format!("{}: {e}", path.display()));
     let mut last_options: Arc<[String]> = Arc::new([]);
-    for b in reader {
-        let b = b.map_err(|e| bad(e.to_string()))?;
-        batch(&b, &mut last_options, out).map_err(|e| bad(e.to_string()))?;
+    for b in batches {
+        batch(&b?, &mut last_options, out).map_err(bad)?;
     }
     Ok(())
 }
@@ -65,26 +75,10 @@ pub fn read_file(path: &Path, out: &mut Vec<Reference>) -> Result<(), RunError> 
 /// The item ids of one Parquet file of a task config (a split not scored: its items are
 /// known, so a prediction for one is left out rather than refused).
 pub fn read_ids(path: &Path, out: &mut std::collections::HashSet<String>) -> Result<(), RunError> {
-    let shown = path.display().to_string();
-    let f = std::fs::File::open(path).map_err(|e| RunError::io(shown.clone(), e))?;
-    let bad = |e: String| RunError::Config(format!("{shown}: {e}"));
-    let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
-        .map_err(|e| bad(e.to_string()))?;
-    let roots: Vec<usize> = builder
-        .schema()
-        .fields()
-        .iter()
-        .position(|f| f.name() == "item_id")
-        .into_iter()
-        .collect();
-    let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), roots);
-    let reader = builder
-        .with_projection(mask)
-        .build()
-        .map_err(|e| bad(e.to_string()))?;
-    for b in reader {
-        let b = b.map_err(|e| bad(e.to_string()))?;
-        if let Some(ids) = text(&b, "item_id").map_err(|e| bad(e.to_string()))? {
+    let (batches, _) = open_columns(path, |name| name == "item_id")?;
+    let bad = |e: arrow::error::ArrowError| RunError::Config(format!("{}: {e}", path.display()));
+    for b in batches {
+        if let Some(ids) = text(&b?, "item_id").map_err(bad)? {
             let ids = ids.as_string::<i32>();
             out.extend(ids.iter().flatten().map(str::to_string));
         }
