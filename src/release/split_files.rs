@@ -26,13 +26,30 @@ pub fn split_of(path: &Path) -> Option<&str> {
     (numbered && !split.is_empty()).then_some(split)
 }
 
-/// The release's splits: those its `data/` files name, in the order the card lists them
-/// (`release`'s `--names` order: train, validation, test), then any other by name. Empty when
-/// no file names a split.
+/// The release's splits: those its `data/` and `tasks/<task>/` files name, in the order the
+/// card lists them (`release`'s `--names` order: train, validation, test), then any other by
+/// name. Empty when no file names a split. A folder with neither `data/` nor `tasks/` is not
+/// a release; a task release written without `data/` (a benchmark's own) is one.
 pub fn release_splits(release: &Path) -> Result<Vec<String>, RunError> {
-    let dir = release.join("data");
-    let files = crate::store::parquet_files_in(&dir)
-        .map_err(|e| RunError::Config(format!("{}: {e} (not a release folder?)", dir.display())))?;
+    let (data, tasks) = (release.join("data"), release.join("tasks"));
+    let listed = |dir: &Path| {
+        crate::store::parquet_files_in(dir).map_err(|e| {
+            RunError::Config(format!("{}: {e} (not a release folder?)", dir.display()))
+        })
+    };
+    let mut files = vec![];
+    if data.is_dir() || !tasks.is_dir() {
+        files.extend(listed(&data)?);
+    }
+    if tasks.is_dir() {
+        let io = |e| RunError::io(tasks.display().to_string(), e);
+        for entry in std::fs::read_dir(&tasks).map_err(io)? {
+            let dir = entry.map_err(io)?.path();
+            if dir.is_dir() {
+                files.extend(listed(&dir)?);
+            }
+        }
+    }
     let mut named: Vec<String> = files
         .iter()
         .filter_map(|f| split_of(f).map(str::to_string))
