@@ -45,10 +45,13 @@ fn ocr_reads_the_decoded_frame_whatever_the_history() {
         &["--profile", "ocr-truth", "--clips", "2", "--seconds", "3"],
     );
     let src = "manifest = \"truth/manifest.csv\"";
-    // Scaled down (a 720p and a 1080p clip to 640 px), so decoding again must also scale alike.
+    // Scaled down (a 720p and a 1080p clip to 640 px), so decoding again must also scale alike;
+    // detected at that size (the default would raise each frame to 1308 px: the same pixels
+    // compared, four times the work).
     let frames = |q: u32| format!("{{ count = 3, jpeg_quality = {q}, max_side = 640 }}");
     let with_ocr = |q: u32, extra: &str| {
-        pipeline(src, &frames(q), extra) + "\n[[stages]]\nid = \"ocr\"\ntype = \"ocr\"\n"
+        pipeline(src, &frames(q), extra)
+            + "\n[[stages]]\nid = \"ocr\"\ntype = \"ocr\"\ncompute = { det_profile = \"paddleocr\" }\n"
     };
 
     // One invocation: the frames are handed over.

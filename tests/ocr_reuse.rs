@@ -25,11 +25,11 @@ fn reuse_reads_the_same_text_and_never_keeps_a_changed_caption() {
     );
     for mode in ["off", "on", "verify"] {
         text += &format!(
-            "\n[[stages]]\nid = \"ocr_{mode}\"\ntype = \"ocr\"\ncompute = {{ reuse = \"{mode}\" }}\n"
+            "\n[[stages]]\nid = \"ocr_{mode}\"\ntype = \"ocr\"\ncompute = {{ reuse = \"{mode}\", det_profile = \"paddleocr\" }}\n"
         );
     }
     // Window detection, opted into: it fires on the clips with a drifting line.
-    text += "\n[[stages]]\nid = \"ocr_window\"\ntype = \"ocr\"\ncompute = { reuse = \"verify\", window_detection = true }\n";
+    text += "\n[[stages]]\nid = \"ocr_window\"\ntype = \"ocr\"\ncompute = { reuse = \"verify\", window_detection = true, det_profile = \"paddleocr\" }\n";
     write(&p, &text);
     let run_dir = d.path().join("run");
     let o = run_into(&p, &run_dir, d.path());
