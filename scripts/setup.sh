@@ -28,6 +28,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+# --system: only the system packages the build links (scripts/test.sh builds beside the rest).
+if [ "${1:-}" = "--system" ]; then exit 0; fi
 
 PY=${PYTHON:-python3}
 if ! "$PY" -c 'import pyarrow, PIL' 2>/dev/null; then
