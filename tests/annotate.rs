@@ -8,7 +8,7 @@ use crate::need_ffmpeg;
 use crate::util::*;
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -48,8 +48,14 @@ fn health_ok(port: u16) -> bool {
     c.read_exact(&mut head).is_ok() && head.ends_with(b" 200")
 }
 
-pub(crate) fn start_label_studio(data: &Path) -> LabelStudio {
-    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/venv-labelstudio/bin/label-studio");
+/// Spawns Label Studio on a free port with `data` as its data folder and waits until `/health`
+/// answers; fails the test with its log after `limit`.
+fn label_studio_bin() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/venv-labelstudio/bin/label-studio")
+}
+
+fn spawn_label_studio(data: &Path, limit: Duration) -> LabelStudio {
+    let bin = label_studio_bin();
     assert!(
         bin.exists(),
         "{} is missing: run ./scripts/setup.sh (it installs label-studio for this test)",
@@ -94,13 +100,8 @@ pub(crate) fn start_label_studio(data: &Path) -> LabelStudio {
         url: format!("http://127.0.0.1:{port}"),
         child,
     };
-    // The first start migrates its SQLite database: about a minute on 2 cores.
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let up = health_ok(port);
-        if up {
-            return ls;
-        }
+    let deadline = Instant::now() + limit;
+    while !health_ok(port) {
         assert!(
             Instant::now() < deadline,
             "Label Studio did not come up: {}",
@@ -108,6 +109,54 @@ pub(crate) fn start_label_studio(data: &Path) -> LabelStudio {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
+    ls
+}
+
+/// A data folder whose SQLite database is migrated and has the test user: a first start
+/// migrates for over a minute of CPU, a start on a copy takes seconds. Made once per Label
+/// Studio install (named by its script's mtime) under the tests' temporary folder, and only
+/// ever copied from.
+fn migrated_template() -> &'static Path {
+    static TEMPLATE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    TEMPLATE.get_or_init(|| {
+        let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let installed = std::fs::metadata(label_studio_bin())
+            .and_then(|m| m.modified())
+            .map(|t| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs())
+            .unwrap_or(0);
+        let dir = tmp.join(format!("label-studio-migrated-{installed}"));
+        if !dir.exists() {
+            let fresh = tempfile::Builder::new()
+                .prefix("label-studio-migrating")
+                .tempdir_in(tmp)
+                .unwrap();
+            drop(spawn_label_studio(fresh.path(), Duration::from_secs(300)));
+            // A test process beside this one may have got there first: either copy is whole.
+            let fresh = fresh.keep();
+            if std::fs::rename(&fresh, &dir).is_err() {
+                let _ = std::fs::remove_dir_all(&fresh);
+            }
+        }
+        dir
+    })
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dest);
+        } else if e.file_name() != "label-studio.log" {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}
+
+pub(crate) fn start_label_studio(data: &Path) -> LabelStudio {
+    copy_tree(migrated_template(), data);
+    spawn_label_studio(data, Duration::from_secs(120))
 }
 
 /// Starts Label Studio, runs the driver `script` (tests/readers) against it with its URL, the
