@@ -46,7 +46,8 @@ fn rel(run_dir: &Path, p: &Path) -> String {
 }
 
 /// probe → frames → ocr over the demo generator's clips (text drawn on them, one broken upload),
-/// in small shards: several per stage.
+/// in small shards: several per stage. Detection at 960 px (`det_profile = "paddleocr"`): these
+/// tests are about storage, and the default's 1308 px would be most of their time.
 pub(crate) fn demo_pipeline(dir: &Path) -> PathBuf {
     make_corpus(
         &dir.join("demo"),
@@ -63,6 +64,10 @@ pub(crate) fn demo_pipeline(dir: &Path) -> PathBuf {
         .replace(
             "name = \"t\"\n",
             "name = \"t\"\n[output]\nflush_secs = 0\nmax_rows_per_shard = 3\n",
+        )
+        .replace(
+            "type = \"ocr\"\n",
+            "type = \"ocr\"\ncompute = { det_profile = \"paddleocr\" }\n",
         ),
     );
     p
