@@ -94,7 +94,10 @@ fn audience_emotion_and_identities_by_label_beside_the_text_figures() {
             )
             // OCR only has to give the figures beside the answers: detection at 960 px, not
             // 1308 (the test's longest step; tests/ocr_truth.rs holds the default to the truth).
-            .replace("use_cls = true,", "use_cls = true, det_profile = \"paddleocr\","),
+            .replace(
+                "use_cls = true,",
+                "use_cls = true, det_profile = \"paddleocr\",",
+            ),
     );
     let run_dir = dir.join("run");
     let o = run_with_key(&p, &run_dir);

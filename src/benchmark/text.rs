@@ -2,13 +2,9 @@
 //! punctuation (`norm`), and alike by character trigrams (`similarity`). The questions stage
 //! uses them to refuse look-alike options and near-duplicate items; the review to class an edit.
 
-/// Lower-case letters and digits only: how options and questions are compared.
-pub fn norm(s: &str) -> String {
-    s.chars()
-        .filter(|c| c.is_alphanumeric())
-        .flat_map(char::to_lowercase)
-        .collect()
-}
+/// Lower-case letters and digits only: how options and questions are compared (as two OCR
+/// readings of one line are).
+pub use crate::engines::ocr::text::normalise as norm;
 
 /// How alike two questions are, 0 to 1: the Jaccard index of their character trigrams, after
 /// `norm` (so case, spaces and punctuation do not count). Characters rather than words, so that

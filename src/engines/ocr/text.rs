@@ -12,19 +12,5 @@ pub fn normalise(s: &str) -> String {
 
 /// 1 − edit distance / the longer length, over characters (1 for two empty strings).
 pub fn similarity(a: &str, b: &str) -> f32 {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    if a.is_empty() && b.is_empty() {
-        return 1.0;
-    }
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for i in 1..=a.len() {
-        let mut cur = vec![i; b.len() + 1];
-        for j in 1..=b.len() {
-            cur[j] = (prev[j] + 1)
-                .min(cur[j - 1] + 1)
-                .min(prev[j - 1] + usize::from(a[i - 1] != b[j - 1]));
-        }
-        prev = cur;
-    }
-    1.0 - prev[b.len()] as f32 / a.len().max(b.len()) as f32
+    strsim::normalized_levenshtein(a, b) as f32
 }
