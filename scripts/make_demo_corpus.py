@@ -17,13 +17,16 @@ Profiles:
              channel tag that stays, a caption that changes its text halfway at the same place
              and size, and on every other clip a line drifting across (so some frames change
              only in a band).
+  outline    outlined text for the colour rule (issue 48): four lines a clip in ten ink colours,
+             each outlined in black, white or a contrasting colour, 1 to 4 px, over busy
+             backgrounds, 720p; the ground truth names the ink's colour.
   soak       many small clips for the runtime's soak test: 320x180, --seconds is the longest
              (each clip 1 s to that), every other clip with one line of text, demo titles,
              and every 40th file cut short (the run must reject it and carry on).
 Both add scene text (a sign drifting across the frame) to some clips; editor overlays stay put.
 Deterministic (seeded) and idempotent (an up-to-date corpus is left alone).
 
-Usage: make_demo_corpus.py OUT_DIR [--profile demo|ocr-truth|reuse|soak] [--clips N] [--seconds S] [--seed K]
+Usage: make_demo_corpus.py OUT_DIR [--profile demo|ocr-truth|reuse|outline|soak] [--clips N] [--seconds S] [--seed K]
 """
 import argparse
 import colorsys
@@ -38,7 +41,7 @@ import sys
 
 from PIL import ImageFont
 
-VERSION = 10
+VERSION = 11
 
 # Titles and descriptions for the demo's relevance stage (event: a protest turning violent):
 # every third clip reads like studio talk or a lecture, the rest like raw street footage.
@@ -75,6 +78,13 @@ BACKGROUNDS = ["smptebars=s={w}x{h}:r={fps}",
                "life=s={w}x{h}:r={fps}:mold=10:ratio=0.2:seed={seed}:life_color=#406080:death_color=#101418"]
 COLOURS = {"red": (2.0, 0.9, 0.95), "orange": (28.0, 0.9, 0.97), "white": (0.0, 0.0, 0.97),
            "yellow": (55.0, 0.9, 0.97)}
+
+
+# Ink colours whose hue sits inside its name's range (src/stages/ocr/colour.rs `colour_name`).
+INKS = [("red", (2.0, 0.9, 0.95)), ("orange", (28.0, 0.9, 0.97)), ("yellow", (55.0, 0.9, 0.97)),
+        ("green", (120.0, 0.8, 0.8)), ("cyan", (185.0, 0.85, 0.9)), ("blue", (225.0, 0.85, 0.95)),
+        ("purple", (280.0, 0.65, 0.85)), ("pink", (325.0, 0.55, 0.95)), ("white", (0.0, 0.0, 0.97)),
+        ("black", (0.0, 0.0, 0.06))]
 
 
 def hsv_hex(h_deg, s, v):
@@ -171,7 +181,7 @@ def filtergraph(bg, ovs, tmp, name, w):
             f.write(o["text"])
         color = hsv_hex(o["hue"], o["sat"], o["val"])
         x = f"mod({o['speed']}*t\\,{w})" if o["moving"] else str(o["x"])
-        style = {"plain": "", "outline": ":borderw=3:bordercolor=black",
+        style = {"plain": "", "outline": ":borderw={1}:bordercolor={0}".format(*o.get("outline", ("black", 3))),
                  "shadow": ":shadowx=4:shadowy=4:shadowcolor=black@0.8",
                  "box": ":box=1:boxcolor=0x101010@0.7:boxborderw=10"}[o["style"]]
         parts.append(f"drawtext=fontfile={FONT}:textfile={tf}:fontsize={o['size']}:fontcolor={color}"
@@ -206,6 +216,31 @@ def reuse_overlays(rng, w, h, secs, n):
     return out
 
 
+def outline_overlays(rng, w, h, secs, n):
+    """Overlay k of the corpus: ink k mod 10, outline width 1 + k mod 4, outline black, white or a
+    contrasting colour by (k div 4) mod 3, so every ink meets every width and kind of outline."""
+    taken, out = [], []
+    for i in range(4):
+        k = n * 4 + i
+        name, colour = INKS[k % len(INKS)]
+        kind = ["black", "white", "colour"][(k // 4) % 3]
+        if kind == "colour":
+            edge = (0x20, 0x50, 0xE0) if name in ("white", "black") else None
+            hexed = hsv_hex((colour[0] + 180) % 360, 0.9, 0.9) if edge is None else "0x%02X%02X%02X" % edge
+        else:
+            # Never the ink's own colour: that outline would not show.
+            kind = {"white": "black", "black": "white"}.get(name, kind) if name == kind else kind
+            hexed = {"black": "0x000000", "white": "0xFFFFFF"}[kind]
+        text = TRUTH_LINES[k % len(TRUTH_LINES)]
+        size = rng.choice([int(h * 0.05), int(h * 0.07), int(h * 0.09)])
+        p = place(rng, taken, text, size, w, h)
+        if p:
+            o = overlay(text, size, colour, p[0], p[1], p[2], 0.0, secs, True, style="outline")
+            o.update(colour_name=name, outline=(hexed, 1 + k % 4, kind))
+            out.append(o)
+    return out
+
+
 def soak_overlays(rng, w, h, secs, n):
     if n % 2:
         return []
@@ -232,7 +267,7 @@ def encode(graph, path, secs, tone):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
-    ap.add_argument("--profile", choices=["demo", "ocr-truth", "reuse", "soak"], default="demo")
+    ap.add_argument("--profile", choices=["demo", "ocr-truth", "reuse", "outline", "soak"], default="demo")
     ap.add_argument("--clips", type=int, default=12)
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--seed", type=int, default=7)
@@ -265,10 +300,14 @@ def main():
         elif a.profile == "reuse":
             label, (w, h) = "truth", (1280, 720)
             ovs = reuse_overlays(rng, w, h, a.seconds, n)
+        elif a.profile == "outline":
+            label, (w, h) = "truth", (1280, 720)
+            ovs = outline_overlays(rng, w, h, a.seconds, n)
         else:
             label, (w, h) = "truth", ((1280, 720) if n % 2 == 0 else (1920, 1080))
             ovs = truth_overlays(rng, w, h, a.seconds, n)
-        vid = {"demo": "demo", "ocr-truth": "truth", "reuse": "reuse", "soak": "soak"}[a.profile] + f"{n:03d}"
+        vid = {"demo": "demo", "ocr-truth": "truth", "reuse": "reuse", "outline": "outline",
+               "soak": "soak"}[a.profile] + f"{n:03d}"
         backgrounds = STATIC_BACKGROUNDS if a.profile == "reuse" else BACKGROUNDS
         bg = backgrounds[n % len(backgrounds)].format(w=w, h=h, fps=FPS, seed=n + 1)
         path = os.path.join(vdir, f"{vid}.mp4")
@@ -285,6 +324,9 @@ def main():
                      saturation=round(o["sat"], 4), value=round(o["val"], 4), x=o["x"], y=o["y"],
                      font_size=o["size"], style=o["style"], start_secs=o["start"], end_secs=o["end"],
                      moving=o["moving"], creator_added=o["creator_added"], frame_width=w, frame_height=h)
+            if "outline" in o:
+                t.update(colour_name=o["colour_name"], outline_hex=o["outline"][0], outline_px=o["outline"][1],
+                         outline_kind=o["outline"][2])
             if o["box"]:
                 x0, y0, x1, y1 = o["box"]
                 t.update(ink_box=[x0, y0, x1, y1], center_x=(x0 + x1) / 2 / w, center_y=(y0 + y1) / 2 / h,

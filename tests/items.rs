@@ -120,14 +120,6 @@ fn derived_items_answer_the_drawn_colour_cell_and_times() {
     let (alert, storm) = (&ids["alert"], &ids["storm"]);
 
     let ccp = by_video(&table_rows_file_all(&run_dir.join("ccp")));
-    let answer_text = |r: &BTreeMap<String, String>| {
-        let options: Vec<String> = serde_json::from_str(&json_list(&r["options"])).unwrap();
-        let i: usize = r["answer_choices"]
-            .trim_matches(['[', ']'])
-            .parse()
-            .unwrap();
-        options[i].clone()
-    };
     assert_eq!(answer_text(&ccp[alert]), "red", "{:?}", ccp[alert]);
     assert_eq!(answer_text(&ccp[storm]), "green", "{:?}", ccp[storm]);
     for r in ccp.values() {
@@ -261,6 +253,16 @@ fn derived_items_answer_the_drawn_colour_cell_and_times() {
     assert_eq!(infos.as_array().unwrap().len(), 4);
     assert_eq!(infos[0]["name"], "ccp");
     assert_eq!(infos[0]["format"], "single_choice");
+}
+
+/// The option a single-choice item's answer names.
+pub(crate) fn answer_text(r: &BTreeMap<String, String>) -> String {
+    let options: Vec<String> = serde_json::from_str(&json_list(&r["options"])).unwrap();
+    let i: usize = r["answer_choices"]
+        .trim_matches(['[', ']'])
+        .parse()
+        .unwrap();
+    options[i].clone()
 }
 
 /// A formatted list (`[a, b]`) as JSON, its items quoted where they are text.

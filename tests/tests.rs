@@ -33,6 +33,7 @@ mod layers;
 mod layers_shape;
 mod ocr;
 mod ocr_decoded;
+mod ocr_outline;
 mod ocr_reuse;
 mod ocr_truth;
 mod overlap;

@@ -3,17 +3,25 @@
 //!
 //! Rule (written down because the result depends on it): the pixels of the region's bounding box
 //! and of a margin around it (a third of the box height) are clustered into up to 5 colours
-//! (k-means in CIE Lab, seeded at lightness quantiles). Detection boxes fit the ink, so the margin
-//! shows background only: a cluster spread over the margin is background (bars, gradients, a
-//! caption box); text clusters stay inside the box.
+//! (k-means in CIE Lab, seeded at lightness quantiles; 8 when no cluster is left for the text).
+//! Detection boxes fit the ink, so the margin shows background only: a cluster spread over the
+//! margin is background (bars, gradients, a caption box); text clusters stay inside the box.
 //! Of the others, the text fill is the cluster least in contact with the background: an outline or a
 //! shadow sits between fill and background, and anti-aliased edge pixels touch the background,
 //! while the fill's pixels touch only the outline or edge. Nothing assumes dark-on-light or
 //! light-on-dark. The dominant colour is taken from the fill's core pixels (those whose four
 //! neighbours are also fill), which JPEG chroma blur and anti-aliasing leave pure.
+//! Ink of the background's own colour (black text outlined in white over a dark scene, green text
+//! outlined over a green bar) falls in background clusters, and the outline would be taken for
+//! the fill. Such ink is cut off from the background by its outline: when the would-be fill
+//! borders the background, the pixels it encloses are the ink if there are at least half as many
+//! of them as of it (a letter's holes, the only other such pixels, are far fewer).
+
+mod kmeans;
 
 use image::RgbImage;
-use palette::{FromColor, Hsv, IntoColor, Lab, Srgb};
+use kmeans::{kmeans, lab};
+use palette::{FromColor, Hsv, Srgb};
 
 pub const HUE_BINS: usize = 72; // 5° bins: 0–5° and 25–30° are distinct
 pub const SV_BINS: usize = 20;
@@ -90,85 +98,6 @@ fn median(mut v: Vec<f32>) -> f32 {
     v[v.len() / 2]
 }
 
-/// sRGB to CIE Lab through a table of linearised channel values (the power function per pixel
-/// was most of the colour analysis' time).
-fn lab(p: [u8; 3]) -> [f32; 3] {
-    static LINEAR: std::sync::OnceLock<[f32; 256]> = std::sync::OnceLock::new();
-    let lin = LINEAR.get_or_init(|| {
-        std::array::from_fn(|v| {
-            Srgb::new(v as u8, 0, 0)
-                .into_format::<f32>()
-                .into_linear()
-                .red
-        })
-    });
-    let l: Lab = palette::LinSrgb::new(lin[p[0] as usize], lin[p[1] as usize], lin[p[2] as usize])
-        .into_color();
-    [l.l, l.a, l.b]
-}
-
-/// k-means, fitted on at most ~6000 evenly strided pixels, then every pixel assigned once.
-fn kmeans(labs: &[[f32; 3]], k: usize) -> Vec<usize> {
-    let stride = labs.len().div_ceil(6000).max(1);
-    let sample: Vec<[f32; 3]> = labs.iter().step_by(stride).copied().collect();
-    let centres = kmeans_fit(&sample, k);
-    labs.iter().map(|p| nearest(&centres, p)).collect()
-}
-
-fn nearest(centres: &[[f32; 3]], p: &[f32; 3]) -> usize {
-    let d = |c: &[f32; 3]| (p[0] - c[0]).powi(2) + (p[1] - c[1]).powi(2) + (p[2] - c[2]).powi(2);
-    (0..centres.len())
-        .min_by(|&a, &b| d(&centres[a]).total_cmp(&d(&centres[b])))
-        .unwrap_or(0)
-}
-
-fn kmeans_fit(labs: &[[f32; 3]], k: usize) -> Vec<[f32; 3]> {
-    let mut by_l: Vec<usize> = (0..labs.len()).collect();
-    by_l.sort_by(|&a, &b| labs[a][0].total_cmp(&labs[b][0]));
-    let mut centres: Vec<[f32; 3]> = (0..k)
-        .map(|i| labs[by_l[((2 * i + 1) * labs.len()) / (2 * k)]])
-        .collect();
-    let mut assign = vec![0usize; labs.len()];
-    for _ in 0..12 {
-        let mut changed = false;
-        for (i, p) in labs.iter().enumerate() {
-            let best = (0..k)
-                .min_by(|&a, &b| {
-                    let d = |c: &[f32; 3]| {
-                        (p[0] - c[0]).powi(2) + (p[1] - c[1]).powi(2) + (p[2] - c[2]).powi(2)
-                    };
-                    d(&centres[a]).total_cmp(&d(&centres[b]))
-                })
-                .unwrap_or(0);
-            if assign[i] != best {
-                assign[i] = best;
-                changed = true;
-            }
-        }
-        let mut sums = vec![[0f64; 4]; k];
-        for (i, p) in labs.iter().enumerate() {
-            let s = &mut sums[assign[i]];
-            s[0] += p[0] as f64;
-            s[1] += p[1] as f64;
-            s[2] += p[2] as f64;
-            s[3] += 1.0;
-        }
-        for (c, s) in centres.iter_mut().zip(&sums) {
-            if s[3] > 0.0 {
-                *c = [
-                    (s[0] / s[3]) as f32,
-                    (s[1] / s[3]) as f32,
-                    (s[2] / s[3]) as f32,
-                ];
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
-    centres
-}
-
 /// Measures the text colour inside the axis-aligned box (x0, y0)–(x1, y1) of `img`.
 pub fn measure(img: &RgbImage, bx0: u32, by0: u32, bx1: u32, by1: u32) -> RegionColour {
     let (bx1, by1) = (bx1.min(img.width()), by1.min(img.height()));
@@ -176,9 +105,7 @@ pub fn measure(img: &RgbImage, bx0: u32, by0: u32, bx1: u32, by1: u32) -> Region
         return RegionColour::default();
     }
     let patch = Patch::around(img, (bx0, by0, bx1, by1));
-    let k = 5.min(patch.px.len());
-    let assign = kmeans(&patch.labs, k);
-    let roles = cluster_roles(&patch, &assign, k);
+    let (assign, roles) = clusters(&patch);
     let mut out = RegionColour {
         hue_hist: vec![0; HUE_BINS],
         sat_hist: vec![0; SV_BINS],
@@ -260,12 +187,107 @@ impl Patch {
     }
 }
 
+/// Clusters per patch, and the count tried when the text found no cluster of its own.
+const K: usize = 5;
+const K_MERGED: usize = 8;
+
+/// The patch's clusters and their roles. Five colours separate ink, outline and background in
+/// most patches; where the margin shows several background colours (bars, a scene) the ink can
+/// share a cluster with one of them (red ink beside a magenta bar) and no cluster is left for the
+/// text: then more clusters are tried.
+fn clusters(patch: &Patch) -> (Vec<usize>, Roles) {
+    let n = patch.px.len();
+    let assign = kmeans(&patch.labs, K.min(n));
+    let roles = cluster_roles(patch, &assign, K.min(n));
+    if roles.own_cluster || n <= K {
+        return (assign, roles);
+    }
+    let more = kmeans(&patch.labs, K_MERGED.min(n));
+    let more_roles = cluster_roles(patch, &more, K_MERGED.min(n));
+    // Kept only if they give the text its own cluster: otherwise (a busy scene seen through a
+    // translucent box, all clusters in the margin) neither guess is better, and the first stays.
+    match more_roles.own_cluster {
+        true => (more, more_roles),
+        false => (assign, roles),
+    }
+}
+
 /// What the k-means clusters are: which are background, which one is the text fill, and the
 /// largest background one.
 struct Roles {
     is_bg: Vec<bool>,
     text: usize,
     bg: usize,
+    /// Set when the ink is enclosed by the outline (cluster `text`) and of background colours:
+    /// per pixel, whether it is such ink.
+    enclosed_ink: Option<Vec<bool>>,
+    /// Whether the text is a cluster of its own (not background, not specks).
+    own_cluster: bool,
+}
+
+impl Roles {
+    /// Whether pixel i is of the text's colour: ink, in the box or (a cluster's) beyond it.
+    #[inline]
+    fn is_fill(&self, assign: &[usize], i: usize) -> bool {
+        match &self.enclosed_ink {
+            Some(ink) => ink[i],
+            None => assign[i] == self.text,
+        }
+    }
+
+    /// Whether pixel i is a text pixel inside the box.
+    #[inline]
+    fn is_text(&self, p: &Patch, assign: &[usize], i: usize) -> bool {
+        self.is_fill(assign, i) && p.inside(i)
+    }
+}
+
+/// Outline pixels per enclosed ink pixel at most for the ink to be taken: a 4-px outline around
+/// 5-px strokes has about 1.6; the holes of plain text are a fifth of its fill or less.
+const MAX_OUTLINE_PER_INK: f64 = 2.0;
+/// Share of its pixels with a background neighbour above which the would-be fill may be an
+/// outline (1–4 px: a half or more) or plain text (a fifth or more), below which it is the fill
+/// inside an outline (almost none).
+const MIN_BG_CONTACT: f64 = 0.15;
+
+/// When the would-be fill `text` borders the background and encloses pixels (of any cluster) the
+/// patch's border cannot reach without crossing it, and those outnumber it enough to be its ink
+/// rather than a letter's holes: per pixel, whether it is such ink.
+fn enclosed_ink(p: &Patch, assign: &[usize], is_bg: &[bool], text: usize) -> Option<Vec<bool>> {
+    let n = p.px.len();
+    let (mut fill, mut contact) = (0usize, 0usize);
+    for i in (0..n).filter(|&i| assign[i] == text) {
+        fill += 1;
+        let (nb, nn) = p.neighbours(i);
+        contact += usize::from(nb[..nn].iter().any(|&j| is_bg[assign[j]]));
+    }
+    if is_bg[text] || (contact as f64) < MIN_BG_CONTACT * fill as f64 {
+        return None;
+    }
+    let mut reached = vec![false; n];
+    let mut stack: Vec<usize> = (0..n)
+        .filter(|&i| {
+            let (x, y) = (i % p.w, i / p.w);
+            (x == 0 || y == 0 || x + 1 == p.w || y + 1 == p.h) && assign[i] != text
+        })
+        .collect();
+    for &i in &stack {
+        reached[i] = true;
+    }
+    while let Some(i) = stack.pop() {
+        let (nb, nn) = p.neighbours(i);
+        for &j in &nb[..nn] {
+            if !reached[j] && assign[j] != text {
+                reached[j] = true;
+                stack.push(j);
+            }
+        }
+    }
+    let ink: Vec<bool> = (0..n)
+        .map(|i| assign[i] != text && !reached[i] && p.inside(i))
+        .collect();
+    let count = ink.iter().filter(|x| **x).count();
+    (count as f64 * MAX_OUTLINE_PER_INK >= fill as f64 && count * 33 >= n).then_some(ink)
 }
 
 fn cluster_roles(p: &Patch, assign: &[usize], k: usize) -> Roles {
@@ -288,23 +310,30 @@ fn cluster_roles(p: &Patch, assign: &[usize], k: usize) -> Roles {
     let is_bg: Vec<bool> = (0..k)
         .map(|c| share[c] > 0.0 && margin_frac[c] >= 0.4 * margin_share)
         .collect();
-    let text = fill_cluster(p, assign, &is_bg, &share, &margin_frac);
+    let (text, own_cluster) = fill_cluster(p, assign, &is_bg, &share, &margin_frac);
     let bg = (0..k)
         .filter(|&c| is_bg[c])
         .max_by(|&a, &b| share[a].total_cmp(&share[b]))
         .unwrap_or(0);
-    Roles { is_bg, text, bg }
+    let enclosed_ink = enclosed_ink(p, assign, &is_bg, text);
+    Roles {
+        is_bg,
+        text,
+        bg,
+        enclosed_ink,
+        own_cluster,
+    }
 }
 
 /// The text fill: of the clusters that are not background (and not specks), the one least in
-/// contact with the background; failing any, the one least spread over the margin.
+/// contact with the background; failing any, the one least spread over the margin (and false).
 fn fill_cluster(
     p: &Patch,
     assign: &[usize],
     is_bg: &[bool],
     share: &[f64],
     margin_frac: &[f64],
-) -> usize {
+) -> (usize, bool) {
     let k = share.len();
     // Contact with the background: share of a cluster's pixels with a background neighbour.
     let mut touch = vec![0f64; k];
@@ -319,17 +348,19 @@ fn fill_cluster(
     }
     let candidates: Vec<usize> = (0..k).filter(|&c| !is_bg[c] && share[c] >= 0.03).collect();
     if candidates.is_empty() {
-        (0..k)
+        let c = (0..k)
             .filter(|&c| share[c] > 0.0)
             .min_by(|&a, &b| margin_frac[a].total_cmp(&margin_frac[b]))
-            .unwrap_or(0)
+            .unwrap_or(0);
+        (c, false)
     } else {
-        *candidates
+        let c = candidates
             .iter()
             .min_by(|&&a, &&b| {
                 (touch[a] / count[a].max(1.0)).total_cmp(&(touch[b] / count[b].max(1.0)))
             })
-            .expect("non-empty")
+            .expect("non-empty");
+        (*c, true)
     }
 }
 
@@ -353,16 +384,22 @@ fn split_pixels(
     roles: &Roles,
     out: &mut RegionColour,
 ) -> (Vec<StrokePixel>, BgPixels) {
-    let (text, bg) = (roles.text, roles.bg);
-    let bg_c = bg_centroid(p, assign, &roles.is_bg);
+    let bg = roles.bg;
+    // Purity is distance from what the ink blends with: the background, or the outline around
+    // enclosed background-coloured ink.
+    let bg_c = match roles.enclosed_ink {
+        Some(_) => centroid(p, |i| assign[i] == roles.text),
+        None => centroid(p, |i| roles.is_bg[assign[i]]),
+    };
     let mut stroke: Vec<StrokePixel> = vec![];
     let mut bgp = BgPixels::default();
     for i in 0..p.px.len() {
-        if assign[i] != bg && !(assign[i] == text && p.inside(i)) {
+        let is_text = roles.is_text(p, assign, i);
+        if assign[i] != bg && !is_text {
             continue;
         }
         let (h_, s_, v_) = hsv(p.px[i]);
-        if assign[i] == text && p.inside(i) {
+        if is_text {
             out.stroke_pixels += 1;
             out.sat_hist[((s_ * SV_BINS as f32) as usize).min(SV_BINS - 1)] += 1;
             out.val_hist[((v_ * SV_BINS as f32) as usize).min(SV_BINS - 1)] += 1;
@@ -370,7 +407,7 @@ fn split_pixels(
                 out.hue_hist[((h_ / 5.0) as usize).min(HUE_BINS - 1)] += 1;
             }
             let (nb, nn) = p.neighbours(i);
-            let core = nb[..nn].iter().all(|&j| assign[j] == text);
+            let core = nb[..nn].iter().all(|&j| roles.is_fill(assign, j));
             let l = p.labs[i];
             let dist = (0..3).map(|c| (l[c] - bg_c[c]).powi(2)).sum::<f32>();
             stroke.push((dist, h_, s_, v_, core));
@@ -386,13 +423,14 @@ fn split_pixels(
     (stroke, bgp)
 }
 
-/// Background centroid in Lab: the text pixels farthest from it are the least mixed with it
-/// (chroma subsampling and anti-aliasing blend thin strokes with what is around them).
-fn bg_centroid(p: &Patch, assign: &[usize], is_bg: &[bool]) -> [f32; 3] {
+/// Centroid in Lab of the pixels `of` picks (the background's: the text pixels farthest from it
+/// are the least mixed with it, as chroma subsampling and anti-aliasing blend thin strokes with
+/// what is around them).
+fn centroid(p: &Patch, of: impl Fn(usize) -> bool) -> [f32; 3] {
     let mut bg_c = [0f64; 3];
     let mut bg_n = 0f64;
     for i in 0..p.px.len() {
-        if is_bg[assign[i]] {
+        if of(i) {
             for (acc, v) in bg_c.iter_mut().zip(p.labs[i]) {
                 *acc += v as f64;
             }
@@ -498,6 +536,38 @@ mod tests {
                 (want / 5.0) as usize
             );
         }
+    }
+
+    #[test]
+    fn background_coloured_ink_inside_its_outline_is_the_text() {
+        let green = hsv_rgb(120.0, 0.8, 0.8);
+        let purple = hsv_rgb(280.0, 0.65, 0.85);
+        for (fill, bg, outline, want) in [
+            ([12, 12, 12], [16, 16, 16], [255, 255, 255], "black"),
+            ([12, 12, 12], [16, 16, 16], [32, 80, 224], "black"),
+            (green, green, purple, "green"),
+            ([250, 250, 250], [245, 245, 245], [0, 0, 0], "white"),
+        ] {
+            let c = measure(&synthetic(fill, bg, Some(outline)), 18, 18, 142, 42);
+            assert_eq!(
+                c.text_color, want,
+                "fill {fill:?} bg {bg:?} outline {outline:?}"
+            );
+        }
+    }
+
+    /// Plain 10×20 glyphs, 3-px strokes around a background-coloured hole (an "O"): the holes
+    /// are enclosed too, but the fill is the text.
+    #[test]
+    fn the_holes_of_plain_letters_are_not_the_text() {
+        let (red, bg) = (hsv_rgb(2.0, 0.9, 0.95), [20, 20, 20]);
+        let img = RgbImage::from_fn(160, 60, |x, y| {
+            let glyph = (20..40).contains(&y) && (x % 12) < 10 && (20..140).contains(&x);
+            let hole = (23..37).contains(&y) && (3..7).contains(&(x % 12));
+            image::Rgb(if glyph && !hole { red } else { bg })
+        });
+        let c = measure(&img, 20, 20, 140, 40);
+        assert_eq!(c.text_color, "red");
     }
 
     #[test]
