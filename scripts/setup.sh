@@ -3,6 +3,7 @@
 # FFmpeg's -dev libraries (ffmpeg-next links them), libjpeg-turbo (fast JPEG), clang (bindgen), the ffmpeg CLI and a font
 # (demo/test media generation with drawtext), espeak-ng (the transcript tests' speech at known times),
 # munge and slurm-wlm (a real Slurm for the array-job test; the test starts the daemons),
+# prometheus (the metrics endpoint's test scrapes with it),
 # yt-dlp and moto's S3 server (tests), the dataset readers (release tests), pyarrow (tests prove pyarrow reads our Parquet), Pillow
 # (the corpus generator measures drawn text with the same font), and
 # mdBook (the book in docs/), and the OCR models with ONNX Runtime (scripts/fetch_models.sh).
@@ -16,7 +17,9 @@ APT_PKGS=(libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresam
   # munge and Slurm: tests/slurm.rs starts a one-node Slurm on 127.0.0.1 and submits the array script
   munge slurm-wlm
   # CJK font for the OCR bench strips (scripts/bench/make_images.py --real)
-  fonts-wqy-microhei)
+  fonts-wqy-microhei
+  # Prometheus: tests/metrics.rs scrapes two ranks' `run --metrics` endpoints with it
+  prometheus)
 
 missing=()
 for p in "${APT_PKGS[@]}"; do

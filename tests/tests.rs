@@ -31,6 +31,7 @@ mod judge;
 mod language;
 mod layers;
 mod layers_shape;
+mod metrics;
 mod ocr;
 mod ocr_decoded;
 mod ocr_outline;

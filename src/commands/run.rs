@@ -48,6 +48,15 @@ pub struct Args {
     pub dry_run: bool,
     #[command(flatten)]
     pub ranks: RankArgs,
+    /// Serve the run's metrics for Prometheus at http://ADDR/metrics (e.g. 0.0.0.0:9464): per
+    /// stage the funnel, videos computing and records queued; per service the answers, cache
+    /// hits and misses, and tokens; every series labelled with the rank (docs/src/cluster.md).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// After the run, keep the endpoint up until Prometheus has read the final counts, at most
+    /// this long.
+    #[arg(long, value_name = "SECS", default_value_t = 30, requires = "metrics")]
+    pub metrics_hold: u64,
 }
 
 pub fn run(a: Args) -> Result<Exit, RunError> {
@@ -55,6 +64,11 @@ pub fn run(a: Args) -> Result<Exit, RunError> {
         std::env::var(k).ok()
     })
     .map_err(|e| RunError::Config(e.to_string()))?;
+    // Bound before anything else: a bad address or a port in use stops here, before any work.
+    let endpoint = match &a.metrics {
+        Some(addr) => Some(crate::runtime::metrics::bind(addr)?),
+        None => None,
+    };
     let plan = crate::plan::load(&a.file)?;
     let summaries = crate::plan::summaries(&plan);
     let rt = crate::runtime::tokio_runtime()?;
@@ -64,6 +78,9 @@ pub fn run(a: Args) -> Result<Exit, RunError> {
         rank,
         repin: a.ranks.repin,
         work_dir: a.ranks.work_dir,
+        metrics: endpoint
+            .is_some()
+            .then(|| crate::runtime::metrics::Hub::new(rank.rank, rank.world)),
     };
     if a.dry_run {
         let d = rt.block_on(crate::report::estimate::dry_run(plan, &opts))?;
@@ -72,7 +89,8 @@ pub fn run(a: Args) -> Result<Exit, RunError> {
     }
     let (file, text) = (plan.file.clone(), plan.text.clone());
     let replan = || crate::plan::plan_text(&file, text.clone()).map_err(RunError::from);
-    let report = rt.block_on(runner::run(plan, opts, &replan))?;
+    let hold = std::time::Duration::from_secs(a.metrics_hold);
+    let report = rt.block_on(runner::run_watched(plan, opts, endpoint, hold, &replan))?;
     print_summary(&report, &summaries);
     if report.status == RunStatus::Interrupted {
         eprintln!("interrupted: rerun the same command to resume");

@@ -14,6 +14,7 @@ pub mod chain;
 pub mod collected;
 pub mod cpu;
 pub mod decoded;
+pub mod metrics;
 pub mod progress;
 pub mod ranks;
 pub mod runner;

@@ -152,6 +152,7 @@ impl SourceTable {
             }
             Err(rej) => self.reject(rej, progress).await?,
         }
+        watch.publish(&self.counts);
         Ok(true)
     }
 
@@ -174,6 +175,7 @@ impl SourceTable {
         note_lost(cx, self.writer.lost());
         self.rejects.summary(&cx.stage_id);
         progress.finish();
+        watch.publish(&self.counts);
         watch.ended();
         let mut counts = self.counts;
         counts.tally = cx.tally.snapshot();

@@ -117,6 +117,7 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
                             flow.to_send.push_back(rec);
                         }
                     }
+                    watch.publish(&counts);
                     writer.maybe_flush().await?;
                 }
                 Step::Sent => {}
@@ -134,6 +135,7 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
         note_lost(&cx, writer.lost());
         rejects.summary(&cx.stage_id);
         progress.finish();
+        watch.publish(&counts);
         watch.ended();
         counts.tally = cx.tally.snapshot();
         Ok(counts)

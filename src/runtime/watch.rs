@@ -32,6 +32,16 @@ pub struct StageWatch {
     sent: AtomicU64,
     input_closed: AtomicBool,
     ended: AtomicBool,
+    /// The stage's funnel so far (what the run's summary prints at the end), for the metrics.
+    funnel: std::sync::Mutex<super::StageCounts>,
+}
+
+/// What the metrics endpoint shows of one stage.
+pub struct StageSample {
+    pub funnel: super::StageCounts,
+    pub computing: u64,
+    /// Records in the channel in front of the stage (sent by the one before, not yet taken).
+    pub queued: u64,
 }
 
 impl StageWatch {
@@ -48,6 +58,7 @@ impl StageWatch {
             sent: AtomicU64::new(0),
             input_closed: AtomicBool::new(false),
             ended: AtomicBool::new(false),
+            funnel: Default::default(),
         })
     }
 
@@ -82,6 +93,32 @@ impl StageWatch {
     }
     pub fn ended(&self) {
         self.ended.store(true, Ordering::Relaxed);
+    }
+    /// The stage's counts as they stand (after each video).
+    pub fn publish(&self, counts: &super::StageCounts) {
+        let mut f = self.funnel.lock().unwrap_or_else(|e| e.into_inner());
+        // Only the funnel: the tally is the stage's own and is read at the end.
+        *f = super::StageCounts {
+            tally: Default::default(),
+            ..counts.clone()
+        };
+    }
+
+    /// The stage now; `upstream` is the stage before it.
+    pub fn sample(&self, upstream: Option<&StageWatch>) -> StageSample {
+        StageSample {
+            funnel: self
+                .funnel
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            computing: self.computing.load(Ordering::Relaxed),
+            queued: upstream.map_or(0, |u| {
+                u.sent
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(self.received.load(Ordering::Relaxed))
+            }),
+        }
     }
 
     /// One line of the report; `upstream` is the stage before (whose channel feeds this one).

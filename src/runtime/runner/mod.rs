@@ -38,6 +38,8 @@ pub struct RunOptions {
     /// Local working folder of a run on an object store (media to decode, the response cache);
     /// default: a folder under the system temp dir named after the run's URL.
     pub work_dir: Option<PathBuf>,
+    /// The metrics endpoint's view of the run (`run --metrics`).
+    pub metrics: Option<std::sync::Arc<super::metrics::Hub>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -128,6 +130,28 @@ pub async fn run(
     }
 }
 
+/// `run`, with the metrics endpoint on `endpoint` (bound by the caller) while it runs, and up
+/// to `hold` after it, until Prometheus has read the final counts.
+pub async fn run_watched(
+    plan: Plan,
+    opts: RunOptions,
+    endpoint: Option<std::net::TcpListener>,
+    hold: Duration,
+    replan: &(dyn Fn() -> Result<Plan, RunError> + Sync),
+) -> Result<RunReport, RunError> {
+    let hub = opts.metrics.clone();
+    if let (Some(l), Some(hub)) = (endpoint, &hub) {
+        super::metrics::serve(l, hub.clone())
+            .map_err(|e| RunError::Config(format!("--metrics: {e}")))?;
+    }
+    let report = run(plan, opts, replan).await;
+    if let Some(hub) = hub {
+        hub.run_ended();
+        hub.hold(hold).await;
+    }
+    report
+}
+
 /// What one pass did with batches.
 struct PassBatches {
     settled: super::batch::Settled,
@@ -154,6 +178,14 @@ async fn run_pass(plan: Plan, opts: &RunOptions) -> Result<(RunReport, PassBatch
     );
     if let Some(t) = opened.total {
         progress.set_total(t);
+    }
+    if let Some(hub) = &opts.metrics {
+        hub.pass_started(
+            chain.watches.clone(),
+            cap,
+            env.cache.clone(),
+            env.cpu.clone(),
+        );
     }
     let log_stop = CancellationToken::new();
     progress.spawn_logger(Duration::from_secs(10), log_stop.clone());

@@ -37,7 +37,7 @@ pub(super) struct PassEnv {
     pin: Pin,
     pub(super) cancel: CancellationToken,
     pub(super) cpu: CpuPool,
-    cache: crate::store::cache::CacheHandle,
+    pub(super) cache: crate::store::cache::CacheHandle,
     /// Each stage's chain position: stages submit CPU work under it (later stages first).
     chain_pos: BTreeMap<String, u32>,
     local_media: crate::runtime::stage::LocalMedia,

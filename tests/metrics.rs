@@ -1,0 +1,349 @@
+//! The metrics endpoint (`run --metrics`, issue 49), scraped by a real Prometheus (Debian's
+//! package, installed by scripts/setup.sh) on 127.0.0.1: two ranks of one run, each with its
+//! own endpoint; at the end Prometheus' query API answers every stage's funnel per rank, equal to
+//! what each rank's run printed. The endpoint itself: every family the dashboard in
+//! deploy/grafana/ queries, no key in its text, a bad address or a port in use refused before
+//! any work.
+
+use crate::need_ffmpeg;
+use crate::util::*;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// GET `path` on 127.0.0.1:`port`: (status, body), or None when nothing listens.
+fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(c, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut text = String::new();
+    c.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_string()))
+}
+
+struct Prometheus(Child);
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A Prometheus scraping `targets` every second, its API on the returned port.
+fn prometheus(dir: &Path, targets: &[u16]) -> (Prometheus, u16) {
+    let bin = Path::new("/usr/bin/prometheus");
+    assert!(
+        bin.exists(),
+        "prometheus is not installed: run ./scripts/setup.sh (it installs Debian's prometheus)"
+    );
+    let list: Vec<String> = targets.iter().map(|p| format!("'127.0.0.1:{p}'")).collect();
+    let cfg = dir.join("prometheus.yml");
+    write(
+        &cfg,
+        &format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: vidcurate\n    static_configs:\n      - targets: [{}]\n",
+            list.join(", ")
+        ),
+    );
+    let port = free_port();
+    let child = Command::new(bin)
+        .arg(format!("--config.file={}", cfg.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let p = Prometheus(child);
+    let t0 = Instant::now();
+    while get(port, "/-/ready").is_none_or(|(s, _)| s != 200) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "prometheus did not start: {}",
+            std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    (p, port)
+}
+
+/// Instant query of the last value of `series` in the last 10 minutes (a finished rank's series
+/// are stale once its endpoint is gone, and a plain query no longer shows them): each series'
+/// labels and value.
+fn query(port: u16, series: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+    let q = format!("last_over_time({series}[10m])");
+    let enc: String = q
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let (status, body) = get(port, &format!("/api/v1/query?query={enc}")).unwrap();
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let labels = r["metric"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                .collect();
+            (labels, r["value"][1].as_str().unwrap().parse().unwrap())
+        })
+        .collect()
+}
+
+/// The funnel a run printed: stage -> [received, computed, reused, rejected, filtered, forwarded].
+fn printed_funnel(stderr: &str) -> BTreeMap<String, Vec<u64>> {
+    stderr
+        .lines()
+        .skip_while(|l| !l.starts_with("stage "))
+        .skip(1)
+        .map_while(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let n: Option<Vec<u64>> = f.get(1..7)?.iter().map(|x| x.parse().ok()).collect();
+            Some((f[0].to_string(), n?))
+        })
+        .collect()
+}
+
+/// Six 1 s clips and a broken file (a reject in the funnel), probe and 2 frames a clip.
+fn small_run(dir: &Path) -> PathBuf {
+    let videos = dir.join("videos");
+    std::fs::create_dir_all(&videos).unwrap();
+    for i in 0..6 {
+        let out = videos.join(format!("clip{i}.mp4"));
+        ffmpeg(&[
+            "-f",
+            "lavfi",
+            "-i",
+            &format!("testsrc=size=160x120:rate=10:duration=1,hue=h={}", i * 60),
+            "-pix_fmt",
+            "yuv420p",
+            out.to_str().unwrap(),
+        ]);
+    }
+    write(&videos.join("broken.mp4"), "not a video");
+    let p = dir.join("p.toml");
+    write(
+        &p,
+        &pipeline(
+            &format!("dir = \"{}\"", videos.display()),
+            "{ count = 2 }",
+            "",
+        ),
+    );
+    p
+}
+
+fn run_with_metrics(p: &Path, out: &Path, extra: &[&str]) -> Command {
+    let mut c = run_command(p, out);
+    c.args(extra)
+        .env("OPENAI_API_KEY", "sk-metrics-test-secret");
+    c
+}
+
+#[test]
+fn prometheus_scrapes_two_ranks_and_their_counters_equal_the_funnel() {
+    need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    let p = small_run(d.path());
+    let ports = [free_port(), free_port()];
+    let (_prom, api) = prometheus(d.path(), &ports);
+    let run_dir = d.path().join("run");
+    let mut printed = BTreeMap::new();
+    for rank in 0..2 {
+        let addr = format!("127.0.0.1:{}", ports[rank]);
+        let o = run_with_metrics(
+            &p,
+            &run_dir,
+            &[
+                "--rank",
+                &rank.to_string(),
+                "--world",
+                "2",
+                "--metrics",
+                &addr,
+            ],
+        )
+        .output()
+        .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(matches!(o.status.code(), Some(0 | 3)), "{err}");
+        printed.insert(rank.to_string(), printed_funnel(&err));
+    }
+    // Prometheus read each rank's last counts before its run let go (--metrics-hold).
+    let ended = query(api, "vidcurate_run_ended");
+    assert_eq!(ended.len(), 2, "{ended:?}");
+    assert!(ended.iter().all(|(_, v)| *v == 1.0), "{ended:?}");
+    let mut scraped: BTreeMap<(String, String), BTreeMap<String, f64>> = BTreeMap::new();
+    for (l, v) in query(api, "vidcurate_stage_videos_total") {
+        scraped
+            .entry((l["rank"].clone(), l["stage"].clone()))
+            .or_default()
+            .insert(l["outcome"].clone(), v);
+        assert_eq!(l["world"], "2");
+    }
+    let mut stages = 0;
+    for (rank, funnel) in &printed {
+        assert_eq!(funnel.len(), 3, "source, probe, frames: {funnel:?}");
+        for (stage, n) in funnel {
+            let s = &scraped[&(rank.clone(), stage.clone())];
+            let got = [
+                s["received"],
+                s["computed"],
+                s["reused"],
+                s["rejected"] + s["rejected_before"],
+                s["filtered"],
+                s["forwarded"],
+            ];
+            let want: Vec<f64> = n.iter().map(|x| *x as f64).collect();
+            assert_eq!(got.to_vec(), want, "rank {rank} stage {stage}");
+            stages += 1;
+        }
+    }
+    assert_eq!(stages, 6);
+    // The ranks split the seven files between them (both have frames to take), and the broken
+    // one is a reject on one of them.
+    let received: f64 = ["0", "1"]
+        .iter()
+        .map(|r| scraped[&(r.to_string(), "source".to_string())]["received"])
+        .sum();
+    assert_eq!(received, 7.0);
+    for r in ["0", "1"] {
+        assert!(
+            scraped[&(r.to_string(), "frames".to_string())]["computed"] > 0.0,
+            "rank {r}"
+        );
+    }
+    let rejected: f64 = query(api, "vidcurate_stage_videos_total{outcome=\"rejected\"}")
+        .iter()
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(rejected, 1.0);
+}
+
+/// Metric names a PromQL expression uses.
+fn names_in(expr: &str) -> Vec<String> {
+    let mut out = vec![];
+    let mut rest = expr;
+    while let Some(i) = rest.find("vidcurate_") {
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        out.push(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    out
+}
+
+#[test]
+fn the_endpoint_serves_what_the_dashboard_queries_and_no_key() {
+    need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    let p = small_run(d.path());
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = run_with_metrics(&p, &d.path().join("run"), &["--metrics", &addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Scrape until the run has ended (it holds the endpoint for this last scrape).
+    let t0 = Instant::now();
+    let body = loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "the run did not end"
+        );
+        match get(port, "/metrics") {
+            Some((200, b)) if b.contains("vidcurate_run_ended{rank=\"0\",world=\"1\"} 1") => {
+                break b;
+            }
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    };
+    assert!(matches!(child.wait().unwrap().code(), Some(0 | 3)));
+    assert!(!body.contains("sk-metrics-test-secret"));
+    assert!(
+        !body.contains(&d.path().display().to_string()),
+        "a path: {body}"
+    );
+    let families: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let dash = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/grafana/vidcurate.json");
+    let dash: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&dash).unwrap()).unwrap();
+    let mut queried = 0;
+    for panel in dash["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().into_iter().flatten() {
+            let expr = t["expr"].as_str().unwrap();
+            let names = names_in(expr);
+            assert!(!names.is_empty(), "{expr}");
+            for n in names {
+                assert!(
+                    families.contains(&n.as_str()),
+                    "{expr}: {n} is not exported"
+                );
+                queried += 1;
+            }
+        }
+    }
+    assert!(queried >= 8, "{queried} names queried");
+    assert!(
+        get(port, "/metrics").is_none(),
+        "the endpoint outlived its run"
+    );
+}
+
+#[test]
+fn a_bad_metrics_address_or_a_port_in_use_stops_before_any_work() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("p.toml");
+    write(&p, &pipeline("dir = \"videos\"", "{ count = 2 }", ""));
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let in_use = taken.local_addr().unwrap().to_string();
+    for (addr, says) in [
+        ("localhost", "not an address and port"),
+        ("127.0.0.1:99999", "not an address and port"),
+        (in_use.as_str(), "the port is in use"),
+    ] {
+        let run_dir = d.path().join("run");
+        let o = run_with_metrics(&p, &run_dir, &["--metrics", addr])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{addr}: {err}");
+        assert!(
+            err.contains(&format!("--metrics")) && err.contains(says),
+            "{addr}: {err}"
+        );
+        assert!(!run_dir.exists(), "{addr}: work was done");
+    }
+}
