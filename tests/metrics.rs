@@ -267,6 +267,10 @@ fn the_endpoint_serves_what_the_dashboard_queries_and_no_key() {
     let p = small_run(d.path());
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
+    // With OCR: its frames and lines are counted live (the tally family).
+    let mut text = std::fs::read_to_string(&p).unwrap();
+    text += "\n[[stages]]\nid = \"ocr\"\ntype = \"ocr\"\n";
+    write(&p, &text);
     let mut child = run_with_metrics(&p, &d.path().join("run"), &["--metrics", &addr])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -287,6 +291,12 @@ fn the_endpoint_serves_what_the_dashboard_queries_and_no_key() {
         }
     };
     assert!(matches!(child.wait().unwrap().code(), Some(0 | 3)));
+    let frames =
+        "vidcurate_stage_tally_total{rank=\"0\",world=\"1\",stage=\"ocr\",name=\"frames\"} 12\n";
+    assert!(body.contains(frames), "six clips of two frames: {body}");
+    assert!(body.contains(
+        "vidcurate_stage_retries_total{rank=\"0\",world=\"1\",stage=\"ocr\",wait=\"backoff\"} 0\n"
+    ));
     assert!(!body.contains("sk-metrics-test-secret"));
     assert!(
         !body.contains(&d.path().display().to_string()),

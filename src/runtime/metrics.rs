@@ -54,6 +54,21 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Records waiting in the channel in front of a stage.",
     ),
     (
+        "vidcurate_stage_retries_total",
+        "counter",
+        "Computations tried again after an external failure, by whose wait came first: the service's (Retry-After) or the runtime's backoff.",
+    ),
+    (
+        "vidcurate_stage_retry_wait_seconds_total",
+        "counter",
+        "Seconds waited before those retries.",
+    ),
+    (
+        "vidcurate_stage_tally_total",
+        "counter",
+        "A stage's own counters: the OCR stage's frames and lines (and how many were reused), the transcript stage's uploads, and so on.",
+    ),
+    (
         "vidcurate_queue_capacity",
         "gauge",
         "Capacity of each channel between stages.",
@@ -135,27 +150,27 @@ impl Hub {
 
     /// The exposition text, in Prometheus' text format 0.0.4.
     pub fn render(&self) -> String {
-        let mut lines: Vec<(usize, String)> = vec![];
-        let mut put = |family: usize, extra: &str, value: u64| {
+        let mut lines: Vec<(&str, String)> = vec![];
+        let mut put = |family: &'static str, extra: &str, value: f64| {
             let sep = if extra.is_empty() { "" } else { "," };
-            lines.push((
-                family,
-                format!(
-                    "{}{{{}{sep}{extra}}} {value}",
-                    FAMILIES[family].0, self.labels
-                ),
-            ));
+            let line = format!("{family}{{{}{sep}{extra}}} {value}", self.labels);
+            lines.push((family, line));
         };
         if let Some(p) = &*self.pass.lock().unwrap_or_else(|e| e.into_inner()) {
             stage_lines(p, &mut put);
             service_lines(&p.cache, &mut put);
         }
-        put(9, "", self.passes.load(Ordering::Relaxed));
-        put(10, "", u64::from(self.ended.load(Ordering::Relaxed)));
+        put(
+            "vidcurate_passes",
+            "",
+            self.passes.load(Ordering::Relaxed) as f64,
+        );
+        let ended = self.ended.load(Ordering::Relaxed);
+        put("vidcurate_run_ended", "", f64::from(u8::from(ended)));
         let mut out = String::new();
-        for (i, (name, kind, help)) in FAMILIES.iter().enumerate() {
+        for (name, kind, help) in FAMILIES {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (_, l) in lines.iter().filter(|(f, _)| *f == i) {
+            for (_, l) in lines.iter().filter(|(f, _)| f == name) {
                 out.push_str(l);
                 out.push('\n');
             }
@@ -174,7 +189,10 @@ impl Hub {
     }
 }
 
-fn stage_lines(p: &Pass, put: &mut impl FnMut(usize, &str, u64)) {
+/// A metric line: family, the labels after the rank's, value.
+type Put<'a> = dyn FnMut(&'static str, &str, f64) + 'a;
+
+fn stage_lines(p: &Pass, put: &mut Put) {
     for (i, w) in p.watches.iter().enumerate() {
         let s = w.sample(i.checked_sub(1).map(|u| &*p.watches[u]));
         let stage = format!("stage=\"{}\"", escape(&w.name));
@@ -189,36 +207,58 @@ fn stage_lines(p: &Pass, put: &mut impl FnMut(usize, &str, u64)) {
             ("forwarded", f.forwarded),
             ("deferred", f.deferred),
         ] {
-            put(0, &format!("{stage},outcome=\"{outcome}\""), n);
+            let l = format!("{stage},outcome=\"{outcome}\"");
+            put("vidcurate_stage_videos_total", &l, n as f64);
         }
-        put(1, &stage, s.computing);
+        put("vidcurate_stage_computing", &stage, s.computing as f64);
         if i > 0 {
-            put(2, &stage, s.queued);
+            put("vidcurate_stage_queued", &stage, s.queued as f64);
+        }
+        for (i, wait) in ["service", "backoff"].iter().enumerate() {
+            let l = format!("{stage},wait=\"{wait}\"");
+            put("vidcurate_stage_retries_total", &l, s.retries[i] as f64);
+            let secs = s.retry_wait_ms[i] as f64 / 1000.0;
+            put("vidcurate_stage_retry_wait_seconds_total", &l, secs);
+        }
+        for (name, n) in &s.tally {
+            let l = format!("{stage},name=\"{}\"", escape(name));
+            put("vidcurate_stage_tally_total", &l, *n as f64);
         }
     }
-    put(3, "", p.capacity as u64);
+    put("vidcurate_queue_capacity", "", p.capacity as f64);
     let snap = p.cpu.snapshot();
-    put(4, "", snap.threads as u64);
+    put("vidcurate_cpu_pool_threads", "", snap.threads as f64);
     for (name, queued, running, _) in &snap.stages {
         let stage = format!("stage=\"{}\"", escape(name));
-        put(5, &format!("{stage},state=\"running\""), *running as u64);
-        put(5, &format!("{stage},state=\"queued\""), *queued as u64);
+        let jobs = "vidcurate_cpu_pool_jobs";
+        put(jobs, &format!("{stage},state=\"running\""), *running as f64);
+        put(jobs, &format!("{stage},state=\"queued\""), *queued as f64);
     }
 }
 
 /// The cache's totals per service (none when the run has called nothing yet).
-fn service_lines(cache: &CacheHandle, put: &mut impl FnMut(usize, &str, u64)) {
+fn service_lines(cache: &CacheHandle, put: &mut Put) {
     let Some(rows) = cache.get().ok().and_then(|c| c.stats().ok()) else {
         return;
     };
     for s in by_service(&rows) {
         let service = format!("service=\"{}\"", escape(&s.service));
-        let n = |v: i64| v.max(0) as u64;
-        put(6, &service, n(s.entries));
-        put(7, &format!("{service},result=\"hit\""), n(s.hits));
-        put(7, &format!("{service},result=\"miss\""), n(s.misses));
-        put(8, &format!("{service},kind=\"input\""), n(s.input_tokens));
-        put(8, &format!("{service},kind=\"output\""), n(s.output_tokens));
+        let n = |v: i64| v.max(0) as f64;
+        put("vidcurate_service_answers_total", &service, n(s.entries));
+        let lookups = "vidcurate_service_lookups_total";
+        put(lookups, &format!("{service},result=\"hit\""), n(s.hits));
+        put(lookups, &format!("{service},result=\"miss\""), n(s.misses));
+        let tokens = "vidcurate_service_tokens_total";
+        put(
+            tokens,
+            &format!("{service},kind=\"input\""),
+            n(s.input_tokens),
+        );
+        put(
+            tokens,
+            &format!("{service},kind=\"output\""),
+            n(s.output_tokens),
+        );
     }
 }
 

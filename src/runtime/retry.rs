@@ -4,6 +4,7 @@
 //! calls the processor.
 
 use super::stage::{Processor, StageContext};
+use super::watch::StageWatch;
 use super::{StageSettings, backoff};
 use crate::error::{ErrorKind, StageError};
 use crate::record::VideoRecord;
@@ -22,6 +23,7 @@ pub(super) async fn compute_with_retries<P: Processor>(
     rec: VideoRecord,
     cx: StageContext,
     settings: StageSettings,
+    watch: Arc<StageWatch>,
 ) -> Outcome<P::Row> {
     let mut attempt = 0;
     loop {
@@ -47,6 +49,7 @@ pub(super) async fn compute_with_retries<P: Processor>(
                     |w| w.max(Duration::from_millis(50)),
                 );
                 tracing::warn!(stage = %cx.stage_id, video_id = %rec.video_id, error = %e, wait_ms = wait.as_millis() as u64, "Retrying.");
+                watch.retrying(wait, e.retry_after.is_some());
                 tokio::time::sleep(wait).await;
                 attempt += 1;
             }
@@ -127,11 +130,20 @@ mod tests {
     }
 
     async fn compute(p: Flaky, s: StageSettings) -> (Result<Vec<u32>, StageError>, u32) {
+        compute_watched(p, s).await.0
+    }
+
+    /// `compute`, and the stage's watch after it (what the metrics show of the retries).
+    async fn compute_watched(
+        p: Flaky,
+        s: StageSettings,
+    ) -> ((Result<Vec<u32>, StageError>, u32), Arc<StageWatch>) {
         let p = Arc::new(p);
         let rec = VideoRecord::new("v1".into(), SourceInfo::default(), vec![]);
         let cx = StageContext::detached(&std::env::temp_dir()).unwrap();
-        match compute_with_retries(p.clone(), rec, cx, s).await {
-            Outcome::Computed(_, r, _) => (r, p.calls.load(Ordering::SeqCst)),
+        let watch = StageWatch::new("s", std::time::Instant::now());
+        match compute_with_retries(p.clone(), rec, cx, s, watch.clone()).await {
+            Outcome::Computed(_, r, _) => ((r, p.calls.load(Ordering::SeqCst)), watch),
             _ => panic!("a computed outcome"),
         }
     }
@@ -145,10 +157,15 @@ mod tests {
             fail: 2,
             hang: false,
         };
-        let (r, calls) = compute(flaky, settings(2, None)).await;
+        let ((r, calls), watch) = compute_watched(flaky, settings(2, None)).await;
         assert_eq!(r.unwrap(), vec![2]);
         assert_eq!(calls, 3);
-        assert_eq!(started.elapsed(), backoff(0, "v1") + backoff(1, "v1"));
+        let waited = backoff(0, "v1") + backoff(1, "v1");
+        assert_eq!(started.elapsed(), waited);
+        // The metrics count both retries as our backoff's, with the time waited.
+        let seen = watch.sample(None);
+        assert_eq!(seen.retries, [0, 2]);
+        assert_eq!(seen.retry_wait_ms, [0, waited.as_millis() as u64]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -258,9 +258,10 @@ impl<P: Processor> ProcessorTask<P> {
         } else {
             watch.started_computing();
             let (p, cx, settings) = (self.0.clone(), cx.clone(), settings.clone());
+            let watch = watch.clone();
             Box::pin(async move {
                 let t0 = std::time::Instant::now();
-                match compute_with_retries(p, rec, cx, settings).await {
+                match compute_with_retries(p, rec, cx, settings, watch).await {
                     Outcome::Computed(rec, r, _) => Outcome::Computed(rec, r, Some(t0.elapsed())),
                     other => other,
                 }

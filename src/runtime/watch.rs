@@ -34,6 +34,12 @@ pub struct StageWatch {
     ended: AtomicBool,
     /// The stage's funnel so far (what the run's summary prints at the end), for the metrics.
     funnel: std::sync::Mutex<super::StageCounts>,
+    /// The stage's own counters (frames, OCR lines, ...), for the metrics.
+    tally: std::sync::OnceLock<super::stage::Tally>,
+    /// Retries of failed computations: [after a wait the service asked for, after our backoff],
+    /// and the milliseconds waited before them.
+    retries: [AtomicU64; 2],
+    retry_wait_ms: [AtomicU64; 2],
 }
 
 /// What the metrics endpoint shows of one stage.
@@ -42,6 +48,10 @@ pub struct StageSample {
     pub computing: u64,
     /// Records in the channel in front of the stage (sent by the one before, not yet taken).
     pub queued: u64,
+    pub tally: std::collections::BTreeMap<String, u64>,
+    /// Retries and milliseconds waited: [service asked, backoff].
+    pub retries: [u64; 2],
+    pub retry_wait_ms: [u64; 2],
 }
 
 impl StageWatch {
@@ -59,6 +69,9 @@ impl StageWatch {
             input_closed: AtomicBool::new(false),
             ended: AtomicBool::new(false),
             funnel: Default::default(),
+            tally: Default::default(),
+            retries: Default::default(),
+            retry_wait_ms: Default::default(),
         })
     }
 
@@ -94,6 +107,19 @@ impl StageWatch {
     pub fn ended(&self) {
         self.ended.store(true, Ordering::Relaxed);
     }
+    /// The stage's own counters, read live by the metrics.
+    pub fn attach_tally(&self, tally: super::stage::Tally) {
+        let _ = self.tally.set(tally);
+    }
+    /// A computation is tried again after `wait`, which the service `asked` for or our backoff
+    /// chose.
+    pub fn retrying(&self, wait: Duration, asked: bool) {
+        let i = usize::from(!asked);
+        self.retries[i].fetch_add(1, Ordering::Relaxed);
+        let ms = wait.as_millis().min(u64::MAX as u128) as u64;
+        self.retry_wait_ms[i].fetch_add(ms, Ordering::Relaxed);
+    }
+
     /// The stage's counts as they stand (after each video).
     pub fn publish(&self, counts: &super::StageCounts) {
         let mut f = self.funnel.lock().unwrap_or_else(|e| e.into_inner());
@@ -118,6 +144,12 @@ impl StageWatch {
                     .load(Ordering::Relaxed)
                     .saturating_sub(self.received.load(Ordering::Relaxed))
             }),
+            tally: self.tally.get().map(|t| t.snapshot()).unwrap_or_default(),
+            retries: self.retries.each_ref().map(|a| a.load(Ordering::Relaxed)),
+            retry_wait_ms: self
+                .retry_wait_ms
+                .each_ref()
+                .map(|a| a.load(Ordering::Relaxed)),
         }
     }
 

@@ -236,6 +236,7 @@ pub(super) fn spawn_chain(
     watches.push(sw.clone());
     let sp = progress.stage(SOURCE_STAGE_ID);
     let scx = env.context(SOURCE_STAGE_ID, SOURCE_FINGERPRINT, extras.clone());
+    sw.attach_tally(scx.tally.clone());
     let ss = settings_for(1, None, 0);
     let source_stop = Arc::new(std::sync::Mutex::new(None));
     let stop_slot = source_stop.clone();
@@ -260,6 +261,7 @@ pub(super) fn spawn_chain(
             watch,
         };
         let cx = env.context(&st.id, &st.fingerprint, extras.clone());
+        io.watch.attach_tally(cx.tally.clone());
         order.push(st.id.clone());
         let id = st.id.clone();
         let task = st.task;
