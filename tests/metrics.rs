@@ -5,6 +5,10 @@
 //! deploy/grafana/ queries, no key in its text, a bad address or a port in use refused before
 //! any work.
 
+use crate::fake_http::{FakeServer, Request, Response};
+use crate::judge::{
+    OPENAI_KEY, llm_fixture, openai_says, prompt_of, relevance_pipeline_with, url_manifest,
+};
 use crate::need_ffmpeg;
 use crate::util::*;
 use std::collections::BTreeMap;
@@ -245,6 +249,104 @@ fn prometheus_scrapes_two_ranks_and_their_counters_equal_the_funnel() {
     assert_eq!(rejected, 1.0);
 }
 
+/// Scrapes until the run has ended (it holds the endpoint for this last scrape): the last text.
+fn scrape_to_end(port: u16) -> String {
+    let t0 = Instant::now();
+    loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "the run did not end"
+        );
+        match get(port, "/metrics") {
+            Some((200, b)) if b.contains("vidcurate_run_ended{rank=\"0\",world=\"1\"} 1") => {
+                return b;
+            }
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// The value of the one series of `family` whose labels include every one of `labels`.
+fn value(body: &str, family: &str, labels: &[&str]) -> f64 {
+    let found: Vec<f64> = body
+        .lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")))
+        .filter(|l| labels.iter().all(|x| l.contains(x)))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(found.len(), 1, "{family} {labels:?} in\n{body}");
+    found[0]
+}
+
+/// A relevance stage against a fake OpenAI (its recorded bodies): one title answered at once, one
+/// after a 429 whose body asks for a wait, one after a 500 (our backoff). The endpoint counts the
+/// retries by whose wait it was, and the answers, tokens and USD of the service.
+#[test]
+fn retries_answers_tokens_and_usd_of_a_model_service() {
+    let d = tempfile::tempdir().unwrap();
+    let seen: std::sync::Arc<std::sync::Mutex<BTreeMap<String, usize>>> = Default::default();
+    let server = FakeServer::start(move |r: &Request| {
+        let prompt = prompt_of(r);
+        let title = prompt
+            .lines()
+            .find_map(|l| l.strip_prefix("Title: "))
+            .unwrap_or("")
+            .to_string();
+        let n = {
+            let mut s = seen.lock().unwrap();
+            let c = s.entry(title.clone()).or_default();
+            *c += 1;
+            *c
+        };
+        match (title.as_str(), n) {
+            ("ratelimit", 1) => {
+                Response::json(429, llm_fixture("openai/error_429_rate_limit.json"))
+            }
+            ("flaky", 1) => Response::json(500, llm_fixture("openai/error_500_server_error.json")),
+            _ => openai_says("9"),
+        }
+    });
+    url_manifest(d.path(), &["riot", "ratelimit", "flaky"]);
+    let p = relevance_pipeline_with(
+        d.path(),
+        &server.url(),
+        "requests_per_minute = 6000\nusd_per_mtok_input = 2.5\nusd_per_mtok_output = 10.0",
+        "",
+        "retries = 2",
+    );
+    let port = free_port();
+    let mut child = run_command(&p, &d.path().join("run"))
+        .args(["--metrics", &format!("127.0.0.1:{port}")])
+        .env("VIDCURATE_TEST_OPENAI_KEY", OPENAI_KEY)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let body = scrape_to_end(port);
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let rel = "stage=\"relevance\"";
+    let retries = "vidcurate_stage_retries_total";
+    assert_eq!(value(&body, retries, &[rel, "wait=\"service\""]), 1.0);
+    assert_eq!(value(&body, retries, &[rel, "wait=\"backoff\""]), 1.0);
+    let waited = "vidcurate_stage_retry_wait_seconds_total";
+    assert!(value(&body, waited, &[rel, "wait=\"backoff\""]) > 0.0);
+    let openai = "service=\"openai\"";
+    assert_eq!(
+        value(&body, "vidcurate_service_answers_total", &[openai]),
+        3.0
+    );
+    // The recorded body's usage: 14 prompt and 37 completion tokens an answer.
+    let tokens = "vidcurate_service_tokens_total";
+    assert_eq!(value(&body, tokens, &[openai, "kind=\"input\""]), 42.0);
+    assert_eq!(value(&body, tokens, &[openai, "kind=\"output\""]), 111.0);
+    let usd = value(&body, "vidcurate_service_usd_total", &[openai]);
+    assert!(
+        (usd - (42.0 * 2.5 + 111.0 * 10.0) / 1e6).abs() < 1e-12,
+        "{usd}"
+    );
+    assert!(!body.contains(OPENAI_KEY));
+}
+
 /// Metric names a PromQL expression uses.
 fn names_in(expr: &str) -> Vec<String> {
     let mut out = vec![];
@@ -276,20 +378,7 @@ fn the_endpoint_serves_what_the_dashboard_queries_and_no_key() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    // Scrape until the run has ended (it holds the endpoint for this last scrape).
-    let t0 = Instant::now();
-    let body = loop {
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "the run did not end"
-        );
-        match get(port, "/metrics") {
-            Some((200, b)) if b.contains("vidcurate_run_ended{rank=\"0\",world=\"1\"} 1") => {
-                break b;
-            }
-            _ => std::thread::sleep(Duration::from_millis(100)),
-        }
-    };
+    let body = scrape_to_end(port);
     assert!(matches!(child.wait().unwrap().code(), Some(0 | 3)));
     let frames =
         "vidcurate_stage_tally_total{rank=\"0\",world=\"1\",stage=\"ocr\",name=\"frames\"} 12\n";

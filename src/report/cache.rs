@@ -106,16 +106,7 @@ pub fn stats(run_dir: &Path) -> Result<String, RunError> {
 
 /// What a line's answers cost, and what the batch rate saved on them.
 fn cost(prices: &BTreeMap<String, crate::config::Prices>, s: &CacheStats) -> (f64, f64) {
-    let p = prices.get(&s.service).copied().unwrap_or_default();
-    let (live_in, live_out) = (
-        s.input_tokens - s.batch_input_tokens,
-        s.output_tokens - s.batch_output_tokens,
-    );
-    let (bin, bout) = (s.batch_input_tokens, s.batch_output_tokens);
-    (
-        p.cost(live_in, live_out, false) + p.cost(bin, bout, true),
-        p.cost(bin, bout, false) - p.cost(bin, bout, true),
-    )
+    s.usd(&prices.get(&s.service).copied().unwrap_or_default())
 }
 
 fn row(first: &str, s: &CacheStats, usd: f64) -> String {

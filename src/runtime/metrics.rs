@@ -9,8 +9,10 @@
 
 use super::cpu::CpuPool;
 use super::watch::StageWatch;
+use crate::config::{Prices, ServiceConfig};
 use crate::error::RunError;
 use crate::store::cache::{CacheHandle, by_service};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,6 +25,17 @@ struct Pass {
     capacity: usize,
     cache: CacheHandle,
     cpu: CpuPool,
+    /// Per service, from the pipeline's [services.*] tables.
+    prices: BTreeMap<String, Prices>,
+}
+
+/// What the runner hands the metrics at the start of a pass.
+pub(crate) struct PassView {
+    pub watches: Vec<Arc<StageWatch>>,
+    pub capacity: usize,
+    pub cache: CacheHandle,
+    pub cpu: CpuPool,
+    pub services: BTreeMap<String, ServiceConfig>,
 }
 
 /// The run's metrics, shared by the runner (which registers each pass) and the endpoint.
@@ -99,6 +112,11 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "Tokens of the answers in the response cache per service, input or output.",
     ),
     (
+        "vidcurate_service_usd_total",
+        "counter",
+        "What the answers in the response cache cost at the pipeline's prices (usd_per_mtok_*; batch answers at the batch rate).",
+    ),
+    (
         "vidcurate_passes",
         "gauge",
         "Passes over the videos so far (more than one when batches answered deferred requests).",
@@ -128,19 +146,15 @@ impl Hub {
     }
 
     /// A new pass's stages (the previous pass's counts are replaced: the summary is the last's).
-    pub(crate) fn pass_started(
-        &self,
-        watches: Vec<Arc<StageWatch>>,
-        capacity: usize,
-        cache: CacheHandle,
-        cpu: CpuPool,
-    ) {
+    pub(crate) fn pass_started(&self, v: PassView) {
         self.passes.fetch_add(1, Ordering::Relaxed);
+        let prices = v.services.iter().map(|(k, c)| (k.clone(), c.prices()));
         *self.pass.lock().unwrap_or_else(|e| e.into_inner()) = Some(Pass {
-            watches,
-            capacity,
-            cache,
-            cpu,
+            watches: v.watches,
+            capacity: v.capacity,
+            cache: v.cache,
+            cpu: v.cpu,
+            prices: prices.collect(),
         });
     }
 
@@ -158,7 +172,7 @@ impl Hub {
         };
         if let Some(p) = &*self.pass.lock().unwrap_or_else(|e| e.into_inner()) {
             stage_lines(p, &mut put);
-            service_lines(&p.cache, &mut put);
+            service_lines(p, &mut put);
         }
         put(
             "vidcurate_passes",
@@ -237,11 +251,12 @@ fn stage_lines(p: &Pass, put: &mut Put) {
 }
 
 /// The cache's totals per service (none when the run has called nothing yet).
-fn service_lines(cache: &CacheHandle, put: &mut Put) {
-    let Some(rows) = cache.get().ok().and_then(|c| c.stats().ok()) else {
+fn service_lines(p: &Pass, put: &mut Put) {
+    let Some(rows) = p.cache.get().ok().and_then(|c| c.stats().ok()) else {
         return;
     };
     for s in by_service(&rows) {
+        let price = p.prices.get(&s.service).copied().unwrap_or_default();
         let service = format!("service=\"{}\"", escape(&s.service));
         let n = |v: i64| v.max(0) as f64;
         put("vidcurate_service_answers_total", &service, n(s.entries));
@@ -259,6 +274,7 @@ fn service_lines(cache: &CacheHandle, put: &mut Put) {
             &format!("{service},kind=\"output\""),
             n(s.output_tokens),
         );
+        put("vidcurate_service_usd_total", &service, s.usd(&price).0);
     }
 }
 

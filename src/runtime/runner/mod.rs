@@ -169,6 +169,7 @@ async fn run_pass(plan: Plan, opts: &RunOptions) -> Result<(RunReport, PassBatch
 
     let mut progress = Progress::new(opts.quiet);
     let (cap, stall_secs) = (plan.runtime.channel_capacity, plan.runtime.stall_secs);
+    let services = plan.services.clone();
     let chain = spawn_chain(
         &env,
         plan,
@@ -180,12 +181,13 @@ async fn run_pass(plan: Plan, opts: &RunOptions) -> Result<(RunReport, PassBatch
         progress.set_total(t);
     }
     if let Some(hub) = &opts.metrics {
-        hub.pass_started(
-            chain.watches.clone(),
-            cap,
-            env.cache.clone(),
-            env.cpu.clone(),
-        );
+        hub.pass_started(super::metrics::PassView {
+            watches: chain.watches.clone(),
+            capacity: cap,
+            cache: env.cache.clone(),
+            cpu: env.cpu.clone(),
+            services,
+        });
     }
     let log_stop = CancellationToken::new();
     progress.spawn_logger(Duration::from_secs(10), log_stop.clone());

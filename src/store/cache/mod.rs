@@ -94,6 +94,22 @@ pub struct CacheStats {
     pub batch_output_tokens: i64,
 }
 
+impl CacheStats {
+    /// What these answers cost at `p` (batch answers at the batch rate), and what the batch rate
+    /// saved on them.
+    pub fn usd(&self, p: &crate::config::Prices) -> (f64, f64) {
+        let (live_in, live_out) = (
+            self.input_tokens - self.batch_input_tokens,
+            self.output_tokens - self.batch_output_tokens,
+        );
+        let (bin, bout) = (self.batch_input_tokens, self.batch_output_tokens);
+        (
+            p.cost(live_in, live_out, false) + p.cost(bin, bout, true),
+            p.cost(bin, bout, false) - p.cost(bin, bout, true),
+        )
+    }
+}
+
 pub struct ResponseCache {
     path: PathBuf,
     conn: Mutex<Connection>,
