@@ -11,6 +11,7 @@ use crate::judge::{
 };
 use crate::need_ffmpeg;
 use crate::util::*;
+use crate::youtube::{KEY as YT_KEY, youtube_fake, yt_pipeline};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -339,12 +340,53 @@ fn retries_answers_tokens_and_usd_of_a_model_service() {
     let tokens = "vidcurate_service_tokens_total";
     assert_eq!(value(&body, tokens, &[openai, "kind=\"input\""]), 42.0);
     assert_eq!(value(&body, tokens, &[openai, "kind=\"output\""]), 111.0);
+    // Every attempt by its answer's status: 3 answers, the 429 and the 500; none in flight.
+    let requests = "vidcurate_service_requests_total";
+    for (status, n) in [("200", 3.0), ("429", 1.0), ("500", 1.0)] {
+        let s = format!("status=\"{status}\"");
+        assert_eq!(value(&body, requests, &[openai, &s]), n, "{status}");
+    }
+    assert_eq!(
+        value(&body, "vidcurate_service_calls_in_flight", &[openai]),
+        0.0
+    );
     let usd = value(&body, "vidcurate_service_usd_total", &[openai]);
     assert!(
         (usd - (42.0 * 2.5 + 111.0 * 10.0) / 1e6).abs() < 1e-12,
         "{usd}"
     );
     assert!(!body.contains(OPENAI_KEY));
+}
+
+/// A YouTube collection against the fake Data API: the quota left per bucket after the run's
+/// two searches and one videos.list, under the key's id, never the key.
+#[test]
+fn the_youtube_quota_left_per_bucket() {
+    let d = tempfile::tempdir().unwrap();
+    let fake = youtube_fake();
+    let p = yt_pipeline(
+        d.path(),
+        &fake.server.url(),
+        "search_calls_per_day = 10\nunits_per_day = 50",
+    );
+    let port = free_port();
+    let mut child = run_command(&p, &d.path().join("run"))
+        .args(["--metrics", &format!("127.0.0.1:{port}")])
+        .env("VIDCURATE_TEST_YT_KEY", YT_KEY)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let body = scrape_to_end(port);
+    assert!(matches!(child.wait().unwrap().code(), Some(0 | 3)));
+    assert_eq!(
+        (fake.server.count("/search"), fake.server.count("/videos")),
+        (2, 1)
+    );
+    let left = "vidcurate_youtube_quota_left";
+    assert_eq!(value(&body, left, &["bucket=\"search.list\""]), 8.0);
+    assert_eq!(value(&body, left, &["bucket=\"units\""]), 49.0);
+    assert!(!body.contains(YT_KEY));
 }
 
 /// Metric names a PromQL expression uses.

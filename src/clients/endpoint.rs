@@ -132,12 +132,13 @@ impl Endpoint {
             (Some(k), Auth::GoogApiKey) => r.header("x-goog-api-key", k),
             (None, _) => r,
         };
-        let resp = r
-            .timeout(self.timeout)
-            .send()
-            .await
-            .map_err(|e| EndpointError::Send(e.without_url()))?;
+        let _in_flight = crate::runtime::metrics::call_started(&self.name);
+        let resp = r.timeout(self.timeout).send().await.map_err(|e| {
+            crate::runtime::metrics::call_answered(&self.name, None);
+            EndpointError::Send(e.without_url())
+        })?;
         let status = resp.status().as_u16();
+        crate::runtime::metrics::call_answered(&self.name, Some(status));
         let retry_after = resp
             .headers()
             .get(reqwest::header::RETRY_AFTER)

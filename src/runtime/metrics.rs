@@ -117,6 +117,21 @@ pub const FAMILIES: &[(&str, &str, &str)] = &[
         "What the answers in the response cache cost at the pipeline's prices (usd_per_mtok_*; batch answers at the batch rate).",
     ),
     (
+        "vidcurate_service_calls_in_flight",
+        "gauge",
+        "Requests to a paid service sent and not yet answered.",
+    ),
+    (
+        "vidcurate_service_requests_total",
+        "counter",
+        "Requests to a paid service by the HTTP status of the answer (none: no answer came); every attempt, retries included.",
+    ),
+    (
+        "vidcurate_youtube_quota_left",
+        "gauge",
+        "What is left today (Pacific day) of a YouTube API key's quota bucket (units, or search.list calls), as this process last booked it; key is the key's non-secret id.",
+    ),
+    (
         "vidcurate_passes",
         "gauge",
         "Passes over the videos so far (more than one when batches answered deferred requests).",
@@ -174,6 +189,8 @@ impl Hub {
             stage_lines(p, &mut put);
             service_lines(p, &mut put);
         }
+        quota_lines(&mut put);
+        call_lines(&mut put);
         put(
             "vidcurate_passes",
             "",
@@ -199,6 +216,71 @@ impl Hub {
             && tokio::time::Instant::now() < until
         {
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// What is left of each YouTube quota bucket today, per key (by its non-secret id), as the
+/// client last booked it. Process-wide: the client that books it knows no run.
+static QUOTA_LEFT: Mutex<BTreeMap<(String, String), u64>> = Mutex::new(BTreeMap::new());
+
+/// The YouTube client's report after booking a call (or finding a bucket spent).
+pub fn quota_left(key_id: &str, bucket: &str, left: u64) {
+    let mut q = QUOTA_LEFT.lock().unwrap_or_else(|e| e.into_inner());
+    q.insert((key_id.to_string(), bucket.to_string()), left);
+}
+
+fn quota_lines(put: &mut Put) {
+    let q = QUOTA_LEFT.lock().unwrap_or_else(|e| e.into_inner());
+    for ((key, bucket), left) in q.iter() {
+        let l = format!("key=\"{}\",bucket=\"{}\"", escape(key), escape(bucket));
+        put("vidcurate_youtube_quota_left", &l, *left as f64);
+    }
+}
+
+/// Calls of each paid service (by its [services.*] name) this process has going and has had
+/// answered, by HTTP status ("none": no answer came). Process-wide, as the quota.
+#[derive(Default)]
+struct Calls {
+    in_flight: u64,
+    answered: BTreeMap<String, u64>,
+}
+
+static CALLS: Mutex<BTreeMap<String, Calls>> = Mutex::new(BTreeMap::new());
+
+fn calls<T>(service: &str, f: impl FnOnce(&mut Calls) -> T) -> T {
+    let mut m = CALLS.lock().unwrap_or_else(|e| e.into_inner());
+    f(m.entry(service.to_string()).or_default())
+}
+
+/// One call of `service` on its way: counted in flight until dropped.
+pub struct InFlight(String);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        calls(&self.0, |c| c.in_flight = c.in_flight.saturating_sub(1));
+    }
+}
+
+/// A client sends a request to `service`; `answered` when its answer (or none) is in.
+pub fn call_started(service: &str) -> InFlight {
+    calls(service, |c| c.in_flight += 1);
+    InFlight(service.to_string())
+}
+
+pub fn call_answered(service: &str, status: Option<u16>) {
+    let status = status.map_or_else(|| "none".to_string(), |s| s.to_string());
+    calls(service, |c| *c.answered.entry(status).or_default() += 1);
+}
+
+fn call_lines(put: &mut Put) {
+    let m = CALLS.lock().unwrap_or_else(|e| e.into_inner());
+    for (service, c) in m.iter() {
+        let l = format!("service=\"{}\"", escape(service));
+        put("vidcurate_service_calls_in_flight", &l, c.in_flight as f64);
+        for (status, n) in &c.answered {
+            let l = format!("{l},status=\"{status}\"");
+            put("vidcurate_service_requests_total", &l, *n as f64);
         }
     }
 }

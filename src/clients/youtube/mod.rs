@@ -279,10 +279,14 @@ impl YouTubeClient {
             cost,
             budget,
         } = *charge;
-        if let Err(used) = self
+        let reserved = self
             .on_ledger(move |l, key_id| l.reserve(key_id, day, bucket, cost, budget))
-            .await?
-        {
+            .await?;
+        let used = match reserved {
+            Ok(u) | Err(u) => u,
+        };
+        crate::runtime::metrics::quota_left(&self.key_id, bucket, budget.saturating_sub(used));
+        if let Err(used) = reserved {
             return Err(YtError::QuotaSpent(format!(
                 "the {bucket} budget of key {} for {day} (Pacific) is spent: {used} of {budget} used, {} needs {cost}; it resets in {}",
                 self.key_id,
@@ -359,6 +363,7 @@ impl YouTubeClient {
                 {
                     return e;
                 }
+                crate::runtime::metrics::quota_left(&self.key_id, bucket, 0);
                 YtError::QuotaSpent(format!(
                     "YouTube answered `{reason}` for key {} on {day} (Pacific); the {bucket} bucket is counted as spent until it resets in {}",
                     self.key_id,

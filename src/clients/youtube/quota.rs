@@ -124,7 +124,7 @@ impl QuotaLedger {
         .map_err(|e| self.err(e))
     }
 
-    /// Takes `cost` from today's bucket, or says how much is left when it would overspend.
+    /// Takes `cost` from today's bucket: Ok(used now), or Err(used) when it would overspend.
     pub(super) fn reserve(
         &self,
         key_id: &str,
@@ -132,7 +132,7 @@ impl QuotaLedger {
         bucket: &str,
         cost: u64,
         budget: u64,
-    ) -> Result<Result<(), u64>, YtError> {
+    ) -> Result<Result<u64, u64>, YtError> {
         let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         let tx = conn.transaction().map_err(|e| self.err(e))?;
         let used: u64 = tx
@@ -154,7 +154,7 @@ impl QuotaLedger {
         )
         .map_err(|e| self.err(e))?;
         tx.commit().map_err(|e| self.err(e))?;
-        Ok(Ok(()))
+        Ok(Ok(used + cost))
     }
 
     /// The API said the quota is gone: count the bucket as spent for the rest of the day.
@@ -204,15 +204,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let l = QuotaLedger::open(&dir.path().join("q.sqlite")).unwrap();
         let day = NaiveDate::from_ymd_opt(2026, 11, 30).unwrap();
-        assert_eq!(l.reserve("k", day, "units", 4, 10).unwrap(), Ok(()));
-        assert_eq!(l.reserve("k", day, "units", 6, 10).unwrap(), Ok(()));
+        assert_eq!(l.reserve("k", day, "units", 4, 10).unwrap(), Ok(4));
+        assert_eq!(l.reserve("k", day, "units", 6, 10).unwrap(), Ok(10));
         assert_eq!(l.reserve("k", day, "units", 1, 10).unwrap(), Err(10));
         // Another key, another day: separate.
-        assert_eq!(l.reserve("j", day, "units", 1, 10).unwrap(), Ok(()));
+        assert_eq!(l.reserve("j", day, "units", 1, 10).unwrap(), Ok(1));
         assert_eq!(
             l.reserve("k", day.succ_opt().unwrap(), "units", 1, 10)
                 .unwrap(),
-            Ok(())
+            Ok(1)
         );
         l.exhaust("j", day, "units", 10).unwrap();
         assert_eq!(l.used("j", day, "units").unwrap(), 10);
