@@ -3,7 +3,7 @@
 # FFmpeg's -dev libraries (ffmpeg-next links them), libjpeg-turbo (fast JPEG), clang (bindgen), the ffmpeg CLI and a font
 # (demo/test media generation with drawtext), espeak-ng (the transcript tests' speech at known times),
 # munge and slurm-wlm (a real Slurm for the array-job test; the test starts the daemons),
-# prometheus (the metrics endpoint's test scrapes with it),
+# prometheus (the metrics endpoint's test scrapes with it), chromium (the report's browser test),
 # yt-dlp and moto's S3 server (tests), the dataset readers (release tests), pyarrow (tests prove pyarrow reads our Parquet), Pillow
 # (the corpus generator measures drawn text with the same font), and
 # mdBook (the book in docs/), and the OCR models with ONNX Runtime (scripts/fetch_models.sh).
@@ -19,7 +19,9 @@ APT_PKGS=(libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresam
   # CJK font for the OCR bench strips (scripts/bench/make_images.py --real)
   fonts-wqy-microhei
   # Prometheus: tests/metrics.rs scrapes two ranks' `run --metrics` endpoints with it
-  prometheus)
+  prometheus
+  # Chromium: tests/browser.rs opens the analysis report in it (headless) and measures the labels
+  chromium)
 
 missing=()
 for p in "${APT_PKGS[@]}"; do

@@ -124,6 +124,14 @@ fn analyze_recovers_the_drawn_distributions() {
             && html.contains("position.png")
             && html.contains("chi2_homogeneity")
     );
+    // In a browser: every plot shown, every linked PNG loads, no label outside its cell or plot
+    // (the position grid's 30 cell names each fit their cell).
+    let shot = crate::browser::screenshot_path("analyze-report");
+    let seen = crate::browser::check_report(&a.join("report.html"), &shot);
+    println!("report screenshot: {}", shot.display());
+    assert_eq!((seen.svgs, seen.pngs, seen.loaded), (9, 9, 9), "{seen:?}");
+    assert!(seen.texts > 9 * 10, "{seen:?}");
+    assert!(seen.problems.is_empty(), "{}", seen.problems.join("\n"));
     // --where restricts the rows: only real captions are 10 characters or longer.
     let o = run(
         &[

@@ -411,7 +411,14 @@ fn lengths_plot(png: &Path, lengths: &BTreeMap<String, SignalLengths>) -> Result
         }
     }
     let sizes = groups.iter().map(|g| (g.clone(), lengths[g].n)).collect();
-    crate::report::plot::bars(png, "risk-signal length", &rows, &groups, &sizes, None)
+    let b = crate::report::plot::Bars {
+        title: "risk-signal length",
+        rows: &rows,
+        groups: &groups,
+        sizes: &sizes,
+        marker: None,
+    };
+    crate::report::plot::bars(png, &b)
         .map_err(|e| RunError::Internal(format!("{}: {e}", png.display())))
 }
 

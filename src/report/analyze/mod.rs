@@ -7,6 +7,7 @@
 //! Each analysis is also a PNG plot, and `report.html` shows them all with the statistics.
 
 mod answers;
+mod figures;
 mod regions;
 mod spill;
 mod stats;
@@ -20,7 +21,6 @@ use tables::{BatchFilter, RunTables, col_f64, col_u32, segment_rows, shot_rows};
 
 use crate::error::RunError;
 use crate::record::COL_VIDEO_ID;
-use crate::report::plot;
 pub use crate::report::{DistRow, StatRow};
 use crate::store::filter;
 use arrow::array::{Array, AsArray, RecordBatch};
@@ -197,7 +197,7 @@ fn analyze_tables(
         write_table(&out_dir, name, rows)?;
     }
     write_table(&out_dir, "stats", &stats_rows)?;
-    draw(
+    figures::draw(
         &out_dir,
         &tables.rows,
         &groups,
@@ -443,96 +443,6 @@ fn compare_first_two(groups: &[String], t: &mut Tables) -> std::io::Result<Vec<S
         }
     }
     Ok(stats_rows)
-}
-
-/// One PNG per analysis, and `report.html` showing them with the statistics.
-fn draw(
-    out_dir: &Path,
-    tables: &BTreeMap<String, Vec<DistRow>>,
-    groups: &[String],
-    regions: &Regions,
-    stats_rows: &[StatRow],
-    answers: &[AnswerField],
-) -> Result<(), AnalyzeError> {
-    let grid = regions.grid;
-    let sizes: BTreeMap<String, usize> = regions
-        .groups
-        .iter()
-        .map(|(g, r)| (g.clone(), r.n))
-        .collect();
-    let mut plots = vec![];
-    for (name, title, marker) in [
-        ("hue_pixels", "Hue of text pixels (figure 1)", None),
-        ("hue_regions", "Hue, one vote per region", None),
-        ("saturation", "Saturation of text pixels (figure 16)", None),
-        ("value", "Value of text pixels (figure 17)", None),
-        ("area", "Region area / frame area (figure 14)", None),
-        (
-            "aspect_ratio",
-            "Aspect ratio, threshold 15 marked (figure 15)",
-            Some(15.0),
-        ),
-        (
-            "segments",
-            "Overlay text over 8 time segments (section 3.2.1)",
-            None,
-        ),
-        (SHOTS, "Shots per video (A.2.2)", None),
-    ] {
-        if let Some(rows) = tables.get(name) {
-            let file = format!("{name}.png");
-            plot::bars(&out_dir.join(&file), title, rows, groups, &sizes, marker)?;
-            plots.push((title.to_string(), file));
-        }
-    }
-    if let Some(rows) = tables.get("position") {
-        plot::heatmaps(
-            &out_dir.join("position.png"),
-            "Position",
-            rows,
-            groups,
-            grid,
-            &sizes,
-        )?;
-        // The report lists the figures in the paper's order: position after value.
-        plots.insert(
-            4.min(plots.len()),
-            (
-                "Position of text regions (figure 2)".to_string(),
-                "position.png".to_string(),
-            ),
-        );
-    }
-    for a in answers {
-        plots.push(draw_answer(out_dir, a)?);
-    }
-    Ok(plot::report(out_dir, &plots, &sizes, stats_rows)?)
-}
-
-/// One answer field's figure: its title and file.
-fn draw_answer(out_dir: &Path, a: &AnswerField) -> Result<(String, String), AnalyzeError> {
-    let file = format!("{}.png", a.name);
-    let title = match a.kind {
-        FieldKind::Multi => {
-            format!("{}: share of videos naming each (MVFNDB figure 19)", a.name)
-        }
-        FieldKind::Number => format!(
-            "{}: distribution of the model's scores (MVFNDB figure 18)",
-            a.name
-        ),
-        FieldKind::Category => format!("{}: share of videos", a.name),
-    };
-    let mut answer_groups: Vec<String> = a.videos.keys().cloned().collect();
-    answer_groups.sort();
-    plot::bars(
-        &out_dir.join(&file),
-        &title,
-        &a.rows,
-        &answer_groups,
-        &a.videos,
-        None,
-    )?;
-    Ok((title, file))
 }
 
 /// The first two groups compared on each answer field: KS on numbers, chi-square on categories.
