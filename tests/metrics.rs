@@ -18,14 +18,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// GET `path` on 127.0.0.1:`port`: (status, body), or None when nothing listens.
 fn get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -37,6 +29,9 @@ fn get(port: u16, path: &str) -> Option<(u16, String)> {
     let status = head.split_whitespace().nth(1)?.parse().ok()?;
     Some((status, body.to_string()))
 }
+
+/// A key in the environment of every run here: no metric may show it.
+const SECRET: &str = "sk-metrics-test-secret";
 
 struct Prometheus(Child);
 
@@ -165,8 +160,7 @@ fn small_run(dir: &Path) -> PathBuf {
 
 fn run_with_metrics(p: &Path, out: &Path, extra: &[&str]) -> Command {
     let mut c = run_command(p, out);
-    c.args(extra)
-        .env("OPENAI_API_KEY", "sk-metrics-test-secret");
+    c.args(extra).env("OPENAI_API_KEY", SECRET);
     c
 }
 
@@ -250,6 +244,21 @@ fn prometheus_scrapes_two_ranks_and_their_counters_equal_the_funnel() {
     assert_eq!(rejected, 1.0);
 }
 
+/// Runs `p` into `out` with `env` and the endpoint on a free port, scraping it until the run
+/// ends: the last text, the exit code and the port.
+fn run_scraped(p: &Path, out: &Path, env: (&str, &str)) -> (String, Option<i32>, u16) {
+    let port = free_port();
+    let mut child = run_command(p, out)
+        .args(["--metrics", &format!("127.0.0.1:{port}")])
+        .env(env.0, env.1)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let body = scrape_to_end(port);
+    (body, child.wait().unwrap().code(), port)
+}
+
 /// Scrapes until the run has ended (it holds the endpoint for this last scrape): the last text.
 fn scrape_to_end(port: u16) -> String {
     let t0 = Instant::now();
@@ -315,16 +324,9 @@ fn retries_answers_tokens_and_usd_of_a_model_service() {
         "",
         "retries = 2",
     );
-    let port = free_port();
-    let mut child = run_command(&p, &d.path().join("run"))
-        .args(["--metrics", &format!("127.0.0.1:{port}")])
-        .env("VIDCURATE_TEST_OPENAI_KEY", OPENAI_KEY)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let body = scrape_to_end(port);
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let env = ("VIDCURATE_TEST_OPENAI_KEY", OPENAI_KEY);
+    let (body, code, _) = run_scraped(&p, &d.path().join("run"), env);
+    assert_eq!(code, Some(0));
     let rel = "stage=\"relevance\"";
     let retries = "vidcurate_stage_retries_total";
     assert_eq!(value(&body, retries, &[rel, "wait=\"service\""]), 1.0);
@@ -369,16 +371,9 @@ fn the_youtube_quota_left_per_bucket() {
         &fake.server.url(),
         "search_calls_per_day = 10\nunits_per_day = 50",
     );
-    let port = free_port();
-    let mut child = run_command(&p, &d.path().join("run"))
-        .args(["--metrics", &format!("127.0.0.1:{port}")])
-        .env("VIDCURATE_TEST_YT_KEY", YT_KEY)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let body = scrape_to_end(port);
-    assert!(matches!(child.wait().unwrap().code(), Some(0 | 3)));
+    let env = ("VIDCURATE_TEST_YT_KEY", YT_KEY);
+    let (body, code, _) = run_scraped(&p, &d.path().join("run"), env);
+    assert!(matches!(code, Some(0 | 3)));
     assert_eq!(
         (fake.server.count("/search"), fake.server.count("/videos")),
         (2, 1)
@@ -409,26 +404,20 @@ fn the_endpoint_serves_what_the_dashboard_queries_and_no_key() {
     need_ffmpeg!();
     let d = tempfile::tempdir().unwrap();
     let p = small_run(d.path());
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
     // With OCR: its frames and lines are counted live (the tally family).
     let mut text = std::fs::read_to_string(&p).unwrap();
     text += "\n[[stages]]\nid = \"ocr\"\ntype = \"ocr\"\n";
     write(&p, &text);
-    let mut child = run_with_metrics(&p, &d.path().join("run"), &["--metrics", &addr])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let body = scrape_to_end(port);
-    assert!(matches!(child.wait().unwrap().code(), Some(0 | 3)));
+    let env = ("OPENAI_API_KEY", SECRET);
+    let (body, code, port) = run_scraped(&p, &d.path().join("run"), env);
+    assert!(matches!(code, Some(0 | 3)));
     let frames =
         "vidcurate_stage_tally_total{rank=\"0\",world=\"1\",stage=\"ocr\",name=\"frames\"} 12\n";
     assert!(body.contains(frames), "six clips of two frames: {body}");
     assert!(body.contains(
         "vidcurate_stage_retries_total{rank=\"0\",world=\"1\",stage=\"ocr\",wait=\"backoff\"} 0\n"
     ));
-    assert!(!body.contains("sk-metrics-test-secret"));
+    assert!(!body.contains(SECRET));
     assert!(
         !body.contains(&d.path().display().to_string()),
         "a path: {body}"

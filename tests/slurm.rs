@@ -32,14 +32,6 @@ impl Drop for Cluster {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Runs `args` in the foreground under a watchdog that stops it when this process exits.
 fn daemon(args: &[&str], conf: &Path, log: &Path) -> Child {
     let script = format!(

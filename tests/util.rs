@@ -47,6 +47,15 @@ pub fn pipeline_with(source: &str, frames_compute: &str, stages: &[(&str, &str)]
     s
 }
 
+/// A port nothing listens on now (for a server a test starts on 127.0.0.1).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 pub fn has_ffmpeg() -> bool {
     Command::new("ffmpeg")
         .arg("-version")
