@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Benchmark: the PP-OCRv4 text detector (data/models/ppocrv4/det.onnx, unchanged FP32) under
+"""Benchmark: the PP-OCRv4 text detector (data/models/ppocrv4/det.onnx, unchanged FP32; --model rec:
+the recognizer, on a batch of 6 lines 320 wide and one line 960 wide) under
 ONNX Runtime and under OpenVINO on this CPU, at the input sizes vidcurate feeds it: a 720p frame
 raised to a short side of 736 (1312 x 736, the default `rapidocr` profile), the same frame capped at
 a long side of 960 (960 x 544, `det_profile = "paddleocr"`), and a small image raised to 736 (736 x
@@ -15,7 +16,7 @@ Engines: onnxruntime 1.31.1 (the wheel vidcurate loads, from data/venv-rapidocr)
 2026.4.1 (PyPI, made into data/venv-openvino when missing). Each runs in its own interpreter, so
 neither's thread pool disturbs the other.
 
-  scripts/bench/det_engines.py [--repeat 10] [--threads 1,2]
+  scripts/bench/ocr_engines.py [--repeat 10] [--threads 1,2]
 """
 
 import argparse
@@ -28,11 +29,17 @@ import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
-MODEL = REPO / "data/models/ppocrv4/det.onnx"
+MODELS = REPO / "data/models/ppocrv4"
 ORT_PY = REPO / "data/venv-rapidocr/bin/python"
 OV_VENV = REPO / "data/venv-openvino"
 OV_VERSION = "2026.4.1"
-SIZES = [(736, 1312), (544, 960), (736, 736)]
+# (batch, height, width) per model: the detector at a 720p frame raised to 736, capped at 960, and
+# a small image raised; the recognizer on a batch of 6 lines 320 wide (RapidOCR's batch) and one
+# long line.
+SIZES = {
+    "det": [(1, 736, 1312), (1, 544, 960), (1, 736, 736)],
+    "rec": [(6, 48, 320), (1, 48, 960)],
+}
 
 RUNNER = textwrap.dedent(
     """
@@ -66,8 +73,8 @@ RUNNER = textwrap.dedent(
         version = ov.__version__
     out = {"version": version, "sizes": {}}
     outputs = {}
-    for h, w in sizes:
-        x = rng.standard_normal((1, 3, h, w), dtype=np.float32)
+    for n, h, w in sizes:
+        x = rng.standard_normal((n, 3, h, w), dtype=np.float32)
         for _ in range(warmup):
             y = run(x)
         times = []
@@ -75,8 +82,8 @@ RUNNER = textwrap.dedent(
             t = time.perf_counter()
             y = run(x)
             times.append(time.perf_counter() - t)
-        out["sizes"][f"{w}x{h}"] = times
-        outputs[f"{w}x{h}"] = y
+        out["sizes"][f"{n}x{w}x{h}"] = times
+        outputs[f"{n}x{w}x{h}"] = y
     np.savez(dump, **outputs)
     print(json.dumps(out))
     """
@@ -93,8 +100,9 @@ def ensure_openvino() -> Path:
 
 
 def run(py: Path, engine: str, threads: int, a, dump: Path) -> dict:
-    sizes = json.dumps(SIZES)
-    p = subprocess.run([str(py), "-c", RUNNER, engine, str(MODEL), str(threads), str(a.warmup), str(a.repeat), sizes, str(dump), a.precision],
+    sizes = json.dumps(SIZES[a.model])
+    model = MODELS / f"{a.model}.onnx"
+    p = subprocess.run([str(py), "-c", RUNNER, engine, str(model), str(threads), str(a.warmup), str(a.repeat), sizes, str(dump), a.precision],
                        capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"{engine}: {p.stderr[-2000:]}")
@@ -113,28 +121,29 @@ def main():
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--model", default="det", choices=["det", "rec"], help="the detector (default) or the recognizer")
     ap.add_argument("--precision", default="f32", help="OpenVINO's INFERENCE_PRECISION_HINT: f32 (the model's own; default) or bf16 (AMX/AVX-512 bf16, not the same output)")
     a = ap.parse_args()
-    if not MODEL.exists() or not ORT_PY.exists():
+    if not (MODELS / f"{a.model}.onnx").exists() or not ORT_PY.exists():
         sys.exit("run scripts/setup.sh first (models, data/venv-rapidocr)")
     ov_py = ensure_openvino()
     flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "")
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if f" {f}" in flags]
     print(f"cpu: {cpu}, {os.cpu_count()} threads, {' '.join(isa)}")
-    tmp = REPO / "data/bench/det_engines"
+    tmp = REPO / "data/bench/ocr_engines"
     tmp.mkdir(parents=True, exist_ok=True)
-    print(f"{'size':>10} {'threads':>7} {'ORT ms':>8} {'OpenVINO ms':>12} {'ORT/OV':>7} {'max |diff|':>10}")
+    print(f"{a.model}: {'input':>12} {'threads':>7} {'ORT ms':>8} {'OpenVINO ms':>12} {'ORT/OV':>7} {'max |diff|':>10}")
     for threads in [int(t) for t in a.threads.split(",")]:
         res = {}
         for engine, py in [("ort", ORT_PY), ("ov", ov_py)]:
             res[engine] = run(py, engine, threads, a, tmp / f"{engine}-{threads}.npz")
         diffs = max_diffs(ov_py, tmp / f"ort-{threads}.npz", tmp / f"ov-{threads}.npz")
-        for (h, w) in SIZES:
-            k = f"{w}x{h}"
+        for (n, h, w) in SIZES[a.model]:
+            k = f"{n}x{w}x{h}"
             ms = {e: 1000 * statistics.median(res[e]["sizes"][k]) for e in res}
             diff = diffs[k]
-            print(f"{k:>10} {threads:>7} {ms['ort']:8.1f} {ms['ov']:12.1f} {ms['ort'] / ms['ov']:7.2f} {diff:10.2e}")
+            print(f"{k:>17} {threads:>7} {ms['ort']:8.1f} {ms['ov']:12.1f} {ms['ort'] / ms['ov']:7.2f} {diff:10.2e}")
     print(f"onnxruntime {res['ort']['version']}, openvino {res['ov']['version']} at {a.precision}; median of {a.repeat}, {a.warmup} warm-up runs")
 
 
