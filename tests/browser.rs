@@ -1,7 +1,7 @@
 //! `report.html` in a real browser: headless Chromium (Debian's package, installed by
 //! scripts/setup.sh) lays the report out, and a script added to a copy of it measures every
-//! label of every inline plot against the cell or plot it belongs to, and loads every linked
-//! PNG. A screenshot of the report is kept under target/tmp for a person to look at.
+//! label of every inline plot against the cell or plot it belongs to, checks that no legend
+//! covers a bar, and loads every linked PNG. A screenshot of the report is kept under target/tmp for a person to look at.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,6 +31,7 @@ const CHECK: &str = r#"
     // else to the plot; it must fit there.
     const boxes = [...svg.querySelectorAll('rect')].map(e => boxIn(svg, e))
       .filter(b => b.width < plot.width - 1 || b.height < plot.height - 1);
+    const homes = new Set();
     for (const t of svg.querySelectorAll('text')) {
       if (!t.textContent.trim()) continue;
       out.texts++;
@@ -39,11 +40,23 @@ const CHECK: &str = r#"
       const home = boxes
         .filter(o => o.x <= cx && cx <= o.x + o.width && o.y <= cy && cy <= o.y + o.height)
         .sort((p, q) => p.width * p.height - q.width * q.height)[0] || plot;
+      if (home !== plot) homes.add(home);
       const tol = 1;
       if (b.x < home.x - tol || b.y < home.y - tol || b.x + b.width > home.x + home.width + tol
           || b.y + b.height > home.y + home.height + tol) {
         out.problems.push(`${title}: "${t.textContent}" at ${r(b)} runs outside ${home === plot ? 'the plot' : 'its box'} ${r(home)}`);
       }
+    }
+    // A box that holds labels (the legend) hides no data: no box without labels (a bar)
+    // overlaps it, other than the ones inside it (its colour swatches) or the same box drawn
+    // again (a cell's outline).
+    const inside = (a, o) => a.x >= o.x - 1 && a.y >= o.y - 1 && a.x + a.width <= o.x + o.width + 1
+      && a.y + a.height <= o.y + o.height + 1;
+    const meet = (a, o) => a.x < o.x + o.width - 1 && o.x < a.x + a.width - 1
+      && a.y < o.y + o.height - 1 && o.y < a.y + a.height - 1;
+    for (const h of homes) {
+      const hidden = boxes.filter(o => !homes.has(o) && meet(o, h) && !inside(o, h) && !inside(h, o));
+      if (hidden.length) out.problems.push(`${title}: the labels' box ${r(h)} covers ${hidden.length} bars, e.g. ${r(hidden[0])}`);
     }
   }
   for (const a of document.querySelectorAll('a[href$=".png"]')) {

@@ -105,7 +105,10 @@ fn draw_bars<DB: DrawingBackend>(
 ) -> Result<(), PlotError> {
     let rows = b.rows;
     let nbins = rows.iter().map(|r| r.bin + 1).max().unwrap_or(1) as usize;
-    let ymax = rows.iter().map(|r| r.share).fold(0.0, f64::max).max(1e-9) * 1.1;
+    // Headroom for the legend (upper right, about 20 px a group in a plot area of about 300 px),
+    // so that it never hides the tallest bars.
+    let legend = ((20 * b.groups.len() + 25) as f64 / 300.0).min(0.6);
+    let ymax = rows.iter().map(|r| r.share).fold(0.0, f64::max).max(1e-9) / (1.0 - legend);
     root.fill(&WHITE).map_err(err)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(b.title, ("sans-serif", 22))
@@ -149,6 +152,7 @@ fn draw_bars<DB: DrawingBackend>(
     }
     chart
         .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .label_font(("sans-serif", 14))
