@@ -218,3 +218,17 @@ fn serve(conn: TcpStream, handler: &Handler, log: &Mutex<Vec<(Request, u16)>>) {
     let _ = out.write_all(&resp.body);
     let _ = out.flush();
 }
+
+/// How many times a fake server has been asked about each key (a title, an image width): the
+/// n-th call of a key, from 1, so a handler can fail the first and answer the next.
+#[derive(Default)]
+pub struct Calls<K>(Mutex<std::collections::HashMap<K, usize>>);
+
+impl<K: std::hash::Hash + Eq> Calls<K> {
+    pub fn nth(&self, key: K) -> usize {
+        let mut m = self.0.lock().unwrap();
+        let c = m.entry(key).or_default();
+        *c += 1;
+        *c
+    }
+}

@@ -2,7 +2,7 @@
 //! real recorded bodies in tests/fixtures/llm/ (content swapped where a test needs a given
 //! answer), and the local MiniLM judge on a hand-labelled title set.
 
-use crate::fake_http::{FakeServer, Request, Response};
+use crate::fake_http::{Calls, FakeServer, Request, Response};
 use crate::need_ffmpeg;
 use crate::util::*;
 use serde_json::{Value, json};
@@ -34,6 +34,15 @@ pub(crate) fn gemini_says(text: &str) -> Response {
     Response::json(200, v.to_string())
 }
 
+/// The video title a relevance prompt names.
+pub(crate) fn title_of(prompt: &str) -> String {
+    prompt
+        .lines()
+        .find_map(|l| l.strip_prefix("Title: "))
+        .unwrap_or("")
+        .to_string()
+}
+
 pub(crate) fn prompt_of(r: &Request) -> String {
     let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
     let c = &v["messages"][0]["content"];
@@ -50,7 +59,7 @@ pub(crate) fn prompt_of(r: &Request) -> String {
 
 /// Answers by the video's title, with a first-time failure for some of them.
 fn openai_fake() -> FakeServer {
-    let seen: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let seen = Calls::<String>::default();
     FakeServer::start(move |r: &Request| {
         assert_eq!(r.path, "/v1/chat/completions");
         if r.headers.get("authorization").map(String::as_str)
@@ -63,17 +72,8 @@ fn openai_fake() -> FakeServer {
         }
         let prompt = prompt_of(r);
         assert!(prompt.starts_with("On a scale from 1 to 10, how likely is this video to contain a protest turning violent video in action but not lecture/tutorial/slides, etc.? Answer with a single integer from 1 (very unlikely) to 10 (very likely)."), "{prompt}");
-        let title = prompt
-            .lines()
-            .find_map(|l| l.strip_prefix("Title: "))
-            .unwrap_or("")
-            .to_string();
-        let n = {
-            let mut s = seen.lock().unwrap();
-            let c = s.entry(title.clone()).or_default();
-            *c += 1;
-            *c
-        };
+        let title = title_of(&prompt);
+        let n = seen.nth(title.clone());
         let reminded = prompt.contains("Your previous answer was");
         match title.as_str() {
             "riot" => openai_says("9"),
@@ -359,7 +359,7 @@ fn insufficient_quota_stops_the_run_with_a_clear_message() {
 
 /// Three clips of different sizes; the fake Gemini server knows each by its first image's width.
 fn gemini_fake(answers: HashMap<u32, Vec<Response>>) -> FakeServer {
-    let seen: Arc<Mutex<HashMap<u32, usize>>> = Arc::default();
+    let seen = Calls::<u32>::default();
     let throttled = Arc::new(Mutex::new(false));
     FakeServer::start(move |r: &Request| {
         if r.headers.get("x-goog-api-key").map(String::as_str) != Some(GEMINI_KEY) {
@@ -401,12 +401,7 @@ fn gemini_fake(answers: HashMap<u32, Vec<Response>>) -> FakeServer {
             .decode(b64)
             .unwrap();
         let width = image::load_from_memory(&jpeg).unwrap().width();
-        let n = {
-            let mut s = seen.lock().unwrap();
-            let c = s.entry(width).or_default();
-            *c += 1;
-            *c - 1
-        };
+        let n = seen.nth(width) - 1;
         let list = &answers[&width];
         list[n.min(list.len() - 1)].clone()
     })
@@ -778,20 +773,11 @@ fn a_stall_is_reported_once_with_what_each_stage_waits_on() {
 /// "try again in 56s" with `max_wait_secs = 5` neither crash the run nor make it wait past 5 s.
 #[test]
 fn absurd_retry_waits_from_a_server_are_clamped_not_fatal() {
-    let seen: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let seen = Calls::<String>::default();
     let server = FakeServer::start(move |r: &Request| {
         let prompt = prompt_of(r);
-        let title = prompt
-            .lines()
-            .find_map(|l| l.strip_prefix("Title: "))
-            .unwrap_or("")
-            .to_string();
-        let n = {
-            let mut s = seen.lock().unwrap();
-            let c = s.entry(title.clone()).or_default();
-            *c += 1;
-            *c
-        };
+        let title = title_of(&prompt);
+        let n = seen.nth(title.clone());
         if n > 1 {
             return openai_says("9");
         }

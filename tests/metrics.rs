@@ -5,9 +5,10 @@
 //! deploy/grafana/ queries, no key in its text, a bad address or a port in use refused before
 //! any work.
 
-use crate::fake_http::{FakeServer, Request, Response};
+use crate::fake_http::{Calls, FakeServer, Request, Response};
 use crate::judge::{
-    OPENAI_KEY, llm_fixture, openai_says, prompt_of, relevance_pipeline_with, url_manifest,
+    OPENAI_KEY, llm_fixture, openai_says, prompt_of, relevance_pipeline_with, title_of,
+    url_manifest,
 };
 use crate::need_ffmpeg;
 use crate::util::*;
@@ -294,20 +295,10 @@ fn value(body: &str, family: &str, labels: &[&str]) -> f64 {
 #[test]
 fn retries_answers_tokens_and_usd_of_a_model_service() {
     let d = tempfile::tempdir().unwrap();
-    let seen: std::sync::Arc<std::sync::Mutex<BTreeMap<String, usize>>> = Default::default();
+    let seen = Calls::<String>::default();
     let server = FakeServer::start(move |r: &Request| {
-        let prompt = prompt_of(r);
-        let title = prompt
-            .lines()
-            .find_map(|l| l.strip_prefix("Title: "))
-            .unwrap_or("")
-            .to_string();
-        let n = {
-            let mut s = seen.lock().unwrap();
-            let c = s.entry(title.clone()).or_default();
-            *c += 1;
-            *c
-        };
+        let title = title_of(&prompt_of(r));
+        let n = seen.nth(title.clone());
         match (title.as_str(), n) {
             ("ratelimit", 1) => {
                 Response::json(429, llm_fixture("openai/error_429_rate_limit.json"))

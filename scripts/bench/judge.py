@@ -10,7 +10,7 @@
    pyarrow in the stage's exact schema); `vidcurate rethreshold RUN --set relevance.min_score=8`
    (target < 1 s) against pyarrow reading the same shards and filtering score >= 8.
 
-Usage: scripts/bench/judge.py [--videos N] [--rows R]
+Usage: scripts/bench/judge.py [--videos N] [--rows R] [--bin PATH]
 """
 import argparse
 import collections
@@ -205,8 +205,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--videos", type=int, default=900)
     ap.add_argument("--rows", type=int, default=100_000)
+    ap.add_argument("--bin", help="the vidcurate binary (default: the release build, built when missing)")
     a = ap.parse_args()
-    if not os.path.exists(BIN):
+    global BIN
+    if a.bin:
+        BIN = os.path.abspath(a.bin)
+    elif not os.path.exists(BIN):
         subprocess.run(["cargo", "build", "--release", "--locked"], cwd=ROOT, check=True)
     body = json.load(open(FIXTURE))
     body["choices"][0]["message"]["content"] = "9"
