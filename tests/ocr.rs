@@ -157,3 +157,87 @@ fn reuse_on_consecutive_copies_of_an_image_reads_the_same_regions_once() {
     assert_eq!(lines[0]["regions"], lines[1]["regions"]);
     assert!(lines[2]["regions"].as_array().unwrap().is_empty());
 }
+
+/// The two engines run the same unchanged models, so they read the same text in the same boxes
+/// (RapidOCR's procedure around both): RapidOCR's small test images, and three 1080p slides
+/// frames detected at 1280 x 736 (the default profile).
+#[test]
+fn openvino_and_onnxruntime_read_the_same_text_in_the_same_boxes() {
+    let mut files: Vec<String> = [
+        "ch_en_num.jpg",
+        "camera_420.jpg",
+        "en_rec.jpg",
+        "palette_trns_png.jpg",
+        "empty_black.jpg",
+    ]
+    .map(fixture)
+    .to_vec();
+    files.push(fixture_video("slides_1080p_122s.mp4").display().to_string());
+    let read = |engine: &str| {
+        let mut args = vec!["--engine", engine, "--frames", "3"];
+        args.extend(files.iter().map(String::as_str));
+        ocr(&args)
+    };
+    let (ov, ort) = (read("openvino"), read("onnxruntime"));
+    assert_eq!(ov.len(), files.len() + 2, "five images and three frames");
+    let mut lines = 0;
+    for (a, b) in ov.iter().zip(&ort) {
+        let (ra, rb) = (
+            a["regions"].as_array().unwrap(),
+            b["regions"].as_array().unwrap(),
+        );
+        let texts =
+            |r: &[serde_json::Value]| r.iter().map(|x| x["text"].clone()).collect::<Vec<_>>();
+        assert_eq!(texts(ra), texts(rb), "{}", a["source"]);
+        for (x, y) in ra.iter().zip(rb) {
+            let pts = |v: &serde_json::Value| {
+                v["box"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .flat_map(|p| [p[0].as_f64().unwrap(), p[1].as_f64().unwrap()])
+                    .collect::<Vec<_>>()
+            };
+            let worst = pts(x)
+                .iter()
+                .zip(pts(y))
+                .map(|(p, q)| (p - q).abs())
+                .fold(0.0, f64::max);
+            assert!(worst <= 1.0, "{}: box moved {worst} px", x["text"]);
+            let ds = (x["score"].as_f64().unwrap() - y["score"].as_f64().unwrap()).abs();
+            assert!(ds < 1e-3, "{}: score differs by {ds}", x["text"]);
+        }
+        lines += ra.len();
+    }
+    assert!(lines >= 35, "only {lines} lines read");
+}
+
+/// A missing OpenVINO is an error that names the file when asked for, and a fallback to ONNX
+/// Runtime, said once, when left to `auto`.
+#[test]
+fn a_missing_openvino_is_named_or_falls_back() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let missing = "/nonexistent/libopenvino_c.so.2641";
+    let with = |engine: &str| {
+        std::process::Command::new(bin())
+            .args(["ocr", "--engine", engine, &fixture("ch_en_num.jpg")])
+            .env("VIDCURATE_OPENVINO_LIB", missing)
+            .current_dir(root)
+            .output()
+            .unwrap()
+    };
+    let o = with("openvino");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains(missing) && err.contains("scripts/fetch_models.sh"),
+        "{err}"
+    );
+    let o = with("auto");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(err.matches("OpenVINO did not load").count(), 1, "{err}");
+    let out: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().next().unwrap()).unwrap();
+    assert_eq!(out["regions"].as_array().unwrap().len(), 18);
+}

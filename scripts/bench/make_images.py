@@ -15,6 +15,8 @@ were seen to disagree on public images (issue 27):
   wheel (`pip download`, kept in data/bench/skimage/): astronaut, rocket and hubble_deep_field
   (public domain: NASA, SpaceX), chelsea, coffee, brick and gravel (CC0), as its
   `skimage/data/_fetchers.py` documents them.
+  Their signs are written to OUT_DIR.truth.json (file name -> the texts drawn), the word-level
+  ground truth of a scene-text set (ICDAR 2015 style: 1280x720 photos with small words).
 - `page_*.jpg`: an English book page (DejaVu Serif, punctuation followed directly by words, as
   in "book;their") stored as an 8-bit palette PNG under a `.jpg` name, with a grey palette,
   half of them with a transparent palette entry (tRNS), as page scanners and optimisers write.
@@ -25,6 +27,7 @@ Usage: make_images.py OUT_DIR [--seed K] [--real]
 """
 import argparse
 import glob
+import json
 import os
 import random
 import subprocess
@@ -156,9 +159,11 @@ def street(rng, photo, zoom):
     """Small signs a little lighter or darker than the wall they hang on, then a camera's blur."""
     img = cover(Image.open(photo).convert("RGB"), 1280, 720, zoom, rng)
     d = ImageDraw.Draw(img)
+    texts = []
     for _ in range(8):
         f = font(rng.randint(11, 18), rng.random() < 0.5)
         text = rng.choice(SIGNS)
+        texts.append(text)
         x, y = rng.randint(20, 1050), rng.randint(20, 670)
         bb = d.textbbox((x, y), text, font=f)
         plate = (bb[0] - 6, bb[1] - 4, bb[2] + 6, bb[3] + 4)
@@ -167,7 +172,7 @@ def street(rng, photo, zoom):
         delta = rng.choice([-1, 1]) * rng.randint(25, 60)
         d.rectangle(plate, fill=bg)
         d.text((x, y), text, font=f, fill=tuple(max(0, min(255, c + delta)) for c in bg))
-    return img.filter(ImageFilter.GaussianBlur(0.6))
+    return img.filter(ImageFilter.GaussianBlur(0.6)), texts
 
 
 def page(rng, i):
@@ -202,11 +207,18 @@ def strip(rng, text):
 
 def make_real(out, rng):
     n = 0
+    truth = {}
     for i, photo in enumerate(skimage_photos()):
         for k, (zoom, quality) in enumerate([(1.0, 80), (1.4, 75), (1.2, 85)]):
-            street(rng, photo, zoom).save(os.path.join(out, f"street_{3 * i + k}.jpg"), quality=quality,
-                                          subsampling="4:2:0")
+            img, texts = street(rng, photo, zoom)
+            name = f"street_{3 * i + k}.jpg"
+            img.save(os.path.join(out, name), quality=quality, subsampling="4:2:0")
+            truth[name] = texts
             n += 1
+    # Word-level ground truth of the street scenes (the signs drawn, overlapping ones included),
+    # beside the folder so that the folder holds only images.
+    with open(out.rstrip("/") + ".truth.json", "w") as f:
+        json.dump(truth, f, indent=1)
     for i in range(6):
         # A grey page saved as palette ("P") keeps a grey palette; half get a tRNS entry for an
         # index the page does not use, as PNG optimisers leave it.

@@ -7,7 +7,9 @@ Frames: the slides fixture at 1 fps (1080p, full of text) and frames of generate
 frame; wall time includes model loading. vidcurate runs twice: every frame from scratch
 (`--reuse off`) and reading the frames in order reusing what earlier ones found (`--reuse on`, as
 the ocr stage does by default). Prints images/s, the ratios, how often reuse fired, and the share
-of RapidOCR's regions whose text vidcurate reads identically on the same image.
+of RapidOCR's regions whose text vidcurate reads identically on the same image. The >= 98 %
+target is parity, for `--det-profile rapidocr`: the default detects 1080p frames smaller and
+reads some of their lines differently (docs/src/benchmarks/ocr.md).
 
 Then the same share on a set of non-frame images made by scripts/bench/make_images.py (photos,
 scans, word crops, RGBA/grey+alpha text on transparent, palette PNG/GIF, 1-bit, CMYK, EXIF-rotated),
@@ -19,6 +21,7 @@ small low-contrast signs, English book pages stored as 8-bit palette PNG under a
 1167x54 mixed Chinese/English strips), per kind and in all.
 
 Usage: scripts/bench/ocr.py [--slides-frames N] [--threads T] [--sets frames,images,real] [--bin PATH]
+                           [--engine auto|openvino|onnxruntime]
 """
 import argparse
 import glob
@@ -52,6 +55,10 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--sets", default="frames,images,real", help="which image sets to read")
     ap.add_argument("--bin", default=BIN, help="the vidcurate binary (default: the release build)")
+    ap.add_argument("--engine", default="auto", choices=["auto", "openvino", "onnxruntime"],
+                    help="vidcurate's OCR engine (auto: OpenVINO where it loads)")
+    ap.add_argument("--det-profile", default="capped", choices=["capped", "rapidocr", "paddleocr"],
+                    help="vidcurate's detection size (capped: the default; rapidocr: RapidOCR parity)")
     a = ap.parse_args()
     sets = set(a.sets.split(","))
     if a.bin == BIN and not os.path.exists(BIN):
@@ -83,7 +90,7 @@ def frames(a, work):
     runs = {}
     for reuse in ("off", "on"):
         t0 = time.perf_counter()
-        r = subprocess.run([a.bin, "ocr", "--threads", str(a.threads), "--reuse", reuse, *files],
+        r = subprocess.run([a.bin, "ocr", "--engine", a.engine, "--det-profile", a.det_profile, "--threads", str(a.threads), "--reuse", reuse, *files],
                            capture_output=True, text=True, check=True)
         runs[reuse] = (time.perf_counter() - t0, r)
     t0 = time.perf_counter()
@@ -109,7 +116,7 @@ def per_kind(a, images, make_args, title, apart=()):
     subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench", "make_images.py"), images, *make_args],
                    check=True, stdout=subprocess.DEVNULL)
     files = sorted(glob.glob(os.path.join(images, "*")))
-    ours = subprocess.run([a.bin, "ocr", "--threads", str(a.threads), *files], capture_output=True, text=True)
+    ours = subprocess.run([a.bin, "ocr", "--engine", a.engine, "--det-profile", a.det_profile, "--threads", str(a.threads), *files], capture_output=True, text=True)
     theirs = subprocess.run([RAPID_PY, "-c", RAPID, str(a.threads), *files], capture_output=True, text=True,
                             check=True)
     ours_by = {json.loads(l)["source"]: l for l in ours.stdout.splitlines()}
@@ -132,6 +139,32 @@ def per_kind(a, images, make_args, title, apart=()):
     note = f"; {', '.join(sorted(apart))} apart" if apart else ""
     print(f"{title}: {len(files)}; identical text: {same}/{total} RapidOCR regions = "
           f"{100 * same / max(1, total):.1f} %   (target >= 98 %{note})")
+    truth_file = images.rstrip("/") + ".truth.json"
+    if os.path.exists(truth_file):
+        with open(truth_file) as f:
+            truth = json.load(f)
+        theirs_by = {f: l for f, l in zip(files, theirs.stdout.splitlines())}
+        read = {"vidcurate": lambda f: [r["text"] for r in json.loads(ours_by.get(f, '{"regions": []}'))["regions"]],
+                "RapidOCR": lambda f: json.loads(theirs_by.get(f, "[]"))}
+        for tool, texts in read.items():
+            found, n = word_recall(truth, images, texts)
+            print(f"  scene words found ({tool}): {found}/{n} = {100 * found / max(1, n):.1f} % of the signs' words")
+
+
+def word_recall(truth, folder, texts):
+    """Drawn words found among a tool's readings of the same image: each word of each sign is
+    matched at most once against the words the tool read (punctuation and case ignored)."""
+    norm = lambda w: "".join(c for c in w.lower() if c.isalnum())
+    found = total = 0
+    for name, signs in truth.items():
+        pool = [norm(w) for t in texts(os.path.join(folder, name)) for w in t.split()]
+        for sign in signs:
+            for w in sign.split():
+                total += 1
+                if norm(w) in pool:
+                    found += 1
+                    pool.remove(norm(w))
+    return found, total
 
 
 def identical(ours_lines, theirs_lines):

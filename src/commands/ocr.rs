@@ -2,7 +2,9 @@
 //! JSON line per image in input order. Reads the files named; calls the engines only (OCR,
 //! FFmpeg); writes stdout.
 
-use crate::engines::ocr::{FrameMemory, OcrEngine, OcrParams, Region, Reuse, ReuseCounts, imgops};
+use crate::engines::ocr::{
+    DetProfile, EngineKind, FrameMemory, OcrEngine, OcrParams, Region, Reuse, ReuseCounts, imgops,
+};
 use crate::error::{Exit, RunError};
 use std::path::PathBuf;
 
@@ -25,7 +27,15 @@ pub struct Args {
     /// Frames sampled uniformly from each video.
     #[arg(long, default_value_t = 16)]
     pub frames: u32,
-    /// ONNX Runtime threads [default: the number of cores].
+    /// The library the models run on: auto (OpenVINO where it loads, else ONNX Runtime),
+    /// openvino, or onnxruntime (RapidOCR's own).
+    #[arg(long, value_enum, default_value_t = EngineKind::Auto)]
+    pub engine: EngineKind,
+    /// The size detection runs at: capped (RapidOCR's, with the long side capped at 1280, as
+    /// the `ocr` stage by default), rapidocr (RapidOCR 1.4.4's own, for parity) or paddleocr.
+    #[arg(long, value_enum, default_value_t = DetProfile::Capped)]
+    pub det_profile: DetProfile,
+    /// OCR workers, one thread each [default: the number of cores].
     #[arg(long)]
     pub threads: Option<usize>,
     /// Treat the inputs as consecutive frames and reuse what earlier ones found, as the
@@ -64,10 +74,11 @@ pub fn run(a: Args) -> Result<Exit, RunError> {
             .map(|n| n.get())
             .unwrap_or(2)
     });
-    let params = OcrParams {
+    let params = a.det_profile.apply(OcrParams {
         use_cls: !a.no_cls,
+        engine: a.engine,
         ..Default::default()
-    };
+    });
     let engine = OcrEngine::load(&crate::paths::models_dir(), threads, params)
         .map_err(|e| RunError::Internal(e.to_string()))?;
     let reused = std::sync::Mutex::new(ReuseCounts::default());

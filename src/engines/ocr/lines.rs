@@ -1,9 +1,8 @@
 //! Angle classification and recognition of line crops, in batches as RapidOCR runs them.
 
+use super::net::{Net, NetError};
 use super::{Models, OcrEngine, OcrError, imgops};
 use image::RgbImage;
-use ort::session::Session;
-use ort::value::TensorRef;
 
 impl OcrEngine {
     /// Batches of `batch` crops sorted by aspect ratio, as RapidOCR orders them.
@@ -118,20 +117,16 @@ impl OcrEngine {
 
 /// Runs a line model (cls or rec) on crops `batch` resized to height `h`, padded to width `w`.
 fn run_lines(
-    session: &mut Session,
+    net: &mut Net,
     crops: &[RgbImage],
     batch: &[usize],
     h: u32,
     w: u32,
-) -> Result<(Vec<i64>, Vec<f32>), ort::Error> {
+) -> Result<(Vec<i64>, Vec<f32>), NetError> {
     let per = (3 * h * w) as usize;
     let mut input = vec![0f32; per * batch.len()];
     for (k, &i) in batch.iter().enumerate() {
         imgops::to_line_tensor(&crops[i], h, w, &mut input[k * per..(k + 1) * per]);
     }
-    let tensor =
-        TensorRef::from_array_view(([batch.len(), 3, h as usize, w as usize], input.as_slice()))?;
-    let outputs = session.run(ort::inputs![tensor])?;
-    let (shape, data) = outputs[0].try_extract_tensor::<f32>()?;
-    Ok((shape.iter().copied().collect(), data.to_vec()))
+    net.run([batch.len(), 3, h as usize, w as usize], &input)
 }

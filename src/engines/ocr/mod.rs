@@ -1,7 +1,7 @@
-//! PP-OCRv4 text detection, angle classification and recognition on ONNX Runtime, with the pre-
+//! PP-OCRv4 text detection, angle classification and recognition, with the pre-
 //! and post-processing of RapidOCR 1.4.4 (its `config.yaml` defaults), so results compare one to
-//! one with it. Models and ONNX Runtime come from PyPI wheels (`scripts/fetch_models.sh`);
-//! ONNX Runtime is loaded at run time (`ort`'s load-dynamic).
+//! one with it. Models and the engines (OpenVINO by default, ONNX Runtime as the fallback:
+//! `net`) come from PyPI wheels (`scripts/fetch_models.sh`) and are loaded at run time.
 //!
 //! Pipeline per image: limit the long side to 2000 px; letterbox very flat images; detect at a
 //! min side of 736 (multiple of 32); DB post-processing (`det`); crop each box (perspective warp);
@@ -12,60 +12,39 @@ mod chain;
 pub mod det;
 pub mod imgops;
 mod lines;
+pub mod net;
 pub mod reuse;
 pub mod text;
 
 use det::{DbParams, Quad};
 use image::RgbImage;
-use ort::session::Session;
-use ort::value::TensorRef;
+pub use net::EngineKind;
+use net::{Net, NetError, Runtime};
 pub use reuse::{FrameMemory, Reuse, ReuseCounts};
 use reuse::{KnownLine, Window};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 
 /// Why the OCR engine could not load or read an image. Messages name the file or model that
 /// failed and say how to fix a missing one.
 #[derive(Debug, thiserror::Error)]
 pub enum OcrError {
-    #[error(
-        "ONNX Runtime library not found at {}: run scripts/fetch_models.sh (or set ORT_DYLIB_PATH)",
-        lib.display()
-    )]
-    RuntimeMissing { lib: PathBuf },
-    #[error("loading {}: {error}", lib.display())]
-    RuntimeLoad {
-        lib: PathBuf,
-        error: ort::LoadDynamicError,
-    },
-    #[error("starting ONNX Runtime: {0}")]
-    RuntimeStart(ort::Error),
-    /// ONNX Runtime is loaded once per process, so its first failure is every later one's.
+    /// Loading the engine's library or a model.
     #[error(transparent)]
-    Runtime(Arc<OcrError>),
-    #[error("model {} not found: run scripts/fetch_models.sh", path.display())]
-    ModelMissing { path: PathBuf },
-    #[error("{}: {error}", path.display())]
-    Model { path: PathBuf, error: ort::Error },
-    /// Reading the rec model's metadata, where its character list is.
-    #[error("{0}")]
-    Metadata(ort::Error),
-    #[error("rec model has no `character` metadata")]
-    NoCharacters,
+    Load(#[from] NetError),
+    #[error("{} has no `character` metadata", path.display())]
+    NoCharacters { path: PathBuf },
     #[error("OCR worker poisoned")]
     Poisoned,
     /// A model (`det`, `cls`, `rec`) failed on its input.
     #[error("{model}: {error}")]
     Inference {
         model: &'static str,
-        error: ort::Error,
+        error: NetError,
     },
     #[error("det: map of {shape:?} for an input of {w}x{h}")]
     DetShape { shape: Vec<i64>, w: usize, h: usize },
-    /// Building an input tensor or reading an output one.
-    #[error("{0}")]
-    Tensor(ort::Error),
     #[error("{}: {error}", path.display())]
     Image {
         path: PathBuf,
@@ -95,6 +74,65 @@ pub enum LimitType {
     Max,
 }
 
+/// The size detection runs at.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum DetProfile {
+    /// RapidOCR's rule (the short side raised to 736), but images over 1600 px on the long side
+    /// detected at a long side of 1280: small images and 720p frames as RapidOCR reads them,
+    /// 1080p frames at 1280 x 736, a third of their pixels (`det_size`).
+    #[default]
+    Capped,
+    /// RapidOCR 1.4.4's own: the short side raised to 736, so a 1080p frame is detected whole.
+    Rapidocr,
+    /// PaddleOCR's own default, which MVFNDB used: the long side capped at 960 and small images
+    /// left as they are.
+    Paddleocr,
+}
+
+impl DetProfile {
+    /// `params` with this profile's detection size.
+    pub fn apply(self, params: OcrParams) -> OcrParams {
+        let (limit_side_len, limit_type, det_cap) = match self {
+            Self::Capped => (
+                736,
+                LimitType::Min,
+                Some(DetCap {
+                    above: 1600,
+                    to: 1280,
+                }),
+            ),
+            Self::Rapidocr => (736, LimitType::Min, None),
+            Self::Paddleocr => (960, LimitType::Max, None),
+        };
+        OcrParams {
+            limit_side_len,
+            limit_type,
+            det_cap,
+            ..params
+        }
+    }
+}
+
+/// Images whose long side is over `above` are detected at a long side of `to`. The two differ
+/// so that an image a little over `to` (a 1280 x 720 frame raised to 1312 x 736) is left to
+/// RapidOCR's rule: a 2.5 % squeeze read 18 % of its small scene-text lines differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DetCap {
+    pub above: u32,
+    pub to: u32,
+}
+
 /// RapidOCR 1.4.4's defaults.
 #[derive(Debug, Clone)]
 pub struct OcrParams {
@@ -105,6 +143,8 @@ pub struct OcrParams {
     /// Whether `limit_side_len` raises the short side (RapidOCR's `min`) or caps the long side
     /// (PaddleOCR's `max`).
     pub limit_type: LimitType,
+    /// After `limit_side_len`, large images' long side capped (`DetProfile::Capped`).
+    pub det_cap: Option<DetCap>,
     /// Reuse: recompute detection only in the changed box of a frame (`reuse::Change::Within`).
     pub window_detection: bool,
     pub max_side_len: u32,
@@ -113,6 +153,8 @@ pub struct OcrParams {
     pub width_height_ratio: f64,
     pub cls_thresh: f32,
     pub batch: usize,
+    /// The library the models run on.
+    pub engine: EngineKind,
 }
 
 impl Default for OcrParams {
@@ -123,6 +165,7 @@ impl Default for OcrParams {
             det: DbParams::default(),
             limit_side_len: 736,
             limit_type: LimitType::Min,
+            det_cap: None,
             window_detection: false,
             max_side_len: 2000,
             min_side_len: 30,
@@ -130,39 +173,16 @@ impl Default for OcrParams {
             width_height_ratio: 8.0,
             cls_thresh: 0.9,
             batch: 6,
+            engine: EngineKind::Auto,
         }
     }
 }
 
-static ORT: OnceLock<Result<ort::environment::Environment, Arc<OcrError>>> = OnceLock::new();
-
-/// Loads ONNX Runtime's shared library once (`ORT_DYLIB_PATH` overrides the models folder).
-fn init_ort(models: &Path) -> Result<ort::environment::Environment, OcrError> {
-    ORT.get_or_init(|| {
-        let lib = std::env::var_os("ORT_DYLIB_PATH")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| models.join("onnxruntime/libonnxruntime.so.1.31.1"));
-        if !lib.is_file() {
-            return Err(Arc::new(OcrError::RuntimeMissing { lib }));
-        }
-        let builder = match ort::init_from(&lib) {
-            Ok(b) => b,
-            Err(error) => return Err(Arc::new(OcrError::RuntimeLoad { lib, error })),
-        };
-        builder
-            .with_name("vidcurate")
-            .build()
-            .map_err(|e| Arc::new(OcrError::RuntimeStart(e)))
-    })
-    .clone()
-    .map_err(OcrError::Runtime)
-}
-
 /// One set of sessions, used by one thread at a time.
 struct Models {
-    det: Session,
-    cls: Session,
-    rec: Session,
+    det: Net,
+    cls: Net,
+    rec: Net,
 }
 
 /// `threads` workers, each a set of single-threaded sessions: two images at once on one thread
@@ -170,65 +190,40 @@ struct Models {
 pub struct OcrEngine {
     workers: Vec<Mutex<Models>>,
     next: AtomicUsize,
+    /// The library that loaded (`net::Runtime::name`).
+    pub engine: &'static str,
     chars: Vec<String>,
     pub params: OcrParams,
 }
 
-fn session(
-    env: &ort::environment::Environment,
-    path: &Path,
-    threads: usize,
-) -> Result<Session, OcrError> {
-    if !path.is_file() {
-        return Err(OcrError::ModelMissing {
-            path: path.to_path_buf(),
-        });
-    }
-    let err = |e: ort::Error| OcrError::Model {
-        path: path.to_path_buf(),
-        error: e,
-    };
-    let b = Session::builder(env).map_err(err)?;
-    let b = b
-        .with_optimization_level(ort::session::builder::GraphOptimizationLevel::Level3)
-        .map_err(|e| err(e.into()))?;
-    let b = b.with_intra_threads(threads).map_err(|e| err(e.into()))?;
-    let mut b = b.with_inter_threads(1).map_err(|e| err(e.into()))?;
-    b.commit_from_file(path).map_err(err)
-}
-
 impl OcrEngine {
-    /// Loads det, cls and rec from `models/ppocrv4/` once per worker (`threads` workers).
+    /// Loads det, cls and rec from `models/ppocrv4/` once per worker (`threads` workers) on
+    /// the engine `params.engine` names.
     pub fn load(models: &Path, threads: usize, params: OcrParams) -> Result<Self, OcrError> {
-        let env = init_ort(models)?;
+        let mut runtime = Runtime::load(models, params.engine)?;
         let dir = models.join("ppocrv4");
+        let rec_path = dir.join("rec.onnx");
         let mut workers = vec![];
-        let mut chars = vec![];
         for _ in 0..threads.max(1) {
-            let rec = session(&env, &dir.join("rec.onnx"), 1)?;
-            if chars.is_empty() {
-                let dict = rec
-                    .metadata()
-                    .map_err(OcrError::Metadata)?
-                    .custom("character")
-                    .ok_or(OcrError::NoCharacters)?;
-                // Index 0 is the CTC blank; a space is appended last (PaddleOCR's use_space_char).
-                chars.push(String::new());
-                chars.extend(
-                    dict.split('\n')
-                        .map(|s| s.trim_end_matches('\r').to_string()),
-                );
-                chars.push(" ".into());
-            }
             workers.push(Mutex::new(Models {
-                det: session(&env, &dir.join("det.onnx"), 1)?,
-                cls: session(&env, &dir.join("cls.onnx"), 1)?,
-                rec,
+                det: runtime.net(&dir.join("det.onnx"))?,
+                cls: runtime.net(&dir.join("cls.onnx"))?,
+                rec: runtime.net(&rec_path)?,
             }));
         }
+        let dict = net::onnx_metadata(&rec_path, "character")?
+            .ok_or(OcrError::NoCharacters { path: rec_path })?;
+        // Index 0 is the CTC blank; a space is appended last (PaddleOCR's use_space_char).
+        let mut chars = vec![String::new()];
+        chars.extend(
+            dict.split('\n')
+                .map(|s| s.trim_end_matches('\r').to_string()),
+        );
+        chars.push(" ".into());
         Ok(Self {
             workers,
             next: AtomicUsize::new(0),
+            engine: runtime.name(),
             chars,
             params,
         })
@@ -472,7 +467,7 @@ pub(crate) struct DetMap {
 }
 
 /// Runs the detector on the `[x0, y0, x1, y1)` window of `resized`; the window's map.
-fn run_det(session: &mut Session, resized: &RgbImage, win: [u32; 4]) -> Result<Vec<f32>, OcrError> {
+fn run_det(net: &mut Net, resized: &RgbImage, win: [u32; 4]) -> Result<Vec<f32>, OcrError> {
     let (ww, wh) = ((win[2] - win[0]) as usize, (win[3] - win[1]) as usize);
     let plane = ww * wh;
     let mut input = vec![0f32; 3 * plane];
@@ -485,25 +480,20 @@ fn run_det(session: &mut Session, resized: &RgbImage, win: [u32; 4]) -> Result<V
             input[2 * plane + i] = p[0] as f32 / 127.5 - 1.0;
         }
     }
-    let tensor = TensorRef::from_array_view(([1usize, 3, wh, ww], input.as_slice()))
-        .map_err(OcrError::Tensor)?;
-    let outputs = session
-        .run(ort::inputs![tensor])
+    let (shape, pred) = net
+        .run([1, 3, wh, ww], &input)
         .map_err(|error| OcrError::Inference {
             model: "det",
             error,
         })?;
-    let (shape, pred) = outputs[0]
-        .try_extract_tensor::<f32>()
-        .map_err(OcrError::Tensor)?;
-    if (shape[2] as usize, shape[3] as usize) != (wh, ww) {
+    if shape.len() != 4 || (shape[2] as usize, shape[3] as usize) != (wh, ww) {
         return Err(OcrError::DetShape {
-            shape: shape.iter().copied().collect(),
+            shape,
             w: ww,
             h: wh,
         });
     }
-    Ok(pred.to_vec())
+    Ok(pred)
 }
 
 /// The perspective crop of one box, turned upright when it is much taller than wide.
@@ -520,13 +510,19 @@ fn line_crop(img: &RgbImage, q: &Quad) -> RgbImage {
 }
 
 /// The size detection runs at: the short side raised to `limit_side_len` (or the long side
-/// capped at it), multiples of 32.
+/// capped at it), except that an image larger than `det_cap.above` has its long side brought to
+/// `det_cap.to`; multiples of 32.
 fn det_size(params: &OcrParams, w: u32, h: u32) -> (u32, u32) {
     let limit = params.limit_side_len;
+    let long = w.max(h) as f64;
     let ratio = match params.limit_type {
         LimitType::Min if w.min(h) < limit => limit as f64 / w.min(h) as f64,
-        LimitType::Max if w.max(h) > limit => limit as f64 / w.max(h) as f64,
+        LimitType::Max if w.max(h) > limit => limit as f64 / long,
         _ => 1.0,
+    };
+    let ratio = match params.det_cap {
+        Some(cap) if long > f64::from(cap.above) => f64::from(cap.to) / long,
+        _ => ratio,
     };
     (
         round32((w as f64 * ratio) as u32),
@@ -557,5 +553,15 @@ mod tests {
         assert_eq!(det_size(&paddle, 1920, 1080), (960, 544));
         assert_eq!(det_size(&paddle, 1280, 720), (960, 544));
         assert_eq!(det_size(&paddle, 640, 360), (640, 352));
+        // Capped: images over 1600 px long are detected at a long side of 1280.
+        let capped = DetProfile::Capped.apply(OcrParams::default());
+        assert_eq!(det_size(&capped, 1920, 1080), (1280, 736));
+        assert_eq!(det_size(&capped, 1080, 1920), (736, 1280));
+        assert_eq!(det_size(&capped, 2560, 1440), (1280, 736));
+        assert_eq!(det_size(&capped, 1601, 900), (1280, 704));
+        // Smaller images, 720p frames among them, are sized as RapidOCR sizes them.
+        for (w, h) in [(1600, 900), (1280, 720), (640, 360), (323, 430), (1167, 54)] {
+            assert_eq!(det_size(&capped, w, h), det_size(&rapid, w, h), "{w}x{h}");
+        }
     }
 }

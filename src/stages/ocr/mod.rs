@@ -5,7 +5,7 @@
 //! media is gone. Writes: the `ocr` slot, one row per
 //! text region (the `ocr_regions` table when the stage id is `ocr_regions`): text, score, box,
 //! layout (`layout.rs`), per-pixel stroke colour (`colour.rs`), creator-added verdict with its
-//! evidence (`creator.rs`). Calls: PP-OCRv4 det + cls + rec on ONNX Runtime (`crate::engines::ocr`), on the
+//! evidence (`creator.rs`). Calls: PP-OCRv4 det + cls + rec on OpenVINO or ONNX Runtime (`crate::engines::ocr`), on the
 //! CPU pool, one frame per core (each OCR worker is single-threaded). With `reuse` on (the
 //! default) a video's frames are cut into one run of consecutive frames per OCR worker, each read
 //! in order so a frame can reuse what the previous ones found (`crate::engines::ocr::reuse`); how often
@@ -17,7 +17,9 @@ pub mod creator;
 pub mod layout;
 
 use crate::config::{ConfigError, Seg};
-use crate::engines::ocr::{FrameMemory, LimitType, OcrEngine, OcrParams, Reuse, ReuseCounts};
+use crate::engines::ocr::{
+    DetProfile, EngineKind, FrameMemory, OcrEngine, OcrParams, Reuse, ReuseCounts,
+};
 use crate::error::{ErrorKind, StageError};
 use crate::record::{Slot, TextRegion, VideoRecord};
 use crate::runtime::StageTask;
@@ -47,24 +49,22 @@ pub struct OcrConfig {
     /// unchanged (`crate::engines::ocr::reuse`); `off`: every frame from scratch; `verify`: compute
     /// everything, output that, and count where reuse would have differed.
     pub reuse: Reuse,
-    /// Detection input size: `rapidocr` (the default: the short side raised to 736, so a 1080p
-    /// frame is detected at full size) or `paddleocr` (PaddleOCR's own default, which MVFNDB
-    /// used: the long side capped at 960; about a quarter of the pixels on 1080p, and small text
-    /// may be lost).
+    /// Detection input size: `capped` (the default: RapidOCR's rule, the short side raised to
+    /// 736, with the long side capped at 1280: small images and 720p frames as RapidOCR reads
+    /// them, 1080p frames at a third of their pixels), `rapidocr` (RapidOCR 1.4.4's own, for
+    /// parity: 1080p frames detected whole) or `paddleocr` (PaddleOCR's own default, which
+    /// MVFNDB used: the long side capped at 960 and small images not raised; small text may be
+    /// lost).
     pub det_profile: DetProfile,
     /// With reuse: when only a small box of a frame changed, run detection on that box (with
     /// margins) and keep the previous map elsewhere. Saves detection on static shots with a
     /// moving element, but boxes can move by a pixel or two against a whole-frame run (the
     /// detector pools over the whole image), and with them a letter: off by default.
     pub window_detection: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DetProfile {
-    #[default]
-    Rapidocr,
-    Paddleocr,
+    /// The library the models run on: `auto` (the default: OpenVINO where its library loads,
+    /// else ONNX Runtime), `openvino` or `onnxruntime` (RapidOCR's own). The same models give
+    /// the same text on either, so changing it does not redo stored results.
+    pub engine: EngineKind,
 }
 
 impl Default for OcrConfig {
@@ -77,8 +77,9 @@ impl Default for OcrConfig {
             grid_rows: 5,
             grid_cols: 6,
             reuse: Reuse::On,
-            det_profile: DetProfile::Rapidocr,
+            det_profile: DetProfile::Capped,
             window_detection: false,
+            engine: EngineKind::Auto,
         }
     }
 }
@@ -167,6 +168,10 @@ impl super::PlainStage for OcrConfig {
         // Rows of runs that read the stored JPEGs are not mixed with rows read from the
         // decoded frames: a new version of this stage redoes them.
         compute["input"] = serde_json::json!("decoded frames");
+        // Speed, not results: the engines agree to 1e-5 on these models.
+        if let Some(c) = compute.as_object_mut() {
+            c.remove("engine");
+        }
         compute
     }
     fn task(self, at: &[Seg], bcx: &BuildCx) -> Result<Box<dyn StageTask>, ConfigError> {
@@ -192,14 +197,9 @@ impl OcrStage {
     fn engine(&self, threads: usize) -> Result<Arc<OcrEngine>, StageError> {
         self.engine
             .get_or_init(|| {
-                let (limit_side_len, limit_type) = match self.cfg.det_profile {
-                    DetProfile::Rapidocr => (736, LimitType::Min),
-                    DetProfile::Paddleocr => (960, LimitType::Max),
-                };
-                let params = OcrParams {
-                    limit_side_len,
-                    limit_type,
+                let params = self.cfg.det_profile.apply(OcrParams {
                     window_detection: self.cfg.window_detection,
+                    engine: self.cfg.engine,
                     use_cls: self.cfg.use_cls,
                     text_score: self.cfg.text_score,
                     det: crate::engines::ocr::det::DbParams {
@@ -208,7 +208,7 @@ impl OcrStage {
                         ..Default::default()
                     },
                     ..Default::default()
-                };
+                });
                 OcrEngine::load(&crate::paths::models_dir(), threads, params)
                     .map(Arc::new)
                     // Missing models stop the run: every video would fail the same way.
