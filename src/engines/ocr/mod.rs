@@ -22,6 +22,7 @@ pub use net::EngineKind;
 use net::{Net, NetError, Runtime};
 pub use reuse::{FrameMemory, Reuse, ReuseCounts};
 use reuse::{KnownLine, Window};
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -75,17 +76,7 @@ pub enum LimitType {
 }
 
 /// The size detection runs at.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    serde::Serialize,
-    serde::Deserialize,
-    clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum DetProfile {
     /// RapidOCR's rule (the short side raised to 736), but images over 1600 px on the long side
