@@ -398,3 +398,32 @@ impl Processor for OcrStage {
         rec.ocr = Some(rows);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stages::PlainStage;
+
+    fn hashed(cfg: &OcrConfig) -> serde_json::Value {
+        cfg.fingerprint(serde_json::to_value(cfg).unwrap())
+    }
+
+    /// The engine changes speed, not text, so stored results stay valid across it; the
+    /// detection size changes what is read, so it redoes them.
+    #[test]
+    fn the_engine_is_not_fingerprinted_and_the_detection_size_is() {
+        let base = OcrConfig::default();
+        let on = |engine| OcrConfig {
+            engine,
+            ..OcrConfig::default()
+        };
+        assert_eq!(hashed(&base), hashed(&on(EngineKind::Openvino)));
+        assert_eq!(hashed(&base), hashed(&on(EngineKind::Onnxruntime)));
+        let parity = OcrConfig {
+            det_profile: DetProfile::Rapidocr,
+            ..OcrConfig::default()
+        };
+        assert_ne!(hashed(&base), hashed(&parity));
+        assert_eq!(hashed(&base)["det_profile"], "capped");
+    }
+}
