@@ -15,7 +15,6 @@
 mod batch;
 mod settle;
 
-pub use batch::gemini_result;
 pub use settle::import;
 
 use super::cached::{Answered, through_cache};

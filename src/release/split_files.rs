@@ -8,7 +8,7 @@
 //! writes, calls and caches nothing.
 
 use crate::error::RunError;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The split a release file holds: `test-00000-of-00001.parquet` → `test`; None for a file
 /// named otherwise (a folder someone made by hand).
@@ -89,36 +89,6 @@ fn card_order(card: &str) -> Vec<String> {
     out
 }
 
-/// The files of a release folder `dir` (`questions/`, `tasks/<task>/`) grouped by the split
-/// their names give, in `splits`' order; files naming no split (or another) come last under "".
-pub fn files_by_split(
-    dir: &Path,
-    splits: &[String],
-) -> std::io::Result<Vec<(String, Vec<PathBuf>)>> {
-    let files = crate::store::parquet_files_in(dir)?;
-    let mut out: Vec<(String, Vec<PathBuf>)> = vec![];
-    let mut rest = vec![];
-    for s in splits {
-        let of: Vec<PathBuf> = files
-            .iter()
-            .filter(|f| split_of(f) == Some(s.as_str()))
-            .cloned()
-            .collect();
-        if !of.is_empty() {
-            out.push((s.clone(), of));
-        }
-    }
-    for f in files {
-        if !split_of(&f).is_some_and(|s| splits.iter().any(|x| x == s)) {
-            rest.push(f);
-        }
-    }
-    if !rest.is_empty() {
-        out.push((String::new(), rest));
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,8 +130,5 @@ mod tests {
             release_splits(d.path()).unwrap(),
             ["train", "validation", "test", "extra"]
         );
-        let by = files_by_split(&d.path().join("data"), &["test".into(), "train".into()]).unwrap();
-        let names: Vec<(&str, usize)> = by.iter().map(|(s, f)| (s.as_str(), f.len())).collect();
-        assert_eq!(names, [("test", 1), ("train", 2), ("", 3)]);
     }
 }

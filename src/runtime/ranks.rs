@@ -305,7 +305,8 @@ mod tests {
     #[tokio::test]
     async fn a_worker_with_another_world_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::LocalStore::open(dir.path()).unwrap();
+        let store =
+            crate::store::LocalStore::open_swept(dir.path(), std::time::Duration::ZERO).unwrap();
         let pin4 = Pin {
             world: 4,
             pipeline_fingerprint: "abc".into(),

@@ -16,7 +16,7 @@ use crate::store::manifest;
 use crate::store::run::RunView;
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -25,7 +25,6 @@ pub struct Rethreshold {
     pub before: Vec<FunnelRow>,
     pub after: Vec<FunnelRow>,
     pub selection_file: std::path::PathBuf,
-    pub settings: BTreeMap<String, serde_json::Value>,
     /// The item table under the new thresholds, when `--set` named an items stage.
     pub items: Vec<crate::stages::items::table::TaskLine>,
 }
@@ -96,7 +95,6 @@ pub async fn rethreshold(run_dir: &Path, overrides: &[Override]) -> Result<Rethr
         before: before.rows,
         after: after.rows,
         selection_file,
-        settings,
         items,
     })
 }

@@ -16,8 +16,7 @@ mod ids;
 mod rules;
 mod scan;
 
-pub use decide::{Decided, Funnel, StageVerdicts, decide};
-pub use ids::VideoIds;
+pub use decide::{Decided, Funnel, decide};
 
 use super::{Reselected, stage_kind};
 use crate::error::RunError;

@@ -133,11 +133,6 @@ const TMP_MARK: &str = ".tmp-";
 static NONCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl LocalStore {
-    /// Opens (creating) the run directory and removes temp files a crash left behind.
-    pub fn open(root: &Path) -> io::Result<Self> {
-        Self::open_swept(root, std::time::Duration::ZERO)
-    }
-
     /// Opens (creating) the run directory and removes temp files at least `age` old.
     pub fn open_swept(root: &Path, age: std::time::Duration) -> io::Result<Self> {
         std::fs::create_dir_all(root)?;
@@ -152,10 +147,6 @@ impl LocalStore {
         Ok(Self {
             root: root.canonicalize()?,
         })
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
     }
 
     fn full(&self, path: &str) -> io::Result<PathBuf> {
@@ -418,7 +409,7 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("probe")).unwrap();
         let stale = dir.path().join("probe/.part-00000.parquet.tmp-abc");
         std::fs::write(&stale, b"half").unwrap();
-        let store = LocalStore::open(dir.path()).unwrap();
+        let store = LocalStore::open_swept(dir.path(), std::time::Duration::ZERO).unwrap();
         assert!(!stale.exists());
         store
             .put("probe/part-00000.parquet", b"whole".to_vec())
@@ -456,7 +447,9 @@ mod tests {
     #[tokio::test]
     async fn put_if_absent_has_one_winner() {
         let dir = tempfile::tempdir().unwrap();
-        let store = std::sync::Arc::new(LocalStore::open(dir.path()).unwrap());
+        let store = std::sync::Arc::new(
+            LocalStore::open_swept(dir.path(), std::time::Duration::ZERO).unwrap(),
+        );
         let mut tasks = tokio::task::JoinSet::new();
         for i in 0..16u8 {
             let store = store.clone();

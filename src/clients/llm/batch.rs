@@ -11,7 +11,6 @@ use serde_json::{Value, json};
 pub struct BatchInfo {
     pub id: String,
     pub status: String,
-    pub input_file_id: Option<String>,
     pub output_file_id: Option<String>,
     pub error_file_id: Option<String>,
     pub total: u64,
@@ -41,7 +40,6 @@ impl BatchInfo {
         BatchInfo {
             id: s("id").unwrap_or_default(),
             status: s("status").unwrap_or_default(),
-            input_file_id: s("input_file_id"),
             output_file_id: s("output_file_id"),
             error_file_id: s("error_file_id"),
             total: v["request_counts"]["total"].as_u64().unwrap_or(0),
@@ -451,7 +449,6 @@ fn gemini_batch(op: &Value) -> BatchInfo {
     BatchInfo {
         id: op["name"].as_str().unwrap_or_default().to_string(),
         status: status.to_string(),
-        input_file_id: None,
         output_file_id: output["responsesFile"].as_str().map(String::from),
         error_file_id: None,
         total: stat("requestCount"),

@@ -15,7 +15,7 @@ use std::sync::Once;
 
 mod grab;
 
-pub use grab::{Grab, grab_at, grab_at_counted, grab_range, sample_small};
+pub use grab::{grab_at, grab_at_counted, grab_range, sample_small};
 
 static INIT: Once = Once::new();
 

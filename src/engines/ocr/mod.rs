@@ -181,8 +181,6 @@ struct Models {
 pub struct OcrEngine {
     workers: Vec<Mutex<Models>>,
     next: AtomicUsize,
-    /// The library that loaded (`net::Runtime::name`).
-    pub engine: &'static str,
     chars: Vec<String>,
     pub params: OcrParams,
 }
@@ -214,7 +212,6 @@ impl OcrEngine {
         Ok(Self {
             workers,
             next: AtomicUsize::new(0),
-            engine: runtime.name(),
             chars,
             params,
         })

@@ -283,8 +283,6 @@ impl SplitReport {
     }
 }
 
-pub use crate::stages::selection::read_split;
-
 /// Splits the videos `run_dir`'s pipeline selected and writes `splits/<name>.{parquet,json}`.
 pub async fn split(run_dir: &Path, opts: &SplitOptions) -> Result<SplitReport, RunError> {
     // --from-column takes its shares from the column: --ratios does not apply.

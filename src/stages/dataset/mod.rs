@@ -60,7 +60,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use settings::{DatasetConfig, Files, Format, SplitBy};
+pub use settings::{DatasetConfig, Format, SplitBy};
 use settings::{Media, Plan};
 
 /// A publish time: what the temporal split orders by, and the source table's `published_at`.

@@ -55,10 +55,6 @@ impl VideoIds {
         self.ids.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
-    }
-
     /// The ids, sorted: the `video_id` column of a selection.
     pub fn column(&self) -> &StringArray {
         &self.ids

@@ -25,8 +25,6 @@
 
 mod collect;
 
-pub use collect::PROVENANCE_TABLE;
-
 use crate::clients::youtube::{
     ClientSettings, QuotaConfig, YouTubeClient, YtError, parse_duration,
 };

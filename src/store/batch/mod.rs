@@ -22,8 +22,7 @@ mod files;
 mod offline;
 
 pub use files::{
-    RequestKeys, job_ids, job_keys_path, load_jobs, load_keys, queue_dir, queue_dirs, read_lines,
-    write_replace,
+    RequestKeys, job_ids, job_keys_path, load_jobs, load_keys, queue_dir, read_lines, write_replace,
 };
 use files::{append_line, io_err, save_jobs};
 pub use offline::{Imported, export, import_lines};

@@ -99,14 +99,6 @@ impl Runtime {
         }
     }
 
-    /// The engine that loaded, for logs and the `ocr` command's report.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Ort(_) => "onnxruntime",
-            Self::Ov(_) => "openvino",
-        }
-    }
-
     /// One single-threaded instance of the model at `path`.
     pub fn net(&mut self, path: &Path) -> Result<Net, NetError> {
         if !path.is_file() {
