@@ -83,13 +83,8 @@ pub async fn rethreshold(run_dir: &Path, overrides: &[Override]) -> Result<Rethr
         write_items(store, &name, &decisions).await?;
     }
     let settings_path = format!("{SELECTIONS}/{name}.settings.json");
-    store
-        .put(
-            &settings_path,
-            serde_json::to_vec_pretty(&settings).unwrap_or_default(),
-        )
-        .await
-        .map_err(|e| RunError::io(settings_path.clone(), e))?;
+    let settings = serde_json::to_vec_pretty(&settings).unwrap_or_default();
+    put(store, &settings_path, settings).await?;
     let selection_file = run_dir.join(SELECTIONS).join(format!("{name}.parquet"));
     Ok(Rethreshold {
         before: before.rows,
@@ -162,32 +157,41 @@ async fn write_selection(
     table: Vec<u8>,
     funnel: &[FunnelRow],
 ) -> Result<(), RunError> {
-    let table_path = format!("{SELECTIONS}/{name}.parquet");
-    let table_sum = ObjectSum::of(&table_path, &table, None);
-    store
-        .put(&table_path, table)
-        .await
-        .map_err(|e| RunError::io(table_path.clone(), e))?;
+    let table_sum = put(store, &format!("{SELECTIONS}/{name}.parquet"), table).await?;
     let meta = serde_json::json!({ "funnel": funnel, "created_at": manifest::now() });
-    let path = format!("{SELECTIONS}/{name}.json");
     let meta = serde_json::to_vec_pretty(&meta).unwrap_or_default();
-    let meta_sum = ObjectSum::of(&path, &meta, None);
-    store
-        .put(&path, meta)
-        .await
-        .map_err(|e| RunError::io(path.clone(), e))?;
+    let meta_sum = put(store, &format!("{SELECTIONS}/{name}.json"), meta).await?;
     // `verify` checks a selection like a shard.
+    commit(store, table_sum, vec![meta_sum]).await
+}
+
+/// Writes `data` to `path` through the store; its sum, for the commit record.
+async fn put(store: &Arc<dyn Store>, path: &str, data: Vec<u8>) -> Result<ObjectSum, RunError> {
+    let sum = ObjectSum::of(path, &data, None);
+    store
+        .put(path, data)
+        .await
+        .map_err(|e| RunError::io(path.to_string(), e))?;
+    Ok(sum)
+}
+
+/// The commit record of `object` (with `objects` beside it), so `verify` checks it.
+async fn commit(
+    store: &Arc<dyn Store>,
+    object: ObjectSum,
+    objects: Vec<ObjectSum>,
+) -> Result<(), RunError> {
+    let path = commits::record_path(&object.path);
     let record = CommitRecord {
-        object: table_sum,
+        object,
         stage: None,
         videos: vec![],
-        objects: vec![meta_sum],
+        objects,
         committed_at: manifest::now(),
     };
     commits::write_record(store.as_ref(), &record)
         .await
-        .map_err(|e| RunError::io(commits::record_path(&table_path), e))?;
-    Ok(())
+        .map_err(|e| RunError::io(path, e))
 }
 
 /// `selections/<name>.items.parquet`: each item of the items stages `--set` named, kept or not
@@ -202,21 +206,8 @@ async fn write_items(
         .map_err(|e| RunError::Internal(format!("item decisions: {e}")))?;
     let path = format!("{SELECTIONS}/{name}.items.parquet");
     let table = crate::store::shards::encode_table(&batch)?;
-    let sum = ObjectSum::of(&path, &table, None);
-    store
-        .put(&path, table)
-        .await
-        .map_err(|e| RunError::io(path.clone(), e))?;
-    let record = CommitRecord {
-        object: sum,
-        stage: None,
-        videos: vec![],
-        objects: vec![],
-        committed_at: manifest::now(),
-    };
-    commits::write_record(store.as_ref(), &record)
-        .await
-        .map_err(|e| RunError::io(commits::record_path(&path), e))
+    let sum = put(store, &path, table).await?;
+    commit(store, sum, vec![]).await
 }
 
 /// The funnel as text: one line per stage.
