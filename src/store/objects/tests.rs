@@ -8,25 +8,11 @@ async fn memory_store_speaks_the_store_contract() {
         .put("probe/part-00000.parquet", b"x".to_vec())
         .await
         .unwrap();
-    assert!(
-        store
-            .put_if_absent("probe/part-00001.parquet", b"1".to_vec())
-            .await
-            .unwrap()
-    );
-    assert!(
-        !store
-            .put_if_absent("probe/part-00001.parquet", b"2".to_vec())
-            .await
-            .unwrap()
-    );
-    // A retried create that finds its own bytes has won (the first try was applied).
-    assert!(
-        store
-            .put_if_absent("probe/part-00001.parquet", b"1".to_vec())
-            .await
-            .unwrap()
-    );
+    // Last: a retried create that finds its own bytes has won (the first try was applied).
+    for (bytes, created) in [(b"1", true), (b"2", false), (b"1", true)] {
+        let put = store.put_if_absent("probe/part-00001.parquet", bytes.to_vec());
+        assert_eq!(put.await.unwrap(), created, "{bytes:?}");
+    }
     assert_eq!(store.get("probe/part-00001.parquet").await.unwrap(), b"1");
     assert_eq!(
         store.list("probe").await.unwrap(),
