@@ -129,16 +129,23 @@ mod tests {
         }
     }
 
-    async fn compute(p: Flaky, s: StageSettings) -> (Result<Vec<u32>, StageError>, u32) {
-        compute_watched(p, s).await.0
+    /// A `Flaky` with `fail` and `hang` computed under `s`: its result and the calls made.
+    async fn compute(
+        fail: u32,
+        hang: bool,
+        s: StageSettings,
+    ) -> (Result<Vec<u32>, StageError>, u32) {
+        compute_watched(fail, hang, s).await.0
     }
 
     /// `compute`, and the stage's watch after it (what the metrics show of the retries).
     async fn compute_watched(
-        p: Flaky,
+        fail: u32,
+        hang: bool,
         s: StageSettings,
     ) -> ((Result<Vec<u32>, StageError>, u32), Arc<StageWatch>) {
-        let p = Arc::new(p);
+        let calls = AtomicU32::new(0);
+        let p = Arc::new(Flaky { calls, fail, hang });
         let rec = VideoRecord::new("v1".into(), SourceInfo::default(), vec![]);
         let cx = StageContext::detached(&std::env::temp_dir()).unwrap();
         let watch = StageWatch::new("s", std::time::Instant::now());
@@ -152,12 +159,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn external_failures_are_retried_after_the_backoff() {
         let started = tokio::time::Instant::now();
-        let flaky = Flaky {
-            calls: AtomicU32::new(0),
-            fail: 2,
-            hang: false,
-        };
-        let ((r, calls), watch) = compute_watched(flaky, settings(2, None)).await;
+        let ((r, calls), watch) = compute_watched(2, false, settings(2, None)).await;
         assert_eq!(r.unwrap(), vec![2]);
         assert_eq!(calls, 3);
         let waited = backoff(0, "v1") + backoff(1, "v1");
@@ -170,12 +172,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn retries_run_out_and_the_error_is_the_last_one() {
-        let flaky = Flaky {
-            calls: AtomicU32::new(0),
-            fail: 5,
-            hang: false,
-        };
-        let (r, calls) = compute(flaky, settings(1, None)).await;
+        let (r, calls) = compute(5, false, settings(1, None)).await;
         assert_eq!(r.unwrap_err().reason, "status_503");
         assert_eq!(calls, 2);
     }
@@ -183,12 +180,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_timeout_is_an_external_failure_and_is_retried() {
         let started = tokio::time::Instant::now();
-        let hang = Flaky {
-            calls: AtomicU32::new(0),
-            fail: 0,
-            hang: true,
-        };
-        let (r, calls) = compute(hang, settings(1, Some(Duration::from_secs(5)))).await;
+        let (r, calls) = compute(0, true, settings(1, Some(Duration::from_secs(5)))).await;
         let e = r.unwrap_err();
         assert_eq!(
             (e.kind, e.reason.as_str()),
