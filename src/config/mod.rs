@@ -385,22 +385,12 @@ impl SourceText {
 
     /// An error at `path` (the deepest existing part of it gives the line).
     pub fn error_at(&self, path: &[Seg], message: impl Into<String>) -> ConfigError {
-        let (line, column) = match self.offset_of(path) {
-            Some(off) => {
-                let (l, c) = self.line_col(off);
-                (Some(l), Some(c))
-            }
-            None => (None, None),
-        };
+        let (line, column) = self.offset_of(path).map(|o| self.line_col(o)).unzip();
         ConfigError {
             file: self.file.clone(),
             line,
             column,
-            key: if path.is_empty() {
-                None
-            } else {
-                Some(path_string(path))
-            },
+            key: (!path.is_empty()).then(|| path_string(path)),
             message: message.into(),
         }
     }
@@ -413,13 +403,7 @@ impl SourceText {
     /// Parses the whole file as `T`; syntax errors name the line.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
         toml::from_str::<T>(&self.text).map_err(|e| {
-            let (line, column) = match e.span() {
-                Some(span) => {
-                    let (l, c) = self.line_col(span.start);
-                    (Some(l), Some(c))
-                }
-                None => (None, None),
-            };
+            let (line, column) = e.span().map(|span| self.line_col(span.start)).unzip();
             ConfigError {
                 file: self.file.clone(),
                 line,
