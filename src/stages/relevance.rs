@@ -304,12 +304,11 @@ impl Processor for RelevanceStage {
         }
         match &*self.judge {
             Judge::Model(svc) => self.ask(svc, &title, &desc, cx).await.map(|r| vec![r]),
-            Judge::Local(cell) => {
+            Judge::Local(_) => {
                 let judge = self.judge.clone();
                 let event = self.event.clone();
                 let text = format!("{title}. {}", clip(&desc, self.cfg.description_chars));
                 let scale = self.cfg.scale;
-                let _ = cell;
                 let row = cx
                     .cpu
                     .run(move || {

@@ -12,7 +12,7 @@
 //! only). Thresholds are not in the fingerprint: `rethreshold --set blind.flag_at=1` re-decides
 //! from the stored counts with no call.
 
-use super::items::{letter, parse_letter};
+use super::items::{letter, parse_letter, question_lines};
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::{ErrorKind, StageError};
 use crate::record::{QuestionItem, Slot, VideoRecord};
@@ -174,11 +174,7 @@ pub fn build(
 
 /// The prompt for one item: the question and its options as shown, nothing else.
 pub fn blind_prompt(item: &QuestionItem) -> String {
-    let mut s = format!("{BLIND_PROMPT}\n\nQuestion: {}\n", item.question);
-    for (i, o) in item.options.iter().enumerate() {
-        s += &format!("{}. {o}\n", letter(i));
-    }
-    s
+    format!("{BLIND_PROMPT}\n\n{}", question_lines(item))
 }
 
 #[async_trait]

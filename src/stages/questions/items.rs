@@ -8,6 +8,7 @@
 //! requires it, the missing-context note.
 
 use crate::config::taxonomy::Taxonomy;
+use crate::record::QuestionItem;
 use serde::{Deserialize, Serialize};
 
 /// An item as the model drafts it (the structured answer's `items[]`).
@@ -240,6 +241,15 @@ fn evidence_problems(d: &Draft, frames_shown: usize, why: &mut Vec<Problem>) {
             format!("the evidence span {a}..{b} is not a span"),
         ));
     }
+}
+
+/// A kept item as a prompt shows it: the question, then each option after its letter.
+pub fn question_lines(item: &QuestionItem) -> String {
+    let mut s = format!("Question: {}\n", item.question);
+    for (i, o) in item.options.iter().enumerate() {
+        s += &format!("{}. {o}\n", letter(i));
+    }
+    s
 }
 
 /// An item's id: the video, the level and the item's place among that level's items. Stable
