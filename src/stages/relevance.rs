@@ -112,7 +112,7 @@ pub struct Relevance {
 
 enum Judge {
     Model(Arc<LlmService>),
-    Local(OnceLock<Result<LocalJudge, MiniLmError>>),
+    Local(Arc<OnceLock<Result<LocalJudge, MiniLmError>>>),
 }
 
 struct LocalJudge {
@@ -125,7 +125,7 @@ pub struct RelevanceStage {
     cfg: RelevanceConfig,
     event: Event,
     select: RelevanceSelect,
-    judge: Arc<Judge>,
+    judge: Judge,
 }
 
 /// This stage in the registry (`stages::STAGE_KINDS`).
@@ -160,7 +160,7 @@ pub fn build(
                 "the local judge compares against the event's `positive` and `negative` descriptions: give both (or a query file with them)",
             ));
         }
-        Judge::Local(OnceLock::new())
+        Judge::Local(Arc::new(OnceLock::new()))
     } else {
         if cfg.model.is_empty() {
             return Err(bcx
@@ -187,7 +187,7 @@ pub fn build(
             cfg,
             event,
             select,
-            judge: Arc::new(judge),
+            judge,
         }))),
         compute,
         version: 1,
@@ -275,7 +275,7 @@ impl Processor for RelevanceStage {
     }
 
     fn estimate(&self) -> crate::runtime::stage::StageEstimate {
-        let Judge::Model(svc) = &*self.judge else {
+        let Judge::Model(svc) = &self.judge else {
             return Default::default();
         };
         // A title of about 70 characters and a description clipped at `description_chars`
@@ -302,19 +302,16 @@ impl Processor for RelevanceStage {
                 "no title or description to judge",
             ));
         }
-        match &*self.judge {
+        match &self.judge {
             Judge::Model(svc) => self.ask(svc, &title, &desc, cx).await.map(|r| vec![r]),
-            Judge::Local(_) => {
-                let judge = self.judge.clone();
+            Judge::Local(cell) => {
+                let cell = cell.clone();
                 let event = self.event.clone();
                 let text = format!("{title}. {}", clip(&desc, self.cfg.description_chars));
                 let scale = self.cfg.scale;
                 let row = cx
                     .cpu
                     .run(move || {
-                        let Judge::Local(cell) = &*judge else {
-                            unreachable!()
-                        };
                         let j = cell
                             .get_or_init(|| LocalJudge::load(&event))
                             .as_ref()
