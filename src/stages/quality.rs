@@ -335,26 +335,12 @@ mod tests {
         assert_eq!(parse_rubric(&ok).unwrap()[3], 1);
         let fenced = format!("Here is my analysis:\n```json\n{ok}\n```\nDone.");
         assert!(parse_rubric(&fenced).is_ok());
-        assert!(
-            parse_rubric(&answer(&[2; 11]))
-                .unwrap_err()
-                .to_string()
-                .contains("11 objects")
-        );
+        let problem = |t: &str| parse_rubric(t).unwrap_err().to_string();
+        assert!(problem(&answer(&[2; 11])).contains("11 objects"));
         let bad_score = ok.replacen("\"score\": 1", "\"score\": 3", 1);
-        assert!(
-            parse_rubric(&bad_score)
-                .unwrap_err()
-                .to_string()
-                .contains("not 0, 1 or 2")
-        );
+        assert!(problem(&bad_score).contains("not 0, 1 or 2"));
         let renamed = ok.replace("Logo Assessment", "Branding");
-        assert!(
-            parse_rubric(&renamed)
-                .unwrap_err()
-                .to_string()
-                .contains("expected \"Logo Assessment\"")
-        );
+        assert!(problem(&renamed).contains("expected \"Logo Assessment\""));
         let twice = ok.replace("\"category_number\": 2,", "\"category_number\": 1,");
         assert!(parse_rubric(&twice).is_err());
         assert!(parse_rubric("{\"").is_err());
