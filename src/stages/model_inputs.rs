@@ -1,9 +1,9 @@
 //! What the model-judging stages share: the papers' prompts, the domain's event text, the
-//! video's title and description, and frames as model inputs.
+//! video's title and description, and frames as model inputs; the service a stage names.
 
-use crate::clients::llm::ImageInput;
+use crate::clients::llm::{ImageInput, LlmService};
 use crate::config::queries::QueryFile;
-use crate::config::{ConfigError, Seg};
+use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::VideoRecord;
 use crate::runtime::stage::StageContext;
@@ -156,6 +156,16 @@ pub fn frame_times(rec: &VideoRecord, max: usize) -> Vec<f64> {
         .into_iter()
         .map(|i| frames[i].timestamp_secs)
         .collect()
+}
+
+/// The service a stage's `service` setting names (an unknown one is reported at that key).
+pub fn stage_service(
+    bcx: &BuildCx,
+    common: &StageCommon,
+    compute_at: &[Seg],
+    name: &str,
+) -> Result<std::sync::Arc<LlmService>, ConfigError> {
+    bcx.llm_service(name, &crate::config::key_at(compute_at, "service"), common)
 }
 
 /// A stage's prompt: the file `path` names (relative to the pipeline file), or `default`.

@@ -9,7 +9,9 @@
 //! answer gets one repair request naming the problem, then the video is rejected with it.
 //! `select = { min_twos = 10 }`: keep a video when at least 10 of 12 criteria score 2.
 
-use super::model_inputs::{CRITERIA, QUALITY_PROMPT, ask_validated, frame_inputs, span};
+use super::model_inputs::{
+    CRITERIA, QUALITY_PROMPT, ask_validated, frame_inputs, span, stage_service,
+};
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
@@ -240,11 +242,7 @@ pub fn build(
     // The rubric prompt's full text is hashed: a new text redoes the stage.
     compute["prompt_blake3"] = super::model_inputs::text_hash(QUALITY_PROMPT).into();
     let select: QualitySelect = crate::stages::select_settings(common, select_at, bcx)?;
-    let svc = bcx.llm_service(
-        &cfg.service,
-        &crate::config::key_at(compute_at, "service"),
-        common,
-    )?;
+    let svc = stage_service(bcx, common, compute_at, &cfg.service)?;
     Ok(Built {
         task: Box::new(ProcessorTask(Arc::new(QualityStage {
             call: Call {

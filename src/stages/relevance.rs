@@ -9,7 +9,9 @@
 //! video is rejected (`unparseable_score`, raw answer kept); refusals and safety blocks are
 //! rejected with the reason. `select = { min_score = 9 }` (the paper's threshold).
 
-use super::model_inputs::{Event, EventConfig, RELEVANCE_PROMPT, ask_validated, title_description};
+use super::model_inputs::{
+    Event, EventConfig, RELEVANCE_PROMPT, ask_validated, stage_service, title_description,
+};
 use crate::clients::llm::{ChatRequest, LlmService};
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::engines::minilm::{MiniLm, MiniLmError, cosine};
@@ -167,11 +169,7 @@ pub fn build(
                 .src
                 .error_at(compute_at, "missing `model` for the service"));
         }
-        Judge::Model(bcx.llm_service(
-            &cfg.service,
-            &crate::config::key_at(compute_at, "service"),
-            common,
-        )?)
+        Judge::Model(stage_service(bcx, common, compute_at, &cfg.service)?)
     };
     // What decides the score: the event text, the judge and its parameters (not the paths).
     // The prompt's full text is hashed, so an edited prompt (in the pipeline or in a new version

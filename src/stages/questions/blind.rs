@@ -19,7 +19,7 @@ use crate::record::{QuestionItem, Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext, StageEstimate};
 use crate::stages::model_call::Call;
-use crate::stages::model_inputs::ask_text;
+use crate::stages::model_inputs::{ask_text, stage_service};
 use crate::stages::{BuildCx, Built, ThresholdError, compute_settings};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -145,11 +145,7 @@ pub fn build(
         ));
     }
     compute["prompt"] = serde_json::json!(crate::stages::model_inputs::text_hash(BLIND_PROMPT));
-    let svc = bcx.llm_service(
-        &cfg.service,
-        &crate::config::key_at(compute_at, "service"),
-        common,
-    )?;
+    let svc = stage_service(bcx, common, compute_at, &cfg.service)?;
     Ok(Built {
         task: Box::new(ProcessorTask(Arc::new(BlindStage {
             call: Call {

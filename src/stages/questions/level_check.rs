@@ -19,7 +19,7 @@ use crate::record::{QuestionItem, Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext, StageEstimate};
 use crate::stages::model_call::Call;
-use crate::stages::model_inputs::{ask_validated, text_hash};
+use crate::stages::model_inputs::{ask_validated, stage_service, text_hash};
 use crate::stages::structured::{OutputSchema, SchemaProblem};
 use crate::stages::{BuildCx, Built, ThresholdError, compute_settings};
 use async_trait::async_trait;
@@ -127,11 +127,7 @@ pub fn build(
         Path::new("(built from the taxonomy)"),
     )
     .expect("a valid schema");
-    let svc = bcx.llm_service(
-        &cfg.service,
-        &crate::config::key_at(compute_at, "service"),
-        common,
-    )?;
+    let svc = stage_service(bcx, common, compute_at, &cfg.service)?;
     let call = Call {
         svc,
         model: cfg.model.clone(),
