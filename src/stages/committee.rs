@@ -235,9 +235,9 @@ pub fn build(
     bcx: &BuildCx,
 ) -> Result<Built, ConfigError> {
     let (cfg, mut compute): (CommitteeConfig, _) = compute_settings(common, compute_at, bcx)?;
+    let prompt = cfg.prompt.as_deref().unwrap_or(COMMITTEE_PROMPT);
     compute["prompt"] = serde_json::Value::Null;
-    compute["prompt_blake3"] =
-        super::model_inputs::text_hash(cfg.prompt.as_deref().unwrap_or(COMMITTEE_PROMPT)).into();
+    compute["prompt_blake3"] = super::model_inputs::text_hash(prompt).into();
     let select: CommitteeSelect = crate::stages::select_settings(common, select_at, bcx)?;
     if cfg.members.is_empty() {
         return Err(bcx.src.error_at(compute_at, "a committee needs members"));
@@ -250,11 +250,7 @@ pub fn build(
         calls.push(Call {
             svc: bcx.llm_service(&m.service, &at, common)?,
             model: m.model.clone(),
-            prompt: cfg
-                .prompt
-                .as_deref()
-                .unwrap_or(COMMITTEE_PROMPT)
-                .to_string(),
+            prompt: prompt.to_string(),
             schema: None,
             max_images: cfg.max_images,
             max_transcript_chars: 0,
