@@ -174,10 +174,7 @@ mod tests {
     #[test]
     fn a_structured_caption_is_read_and_an_empty_one_refused() {
         let s = caption_schema();
-        let read = |t: &str| -> Result<String, SchemaProblem> {
-            let v = s.check(t)?;
-            Ok(v["caption"].as_str().unwrap().to_string())
-        };
+        let read = |t: &str| CaptionPreset::read(Some(&s), t);
         assert_eq!(
             read(r#"{"caption": "A man runs."}"#).unwrap(),
             "A man runs."

@@ -15,8 +15,8 @@
 //! disagreement five binary votes can show. `keep = "hard"` passes only hard videos on; "all"
 //! passes every video (the votes are stored either way).
 
+use super::model_call::Call;
 use super::model_inputs::frame_inputs;
-use crate::clients::llm::{ChatRequest, LlmService};
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
@@ -214,7 +214,8 @@ pub fn parse_vote(text: &str) -> Option<bool> {
 pub struct CommitteeStage {
     cfg: CommitteeConfig,
     select: CommitteeSelect,
-    services: Vec<Arc<LlmService>>,
+    /// One per member, in order: the question over the frames, no schema.
+    calls: Vec<Call>,
 }
 
 /// This stage in the registry (`stages::STAGE_KINDS`).
@@ -234,25 +235,34 @@ pub fn build(
     bcx: &BuildCx,
 ) -> Result<Built, ConfigError> {
     let (cfg, mut compute): (CommitteeConfig, _) = compute_settings(common, compute_at, bcx)?;
+    let prompt = cfg.prompt.as_deref().unwrap_or(COMMITTEE_PROMPT);
     compute["prompt"] = serde_json::Value::Null;
-    compute["prompt_blake3"] =
-        super::model_inputs::text_hash(cfg.prompt.as_deref().unwrap_or(COMMITTEE_PROMPT)).into();
+    compute["prompt_blake3"] = super::model_inputs::text_hash(prompt).into();
     let select: CommitteeSelect = crate::stages::select_settings(common, select_at, bcx)?;
     if cfg.members.is_empty() {
         return Err(bcx.src.error_at(compute_at, "a committee needs members"));
     }
-    let mut services = vec![];
+    let mut calls = vec![];
     for (i, m) in cfg.members.iter().enumerate() {
         let mut at = crate::config::key_at(compute_at, "members");
         at.push(Seg::Index(i));
         at.push(Seg::Key("service".into()));
-        services.push(bcx.llm_service(&m.service, &at, common)?);
+        calls.push(Call {
+            svc: bcx.llm_service(&m.service, &at, common)?,
+            model: m.model.clone(),
+            prompt: prompt.to_string(),
+            schema: None,
+            max_images: cfg.max_images,
+            max_transcript_chars: 0,
+            max_tokens: cfg.max_tokens,
+            temperature: 0.0,
+        });
     }
     Ok(Built {
         task: Box::new(ProcessorTask(Arc::new(CommitteeStage {
             cfg,
             select,
-            services,
+            calls,
         }))),
         compute,
         version: 1,
@@ -272,20 +282,11 @@ impl Processor for CommitteeStage {
     }
 
     fn estimate(&self) -> crate::runtime::stage::StageEstimate {
-        let prompt = self.cfg.prompt.as_deref().unwrap_or(COMMITTEE_PROMPT);
         crate::runtime::stage::StageEstimate {
             calls: self
-                .cfg
-                .members
+                .calls
                 .iter()
-                .zip(&self.services)
-                .map(|(m, svc)| crate::runtime::stage::CallEstimate {
-                    service: svc.name.clone(),
-                    model: m.model.clone(),
-                    prompt_chars: (prompt.len() + self.cfg.event.len()) as u64,
-                    images: self.cfg.max_images as u32,
-                    max_tokens: self.cfg.max_tokens,
-                })
+                .map(|c| c.call_estimate(self.cfg.event.len()))
                 .collect(),
             frames: None,
         }
@@ -293,29 +294,16 @@ impl Processor for CommitteeStage {
 
     async fn process(&self, rec: &VideoRecord, cx: &StageContext) -> Result<Vec<Vote>, StageError> {
         let images = frame_inputs(rec, cx, self.cfg.max_images, "the committee").await?;
-        let prompt = self
-            .cfg
-            .prompt
-            .as_deref()
-            .unwrap_or(COMMITTEE_PROMPT)
-            .replace("[risk event]", &self.cfg.event);
-        let asks = self.cfg.members.iter().zip(&self.services).map(|(m, svc)| {
-            let req = ChatRequest {
-                model: m.model.clone(),
-                prompt: prompt.clone(),
-                images: images.clone(),
-                temperature: 0.0,
-                max_tokens: self.cfg.max_tokens,
-                json: false,
-                schema: None,
-                seed: None,
-                repair: false,
-            };
-            async move { svc.chat(&req, &cx.cache.get()?, &cx.stage_id).await }
+        let asks = self.calls.iter().map(|c| {
+            let req = c.request(
+                c.prompt.replace("[risk event]", &self.cfg.event),
+                images.clone(),
+            );
+            async move { c.svc.chat(&req, &cx.cache.get()?, &cx.stage_id).await }
         });
         let answers = futures::future::join_all(asks).await;
         let mut votes = vec![];
-        for ((m, svc), a) in self.cfg.members.iter().zip(&self.services).zip(answers) {
+        for ((m, c), a) in self.cfg.members.iter().zip(&self.calls).zip(answers) {
             let a = a?;
             let raw = a
                 .text
@@ -324,7 +312,7 @@ impl Processor for CommitteeStage {
                 .unwrap_or_default();
             votes.push(Vote {
                 member: m.name.clone().unwrap_or_else(|| m.model.clone()),
-                provider: svc.name.clone(),
+                provider: c.svc.name.clone(),
                 model: m.model.clone(),
                 vote: a.text.as_deref().and_then(parse_vote),
                 raw,
@@ -345,10 +333,7 @@ impl Processor for CommitteeStage {
 
     fn keep(&self, rec: &VideoRecord, extras: &[String], rows: &[Vote]) -> bool {
         let votes: Vec<Option<bool>> = rows.iter().map(|r| r.vote).collect();
-        let label = extras
-            .iter()
-            .position(|n| *n == self.select.label_column)
-            .and_then(|i| rec.extra.get(i).cloned().flatten());
+        let label = super::model_inputs::extra_column(rec, extras, &self.select.label_column);
         self.select.keep(&votes, label.as_deref())
     }
 }

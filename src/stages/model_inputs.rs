@@ -1,9 +1,9 @@
 //! What the model-judging stages share: the papers' prompts, the domain's event text, the
-//! video's title and description, and frames as model inputs.
+//! video's title and description, and frames as model inputs; the service a stage names.
 
-use crate::clients::llm::ImageInput;
+use crate::clients::llm::{ImageInput, LlmService};
 use crate::config::queries::QueryFile;
-use crate::config::{ConfigError, Seg};
+use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::VideoRecord;
 use crate::runtime::stage::StageContext;
@@ -11,12 +11,12 @@ use crate::stages::BuildCx;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-/// RiskCue §3.2, verbatim, with the domain's risk event in place of `[risk event]`.
 /// What a stage's fingerprint records of a prompt template: its full text, hashed.
 pub fn text_hash(text: &str) -> String {
     blake3::hash(text.as_bytes()).to_hex()[..16].to_string()
 }
 
+/// RiskCue §3.2, verbatim, with the domain's risk event in place of `[risk event]`.
 pub const RELEVANCE_PROMPT: &str = "On a scale from 1 to 10, how likely is this video to contain [risk event] video in action but not lecture/tutorial/slides, etc.? Answer with a single integer from 1 (very unlikely) to 10 (very likely).";
 
 /// RiskCue appendix A.4, verbatim.
@@ -97,14 +97,15 @@ impl EventConfig {
     }
 }
 
+/// The video's value in the extra (manifest) column `name`, of the columns `extras` names.
+pub fn extra_column(rec: &VideoRecord, extras: &[String], name: &str) -> Option<String> {
+    let i = extras.iter().position(|n| n == name)?;
+    rec.extra.get(i).cloned().flatten()
+}
+
 /// Title and description: the source's metadata, else manifest columns `title` / `description`.
 pub fn title_description(rec: &VideoRecord, cx: &StageContext) -> (String, String) {
-    let extra = |name: &str| {
-        cx.extras
-            .iter()
-            .position(|n| n == name)
-            .and_then(|i| rec.extra.get(i).cloned().flatten())
-    };
+    let extra = |name: &str| extra_column(rec, &cx.extras, name);
     let title = rec.source.title.clone().or_else(|| extra("title"));
     let desc = rec
         .source
@@ -155,6 +156,16 @@ pub fn frame_times(rec: &VideoRecord, max: usize) -> Vec<f64> {
         .into_iter()
         .map(|i| frames[i].timestamp_secs)
         .collect()
+}
+
+/// The service a stage's `service` setting names (an unknown one is reported at that key).
+pub fn stage_service(
+    bcx: &BuildCx,
+    common: &StageCommon,
+    compute_at: &[Seg],
+    name: &str,
+) -> Result<std::sync::Arc<LlmService>, ConfigError> {
+    bcx.llm_service(name, &crate::config::key_at(compute_at, "service"), common)
 }
 
 /// A stage's prompt: the file `path` names (relative to the pipeline file), or `default`.

@@ -9,7 +9,9 @@
 //! answer gets one repair request naming the problem, then the video is rejected with it.
 //! `select = { min_twos = 10 }`: keep a video when at least 10 of 12 criteria score 2.
 
-use super::model_inputs::{CRITERIA, QUALITY_PROMPT, ask_validated, frame_inputs, span};
+use super::model_inputs::{
+    CRITERIA, QUALITY_PROMPT, ask_validated, frame_inputs, span, stage_service,
+};
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
@@ -240,11 +242,7 @@ pub fn build(
     // The rubric prompt's full text is hashed: a new text redoes the stage.
     compute["prompt_blake3"] = super::model_inputs::text_hash(QUALITY_PROMPT).into();
     let select: QualitySelect = crate::stages::select_settings(common, select_at, bcx)?;
-    let svc = bcx.llm_service(
-        &cfg.service,
-        &crate::config::key_at(compute_at, "service"),
-        common,
-    )?;
+    let svc = stage_service(bcx, common, compute_at, &cfg.service)?;
     Ok(Built {
         task: Box::new(ProcessorTask(Arc::new(QualityStage {
             call: Call {
@@ -335,26 +333,12 @@ mod tests {
         assert_eq!(parse_rubric(&ok).unwrap()[3], 1);
         let fenced = format!("Here is my analysis:\n```json\n{ok}\n```\nDone.");
         assert!(parse_rubric(&fenced).is_ok());
-        assert!(
-            parse_rubric(&answer(&[2; 11]))
-                .unwrap_err()
-                .to_string()
-                .contains("11 objects")
-        );
+        let problem = |t: &str| parse_rubric(t).unwrap_err().to_string();
+        assert!(problem(&answer(&[2; 11])).contains("11 objects"));
         let bad_score = ok.replacen("\"score\": 1", "\"score\": 3", 1);
-        assert!(
-            parse_rubric(&bad_score)
-                .unwrap_err()
-                .to_string()
-                .contains("not 0, 1 or 2")
-        );
+        assert!(problem(&bad_score).contains("not 0, 1 or 2"));
         let renamed = ok.replace("Logo Assessment", "Branding");
-        assert!(
-            parse_rubric(&renamed)
-                .unwrap_err()
-                .to_string()
-                .contains("expected \"Logo Assessment\"")
-        );
+        assert!(problem(&renamed).contains("expected \"Logo Assessment\""));
         let twice = ok.replace("\"category_number\": 2,", "\"category_number\": 1,");
         assert!(parse_rubric(&twice).is_err());
         assert!(parse_rubric("{\"").is_err());

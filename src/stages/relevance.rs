@@ -9,7 +9,9 @@
 //! video is rejected (`unparseable_score`, raw answer kept); refusals and safety blocks are
 //! rejected with the reason. `select = { min_score = 9 }` (the paper's threshold).
 
-use super::model_inputs::{Event, EventConfig, RELEVANCE_PROMPT, ask_validated, title_description};
+use super::model_inputs::{
+    Event, EventConfig, RELEVANCE_PROMPT, ask_validated, stage_service, title_description,
+};
 use crate::clients::llm::{ChatRequest, LlmService};
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::engines::minilm::{MiniLm, MiniLmError, cosine};
@@ -112,7 +114,7 @@ pub struct Relevance {
 
 enum Judge {
     Model(Arc<LlmService>),
-    Local(OnceLock<Result<LocalJudge, MiniLmError>>),
+    Local(Arc<OnceLock<Result<LocalJudge, MiniLmError>>>),
 }
 
 struct LocalJudge {
@@ -125,7 +127,7 @@ pub struct RelevanceStage {
     cfg: RelevanceConfig,
     event: Event,
     select: RelevanceSelect,
-    judge: Arc<Judge>,
+    judge: Judge,
 }
 
 /// This stage in the registry (`stages::STAGE_KINDS`).
@@ -160,18 +162,14 @@ pub fn build(
                 "the local judge compares against the event's `positive` and `negative` descriptions: give both (or a query file with them)",
             ));
         }
-        Judge::Local(OnceLock::new())
+        Judge::Local(Arc::new(OnceLock::new()))
     } else {
         if cfg.model.is_empty() {
             return Err(bcx
                 .src
                 .error_at(compute_at, "missing `model` for the service"));
         }
-        Judge::Model(bcx.llm_service(
-            &cfg.service,
-            &crate::config::key_at(compute_at, "service"),
-            common,
-        )?)
+        Judge::Model(stage_service(bcx, common, compute_at, &cfg.service)?)
     };
     // What decides the score: the event text, the judge and its parameters (not the paths).
     // The prompt's full text is hashed, so an edited prompt (in the pipeline or in a new version
@@ -187,7 +185,7 @@ pub fn build(
             cfg,
             event,
             select,
-            judge: Arc::new(judge),
+            judge,
         }))),
         compute,
         version: 1,
@@ -275,7 +273,7 @@ impl Processor for RelevanceStage {
     }
 
     fn estimate(&self) -> crate::runtime::stage::StageEstimate {
-        let Judge::Model(svc) = &*self.judge else {
+        let Judge::Model(svc) = &self.judge else {
             return Default::default();
         };
         // A title of about 70 characters and a description clipped at `description_chars`
@@ -302,20 +300,16 @@ impl Processor for RelevanceStage {
                 "no title or description to judge",
             ));
         }
-        match &*self.judge {
+        match &self.judge {
             Judge::Model(svc) => self.ask(svc, &title, &desc, cx).await.map(|r| vec![r]),
             Judge::Local(cell) => {
-                let judge = self.judge.clone();
+                let cell = cell.clone();
                 let event = self.event.clone();
                 let text = format!("{title}. {}", clip(&desc, self.cfg.description_chars));
                 let scale = self.cfg.scale;
-                let _ = cell;
                 let row = cx
                     .cpu
                     .run(move || {
-                        let Judge::Local(cell) = &*judge else {
-                            unreachable!()
-                        };
                         let j = cell
                             .get_or_init(|| LocalJudge::load(&event))
                             .as_ref()

@@ -320,14 +320,11 @@ impl Loop<'_> {
                         Err(e) => return rejected(rounds, e),
                     }
                 }
-                Next::Refine { reasons } if rounds.is_empty() => {
-                    let _ = reasons;
-                    (
-                        self.drafter,
-                        "draft",
-                        self.request(self.drafter, prompt("draft", "", "", 0), true),
-                    )
-                }
+                Next::Refine { .. } if rounds.is_empty() => (
+                    self.drafter,
+                    "draft",
+                    self.request(self.drafter, prompt("draft", "", "", 0), true),
+                ),
                 Next::Refine { reasons } => {
                     let last = rounds.last().map(|r| r.text.clone()).unwrap_or_default();
                     let p = prompt("refine", &last, reasons, rounds.len());

@@ -507,15 +507,8 @@ impl ItemsStage {
 
     /// The video's right label for the task (its `label_column`), when it has one.
     fn video_label(&self, rec: &VideoRecord, cx: &StageContext) -> Option<String> {
-        self.task
-            .file
-            .reference
-            .label_column
-            .as_ref()
-            .and_then(|c| {
-                let i = cx.extras.iter().position(|n| n == c)?;
-                rec.extra.get(i).cloned().flatten()
-            })
+        let column = self.task.file.reference.label_column.as_ref()?;
+        super::model_inputs::extra_column(rec, &cx.extras, column)
     }
 
     /// The row of drafted item `k` from how its loop ended: the kept round's reference, or the

@@ -12,14 +12,14 @@
 //! only). Thresholds are not in the fingerprint: `rethreshold --set blind.flag_at=1` re-decides
 //! from the stored counts with no call.
 
-use super::items::{letter, parse_letter};
+use super::items::{letter, parse_letter, question_lines};
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::{ErrorKind, StageError};
 use crate::record::{QuestionItem, Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext, StageEstimate};
 use crate::stages::model_call::Call;
-use crate::stages::model_inputs::ask_text;
+use crate::stages::model_inputs::{ask_text, stage_service};
 use crate::stages::{BuildCx, Built, ThresholdError, compute_settings};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -145,11 +145,7 @@ pub fn build(
         ));
     }
     compute["prompt"] = serde_json::json!(crate::stages::model_inputs::text_hash(BLIND_PROMPT));
-    let svc = bcx.llm_service(
-        &cfg.service,
-        &crate::config::key_at(compute_at, "service"),
-        common,
-    )?;
+    let svc = stage_service(bcx, common, compute_at, &cfg.service)?;
     Ok(Built {
         task: Box::new(ProcessorTask(Arc::new(BlindStage {
             call: Call {
@@ -174,11 +170,7 @@ pub fn build(
 
 /// The prompt for one item: the question and its options as shown, nothing else.
 pub fn blind_prompt(item: &QuestionItem) -> String {
-    let mut s = format!("{BLIND_PROMPT}\n\nQuestion: {}\n", item.question);
-    for (i, o) in item.options.iter().enumerate() {
-        s += &format!("{}. {o}\n", letter(i));
-    }
-    s
+    format!("{BLIND_PROMPT}\n\n{}", question_lines(item))
 }
 
 #[async_trait]

@@ -8,6 +8,7 @@
 //! requires it, the missing-context note.
 
 use crate::config::taxonomy::Taxonomy;
+use crate::record::QuestionItem;
 use serde::{Deserialize, Serialize};
 
 /// An item as the model drafts it (the structured answer's `items[]`).
@@ -242,6 +243,15 @@ fn evidence_problems(d: &Draft, frames_shown: usize, why: &mut Vec<Problem>) {
     }
 }
 
+/// A kept item as a prompt shows it: the question, then each option after its letter.
+pub fn question_lines(item: &QuestionItem) -> String {
+    let mut s = format!("Question: {}\n", item.question);
+    for (i, o) in item.options.iter().enumerate() {
+        s += &format!("{}. {o}\n", letter(i));
+    }
+    s
+}
+
 /// An item's id: the video, the level and the item's place among that level's items. Stable
 /// when the item is drafted again, so its shuffle (and a reviewer's decision) stays with it.
 pub fn item_id(video_id: &str, level: &str, k: usize) -> String {
@@ -292,6 +302,27 @@ pub fn permutation(item_id: &str, n: usize) -> Vec<u32> {
         .into_iter()
         .map(|i| i as u32)
         .collect()
+}
+
+/// The option a short answer names: "B", "(b)", "B.", "Answer: B", "The answer is B because…";
+/// None when it names none or several. (Scoring parses more shapes; a check only needs these.)
+pub fn parse_letter(text: &str, n: usize) -> Option<usize> {
+    let t = text.trim();
+    let t = t
+        .strip_prefix("Answer:")
+        .or_else(|| t.strip_prefix("answer:"))
+        .or_else(|| t.strip_prefix("The answer is"))
+        .or_else(|| t.strip_prefix("the answer is"))
+        .unwrap_or(t)
+        .trim();
+    let mut chars = t
+        .chars()
+        .filter(|c| !matches!(c, '(' | ')' | '[' | ']' | '*'));
+    let first = chars.next()?.to_ascii_uppercase();
+    let next = chars.next();
+    let alone = next.is_none_or(|c| !c.is_alphanumeric());
+    let i = (first as u32).checked_sub('A' as u32)? as usize;
+    (first.is_ascii_uppercase() && alone && i < n).then_some(i)
 }
 
 #[cfg(test)]
@@ -365,28 +396,25 @@ mod tests {
         }
     }
 
-    fn codes(d: &Draft) -> Vec<String> {
+    /// `d` checked under HarmVideoBench's levels, 12 frames shown, the default rules.
+    fn checked(d: &Draft) -> Result<usize, ItemProblems> {
         check(d, &taxonomy(), 12, &ItemRules::default())
-            .unwrap_err()
-            .codes()
+    }
+
+    fn codes(d: &Draft) -> Vec<String> {
+        checked(d).unwrap_err().codes()
     }
 
     fn problems(d: &Draft) -> String {
-        check(d, &taxonomy(), 12, &ItemRules::default())
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default()
+        checked(d).err().map(|e| e.to_string()).unwrap_or_default()
     }
 
     #[test]
     fn a_good_item_passes_and_its_answer_is_found() {
-        assert_eq!(
-            check(&good(), &taxonomy(), 12, &ItemRules::default()),
-            Ok(1)
-        );
+        assert_eq!(checked(&good()), Ok(1));
         let mut d = good();
         d.answer = "(b).".into();
-        assert_eq!(check(&d, &taxonomy(), 12, &ItemRules::default()), Ok(1));
+        assert_eq!(checked(&d), Ok(1));
     }
 
     #[test]
@@ -424,7 +452,7 @@ mod tests {
         assert!(problems(&d).contains("context_note"));
         assert_eq!(codes(&d), ["missing_context"]);
         d.context_note = "The phrase is a slur in one community.".into();
-        assert!(check(&d, &taxonomy(), 12, &ItemRules::default()).is_ok());
+        assert!(checked(&d).is_ok());
         let mut d = good();
         d.evidence.frames = vec![12];
         assert!(problems(&d).contains("evidence frame 12 was not shown"));
@@ -468,32 +496,6 @@ mod tests {
             "{counts:?}"
         );
     }
-}
-
-/// The option a short answer names: "B", "(b)", "B.", "Answer: B", "The answer is B because…";
-/// None when it names none or several. (Scoring parses more shapes; a check only needs these.)
-pub fn parse_letter(text: &str, n: usize) -> Option<usize> {
-    let t = text.trim();
-    let t = t
-        .strip_prefix("Answer:")
-        .or_else(|| t.strip_prefix("answer:"))
-        .or_else(|| t.strip_prefix("The answer is"))
-        .or_else(|| t.strip_prefix("the answer is"))
-        .unwrap_or(t)
-        .trim();
-    let mut chars = t
-        .chars()
-        .filter(|c| !matches!(c, '(' | ')' | '[' | ']' | '*'));
-    let first = chars.next()?.to_ascii_uppercase();
-    let next = chars.next();
-    let alone = next.is_none_or(|c| !c.is_alphanumeric());
-    let i = (first as u32).checked_sub('A' as u32)? as usize;
-    (first.is_ascii_uppercase() && alone && i < n).then_some(i)
-}
-
-#[cfg(test)]
-mod letter_tests {
-    use super::parse_letter;
 
     #[test]
     fn short_answers_name_their_option() {

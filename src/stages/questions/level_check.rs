@@ -11,15 +11,15 @@
 //! the senior reviewer like a disagreement, and the video's other items go on. `select = { max_disagreements = N }`: a video with
 //! more disagreeing items is dropped (default: none dropped, record only).
 
-use super::items::letter;
-use crate::config::taxonomy::{HARMVIDEOBENCH, Taxonomy};
+use super::items::question_lines;
+use crate::config::taxonomy::Taxonomy;
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::{ErrorKind, StageError};
 use crate::record::{QuestionItem, Slot, VideoRecord};
 use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext, StageEstimate};
 use crate::stages::model_call::Call;
-use crate::stages::model_inputs::{ask_validated, text_hash};
+use crate::stages::model_inputs::{ask_validated, stage_service, text_hash};
 use crate::stages::structured::{OutputSchema, SchemaProblem};
 use crate::stages::{BuildCx, Built, ThresholdError, compute_settings};
 use async_trait::async_trait;
@@ -113,11 +113,8 @@ pub fn build(
 ) -> Result<Built, ConfigError> {
     let (cfg, mut compute): (LevelCheckConfig, _) = compute_settings(common, compute_at, bcx)?;
     let select: LevelCheckSelect = crate::stages::select_settings(common, select_at, bcx)?;
-    let (taxonomy, src) = match &cfg.taxonomy {
-        Some(p) => Taxonomy::load(&bcx.resolve(p))?,
-        None => Taxonomy::parse(Path::new("(built in)"), HARMVIDEOBENCH.to_string())?,
-    };
-    compute["taxonomy"] = json!(text_hash(&src.text));
+    let (taxonomy, text) = super::taxonomy_file(&cfg.taxonomy, bcx)?;
+    compute["taxonomy"] = json!(text_hash(&text));
     let levels: Vec<&str> = taxonomy.levels.iter().map(|l| l.name.as_str()).collect();
     let schema = OutputSchema::new(
         "item_level",
@@ -130,11 +127,7 @@ pub fn build(
         Path::new("(built from the taxonomy)"),
     )
     .expect("a valid schema");
-    let svc = bcx.llm_service(
-        &cfg.service,
-        &crate::config::key_at(compute_at, "service"),
-        common,
-    )?;
+    let svc = stage_service(bcx, common, compute_at, &cfg.service)?;
     let call = Call {
         svc,
         model: cfg.model.clone(),
@@ -162,13 +155,10 @@ pub fn build(
 impl LevelCheckStage {
     fn prompt(&self, item: &QuestionItem) -> String {
         let mut s = format!(
-            "Assign this multiple-choice item to one level of the taxonomy below, applying the boundary tests. Reply with the JSON object {{\"level\": NAME}}.\n\n{}\nQuestion: {}\n",
+            "Assign this multiple-choice item to one level of the taxonomy below, applying the boundary tests. Reply with the JSON object {{\"level\": NAME}}.\n\n{}\n{}",
             self.taxonomy.prompt_text(),
-            item.question
+            question_lines(item)
         );
-        for (i, o) in item.options.iter().enumerate() {
-            s += &format!("{}. {o}\n", letter(i));
-        }
         s += &format!("Correct answer: {}\n", item.answer);
         if !item.rationale.is_empty() {
             s += &format!("Rationale: {}\n", item.rationale);

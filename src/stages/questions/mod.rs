@@ -249,17 +249,7 @@ pub fn build(
     let ((taxonomy, taxonomy_text), prompt) = match &cfg.task {
         Some(p) => from_task(&cfg, &bcx.resolve(p), compute_at, bcx)?,
         None => (
-            match &cfg.taxonomy {
-                Some(p) => {
-                    let (t, src) = Taxonomy::load(&bcx.resolve(p))?;
-                    (t, src.text)
-                }
-                None => {
-                    let (t, src) =
-                        Taxonomy::parse(Path::new("(built in)"), HARMVIDEOBENCH.to_string())?;
-                    (t, src.text)
-                }
-            },
+            taxonomy_file(&cfg.taxonomy, bcx)?,
             super::model_inputs::prompt_text(&cfg.prompt, QUESTIONS_PROMPT, compute_at, bcx)?,
         ),
     };
@@ -314,6 +304,19 @@ pub fn build(
         version: 3,
         default_in_flight: 8,
     })
+}
+
+/// The taxonomy file `path` names (relative to the pipeline file), else HarmVideoBench's
+/// levels; with its text, what a fingerprint holds.
+pub fn taxonomy_file(
+    path: &Option<PathBuf>,
+    bcx: &BuildCx,
+) -> Result<(Taxonomy, String), ConfigError> {
+    let (t, src) = match path {
+        Some(p) => Taxonomy::load(&bcx.resolve(p))?,
+        None => Taxonomy::parse(Path::new("(built in)"), HARMVIDEOBENCH.to_string())?,
+    };
+    Ok((t, src.text))
 }
 
 /// The taxonomy (with its text) and the draft prompt of a task file drafted per level.
