@@ -28,7 +28,7 @@ use crate::error::RunError;
 use agreement::*;
 pub use export::export;
 use export::*;
-pub use import::{ImportReport, Problem, import, render};
+pub use import::{ImportReport, import, render};
 use std::path::{Path, PathBuf};
 
 /// What `annotate export` is asked for.

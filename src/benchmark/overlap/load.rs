@@ -32,8 +32,6 @@ pub struct Video {
 
 #[derive(Debug, Clone)]
 pub struct Item {
-    /// `questions`, or the task's name.
-    pub config: String,
     pub item_id: String,
     pub video_id: String,
     pub split: Option<String>,
@@ -70,7 +68,7 @@ pub fn open(path: &Path, frames: bool) -> Result<Collection, RunError> {
         }
         let mut items = vec![];
         for f in parquet_files(&path.join("questions"))? {
-            read_items(&f, "questions", None, &mut items)?;
+            read_items(&f, None, &mut items)?;
         }
         read_task_items(path, &mut items)?;
         return Ok(Collection {
@@ -301,12 +299,7 @@ fn hash_all(work: Vec<(usize, Vec<Frame>)>) -> Result<Vec<Hashed>, RunError> {
     })
 }
 
-fn read_items(
-    file: &Path,
-    config: &str,
-    template: Option<&str>,
-    out: &mut Vec<Item>,
-) -> Result<(), RunError> {
+fn read_items(file: &Path, template: Option<&str>, out: &mut Vec<Item>) -> Result<(), RunError> {
     let norm = crate::benchmark::text::norm;
     for b in batches(file)? {
         let items = required(&b, "item_id", file)?;
@@ -335,7 +328,6 @@ fn read_items(
                 text.push_str(&o);
             }
             out.push(Item {
-                config: config.to_string(),
                 item_id: item.clone(),
                 video_id: video.clone(),
                 split: splits.as_ref().and_then(|s| s[i].clone()),
@@ -362,7 +354,7 @@ fn read_task_items(root: &Path, out: &mut Vec<Item>) -> Result<(), RunError> {
             )));
         };
         for f in parquet_files(&root.join("tasks").join(name))? {
-            read_items(&f, name, Some(q), out)?;
+            read_items(&f, Some(q), out)?;
         }
     }
     Ok(())
