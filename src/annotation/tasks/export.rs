@@ -3,7 +3,7 @@
 
 use super::{KIND, KIND_KEY, Media, list_control, to_frames};
 use crate::benchmark::formats::{Format, option_label};
-use crate::benchmark::review::DECISIONS;
+use crate::benchmark::review::{DECISIONS, xml, xml_choices as choices};
 use crate::benchmark::task::Task;
 use crate::error::RunError;
 use crate::record::BenchItem;
@@ -15,21 +15,9 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-fn xml(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('"', "&quot;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
 /// The label config of `task`'s review: the video, the question and what the item shows, the
 /// decision, the format's controls, the reason of a rejection.
 pub fn label_config(task: &Task, options: usize) -> String {
-    let choices = |vals: &[String]| {
-        vals.iter()
-            .map(|v| format!("    <Choice value=\"{}\"/>\n", xml(v)))
-            .collect::<String>()
-    };
     let mut x = String::from(
         "<View>\n  <Header value=\"$title\"/>\n  <Video name=\"video\" value=\"$video\" frameRate=\"$fps\" sync=\"timeline\"/>\n  <Header value=\"$question\"/>\n  <Text name=\"shown\" value=\"$shown\"/>\n  <Header value=\"Decision: accept the reference as is, edit it below, or reject the item with a reason\"/>\n  <Choices name=\"decision\" toName=\"video\" choice=\"single\" required=\"true\">\n",
     );

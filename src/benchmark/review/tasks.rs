@@ -12,7 +12,7 @@
 //! nothing.
 
 use super::kappa::krippendorff_alpha;
-use super::{Reviewed, decision_kappa, nominal_kappa};
+use super::{decision_kappa, nominal_kappa};
 use crate::benchmark::formats::Format;
 use crate::benchmark::score::union_iou;
 use crate::benchmark::text::similarity;
@@ -126,25 +126,6 @@ macro_rules! reference_columns {
     )*};
 }
 reference_columns!(BenchItem, TaskReview);
-
-impl Reviewed for TaskReview {
-    fn item(&self) -> &str {
-        &self.item_id
-    }
-    fn annotator(&self) -> &str {
-        &self.annotator
-    }
-    fn decision(&self) -> &str {
-        &self.decision
-    }
-    fn updated_at(&self) -> Option<&str> {
-        self.updated_at.as_deref()
-    }
-    fn adjudicate(&mut self, how: String) {
-        self.annotator = "adjudicated".into();
-        self.decided_by = Some(how);
-    }
-}
 
 /// How alike two references of `format` are, 0 to 1: 1 for equal choices, counts and labels
 /// (else 0); the IoU of merged time ranges; the trigram similarity of texts and lists.
