@@ -187,18 +187,8 @@ pub(super) async fn export_items(
             "predictions": [{"model_version": "vidcurate-questions", "result": as_results(it)}],
         }));
     }
-    let write = |name: &str, bytes: Vec<u8>| {
-        let p = out.join(name);
-        crate::store::write_file(&p, &bytes).map_err(|e| RunError::io(p.display().to_string(), e))
-    };
-    write(
-        "tasks.json",
-        serde_json::to_vec_pretty(&tasks).unwrap_or_default(),
-    )?;
-    write(
-        "label_config.xml",
-        label_config(options.max(2), &levels).into_bytes(),
-    )?;
+    let config = label_config(options.max(2), &levels);
+    super::write_export(out, &tasks, &config, None)?;
     Ok(tasks.len())
 }
 

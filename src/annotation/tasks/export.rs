@@ -203,20 +203,8 @@ pub(in crate::annotation) async fn export_tasks(
                 }));
             }
         }
-        let dir = out.join(&task.file.name);
-        let write = |name: &str, bytes: Vec<u8>| {
-            let p = dir.join(name);
-            crate::store::write_file(&p, &bytes)
-                .map_err(|e| RunError::io(p.display().to_string(), e))
-        };
-        write(
-            "tasks.json",
-            serde_json::to_vec_pretty(&tasks).unwrap_or_default(),
-        )?;
-        write(
-            "label_config.xml",
-            label_config(&task, options).into_bytes(),
-        )?;
+        let config = label_config(&task, options);
+        crate::annotation::write_export(&out.join(&task.file.name), &tasks, &config, None)?;
         done.push((task.file.name.clone(), tasks.len()));
     }
     Ok(done)
