@@ -166,7 +166,7 @@ pub fn score_item(
 
 /// The text a prediction's ROUGE-L is measured against: a reference list's items one per line,
 /// else the reference text.
-fn reference_text(format: Format, r: &Reference) -> String {
+pub(crate) fn reference_text(format: Format, r: &Reference) -> String {
     match format {
         Format::ReferenceList => r
             .lists

@@ -158,11 +158,21 @@ fn list_row(col: &ArrayRef, row: usize) -> Option<ArrayRef> {
     }
 }
 
-fn strings(a: &ArrayRef) -> Vec<String> {
-    let Ok(c) = arrow::compute::cast(a, &DataType::Utf8) else {
-        return vec![];
+/// An array's non-null values as text (none when it cannot be cast to text).
+pub(crate) fn strings(a: &ArrayRef) -> Vec<String> {
+    let cast;
+    let a = if a.data_type() == &DataType::Utf8 {
+        a
+    } else {
+        match arrow::compute::cast(a, &DataType::Utf8) {
+            Ok(c) => {
+                cast = c;
+                &cast
+            }
+            Err(_) => return vec![],
+        }
     };
-    let s = c.as_string::<i32>();
+    let s = a.as_string::<i32>();
     (0..s.len())
         .filter(|i| s.is_valid(*i))
         .map(|i| s.value(i).to_string())
