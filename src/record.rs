@@ -246,7 +246,7 @@ pub struct QuestionItem {
 
 /// One benchmark item of a task file (an `items` stage's rows): what it asks, its typed
 /// reference in the columns of its format, and where the reference came from.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct BenchItem {
     /// `<video>:<task>:<k>`.
     pub item_id: String,

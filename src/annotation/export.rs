@@ -90,7 +90,7 @@ pub async fn export(run_dir: &Path, opts: &ExportOptions) -> Result<usize, RunEr
     let csv = csv
         .into_inner()
         .map_err(|e| RunError::Internal(e.to_string()))?;
-    write_export(&opts.out, &tasks, csv)?;
+    write_export(&opts.out, &tasks, LABEL_CONFIG, Some(csv))?;
     Ok(tasks.len())
 }
 
@@ -229,17 +229,4 @@ impl TaskColumns {
         let dur = duration.map(|d| d.to_string()).unwrap_or_default();
         (task, [v.to_string(), url, title, format!("{fps}"), dur])
     }
-}
-
-pub(super) fn write_export(out: &Path, tasks: &[Value], csv: Vec<u8>) -> Result<(), RunError> {
-    let write = |name: &str, data: Vec<u8>| {
-        let p = out.join(name);
-        crate::store::write_file(&p, &data).map_err(|e| RunError::io(p.display().to_string(), e))
-    };
-    write(
-        "tasks.json",
-        serde_json::to_vec_pretty(tasks).unwrap_or_default(),
-    )?;
-    write("label_config.xml", LABEL_CONFIG.as_bytes().to_vec())?;
-    write("tasks.csv", csv)
 }

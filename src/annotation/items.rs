@@ -14,6 +14,7 @@
 use super::Rule;
 use crate::benchmark::formats::letter;
 use crate::benchmark::review::items::*;
+use crate::benchmark::review::xml_choices as choices;
 use crate::benchmark::text::norm;
 use crate::error::RunError;
 use crate::record::QuestionItem;
@@ -29,11 +30,6 @@ use std::sync::Arc;
 /// The label config: the video, caption and checks shown; decision, question, options (A to
 /// the most options an item has), answer, level and reason to fill in.
 pub fn label_config(options: usize, levels: &[String]) -> String {
-    let choices = |vals: &[String]| {
-        vals.iter()
-            .map(|v| format!("    <Choice value=\"{}\"/>\n", xml_escape(v)))
-            .collect::<String>()
-    };
     let mut x = String::from(
         "<View>\n  <Header value=\"$title\"/>\n  <Video name=\"video\" value=\"$video\"/>\n  <Header value=\"Caption (the model's, for context)\"/>\n  <Text name=\"caption\" value=\"$caption\"/>\n  <Header value=\"Checks the pipeline made\"/>\n  <Text name=\"flags\" value=\"$flags\"/>\n  <Header value=\"Decision: accept as is, edit below, or reject with a reason\"/>\n  <Choices name=\"decision\" toName=\"video\" choice=\"single\" required=\"true\">\n",
     );
@@ -52,13 +48,6 @@ pub fn label_config(options: usize, levels: &[String]) -> String {
     x += &choices(levels);
     x += "  </Choices>\n  <Header value=\"Why rejected\"/>\n  <TextArea name=\"reject_reason\" toName=\"video\" rows=\"1\" maxSubmissions=\"1\" editable=\"true\"/>\n</View>\n";
     x
-}
-
-fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('"', "&quot;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 /// The run's questions stage, its items (every item, kept or not) with their video, by video,
@@ -198,18 +187,8 @@ pub(super) async fn export_items(
             "predictions": [{"model_version": "vidcurate-questions", "result": as_results(it)}],
         }));
     }
-    let write = |name: &str, bytes: Vec<u8>| {
-        let p = out.join(name);
-        crate::store::write_file(&p, &bytes).map_err(|e| RunError::io(p.display().to_string(), e))
-    };
-    write(
-        "tasks.json",
-        serde_json::to_vec_pretty(&tasks).unwrap_or_default(),
-    )?;
-    write(
-        "label_config.xml",
-        label_config(options.max(2), &levels).into_bytes(),
-    )?;
+    let config = label_config(options.max(2), &levels);
+    super::write_export(out, &tasks, &config, None)?;
     Ok(tasks.len())
 }
 

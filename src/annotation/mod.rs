@@ -28,7 +28,7 @@ use crate::error::RunError;
 use agreement::*;
 pub use export::export;
 use export::*;
-pub use import::{ImportReport, Problem, import, render};
+pub use import::{ImportReport, import, render};
 use std::path::{Path, PathBuf};
 
 /// What `annotate export` is asked for.
@@ -86,6 +86,26 @@ pub const LABEL_CONFIG: &str = r##"<View>
   </Choices>
 </View>
 "##;
+
+/// Writes a Label Studio project into `out`: its tasks.json, label_config.xml and, for the
+/// 8 fields, tasks.csv.
+fn write_export(
+    out: &Path,
+    tasks: &[serde_json::Value],
+    config: &str,
+    csv: Option<Vec<u8>>,
+) -> Result<(), RunError> {
+    let write = |name: &str, data: Vec<u8>| {
+        let p = out.join(name);
+        crate::store::write_file(&p, &data).map_err(|e| RunError::io(p.display().to_string(), e))
+    };
+    write(
+        "tasks.json",
+        serde_json::to_vec_pretty(tasks).unwrap_or_default(),
+    )?;
+    write("label_config.xml", config.as_bytes().to_vec())?;
+    csv.map_or(Ok(()), |csv| write("tasks.csv", csv))
+}
 
 /// `annotate export --task`: one Label Studio project per task, with its number of tasks.
 pub use export::export_tasks;

@@ -361,6 +361,19 @@ mod tests {
         assert!(skipped[0].contains("r9c9"), "{skipped:?}");
     }
 
+    fn keg_input(times: &[f64], duration: f64, per_video: usize) -> DeriveInput<'_> {
+        DeriveInput {
+            video_id: "v",
+            task: "keg",
+            options: &[],
+            shown: None,
+            pool: &[],
+            frame_times: times,
+            duration_secs: Some(duration),
+            per_video,
+        }
+    }
+
     #[test]
     fn ranges_cover_runs_of_sampled_frames_to_half_the_gap() {
         // Frames every second at 0.5, 1.5, …, 7.5; the text on frames 1–3 and 6.
@@ -369,16 +382,7 @@ mod tests {
             .iter()
             .map(|f| region(*f, times[*f as usize], "TXT", "red", "c", 5))
             .collect();
-        let cx = DeriveInput {
-            video_id: "v",
-            task: "keg",
-            options: &[],
-            shown: None,
-            pool: &[],
-            frame_times: &times,
-            duration_secs: Some(8.0),
-            per_video: 1,
-        };
+        let cx = keg_input(&times, 8.0, 1);
         let (items, _) = text_items("text_ranges", &regions, &cx);
         assert_eq!(
             items[0].answer,
@@ -413,16 +417,7 @@ mod tests {
         assert_eq!(t.len(), 1);
         assert_eq!(t[0].text, "BREAKING NEWS");
         assert_eq!(t[0].regions.len(), 4);
-        let cx = DeriveInput {
-            video_id: "v",
-            task: "keg",
-            options: &[],
-            shown: None,
-            pool: &[],
-            frame_times: &times,
-            duration_secs: Some(4.0),
-            per_video: 2,
-        };
+        let cx = keg_input(&times, 4.0, 2);
         let (items, _) = text_items("text_ranges", &regions, &cx);
         assert_eq!(items.len(), 1);
         assert_eq!(items[0].answer, Answer::Ranges(vec![[0.0, 4.0]]));

@@ -237,6 +237,13 @@ fn option_text_match(text: &str, options: &[String]) -> Option<usize> {
     options.iter().position(|o| norm(o) == t)
 }
 
+/// Letter `i` named among `n` options it is not one of.
+fn not_an_option(i: usize, n: usize) -> Problem {
+    let last = letter(n.max(1) - 1);
+    let msg = format!("{} is not an option: the options are A–{last}", letter(i));
+    problem("not_an_option", msg)
+}
+
 fn one_letter(text: &str, options: &[String]) -> Result<usize, Problem> {
     if let Some(i) = option_text_match(text, options) {
         return Ok(i);
@@ -254,14 +261,7 @@ fn one_letter(text: &str, options: &[String]) -> Result<usize, Problem> {
             ),
         )),
         [i] if *i < options.len() => Ok(*i),
-        [i] => Err(problem(
-            "not_an_option",
-            format!(
-                "{} is not an option: the options are A–{}",
-                letter(*i),
-                letter(options.len().max(1) - 1)
-            ),
-        )),
+        [i] => Err(not_an_option(*i, options.len())),
         many => Err(problem(
             "several_options",
             format!(
@@ -303,14 +303,7 @@ fn letters(
         _ => letters_in(text, options.len()),
     };
     if let Some(bad) = found.iter().find(|i| **i >= options.len()) {
-        return Err(problem(
-            "not_an_option",
-            format!(
-                "{} is not an option: the options are A–{}",
-                letter(*bad),
-                letter(options.len().max(1) - 1)
-            ),
-        ));
+        return Err(not_an_option(*bad, options.len()));
     }
     found.sort_unstable();
     found.dedup();

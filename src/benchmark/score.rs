@@ -93,10 +93,6 @@ impl Values {
         self.pairs[..=n].sort_by(|a, b| a.0.cmp(b.0));
     }
 
-    pub fn get(&self, name: &str) -> Option<f64> {
-        self.iter().find(|p| p.0 == name).map(|p| p.1)
-    }
-
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, f64)> + '_ {
         self.pairs[..usize::from(self.len)].iter().copied()
     }
@@ -170,7 +166,7 @@ pub fn score_item(
 
 /// The text a prediction's ROUGE-L is measured against: a reference list's items one per line,
 /// else the reference text.
-fn reference_text(format: Format, r: &Reference) -> String {
+pub(crate) fn reference_text(format: Format, r: &Reference) -> String {
     match format {
         Format::ReferenceList => r
             .lists
@@ -461,7 +457,10 @@ mod tests {
             v.iter().collect::<Vec<_>>(),
             [("accuracy", 1.0), ("rouge_l", 0.5)]
         );
-        assert_eq!((v["rouge_l"], v.get("jaccard")), (0.5, None));
+        assert_eq!(
+            (v["rouge_l"], v.iter().find(|p| p.0 == "jaccard")),
+            (0.5, None)
+        );
         assert_eq!(
             serde_json::to_string(&v).unwrap(),
             r#"{"accuracy":1.0,"rouge_l":0.5}"#

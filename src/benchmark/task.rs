@@ -127,37 +127,36 @@ pub struct DerivedRule {
     pub stage: &'static str,
     pub format: Format,
     pub needs: &'static [&'static str],
-    pub about: &'static str,
 }
 
 pub const DERIVED_RULES: &[DerivedRule] = &[
+    // The named colour bin of a creator-added region's stroke HSV (CCP).
     DerivedRule {
         name: "text_colour",
         stage: "ocr",
         format: Format::SingleChoice,
         needs: &["text", "text_color", "creator_added"],
-        about: "the named colour bin of a creator-added region's stroke HSV (CCP)",
     },
+    // The 30-cell grid position of a creator-added region (CPP).
     DerivedRule {
         name: "text_cell",
         stage: "ocr",
         format: Format::SingleChoice,
         needs: &["text", "grid_cell", "creator_added"],
-        about: "the 30-cell grid position of a creator-added region (CPP)",
     },
+    // The time ranges a creator-added text is on screen, from its OCR track (KEG).
     DerivedRule {
         name: "text_ranges",
         stage: "ocr",
         format: Format::TimeRanges,
         needs: &["text", "timestamp_secs", "creator_added"],
-        about: "the time ranges a creator-added text is on screen, from its OCR track (KEG)",
     },
+    // Shot boundaries counted, a draft for people: a cut is not an angle (SAC).
     DerivedRule {
         name: "shot_count",
         stage: "shots",
         format: Format::Count,
         needs: &["shots_in_video"],
-        about: "shot boundaries counted, a draft for people: a cut is not an angle (SAC)",
     },
 ];
 

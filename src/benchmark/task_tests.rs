@@ -138,80 +138,47 @@ fn bad_task_files_name_the_line_and_key() {
 
 #[test]
 fn derived_references_must_name_a_real_rule_stage_and_columns() {
-    let derived = |rule: &str, stage: &str, columns: &str, format: &str, metric: &str| {
+    let derived = |(rule, stage, columns, format): (&str, &str, &str, &str)| {
         format!(
             "name = \"x\"\ncategory = \"perception\"\ntargets = [\"creator_added\"]\nformat = \"{format}\"\n\
-             definition = \"d\"\nquestion = \"q\"\noptions = [\"a\", \"b\"]\nmetrics = [\"{metric}\"]\n\n\
+             definition = \"d\"\nquestion = \"q\"\noptions = [\"a\", \"b\"]\nmetrics = [\"accuracy\"]\n\n\
              [reference]\nfrom = \"derived\"\nrule = \"{rule}\"\nstage = \"{stage}\"\ncolumns = [{columns}]\n"
         )
     };
     let ok = "\"text\", \"text_color\", \"creator_added\"";
-    parse(&derived(
-        "text_colour",
-        "ocr",
-        ok,
-        "single_choice",
-        "accuracy",
-    ))
-    .unwrap();
-    let e = parse(&derived(
-        "text_colour",
-        "shots",
-        ok,
-        "single_choice",
-        "accuracy",
-    ))
-    .unwrap_err()
-    .to_string();
-    assert!(
-        e.contains(":13") && e.contains("reference.stage") && e.contains("`ocr`"),
-        "{e}"
-    );
-    let e = parse(&derived(
-        "text_colour",
-        "ocr",
-        "\"text\", \"font_colour\"",
-        "single_choice",
-        "accuracy",
-    ))
-    .unwrap_err()
-    .to_string();
-    assert!(
-        e.contains(":14") && e.contains("reference.columns[1]") && e.contains("\"font_colour\""),
-        "{e}"
-    );
-    let e = parse(&derived(
-        "text_colour",
-        "ocr",
-        "\"text\"",
-        "single_choice",
-        "accuracy",
-    ))
-    .unwrap_err()
-    .to_string();
-    assert!(e.contains("reads the column \"text_color\""), "{e}");
-    let e = parse(&derived("palette", "ocr", ok, "single_choice", "accuracy"))
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains(":12") && e.contains("reference.rule") && e.contains("text_colour"),
-        "{e}"
-    );
-    let e = parse(&derived(
-        "shot_count",
-        "shots",
-        "\"shots_in_video\"",
-        "single_choice",
-        "accuracy",
-    ))
-    .unwrap_err()
-    .to_string();
-    assert!(e.contains("yields count answers"), "{e}");
-    let e = parse(&derived("text_colour", "ocr", ok, "count", "accuracy"))
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains(":7") && e.contains("a count task has no options"),
-        "{e}"
-    );
+    let choice = "single_choice";
+    parse(&derived(("text_colour", "ocr", ok, choice))).unwrap();
+    let font = "\"text\", \"font_colour\"";
+    let cases: &[((&str, &str, &str, &str), &[&str])] = &[
+        (
+            ("text_colour", "shots", ok, choice),
+            &[":13", "reference.stage", "`ocr`"],
+        ),
+        (
+            ("text_colour", "ocr", font, choice),
+            &[":14", "reference.columns[1]", "\"font_colour\""],
+        ),
+        (
+            ("text_colour", "ocr", "\"text\"", choice),
+            &["reads the column \"text_color\""],
+        ),
+        (
+            ("palette", "ocr", ok, choice),
+            &[":12", "reference.rule", "text_colour"],
+        ),
+        (
+            ("shot_count", "shots", "\"shots_in_video\"", choice),
+            &["yields count answers"],
+        ),
+        (
+            ("text_colour", "ocr", ok, "count"),
+            &[":7", "a count task has no options"],
+        ),
+    ];
+    for (task, wants) in cases {
+        let e = parse(&derived(*task)).unwrap_err().to_string();
+        for w in *wants {
+            assert!(e.contains(w), "{task:?}: wanted {w:?} in {e}");
+        }
+    }
 }

@@ -6,7 +6,7 @@
 //! Cohen's kappa on hit / miss, Krippendorff's alpha (interval) on each rating.
 
 use super::judge::{Ask, Judge, RATINGS, Verdict};
-use crate::benchmark::formats::Answer;
+use crate::benchmark::formats::{Answer, Format};
 use crate::benchmark::review::kappa::{cohen_kappa, krippendorff_alpha_interval};
 use crate::benchmark::score::{ItemScore, Reference};
 use crate::error::RunError;
@@ -42,11 +42,7 @@ pub(super) fn judged_text(s: &ItemScore) -> Option<String> {
 /// The reference a rating compares with: the text, or the lists' items one per line.
 pub(super) fn reference_text(r: &Reference) -> String {
     if r.text.is_empty() {
-        r.lists
-            .iter()
-            .flat_map(|(_, items)| items.iter().cloned())
-            .collect::<Vec<_>>()
-            .join("\n")
+        crate::benchmark::score::reference_text(Format::ReferenceList, r)
     } else {
         r.text.clone()
     }

@@ -25,7 +25,7 @@ pub mod split;
 pub mod tasks;
 pub mod variants;
 
-pub use labels::{Confusion, Metrics, Report, SignalLengths, evaluate, render};
+pub use labels::{evaluate, render};
 
 use crate::error::RunError;
 use arrow::array::{Array, RecordBatch};
@@ -132,12 +132,7 @@ impl Row {
 /// A predictions file (CSV with a header, JSONL, or Parquet) as rows of text fields, and the
 /// columns it has. Values are trimmed.
 pub(crate) fn read_rows(path: &Path) -> Result<(Vec<Row>, Vec<String>), RunError> {
-    let shown = path.display().to_string();
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase();
+    let (shown, ext) = rows::shown_and_ext(path);
     match ext.as_str() {
         "csv" => read_csv_rows(path, &shown),
         "jsonl" | "json" => read_jsonl_rows(path, &shown),

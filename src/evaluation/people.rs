@@ -15,6 +15,7 @@
 //! the judge's verdicts exactly.
 
 use super::judge::RATINGS;
+use crate::benchmark::review::xml;
 use crate::error::RunError;
 use crate::store::shards::text_column;
 use serde_json::{Value, json};
@@ -167,13 +168,6 @@ pub(super) fn judgeables(
         models: by_model.into_keys().collect(),
         scored: loaded.scored(scope, other),
     })
-}
-
-fn xml(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('"', "&quot;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 /// The project's config: the question and the answer; `elements` hit / miss controls, each

@@ -7,6 +7,7 @@
 //! Reads `tasks/<task>/*.parquet` of a release (only `item_id` of a split not scored); writes,
 //! calls and caches nothing.
 
+use crate::benchmark::overlap::load::strings;
 use crate::benchmark::score::Reference;
 use crate::error::RunError;
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
@@ -117,26 +118,6 @@ fn list(b: &RecordBatch, name: &str) -> Result<Option<ArrayRef>, arrow::error::A
         }
         _ => Ok(Some(c.clone())),
     }
-}
-
-fn strings(a: &ArrayRef) -> Vec<String> {
-    let cast;
-    let a = if a.data_type() == &DataType::Utf8 {
-        a
-    } else {
-        match arrow::compute::cast(a, &DataType::Utf8) {
-            Ok(c) => {
-                cast = c;
-                &cast
-            }
-            Err(_) => return vec![],
-        }
-    };
-    let s = a.as_string::<i32>();
-    (0..s.len())
-        .filter(|i| s.is_valid(*i))
-        .map(|i| s.value(i).to_string())
-        .collect()
 }
 
 /// The columns of one batch a reference is read from (absent ones are None).

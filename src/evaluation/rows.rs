@@ -47,6 +47,12 @@ pub struct Found {
     pub seen: [bool; MAX_COLUMNS],
 }
 
+/// The file as messages name it, and its extension in lower case (what says how to read it).
+pub(crate) fn shown_and_ext(path: &Path) -> (String, String) {
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    (path.display().to_string(), ext.to_ascii_lowercase())
+}
+
 /// Calls `each` for every row of `path` with the values of `names`.
 pub fn each_row(
     path: &Path,
@@ -54,12 +60,7 @@ pub fn each_row(
     mut each: impl FnMut(Loc, &Fields) -> Result<(), RunError>,
 ) -> Result<Found, RunError> {
     assert!(names.len() <= MAX_COLUMNS, "at most {MAX_COLUMNS} columns");
-    let shown = path.display().to_string();
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase();
+    let (shown, ext) = shown_and_ext(path);
     match ext.as_str() {
         "jsonl" | "json" => jsonl(path, &shown, names, &mut each),
         "csv" => csv_rows(path, &shown, names, &mut each),
@@ -74,12 +75,7 @@ pub fn each_row(
 /// which kind of predictions a file holds before it is read whole.
 pub fn peek(path: &Path, names: &[&str]) -> Result<(Found, Option<Vec<Option<String>>>), RunError> {
     use std::io::BufRead;
-    let shown = path.display().to_string();
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase();
+    let (shown, ext) = shown_and_ext(path);
     let mut first = None;
     let mut keep = |f: &Fields| {
         first = Some(

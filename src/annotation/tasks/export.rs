@@ -3,7 +3,7 @@
 
 use super::{KIND, KIND_KEY, Media, list_control, to_frames};
 use crate::benchmark::formats::{Format, option_label};
-use crate::benchmark::review::DECISIONS;
+use crate::benchmark::review::{DECISIONS, xml, xml_choices as choices};
 use crate::benchmark::task::Task;
 use crate::error::RunError;
 use crate::record::BenchItem;
@@ -15,21 +15,9 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-fn xml(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('"', "&quot;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
 /// The label config of `task`'s review: the video, the question and what the item shows, the
 /// decision, the format's controls, the reason of a rejection.
 pub fn label_config(task: &Task, options: usize) -> String {
-    let choices = |vals: &[String]| {
-        vals.iter()
-            .map(|v| format!("    <Choice value=\"{}\"/>\n", xml(v)))
-            .collect::<String>()
-    };
     let mut x = String::from(
         "<View>\n  <Header value=\"$title\"/>\n  <Video name=\"video\" value=\"$video\" frameRate=\"$fps\" sync=\"timeline\"/>\n  <Header value=\"$question\"/>\n  <Text name=\"shown\" value=\"$shown\"/>\n  <Header value=\"Decision: accept the reference as is, edit it below, or reject the item with a reason\"/>\n  <Choices name=\"decision\" toName=\"video\" choice=\"single\" required=\"true\">\n",
     );
@@ -215,20 +203,8 @@ pub(in crate::annotation) async fn export_tasks(
                 }));
             }
         }
-        let dir = out.join(&task.file.name);
-        let write = |name: &str, bytes: Vec<u8>| {
-            let p = dir.join(name);
-            crate::store::write_file(&p, &bytes)
-                .map_err(|e| RunError::io(p.display().to_string(), e))
-        };
-        write(
-            "tasks.json",
-            serde_json::to_vec_pretty(&tasks).unwrap_or_default(),
-        )?;
-        write(
-            "label_config.xml",
-            label_config(&task, options).into_bytes(),
-        )?;
+        let config = label_config(&task, options);
+        crate::annotation::write_export(&out.join(&task.file.name), &tasks, &config, None)?;
         done.push((task.file.name.clone(), tasks.len()));
     }
     Ok(done)

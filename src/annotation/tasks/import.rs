@@ -173,7 +173,7 @@ pub(super) fn review_of(
         .get("reject_reason")
         .map(|t| t.join(" ").trim().to_string())
         .unwrap_or_default();
-    let mut reference = ReferenceColumns::of(made);
+    let mut reference = made.reference();
     if !DECISIONS.contains(&decision.as_str()) {
         return Err(vec![(
             "decision".into(),
@@ -199,9 +199,9 @@ pub(super) fn review_of(
             return Err(vec![(field, format!("{} ({})", p.message, p.code))]);
         }
         let mut row = made.clone();
-        ReferenceColumns::default().apply(&mut row);
+        row.set_reference(ReferenceColumns::default());
         fill_reference(&mut row, task, &draft.to_string(), &made.options, duration);
-        reference = ReferenceColumns::of(&row);
+        reference = row.reference();
     }
     let mut r = TaskReview {
         item_id: made.item_id.clone(),
@@ -209,22 +209,9 @@ pub(super) fn review_of(
         task: task.file.name.clone(),
         format: task.format.name().to_string(),
         annotator: who.to_string(),
-        task_id: None,
-        annotation_id: None,
-        updated_at: None,
         decision,
-        answer: String::new(),
-        answer_choices: vec![],
-        answer_count: None,
-        answer_starts: vec![],
-        answer_ends: vec![],
-        answer_text: String::new(),
-        answer_label: String::new(),
-        reference_fields: vec![],
-        reference_items: vec![],
         reject_reason: reason,
-        edit_class: String::new(),
-        decided_by: None,
+        ..Default::default()
     };
     r.set_reference(reference);
     Ok(r)
@@ -346,7 +333,7 @@ fn reviews_of_task(
         .or_else(|| t["data"]["fps"].as_f64())
         .unwrap_or(24.0);
     let duration: Option<f64> = p.and_then(|r| r[1].as_deref()?.parse().ok());
-    let made_ref = ReferenceColumns::of(item);
+    let made_ref = item.reference();
     for a in t["annotations"].as_array().into_iter().flatten() {
         let who = crate::benchmark::review::annotator_of(a);
         if a["was_cancelled"].as_bool() == Some(true) {

@@ -32,8 +32,6 @@ pub struct Video {
 
 #[derive(Debug, Clone)]
 pub struct Item {
-    /// `questions`, or the task's name.
-    pub config: String,
     pub item_id: String,
     pub video_id: String,
     pub split: Option<String>,
@@ -70,7 +68,7 @@ pub fn open(path: &Path, frames: bool) -> Result<Collection, RunError> {
         }
         let mut items = vec![];
         for f in parquet_files(&path.join("questions"))? {
-            read_items(&f, "questions", None, &mut items)?;
+            read_items(&f, None, &mut items)?;
         }
         read_task_items(path, &mut items)?;
         return Ok(Collection {
@@ -160,11 +158,21 @@ fn list_row(col: &ArrayRef, row: usize) -> Option<ArrayRef> {
     }
 }
 
-fn strings(a: &ArrayRef) -> Vec<String> {
-    let Ok(c) = arrow::compute::cast(a, &DataType::Utf8) else {
-        return vec![];
+/// An array's non-null values as text (none when it cannot be cast to text).
+pub(crate) fn strings(a: &ArrayRef) -> Vec<String> {
+    let cast;
+    let a = if a.data_type() == &DataType::Utf8 {
+        a
+    } else {
+        match arrow::compute::cast(a, &DataType::Utf8) {
+            Ok(c) => {
+                cast = c;
+                &cast
+            }
+            Err(_) => return vec![],
+        }
     };
-    let s = c.as_string::<i32>();
+    let s = a.as_string::<i32>();
     (0..s.len())
         .filter(|i| s.is_valid(*i))
         .map(|i| s.value(i).to_string())
@@ -301,12 +309,7 @@ fn hash_all(work: Vec<(usize, Vec<Frame>)>) -> Result<Vec<Hashed>, RunError> {
     })
 }
 
-fn read_items(
-    file: &Path,
-    config: &str,
-    template: Option<&str>,
-    out: &mut Vec<Item>,
-) -> Result<(), RunError> {
+fn read_items(file: &Path, template: Option<&str>, out: &mut Vec<Item>) -> Result<(), RunError> {
     let norm = crate::benchmark::text::norm;
     for b in batches(file)? {
         let items = required(&b, "item_id", file)?;
@@ -335,7 +338,6 @@ fn read_items(
                 text.push_str(&o);
             }
             out.push(Item {
-                config: config.to_string(),
                 item_id: item.clone(),
                 video_id: video.clone(),
                 split: splits.as_ref().and_then(|s| s[i].clone()),
@@ -362,7 +364,7 @@ fn read_task_items(root: &Path, out: &mut Vec<Item>) -> Result<(), RunError> {
             )));
         };
         for f in parquet_files(&root.join("tasks").join(name))? {
-            read_items(&f, name, Some(q), out)?;
+            read_items(&f, Some(q), out)?;
         }
     }
     Ok(())

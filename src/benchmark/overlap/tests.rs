@@ -21,7 +21,6 @@ fn video(id: &str, split: &str, hashes: &[u64]) -> Video {
 
 fn item(id: &str, video: &str, split: &str, text: &str) -> Item {
     Item {
-        config: "questions".into(),
         item_id: id.into(),
         video_id: video.into(),
         split: Some(split.into()),

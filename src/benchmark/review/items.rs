@@ -4,7 +4,7 @@
 //! the stored report. `annotate import --items` makes them; `release` publishes the decided
 //! items. Reads `annotations/items.parquet` and `items_report.json`; calls nothing.
 
-use super::{Reviewed, decision_kappa};
+use super::decision_kappa;
 use crate::benchmark::text::{norm, similarity};
 use crate::error::RunError;
 use crate::record::QuestionItem;
@@ -82,25 +82,6 @@ pub struct ItemImportReport {
     /// Per drafted level, in the stage's order, then over all.
     pub levels: Vec<(String, ReviewShares)>,
     pub all: ReviewShares,
-}
-
-impl Reviewed for ItemReview {
-    fn item(&self) -> &str {
-        &self.item_id
-    }
-    fn annotator(&self) -> &str {
-        &self.annotator
-    }
-    fn decision(&self) -> &str {
-        &self.decision
-    }
-    fn updated_at(&self) -> Option<&str> {
-        self.updated_at.as_deref()
-    }
-    fn adjudicate(&mut self, how: String) {
-        self.annotator = "adjudicated".into();
-        self.decided_by = Some(how);
-    }
 }
 
 /// The rows of the first stage of kind `kind` at or after stage `after`, by `id` (an item id).

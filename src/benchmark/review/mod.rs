@@ -99,6 +99,32 @@ pub trait Reviewed: Clone {
     fn adjudicate(&mut self, how: String);
 }
 
+/// `Reviewed` of the review rows, read from their `item_id`, `annotator`, `decision`,
+/// `updated_at` and `decided_by` columns.
+macro_rules! reviewed_rows {
+    ($($row:ty),*) => {$(
+        impl Reviewed for $row {
+            fn item(&self) -> &str {
+                &self.item_id
+            }
+            fn annotator(&self) -> &str {
+                &self.annotator
+            }
+            fn decision(&self) -> &str {
+                &self.decision
+            }
+            fn updated_at(&self) -> Option<&str> {
+                self.updated_at.as_deref()
+            }
+            fn adjudicate(&mut self, how: String) {
+                self.annotator = "adjudicated".into();
+                self.decided_by = Some(how);
+            }
+        }
+    )*};
+}
+reviewed_rows!(items::ItemReview, tasks::TaskReview);
+
 /// What a reviewer decides of an item.
 pub const DECISIONS: [&str; 3] = ["accept", "edit", "reject"];
 
@@ -325,6 +351,21 @@ pub async fn read_review_report<T: serde::de::DeserializeOwned>(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(RunError::io(format!("{}/{path}", store.location()), e)),
     }
+}
+
+/// `s` escaped for an attribute value of a Label Studio label config.
+pub fn xml(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('"', "&quot;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// A label config's `<Choice>` lines, one per value.
+pub fn xml_choices(vals: &[String]) -> String {
+    vals.iter()
+        .map(|v| format!("    <Choice value=\"{}\"/>\n", xml(v)))
+        .collect()
 }
 
 /// Who made a Label Studio annotation: the user's email when the export carries the user,

@@ -12,7 +12,7 @@
 //! nothing.
 
 use super::kappa::krippendorff_alpha;
-use super::{Reviewed, decision_kappa, nominal_kappa};
+use super::{decision_kappa, nominal_kappa};
 use crate::benchmark::formats::Format;
 use crate::benchmark::score::union_iou;
 use crate::benchmark::text::similarity;
@@ -41,31 +41,9 @@ pub struct ReferenceColumns {
 }
 
 impl ReferenceColumns {
-    pub fn of(r: &BenchItem) -> Self {
-        Self {
-            answer: r.answer.clone(),
-            answer_choices: r.answer_choices.clone(),
-            answer_count: r.answer_count,
-            answer_starts: r.answer_starts.clone(),
-            answer_ends: r.answer_ends.clone(),
-            answer_text: r.answer_text.clone(),
-            answer_label: r.answer_label.clone(),
-            reference_fields: r.reference_fields.clone(),
-            reference_items: r.reference_items.clone(),
-        }
-    }
-
     /// Puts this reference into `r`'s columns.
     pub fn apply(&self, r: &mut BenchItem) {
-        r.answer = self.answer.clone();
-        r.answer_choices = self.answer_choices.clone();
-        r.answer_count = self.answer_count;
-        r.answer_starts = self.answer_starts.clone();
-        r.answer_ends = self.answer_ends.clone();
-        r.answer_text = self.answer_text.clone();
-        r.answer_label = self.answer_label.clone();
-        r.reference_fields = self.reference_fields.clone();
-        r.reference_items = self.reference_items.clone();
+        r.set_reference(self.clone());
     }
 
     pub fn ranges(&self) -> Vec<[f64; 2]> {
@@ -87,7 +65,7 @@ impl ReferenceColumns {
 }
 
 /// One review of one task item (or, with annotator `adjudicated`, the decided one).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct TaskReview {
     pub item_id: String,
     pub video_id: String,
@@ -115,52 +93,39 @@ pub struct TaskReview {
     pub decided_by: Option<String>,
 }
 
-impl TaskReview {
-    pub fn reference(&self) -> ReferenceColumns {
-        ReferenceColumns {
-            answer: self.answer.clone(),
-            answer_choices: self.answer_choices.clone(),
-            answer_count: self.answer_count,
-            answer_starts: self.answer_starts.clone(),
-            answer_ends: self.answer_ends.clone(),
-            answer_text: self.answer_text.clone(),
-            answer_label: self.answer_label.clone(),
-            reference_fields: self.reference_fields.clone(),
-            reference_items: self.reference_items.clone(),
+/// Copies a row type's reference columns (`BenchItem`'s, `TaskReview`'s) out and back in.
+macro_rules! reference_columns {
+    ($($row:ty),*) => {$(
+        impl $row {
+            pub fn reference(&self) -> ReferenceColumns {
+                ReferenceColumns {
+                    answer: self.answer.clone(),
+                    answer_choices: self.answer_choices.clone(),
+                    answer_count: self.answer_count,
+                    answer_starts: self.answer_starts.clone(),
+                    answer_ends: self.answer_ends.clone(),
+                    answer_text: self.answer_text.clone(),
+                    answer_label: self.answer_label.clone(),
+                    reference_fields: self.reference_fields.clone(),
+                    reference_items: self.reference_items.clone(),
+                }
+            }
+
+            pub fn set_reference(&mut self, r: ReferenceColumns) {
+                self.answer = r.answer;
+                self.answer_choices = r.answer_choices;
+                self.answer_count = r.answer_count;
+                self.answer_starts = r.answer_starts;
+                self.answer_ends = r.answer_ends;
+                self.answer_text = r.answer_text;
+                self.answer_label = r.answer_label;
+                self.reference_fields = r.reference_fields;
+                self.reference_items = r.reference_items;
+            }
         }
-    }
-
-    pub fn set_reference(&mut self, r: ReferenceColumns) {
-        self.answer = r.answer;
-        self.answer_choices = r.answer_choices;
-        self.answer_count = r.answer_count;
-        self.answer_starts = r.answer_starts;
-        self.answer_ends = r.answer_ends;
-        self.answer_text = r.answer_text;
-        self.answer_label = r.answer_label;
-        self.reference_fields = r.reference_fields;
-        self.reference_items = r.reference_items;
-    }
+    )*};
 }
-
-impl Reviewed for TaskReview {
-    fn item(&self) -> &str {
-        &self.item_id
-    }
-    fn annotator(&self) -> &str {
-        &self.annotator
-    }
-    fn decision(&self) -> &str {
-        &self.decision
-    }
-    fn updated_at(&self) -> Option<&str> {
-        self.updated_at.as_deref()
-    }
-    fn adjudicate(&mut self, how: String) {
-        self.annotator = "adjudicated".into();
-        self.decided_by = Some(how);
-    }
-}
+reference_columns!(BenchItem, TaskReview);
 
 /// How alike two references of `format` are, 0 to 1: 1 for equal choices, counts and labels
 /// (else 0); the IoU of merged time ranges; the trigram similarity of texts and lists.
@@ -338,24 +303,9 @@ mod tests {
             item_id: item.into(),
             video_id: "v".into(),
             task: "t".into(),
-            format: String::new(),
             annotator: who.into(),
-            task_id: None,
-            annotation_id: None,
-            updated_at: None,
             decision: decision.into(),
-            answer: String::new(),
-            answer_choices: vec![],
-            answer_count: None,
-            answer_starts: vec![],
-            answer_ends: vec![],
-            answer_text: String::new(),
-            answer_label: String::new(),
-            reference_fields: vec![],
-            reference_items: vec![],
-            reject_reason: String::new(),
-            edit_class: String::new(),
-            decided_by: None,
+            ..Default::default()
         };
         t.set_reference(r);
         t

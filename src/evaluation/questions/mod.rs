@@ -431,18 +431,8 @@ pub fn write_rotations(
 
 #[cfg(test)]
 mod tests {
+    use super::parse::tests::opts;
     use super::*;
-
-    fn opts() -> Vec<String> {
-        [
-            "A signal for testing screens",
-            "A news report on a riot",
-            "An advert",
-            "A lecture",
-        ]
-        .map(String::from)
-        .to_vec()
-    }
 
     fn item(id: &str, video: &str, level: &str) -> Item {
         Item {

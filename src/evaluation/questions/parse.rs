@@ -134,10 +134,10 @@ pub fn rotated(options: &[String], r: usize) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn opts() -> Vec<String> {
+    pub(in crate::evaluation::questions) fn opts() -> Vec<String> {
         [
             "A signal for testing screens",
             "A news report on a riot",
