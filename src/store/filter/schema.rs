@@ -7,7 +7,7 @@
 
 use crate::error::RunError;
 use crate::store::Store;
-use crate::store::shards::META_FINGERPRINT;
+use crate::store::shards::{META_FINGERPRINT, footer_value, get_unless_moved};
 use arrow::datatypes::SchemaRef;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use std::sync::Arc;
@@ -25,20 +25,13 @@ pub async fn table_schema(
     paths.sort();
     for path in paths {
         // A shard set aside by another worker between the listing and here is skipped.
-        let data = match store.get(&path).await {
-            Ok(d) => d,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(io(&path, e)),
+        let Some(data) = get_unless_moved(store.as_ref(), &path).await? else {
+            continue;
         };
         let builder = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(data))
             .map_err(|e| RunError::Internal(format!("{path}: unreadable shard: {e}")))?;
-        let written_under = builder
-            .metadata()
-            .file_metadata()
-            .key_value_metadata()
-            .and_then(|kv| kv.iter().find(|e| e.key == META_FINGERPRINT))
-            .and_then(|e| e.value.as_deref());
-        if written_under == Some(fingerprint) {
+        let written_under = footer_value(builder.metadata(), META_FINGERPRINT);
+        if written_under.as_deref() == Some(fingerprint) {
             return Ok(Some(builder.schema().clone()));
         }
     }

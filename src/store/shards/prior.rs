@@ -7,8 +7,8 @@
 //! (`write::restore_rejects`). Called by the runtime when a stage task starts.
 
 use super::read::{
-    ShardContents, committed_rejects, decode_parquet, get_unless_moved, read_shard, stage_files,
-    string_column,
+    ShardContents, committed_rejects, decode_parquet, get_unless_moved, project_onto, read_shard,
+    stage_files, string_column,
 };
 use super::write::{part_number, restore_rejects};
 use super::{SUPERSEDED_DIR, fields_of};
@@ -80,14 +80,7 @@ impl OpenShard {
         };
         for (b, batch) in batches.iter().enumerate() {
             let ids = string_column(batch, COL_VIDEO_ID)?;
-            let cols = fields
-                .iter()
-                .map(|f| batch.schema().index_of(f.name()))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| RunError::Internal(e.to_string()))?;
-            let projected = batch
-                .project(&cols)
-                .map_err(|e| RunError::Internal(e.to_string()))?;
+            let projected = project_onto(batch, fields)?;
             out.bytes += projected.get_array_memory_size();
             out.batches.push(projected);
             let n = batch.num_rows();

@@ -14,8 +14,9 @@ use crate::record::{COL_VIDEO_ID, META_VIDEOS};
 use crate::store::Store;
 use crate::store::commits::{META_DATA, META_OBJECTS, ObjectSum, check_data};
 use arrow::array::{RecordBatch, StringArray};
-use arrow::datatypes::DataType;
+use arrow::datatypes::{DataType, FieldRef};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::file::metadata::ParquetMetaData;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::{HashMap, HashSet};
@@ -68,13 +69,7 @@ enum Rows<'a> {
 fn decode_projected(data: Vec<u8>, rows: Option<Rows>) -> Result<ShardContents, DecodeError> {
     let data = bytes::Bytes::from(data);
     let builder = ParquetRecordBatchReaderBuilder::try_new(data.clone())?;
-    let kv = builder
-        .metadata()
-        .file_metadata()
-        .key_value_metadata()
-        .cloned()
-        .unwrap_or_default();
-    let get = |k: &str| kv.iter().find(|e| e.key == k).and_then(|e| e.value.clone());
+    let get = |k: &str| footer_value(builder.metadata(), k);
     let list = |k: &str| -> Vec<String> {
         get(k)
             .and_then(|v| serde_json::from_str(&v).ok())
@@ -172,32 +167,24 @@ pub(super) fn committed_rejects(c: &ShardContents, rejects: &HashSet<String>) ->
     }
 }
 
-/// Rows of `batches` decoded as `R` (a stage's row type), keyed by video id.
-fn rows_by_video<R: Serialize + DeserializeOwned>(
-    batches: &[RecordBatch],
-    out: &mut HashMap<String, Vec<R>>,
-    keep: &dyn Fn(&str) -> bool,
-) -> Result<(), RunError> {
-    let fields = fields_of::<R>()?;
-    for batch in batches {
-        let ids = string_column(batch, COL_VIDEO_ID)?;
-        let idx = fields
-            .iter()
-            .map(|f| batch.schema().index_of(f.name()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| RunError::Internal(e.to_string()))?;
-        let projected = batch
-            .project(&idx)
-            .map_err(|e| RunError::Internal(e.to_string()))?;
-        let rows: Vec<R> = serde_arrow::from_record_batch(&projected)
-            .map_err(|e| RunError::Internal(format!("decoding rows: {e}")))?;
-        for (i, r) in rows.into_iter().enumerate() {
-            if keep(ids.value(i)) {
-                out.entry(ids.value(i).to_string()).or_default().push(r);
-            }
-        }
-    }
-    Ok(())
+/// `batch`'s columns of a row type (`fields`, from `fields_of`), in the type's order.
+pub(super) fn project_onto(
+    batch: &RecordBatch,
+    fields: &[FieldRef],
+) -> Result<RecordBatch, RunError> {
+    let idx = fields
+        .iter()
+        .map(|f| batch.schema().index_of(f.name()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| RunError::Internal(e.to_string()))?;
+    batch
+        .project(&idx)
+        .map_err(|e| RunError::Internal(e.to_string()))
+}
+
+/// The error about a shard whose bytes do not decode; `shown` is the path as the message names it.
+fn unreadable(shown: &str, e: DecodeError) -> RunError {
+    RunError::Internal(format!("{shown}: unreadable shard: {e}{DAMAGE_HINT}"))
 }
 
 /// One shard read and decoded (its rows too with `with_rows`); errors name the file.
@@ -210,12 +197,8 @@ pub(super) async fn read_shard(
         .get(path)
         .await
         .map_err(|e| RunError::io(format!("{}/{path}", store.location()), e))?;
-    decode_parquet(data, with_rows).map_err(|e| {
-        RunError::Internal(format!(
-            "{}/{path}: unreadable shard: {e}{DAMAGE_HINT}",
-            store.location()
-        ))
-    })
+    decode_parquet(data, with_rows)
+        .map_err(|e| unreadable(&format!("{}/{path}", store.location()), e))
 }
 
 /// A listed shard's bytes; None when another worker set it aside (superseded settings) between
@@ -261,9 +244,8 @@ async fn read_view(
         let Some(data) = get_unless_moved(store.as_ref(), &path).await? else {
             continue;
         };
-        let c = decode_projected(data, rows.filter(|_| !is_reject)).map_err(|e| {
-            RunError::Internal(format!("{path}: unreadable shard: {e}{DAMAGE_HINT}"))
-        })?;
+        let c = decode_projected(data, rows.filter(|_| !is_reject))
+            .map_err(|e| unreadable(&path, e))?;
         if c.fingerprint.as_deref() != Some(fingerprint) {
             continue;
         }
@@ -322,9 +304,7 @@ pub async fn for_each_batch(
                 })
                 .await
                 .map_err(|e| RunError::Internal(format!("{path}: decoding: {e}")))?;
-                decoded.map(Some).map_err(|e| {
-                    RunError::Internal(format!("{path}: unreadable shard: {e}{DAMAGE_HINT}"))
-                })
+                decoded.map(Some).map_err(|e| unreadable(&path, e))
             }
         })
         .buffered(ahead);
@@ -362,12 +342,8 @@ pub async fn read_new_slots(
         let Some(data) = get_unless_moved(store.as_ref(), &path).await? else {
             continue;
         };
-        let c = decode_parquet(data, true).map_err(|e| {
-            RunError::Internal(format!(
-                "{}/{path}: unreadable shard: {e}{DAMAGE_HINT}",
-                store.location()
-            ))
-        })?;
+        let c = decode_parquet(data, true)
+            .map_err(|e| unreadable(&format!("{}/{path}", store.location()), e))?;
         if c.fingerprint.as_deref() == Some(fingerprint) {
             view.done.extend(c.videos);
             view.batches.extend(c.batches);
@@ -381,8 +357,16 @@ impl TableView {
     pub fn rows<R: Serialize + DeserializeOwned>(
         &self,
     ) -> Result<HashMap<String, Vec<R>>, RunError> {
-        let mut out = HashMap::new();
-        rows_by_video(&self.batches, &mut out, &|_| true)?;
+        let fields = fields_of::<R>()?;
+        let mut out: HashMap<String, Vec<R>> = HashMap::new();
+        for batch in &self.batches {
+            let ids = string_column(batch, COL_VIDEO_ID)?;
+            let rows: Vec<R> = serde_arrow::from_record_batch(&project_onto(batch, &fields)?)
+                .map_err(|e| RunError::Internal(format!("decoding rows: {e}")))?;
+            for (i, r) in rows.into_iter().enumerate() {
+                out.entry(ids.value(i).to_string()).or_default().push(r);
+            }
+        }
         Ok(out)
     }
 
@@ -435,12 +419,7 @@ pub fn table_batches(path: &str, data: Vec<u8>) -> Result<Vec<RecordBatch>, RunE
     let data = bytes::Bytes::from(data);
     let builder = ParquetRecordBatchReaderBuilder::try_new(data.clone())
         .map_err(|e| RunError::Internal(format!("{path}: {e}")))?;
-    let sum = builder
-        .metadata()
-        .file_metadata()
-        .key_value_metadata()
-        .and_then(|kv| kv.iter().find(|e| e.key == META_DATA))
-        .and_then(|e| e.value.clone());
+    let sum = footer_value(builder.metadata(), META_DATA);
     if let Some(why) = sum.and_then(|s| check_data(&data, &s)) {
         return Err(RunError::Internal(format!("{path}: damaged: {why}")));
     }
@@ -449,6 +428,12 @@ pub fn table_batches(path: &str, data: Vec<u8>) -> Result<Vec<RecordBatch>, RunE
         .map_err(|e| RunError::Internal(format!("{path}: {e}")))?
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| RunError::Internal(format!("{path}: {e}")))
+}
+
+/// One key of a Parquet file's footer metadata.
+pub fn footer_value(meta: &ParquetMetaData, key: &str) -> Option<String> {
+    let kv = meta.file_metadata().key_value_metadata()?;
+    kv.iter().find(|e| e.key == key)?.value.clone()
 }
 
 pub(super) fn string_column(batch: &RecordBatch, name: &str) -> Result<StringArray, RunError> {
