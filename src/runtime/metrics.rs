@@ -9,7 +9,7 @@
 
 use super::cpu::CpuPool;
 use super::watch::StageWatch;
-use crate::config::{Prices, ServiceConfig};
+use crate::config::ServiceConfig;
 use crate::error::RunError;
 use crate::store::cache::{CacheHandle, by_service};
 use std::collections::BTreeMap;
@@ -19,29 +19,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// What one pass shows: its stages in chain order, the channels' capacity, the cache.
-struct Pass {
-    watches: Vec<Arc<StageWatch>>,
-    capacity: usize,
-    cache: CacheHandle,
-    cpu: CpuPool,
-    /// Per service, from the pipeline's [services.*] tables.
-    prices: BTreeMap<String, Prices>,
-}
-
-/// What the runner hands the metrics at the start of a pass.
+/// What one pass shows, as the runner hands it over at the pass's start: its stages in chain
+/// order, the channels' capacity, the cache, and the services' prices.
 pub(crate) struct PassView {
     pub watches: Vec<Arc<StageWatch>>,
     pub capacity: usize,
     pub cache: CacheHandle,
     pub cpu: CpuPool,
+    /// The pipeline's [services.*] tables.
     pub services: BTreeMap<String, ServiceConfig>,
 }
 
 /// The run's metrics, shared by the runner (which registers each pass) and the endpoint.
 pub struct Hub {
     labels: String,
-    pass: Mutex<Option<Pass>>,
+    pass: Mutex<Option<PassView>>,
     passes: AtomicU64,
     ended: AtomicBool,
     /// Scrapes answered since the run ended (the endpoint stays up for one, `--metrics-hold`).
@@ -163,14 +155,7 @@ impl Hub {
     /// A new pass's stages (the previous pass's counts are replaced: the summary is the last's).
     pub(crate) fn pass_started(&self, v: PassView) {
         self.passes.fetch_add(1, Ordering::Relaxed);
-        let prices = v.services.iter().map(|(k, c)| (k.clone(), c.prices()));
-        *self.pass.lock().unwrap_or_else(|e| e.into_inner()) = Some(Pass {
-            watches: v.watches,
-            capacity: v.capacity,
-            cache: v.cache,
-            cpu: v.cpu,
-            prices: prices.collect(),
-        });
+        *self.pass.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
     }
 
     pub fn run_ended(&self) {
@@ -288,7 +273,7 @@ fn call_lines(put: &mut Put) {
 /// A metric line: family, the labels after the rank's, value.
 type Put<'a> = dyn FnMut(&'static str, &str, f64) + 'a;
 
-fn stage_lines(p: &Pass, put: &mut Put) {
+fn stage_lines(p: &PassView, put: &mut Put) {
     for (i, w) in p.watches.iter().enumerate() {
         let s = w.sample(i.checked_sub(1).map(|u| &*p.watches[u]));
         let stage = format!("stage=\"{}\"", escape(&w.name));
@@ -333,29 +318,26 @@ fn stage_lines(p: &Pass, put: &mut Put) {
 }
 
 /// The cache's totals per service (none when the run has called nothing yet).
-fn service_lines(p: &Pass, put: &mut Put) {
+fn service_lines(p: &PassView, put: &mut Put) {
     let Some(rows) = p.cache.get().ok().and_then(|c| c.stats().ok()) else {
         return;
     };
     for s in by_service(&rows) {
-        let price = p.prices.get(&s.service).copied().unwrap_or_default();
+        let price = p
+            .services
+            .get(&s.service)
+            .map(|c| c.prices())
+            .unwrap_or_default();
         let service = format!("service=\"{}\"", escape(&s.service));
         let n = |v: i64| v.max(0) as f64;
         put("vidcurate_service_answers_total", &service, n(s.entries));
         let lookups = "vidcurate_service_lookups_total";
         put(lookups, &format!("{service},result=\"hit\""), n(s.hits));
         put(lookups, &format!("{service},result=\"miss\""), n(s.misses));
-        let tokens = "vidcurate_service_tokens_total";
-        put(
-            tokens,
-            &format!("{service},kind=\"input\""),
-            n(s.input_tokens),
-        );
-        put(
-            tokens,
-            &format!("{service},kind=\"output\""),
-            n(s.output_tokens),
-        );
+        for (kind, v) in [("input", s.input_tokens), ("output", s.output_tokens)] {
+            let l = format!("{service},kind=\"{kind}\"");
+            put("vidcurate_service_tokens_total", &l, n(v));
+        }
         put("vidcurate_service_usd_total", &service, s.usd(&price).0);
     }
 }
