@@ -28,6 +28,16 @@ pub enum Fault {
     Damaged(String),
 }
 
+/// As the report and the repair notes say it: "missing", "damaged: why".
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::Missing => f.write_str("missing"),
+            Fault::Damaged(why) => write!(f, "damaged: {why}"),
+        }
+    }
+}
+
 /// One damaged or missing object and what depends on it.
 #[derive(Debug, Clone)]
 pub struct Problem {
@@ -184,10 +194,7 @@ fn record_checks(rec: &CommitRecord) -> Vec<Check> {
         ),
     }];
     for o in &rec.objects {
-        let videos = match &o.video {
-            Some(v) => vec![v.clone()],
-            None => vec![],
-        };
+        let videos = o.video.iter().cloned().collect();
         checks.push(Check {
             sum: Some(o.clone()),
             path: o.path.clone(),
@@ -332,11 +339,7 @@ pub fn render(location: &str, r: &Report, later: &HashMap<String, Vec<String>>) 
     }
     t += &format!("{} damaged or missing:\n", r.problems.len());
     for p in &r.problems {
-        let what = match &p.fault {
-            Fault::Missing => "missing".to_string(),
-            Fault::Damaged(why) => format!("damaged: {why}"),
-        };
-        t += &format!("  {} ({}): {what}\n", p.path, p.kind);
+        t += &format!("  {} ({}): {}\n", p.path, p.kind, p.fault);
         t += &format!("      depends on it: {}\n", depends(p, later));
     }
     t
@@ -349,25 +352,20 @@ pub async fn repair(store: &dyn Store, r: &Report) -> Result<Vec<String>, RunErr
     let mut lines = vec![];
     let mut shards_done = std::collections::HashSet::new();
     for p in &r.problems {
-        let why = match &p.fault {
-            Fault::Missing => "missing".to_string(),
-            Fault::Damaged(w) => format!("damaged: {w}"),
-        };
+        let why = p.fault.to_string();
+        // Moves one object aside; the line saying so.
         let aside = |path: String, why: String| async move {
-            commits::set_aside_damaged(store, &path, &why)
+            let to = commits::set_aside_damaged(store, &path, &why)
                 .await
-                .map_err(|e| io(&path, e))
+                .map_err(|e| io(&path, e))?;
+            Ok::<_, RunError>(format!("moved {path} to {to}"))
         };
-        if p.kind == "commit record" || p.kind == "rejects shard" {
-            if p.fault != Fault::Missing {
-                let to = aside(p.path.clone(), why.clone()).await?;
-                lines.push(format!("moved {} to {to}", p.path));
-            }
-            continue;
+        let on_its_own = p.kind == "commit record" || p.kind == "rejects shard";
+        if (on_its_own || p.kind == "frame") && p.fault != Fault::Missing {
+            lines.push(aside(p.path.clone(), why.clone()).await?);
         }
-        if p.kind == "frame" && p.fault != Fault::Missing {
-            let to = aside(p.path.clone(), why.clone()).await?;
-            lines.push(format!("moved {} to {to}", p.path));
+        if on_its_own {
+            continue;
         }
         // The shard itself, or the one whose rows refer to the damaged frame: its videos are
         // then not done, and the next run computes exactly them again.
@@ -382,14 +380,11 @@ pub async fn repair(store: &dyn Store, r: &Report) -> Result<Vec<String>, RunErr
         } else {
             format!("{} is {why}", p.path)
         };
-        if store.exists(&shard).await.map_err(|e| io(&shard, e))? {
-            let to = aside(shard.clone(), cause.clone()).await?;
-            lines.push(format!("moved {shard} to {to}"));
-        }
         let record = commits::record_path(&shard);
-        if store.exists(&record).await.map_err(|e| io(&record, e))? {
-            let to = aside(record.clone(), cause).await?;
-            lines.push(format!("moved {record} to {to}"));
+        for path in [shard, record] {
+            if store.exists(&path).await.map_err(|e| io(&path, e))? {
+                lines.push(aside(path, cause.clone()).await?);
+            }
         }
     }
     Ok(lines)
