@@ -39,6 +39,17 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| RunError::Internal(e.detail))
 }
 
+/// A new empty cache file named `<prefix>….sqlite` beside `cache`'s own, removed when dropped.
+fn temp_beside(cache: &ResponseCache, prefix: &str) -> Result<tempfile::TempPath, RunError> {
+    let dir = cache.path.parent().unwrap_or(Path::new(""));
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .suffix(".sqlite")
+        .tempfile_in(dir)
+        .map(tempfile::NamedTempFile::into_temp_path)
+        .map_err(|e| RunError::io(dir.display().to_string(), e))
+}
+
 impl CacheHandle {
     pub fn new(run_dir: &Path) -> Self {
         let h = Self::default();
@@ -95,17 +106,7 @@ impl CacheHandle {
         if last <= done {
             return Ok(0);
         }
-        let dir = cache
-            .path
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
-        let tmp = tempfile::Builder::new()
-            .prefix(".part-")
-            .suffix(".sqlite")
-            .tempfile_in(&dir)
-            .map_err(|e| RunError::io(dir.display().to_string(), e))?
-            .into_temp_path();
+        let tmp = temp_beside(&cache, ".part-")?;
         let (c, to) = (cache.clone(), tmp.to_path_buf());
         // The temp file exists (empty): SQLite takes an empty file as a new database.
         let n = blocking(move || c.export(done, last, &to)).await?;
@@ -145,23 +146,13 @@ impl CacheHandle {
         }
         let _one = sh.lock.lock().await;
         let cache = self.get().map_err(|e| RunError::Internal(e.detail))?;
-        let dir = cache
-            .path
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
         let mut added = 0;
         for name in parts.into_iter().filter(|p| p.ends_with(".sqlite")) {
             let (c, n) = (cache.clone(), name.clone());
             if blocking(move || c.is_imported(&n)).await? {
                 continue;
             }
-            let tmp = tempfile::Builder::new()
-                .prefix(".import-")
-                .suffix(".sqlite")
-                .tempfile_in(&dir)
-                .map_err(|e| RunError::io(dir.display().to_string(), e))?
-                .into_temp_path();
+            let tmp = temp_beside(&cache, ".import-")?;
             sh.store
                 .get_file(&name, &tmp)
                 .await
