@@ -343,17 +343,11 @@ impl Store for ObjectStoreRun {
             // The client retries a create whose answer was lost (a 5xx, a timeout); if the first
             // try was applied, the retry finds our own object. Same bytes means it is ours (or a
             // twin's identical commit, which is the same commit).
-            Err(object_store::Error::AlreadyExists { .. }) => {
-                match attempts("get", || async {
-                    self.inner.get(&key).await?.bytes().await
-                })
-                .await
-                {
-                    Ok(got) => Ok(got == data),
-                    Err(object_store::Error::NotFound { .. }) => Ok(false),
-                    Err(e) => Err(self.to_io(e)),
-                }
-            }
+            Err(object_store::Error::AlreadyExists { .. }) => match self.get(path).await {
+                Ok(got) => Ok(got == data),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(e),
+            },
             Err(e) => Err(self.to_io(e)),
         }
     }
