@@ -331,10 +331,7 @@ pub fn takedown(
     }
     // Last: a crash before this line leaves the id unrecorded, so a rerun does it all again.
     append_takedowns(release, &report.recorded, date, reason)?;
-    match super::integrity::refresh(release) {
-        Ok(()) | Err(super::integrity::IntegrityError::NoCroissant(_)) => {}
-        Err(e) => return Err(RunError::Config(e.to_string())),
-    }
+    super::integrity::refresh_listed(release).map_err(|e| RunError::Config(e.to_string()))?;
     // The exports are made again from what is left: a level or a task may have lost its last
     // item, and an lmms-eval task without documents cannot run.
     (report.harness_written, report.harness_removed) =
