@@ -331,10 +331,7 @@ pub fn takedown(
     }
     // Last: a crash before this line leaves the id unrecorded, so a rerun does it all again.
     append_takedowns(release, &report.recorded, date, reason)?;
-    match super::integrity::refresh(release) {
-        Ok(()) | Err(super::integrity::IntegrityError::NoCroissant(_)) => {}
-        Err(e) => return Err(RunError::Config(e.to_string())),
-    }
+    super::integrity::refresh_listed(release).map_err(|e| RunError::Config(e.to_string()))?;
     // The exports are made again from what is left: a level or a task may have lost its last
     // item, and an lmms-eval task without documents cannot run.
     (report.harness_written, report.harness_removed) =
@@ -399,14 +396,19 @@ fn files_without(
     Ok((writes, rows_now))
 }
 
+/// The path of the release's takedowns file, and its text (empty before the first takedown).
+fn takedowns(release: &Path) -> Result<(PathBuf, String), RunError> {
+    let path = release.join(TAKEDOWNS_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(t) => Ok((path, t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((path, String::new())),
+        Err(e) => Err(io(&path)(e)),
+    }
+}
+
 /// The ids earlier takedowns recorded.
 pub fn recorded_ids(release: &Path) -> Result<BTreeSet<String>, RunError> {
-    let path = release.join(TAKEDOWNS_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeSet::new()),
-        Err(e) => return Err(io(&path)(e)),
-    };
+    let (path, text) = takedowns(release)?;
     let mut out = BTreeSet::new();
     for (n, line) in text
         .lines()
@@ -430,16 +432,10 @@ fn release_ids(release: &Path) -> Result<BTreeSet<String>, RunError> {
     if release.join(MANIFEST_FILE).exists() {
         out.extend(read_manifest(release)?.into_iter().map(|r| r.video_id));
     }
-    let data = release.join("data");
-    if let Ok(rd) = std::fs::read_dir(&data) {
-        for e in rd {
-            let p = e.map_err(io(&data))?.path();
-            if p.extension().is_some_and(|x| x == "parquet") {
-                for b in super::read_parquet(&p)?.1 {
-                    if let Some(ids) = text_column(&b, "video_id") {
-                        out.extend(ids.iter().flatten().map(String::from));
-                    }
-                }
+    for p in crate::store::parquet_files_in(&release.join("data")).unwrap_or_default() {
+        for b in super::read_parquet(&p)?.1 {
+            if let Some(ids) = text_column(&b, "video_id") {
+                out.extend(ids.iter().flatten().map(String::from));
             }
         }
     }
@@ -455,12 +451,7 @@ fn append_takedowns(
     if ids.is_empty() {
         return Ok(());
     }
-    let path = release.join(TAKEDOWNS_FILE);
-    let mut text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(io(&path)(e)),
-    };
+    let (path, mut text) = takedowns(release)?;
     for id in ids {
         let line = serde_json::json!({"video_id": id, "date": date, "reason": reason});
         text += &format!("{line}\n");

@@ -250,67 +250,64 @@ fn front_matter(
 ) -> String {
     let mut y =
         String::from("---\nconfigs:\n- config_name: default\n  default: true\n  data_files:\n");
-    for (s, _, _) in sizes {
-        y += &format!("  - split: {s}\n    path: data/{s}-*.parquet\n");
-    }
+    y += &data_files("data", sizes);
     y += "- config_name: perturbations\n  data_files:\n";
-    for (s, _, _) in sizes {
-        y += &format!("  - split: {s}\n    path: perturbations/{s}-*.parquet\n");
-    }
+    y += &data_files("perturbations", sizes);
     if questions.is_some() {
         y += "- config_name: questions\n  data_files:\n";
-        for (s, _, _) in sizes {
-            y += &format!("  - split: {s}\n    path: questions/{s}-*.parquet\n");
-        }
+        y += &data_files("questions", sizes);
     }
     for t in tasks {
         y += &format!("- config_name: {}\n  data_files:\n", t.info.name);
-        for (s, _, _) in &t.sizes {
-            y += &format!(
-                "  - split: {s}\n    path: tasks/{}/{s}-*.parquet\n",
-                t.info.name
-            );
-        }
+        y += &data_files(&format!("tasks/{}", t.info.name), &t.sizes);
     }
     y += "dataset_info:\n- config_name: default\n  features:\n";
     for f in schema.fields() {
         y += &format!("  - name: {}\n", f.name());
         feature_yaml(f.data_type(), images.contains(f.name()), 4, &mut y);
     }
-    y += "  splits:\n";
-    for (s, n, bytes) in sizes {
-        y += &format!("  - name: {s}\n    num_bytes: {bytes}\n    num_examples: {n}\n");
-    }
-    y += "- config_name: perturbations\n  features:\n  - name: video_id\n    dtype: string\n  - name: variant\n    dtype: string\n  - name: frame_order\n    list: uint32\n  splits:\n";
-    for (s, n, _) in sizes {
-        y += &format!(
-            "  - name: {s}\n    num_bytes: {}\n    num_examples: {}\n",
-            p_bytes.get(s).copied().unwrap_or(0),
-            n * 6
-        );
-    }
+    y += &splits_yaml(sizes);
+    y += "- config_name: perturbations\n  features:\n  - name: video_id\n    dtype: string\n  - name: variant\n    dtype: string\n  - name: frame_order\n    list: uint32\n";
+    // Six variants a video.
+    let perturbed: Vec<(String, usize, usize)> = sizes
+        .iter()
+        .map(|(s, n, _)| (s.clone(), n * 6, p_bytes.get(s).copied().unwrap_or(0)))
+        .collect();
+    y += &splits_yaml(&perturbed);
     if let Some(q) = questions {
-        y += "- config_name: questions\n  features:\n";
-        if let Some(schema) = &q.schema {
-            fields_yaml(schema.fields(), 2, &mut y);
-        }
-        y += "  splits:\n";
-        for (s, n, bytes) in &q.sizes {
-            y += &format!("  - name: {s}\n    num_bytes: {bytes}\n    num_examples: {n}\n");
-        }
+        y += &config_info("questions", q.schema.as_deref(), &q.sizes);
     }
     for t in tasks {
-        y += &format!("- config_name: {}\n  features:\n", t.info.name);
-        if let Some(schema) = &t.schema {
-            fields_yaml(schema.fields(), 2, &mut y);
-        }
-        y += "  splits:\n";
-        for (s, n, bytes) in &t.sizes {
-            y += &format!("  - name: {s}\n    num_bytes: {bytes}\n    num_examples: {n}\n");
-        }
+        y += &config_info(&t.info.name, t.schema.as_deref(), &t.sizes);
     }
     y += "---\n\n";
     y
+}
+
+/// A config's `data_files` entries: each split's files under `dir`.
+fn data_files(dir: &str, sizes: &[(String, usize, usize)]) -> String {
+    sizes
+        .iter()
+        .map(|(s, _, _)| format!("  - split: {s}\n    path: {dir}/{s}-*.parquet\n"))
+        .collect()
+}
+
+/// A config's `splits` entries: (split, rows, bytes).
+fn splits_yaml(sizes: &[(String, usize, usize)]) -> String {
+    let mut y = String::from("  splits:\n");
+    for (s, n, bytes) in sizes {
+        y += &format!("  - name: {s}\n    num_bytes: {bytes}\n    num_examples: {n}\n");
+    }
+    y
+}
+
+/// The `dataset_info` entry of an items config (questions or a task): its features and splits.
+fn config_info(name: &str, schema: Option<&Schema>, sizes: &[(String, usize, usize)]) -> String {
+    let mut y = format!("- config_name: {name}\n  features:\n");
+    if let Some(schema) = schema {
+        fields_yaml(schema.fields(), 2, &mut y);
+    }
+    y + &splits_yaml(sizes)
 }
 
 /// One line per task config: what it asks, its format and metrics, where its reference came

@@ -98,11 +98,7 @@ pub fn export(release: &Path, harnesses: &[Harness]) -> Result<Vec<PathBuf>, Run
             continue;
         }
         done.push(*h);
-        let dir = release.join(h.folder());
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)
-                .map_err(|e| RunError::io(dir.display().to_string(), e))?;
-        }
+        h.remove(release)?;
         match h {
             Harness::LmmsEval => {
                 // lmms-eval scores the test split: its levels are those the test items have.
@@ -125,12 +121,10 @@ pub fn export(release: &Path, harnesses: &[Harness]) -> Result<Vec<PathBuf>, Run
             }
         }
     }
-    match crate::release::integrity::refresh(release) {
-        Ok(()) | Err(IntegrityError::NoCroissant(_)) => Ok(written),
-        Err(e) => Err(RunError::Config(format!(
-            "{e} (refreshing the checksums after the export)"
-        ))),
-    }
+    crate::release::integrity::refresh_listed(release).map_err(|e| {
+        RunError::Config(format!("{e} (refreshing the checksums after the export)"))
+    })?;
+    Ok(written)
 }
 
 impl Harness {
@@ -140,6 +134,16 @@ impl Harness {
             Harness::LmmsEval => "harness/lmms_eval",
             Harness::Vlmevalkit => "harness/vlmevalkit",
         }
+    }
+
+    /// Removes this harness's folder of the release, if it has one.
+    fn remove(self, release: &Path) -> Result<(), RunError> {
+        let dir = release.join(self.folder());
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| RunError::io(dir.display().to_string(), e))?;
+        }
+        Ok(())
     }
 }
 
@@ -168,16 +172,10 @@ pub fn refresh_exports(
     }
     if read_items(release)?.is_empty() && tasks::read(release)?.is_empty() {
         for h in present {
-            let dir = release.join(h.folder());
-            if dir.exists() {
-                std::fs::remove_dir_all(&dir)
-                    .map_err(|e| RunError::io(dir.display().to_string(), e))?;
-            }
+            h.remove(release)?;
         }
-        match crate::release::integrity::refresh(release) {
-            Ok(()) | Err(IntegrityError::NoCroissant(_)) => {}
-            Err(e) => return Err(RunError::Config(e.to_string())),
-        }
+        crate::release::integrity::refresh_listed(release)
+            .map_err(|e| RunError::Config(e.to_string()))?;
         return Ok((vec![], present.to_vec()));
     }
     export(release, present)?;

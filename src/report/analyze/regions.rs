@@ -11,7 +11,7 @@
 //! budget to a temporary file; calls and caches nothing.
 
 use super::spill::{SpillFile, Spilled};
-use super::tables::{HistColumn, RunTables, col_hist};
+use super::tables::{HistColumn, RunTables, col_hist, col_utf8, column};
 use super::text_frames::TextFrames;
 use super::*;
 
@@ -132,10 +132,6 @@ struct Columns<'a> {
 }
 
 fn columns<'a>(b: &'a RecordBatch, ocr: &str, by: &str) -> Result<Columns<'a>, AnalyzeError> {
-    let col = |name: &str| {
-        b.column_by_name(name)
-            .ok_or_else(|| AnalyzeError::Column(format!("no column `{name}`")))
-    };
     let groups = arrow::compute::cast(
         b.column_by_name(by).ok_or_else(|| {
             AnalyzeError::Column(format!(
@@ -146,8 +142,8 @@ fn columns<'a>(b: &'a RecordBatch, ocr: &str, by: &str) -> Result<Columns<'a>, A
     )?;
     Ok(Columns {
         groups,
-        videos: arrow::compute::cast(col(COL_VIDEO_ID)?, &arrow::datatypes::DataType::Utf8)?,
-        added: col("creator_added")?.as_boolean(),
+        videos: col_utf8(b, COL_VIDEO_ID)?,
+        added: column(b, "creator_added")?.as_boolean(),
         frame: col_u32(b, "frame_index")?,
         cell: (col_u32(b, "grid_row")?, col_u32(b, "grid_col")?),
         hist: [

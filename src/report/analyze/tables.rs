@@ -62,28 +62,16 @@ impl RunTables {
         id: &str,
         columns: &[&str],
     ) -> Result<Vec<RecordBatch>, AnalyzeError> {
-        let st = self
-            .manifest
-            .stages
-            .iter()
-            .find(|s| s.id == id)
-            .ok_or_else(|| AnalyzeError::Column(format!("no stage {id} in the manifest")))?;
-        self.rt
-            .block_on(crate::store::shards::read_table_columns(
-                &self.store,
-                &st.id,
-                &st.fingerprint,
-                &columns
-                    .iter()
-                    .copied()
-                    .chain(self.filter_columns.iter().map(String::as_str))
-                    .collect::<Vec<_>>(),
-            ))
-            .map(|v| v.batches)
-            .map_err(AnalyzeError::Run)
+        let mut out = vec![];
+        self.each_batch(id, columns, &mut |b| {
+            out.push(b);
+            Ok(())
+        })?;
+        Ok(out)
     }
 
-    /// `batches`, a shard at a time: the working set is one shard, whatever the table's size.
+    /// The rows of `batches` a shard at a time: the working set is one shard, whatever the
+    /// table's size.
     pub(super) fn each_batch(
         &self,
         id: &str,
@@ -183,13 +171,7 @@ impl SegmentCounts {
         duration: &HashMap<String, f64>,
         with_text: &super::text_frames::TextFrames,
     ) -> Result<(), AnalyzeError> {
-        let utf8 = |name: &str| -> Result<arrow::array::ArrayRef, AnalyzeError> {
-            let c = b
-                .column_by_name(name)
-                .ok_or_else(|| AnalyzeError::Column(format!("no column `{name}`")))?;
-            Ok(arrow::compute::cast(c, &arrow::datatypes::DataType::Utf8)?)
-        };
-        let (ids, grp) = (utf8(COL_VIDEO_ID)?, utf8(by)?);
+        let (ids, grp) = (col_utf8(b, COL_VIDEO_ID)?, col_utf8(b, by)?);
         let (ids, grp) = (ids.as_string::<i32>(), grp.as_string::<i32>());
         let (idx, ts) = (col_u32(b, "frame_index")?, col_f64(b, "timestamp_secs")?);
         for i in 0..b.num_rows() {
@@ -330,11 +312,28 @@ pub(super) fn shot_rows(
     Ok((rows, values))
 }
 
+/// Column `name` of the batch, or the error that names it.
+pub(super) fn column<'a>(
+    b: &'a RecordBatch,
+    name: &str,
+) -> Result<&'a arrow::array::ArrayRef, AnalyzeError> {
+    b.column_by_name(name)
+        .ok_or_else(|| AnalyzeError::Column(format!("no column `{name}`")))
+}
+
+/// Column `name` cast to strings (an id or a group of any type).
+pub(super) fn col_utf8(
+    b: &RecordBatch,
+    name: &str,
+) -> Result<arrow::array::ArrayRef, AnalyzeError> {
+    Ok(arrow::compute::cast(
+        column(b, name)?,
+        &arrow::datatypes::DataType::Utf8,
+    )?)
+}
+
 pub(super) fn col_str(b: &RecordBatch, name: &str) -> Result<Vec<Option<String>>, AnalyzeError> {
-    let c = b
-        .column_by_name(name)
-        .ok_or_else(|| AnalyzeError::Column(format!("no column `{name}`")))?;
-    let c = arrow::compute::cast(c, &arrow::datatypes::DataType::Utf8)?;
+    let c = col_utf8(b, name)?;
     let s = c.as_string::<i32>();
     Ok((0..s.len())
         .map(|i| s.is_valid(i).then(|| s.value(i).to_string()))
@@ -342,10 +341,7 @@ pub(super) fn col_str(b: &RecordBatch, name: &str) -> Result<Vec<Option<String>>
 }
 
 pub(super) fn col_f64(b: &RecordBatch, name: &str) -> Result<Vec<f64>, AnalyzeError> {
-    let c = b
-        .column_by_name(name)
-        .ok_or_else(|| AnalyzeError::Column(format!("no column `{name}`")))?;
-    let c = arrow::compute::cast(c, &arrow::datatypes::DataType::Float64)?;
+    let c = arrow::compute::cast(column(b, name)?, &arrow::datatypes::DataType::Float64)?;
     Ok(c.as_primitive::<Float64Type>().values().to_vec())
 }
 
@@ -377,9 +373,7 @@ impl HistColumn {
 }
 
 pub(super) fn col_hist(b: &RecordBatch, name: &str) -> Result<HistColumn, AnalyzeError> {
-    let c = b
-        .column_by_name(name)
-        .ok_or_else(|| AnalyzeError::Column(format!("no column `{name}`")))?;
+    let c = column(b, name)?;
     // serde_arrow writes Vec<u32> as a large list; accept both offset widths.
     let values = |v: &arrow::array::ArrayRef| v.as_primitive::<UInt32Type>().clone();
     if let Some(l) = c.as_list_opt::<i64>() {
