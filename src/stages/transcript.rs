@@ -159,22 +159,9 @@ impl super::PlainStage for TranscriptConfig {
                 .src
                 .error_at(&key("model"), "must name the model, e.g. \"whisper-1\""));
         }
-        let svc_cfg = bcx.services.get(&self.service).ok_or_else(|| {
-            bcx.src.error_at(
-                &key("service"),
-                format!(
-                    "no [services.{}] in the pipeline file (known: {})",
-                    self.service,
-                    bcx.services.keys().cloned().collect::<Vec<_>>().join(", ")
-                ),
-            )
-        })?;
-        let svc = AsrService::new(&self.service, svc_cfg).map_err(|e| {
-            bcx.src.error_at(
-                &[Seg::Key("services".into()), Seg::Key(self.service.clone())],
-                e.to_string(),
-            )
-        })?;
+        let svc_cfg = bcx.service(&self.service, &key("service"))?;
+        let svc = AsrService::new(&self.service, svc_cfg)
+            .map_err(|e| bcx.service_error(&self.service, e))?;
         Ok(super::processor_task(TranscriptStage {
             cfg: self,
             svc: Arc::new(svc),
