@@ -63,7 +63,7 @@ fn yes() -> bool {
 }
 
 /// One timed segment of a video's speech (or, with a null index, why a video has none).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct TranscriptSegment {
     /// 0-based, in time order; null on the single row of a video without text.
     pub segment_index: Option<u32>,
@@ -86,15 +86,9 @@ pub struct TranscriptSegment {
 impl TranscriptSegment {
     fn none(reason: &str) -> Self {
         Self {
-            segment_index: None,
-            start_secs: None,
-            end_secs: None,
-            text: String::new(),
-            language: None,
             source: "none".into(),
-            chunk_index: None,
-            chunk_start_secs: None,
             reason: Some(reason.into()),
+            ..Default::default()
         }
     }
 }
@@ -333,9 +327,7 @@ fn caption_rows(
             text,
             language: Some(lang.clone()),
             source: source.into(),
-            chunk_index: None,
-            chunk_start_secs: None,
-            reason: None,
+            ..Default::default()
         })
         .collect())
 }
