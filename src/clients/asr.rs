@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One upload: a WAV file and what is asked of it.
 #[derive(Debug, Clone)]
@@ -160,62 +160,34 @@ impl AsrService {
         let (content_type, body) = multipart(req);
         let url = format!("{}audio/transcriptions", self.ep.base_url);
         self.calls.fetch_add(1, Ordering::Relaxed);
-        let started = Instant::now();
-        let reply = self.post(&url, content_type, body).await;
-        let latency = started.elapsed().as_millis() as i64;
-        let unreadable = match &reply {
-            Some((200, _, bytes)) => match parse_verbose_json(bytes) {
-                Ok(t) => {
-                    let body = reply.map(|r| r.2).unwrap_or_default();
-                    let record = CachedResponse {
-                        status: 200,
-                        parsed: Some(t.text.clone()),
-                        latency_ms: latency,
-                        body,
-                        ..Default::default()
-                    };
-                    return Ok(Answered { value: t, record });
-                }
-                Err(e) => Some(e.to_string()),
-            },
-            _ => None,
-        };
-        let status = reply.as_ref().map_or(0, |r| r.0);
-        let mut e = self.ep.failed(reply, unreadable);
-        if e.kind == ErrorKind::Data {
-            // A request the server will never take: for a 413, what to change.
-            e.detail = format!(
-                "{}: {}{}",
-                self.name,
-                e.detail,
-                if status == 413 {
-                    " (lower the stage's max_upload_bytes)"
-                } else {
-                    ""
-                }
-            );
-        }
-        Err(e)
-    }
-
-    /// One multipart POST: what came back, or None when no answer came.
-    async fn post(
-        &self,
-        url: &str,
-        content_type: String,
-        body: Vec<u8>,
-    ) -> Option<(u16, Option<f64>, Vec<u8>)> {
-        let r = self
+        let (t, body, latency) = self
             .ep
-            .http
-            .post(url)
-            .header("content-type", content_type)
-            .body(body);
-        self.ep
-            .send(r)
+            .post(&url, &content_type, body, parse_verbose_json)
             .await
-            .map_err(|e| tracing::debug!(error = %e, "request failed"))
-            .ok()
+            .map_err(|(status, mut e)| {
+                if e.kind == ErrorKind::Data {
+                    // A request the server will never take: for a 413, what to change.
+                    e.detail = format!(
+                        "{}: {}{}",
+                        self.name,
+                        e.detail,
+                        if status == 413 {
+                            " (lower the stage's max_upload_bytes)"
+                        } else {
+                            ""
+                        }
+                    );
+                }
+                e
+            })?;
+        let record = CachedResponse {
+            status: 200,
+            parsed: Some(t.text.clone()),
+            latency_ms: latency,
+            body,
+            ..Default::default()
+        };
+        Ok(Answered { value: t, record })
     }
 }
 

@@ -10,7 +10,7 @@ use crate::config::ServiceConfig;
 use crate::error::{ErrorKind, StageError};
 use serde_json::Value;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How the key is sent.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -112,17 +112,46 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Sends `r` with the key and the timeout: the status, the Retry-After seconds and the
-    /// body, or why no answer came (without the URL, which may hold a key).
-    pub async fn send(
+    /// One POST of `body` (of `content_type`) to `url` with the key and the timeout, timed: a
+    /// 200 whose body `parse` reads gives the value, that body and the latency in milliseconds.
+    /// Anything else is the error `failed` makes of it, with the status (0: no answer came).
+    pub async fn post<T, E: std::fmt::Display>(
         &self,
-        r: reqwest::RequestBuilder,
-    ) -> Result<(u16, Option<f64>, Vec<u8>), EndpointError> {
-        let (status, retry_after, _, bytes) = self.send_full(r).await?;
-        Ok((status, retry_after, bytes))
+        url: &str,
+        content_type: &str,
+        body: impl Into<reqwest::Body>,
+        parse: impl FnOnce(&[u8]) -> Result<T, E>,
+    ) -> Result<(T, Vec<u8>, i64), (u16, StageError)> {
+        let r = self
+            .http
+            .post(url)
+            .header("content-type", content_type)
+            .body(body);
+        let started = Instant::now();
+        let reply = self
+            .send_full(r)
+            .await
+            .map(|(status, retry_after, _, bytes)| (status, retry_after, bytes))
+            .map_err(|e| tracing::debug!(error = %e, "request failed"))
+            .ok();
+        let latency = started.elapsed().as_millis() as i64;
+        let unreadable = match &reply {
+            Some((200, _, bytes)) => match parse(bytes) {
+                Ok(value) => {
+                    let body = reply.map(|r| r.2).unwrap_or_default();
+                    return Ok((value, body, latency));
+                }
+                Err(e) => Some(e.to_string()),
+            },
+            _ => None,
+        };
+        let status = reply.as_ref().map_or(0, |r| r.0);
+        Err((status, self.failed(reply, unreadable)))
     }
 
-    /// `send`, with the answer's headers (a resumable upload's URL comes in one).
+    /// Sends `r` with the key and the timeout: the status, the Retry-After seconds, the
+    /// answer's headers (a resumable upload's URL comes in one) and the body, or why no answer
+    /// came (without the URL, which may hold a key).
     pub async fn send_full(
         &self,
         r: reqwest::RequestBuilder,

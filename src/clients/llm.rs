@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The protocol, as it enters the response cache's keys ("open_ai", "gemini"): kept apart from
 /// the pipeline file's spelling (`config::ServiceApi`) so cached answers stay valid.
@@ -414,33 +414,27 @@ impl LlmService {
         let url = format!("{}{}", self.ep.base_url, path);
         let charged = self.wait_for_budget(req).await;
         self.calls.fetch_add(1, Ordering::Relaxed);
-        let started = Instant::now();
-        let reply = self.post(&url, body.to_string()).await;
-        let latency = started.elapsed().as_millis() as i64;
         // One attempt per call: the runner owns retries (per video, the stage's `retries`),
         // waiting at least what the server asked for.
-        let unreadable = match &reply {
-            Some((200, _, bytes)) => match parse_answer(self.api, bytes) {
-                Ok(a) => {
-                    self.settle_tokens(charged, &a);
-                    let body = reply.map(|r| r.2).unwrap_or_default();
-                    let record = CachedResponse {
-                        status: 200,
-                        parsed: a.text.clone(),
-                        input_tokens: Some(a.input_tokens),
-                        output_tokens: Some(a.output_tokens),
-                        latency_ms: latency,
-                        body,
-                        batch: false,
-                        stage: None,
-                    };
-                    return Ok(Answered { value: a, record });
-                }
-                Err(e) => Some(e.to_string()),
-            },
-            _ => None,
+        let (a, body, latency) = self
+            .ep
+            .post(&url, "application/json", body.to_string(), |b| {
+                parse_answer(self.api, b)
+            })
+            .await
+            .map_err(|(_, e)| e)?;
+        self.settle_tokens(charged, &a);
+        let record = CachedResponse {
+            status: 200,
+            parsed: a.text.clone(),
+            input_tokens: Some(a.input_tokens),
+            output_tokens: Some(a.output_tokens),
+            latency_ms: latency,
+            body,
+            batch: false,
+            stage: None,
         };
-        Err(self.ep.failed(reply, unreadable))
+        Ok(Answered { value: a, record })
     }
 
     /// Waits until the service's request and token budgets allow `req`; returns the estimate
@@ -491,22 +485,6 @@ impl LlmService {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
                 Some((0.7 * f64::from_bits(bits) + 0.3 * seen).to_bits())
             });
-    }
-
-    /// One POST of `body` to `url`: the status, the Retry-After seconds and the body, or None
-    /// when no answer came (timeout, connection error, body cut off).
-    async fn post(&self, url: &str, body: String) -> Option<(u16, Option<f64>, Vec<u8>)> {
-        let r = self
-            .ep
-            .http
-            .post(url)
-            .header("content-type", "application/json")
-            .body(body);
-        self.ep
-            .send(r)
-            .await
-            .map_err(|e| tracing::debug!(error = %e, "request failed"))
-            .ok()
     }
 }
 

@@ -69,22 +69,12 @@ impl BuildCx<'_> {
         if let Some(s) = built.get(&key) {
             return Ok(s.clone());
         }
-        let mut cfg = self.services.get(name).cloned().ok_or_else(|| {
-            self.src.error_at(
-                at,
-                format!(
-                    "no [services.{name}] in the pipeline file (known: {})",
-                    self.services.keys().cloned().collect::<Vec<_>>().join(", ")
-                ),
-            )
-        })?;
+        let mut cfg = self.service(name, at)?.clone();
         if let Some(m) = mode {
             cfg.mode = m;
         }
-        // A bad setting is the service table's, not the stage's that names it.
-        let svc_at = [Seg::Key("services".into()), Seg::Key(name.to_string())];
         let mut svc = crate::clients::llm::LlmService::new(name, &cfg)
-            .map_err(|e| self.src.error_at(&svc_at, e.to_string()))?;
+            .map_err(|e| self.service_error(name, e))?;
         svc.queue_name = key.clone();
         let svc = std::sync::Arc::new(svc);
         built.insert(key, svc.clone());
@@ -93,6 +83,26 @@ impl BuildCx<'_> {
 }
 
 impl BuildCx<'_> {
+    /// `[services.<name>]`, which a stage names at `at`.
+    pub fn service(&self, name: &str, at: &[Seg]) -> Result<&ServiceConfig, ConfigError> {
+        self.services.get(name).ok_or_else(|| {
+            self.src.error_at(
+                at,
+                format!(
+                    "no [services.{name}] in the pipeline file (known: {})",
+                    self.services.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            )
+        })
+    }
+
+    /// A bad setting of `[services.<name>]`: the service table's error, not the stage's that
+    /// names it.
+    pub fn service_error(&self, name: &str, e: impl std::fmt::Display) -> ConfigError {
+        let at = [Seg::Key("services".into()), Seg::Key(name.to_string())];
+        self.src.error_at(&at, e.to_string())
+    }
+
     pub fn resolve(&self, p: &Path) -> PathBuf {
         if p.is_absolute() {
             p.to_path_buf()

@@ -63,7 +63,7 @@ fn yes() -> bool {
 }
 
 /// One timed segment of a video's speech (or, with a null index, why a video has none).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct TranscriptSegment {
     /// 0-based, in time order; null on the single row of a video without text.
     pub segment_index: Option<u32>,
@@ -86,15 +86,9 @@ pub struct TranscriptSegment {
 impl TranscriptSegment {
     fn none(reason: &str) -> Self {
         Self {
-            segment_index: None,
-            start_secs: None,
-            end_secs: None,
-            text: String::new(),
-            language: None,
             source: "none".into(),
-            chunk_index: None,
-            chunk_start_secs: None,
             reason: Some(reason.into()),
+            ..Default::default()
         }
     }
 }
@@ -159,22 +153,9 @@ impl super::PlainStage for TranscriptConfig {
                 .src
                 .error_at(&key("model"), "must name the model, e.g. \"whisper-1\""));
         }
-        let svc_cfg = bcx.services.get(&self.service).ok_or_else(|| {
-            bcx.src.error_at(
-                &key("service"),
-                format!(
-                    "no [services.{}] in the pipeline file (known: {})",
-                    self.service,
-                    bcx.services.keys().cloned().collect::<Vec<_>>().join(", ")
-                ),
-            )
-        })?;
-        let svc = AsrService::new(&self.service, svc_cfg).map_err(|e| {
-            bcx.src.error_at(
-                &[Seg::Key("services".into()), Seg::Key(self.service.clone())],
-                e.to_string(),
-            )
-        })?;
+        let svc_cfg = bcx.service(&self.service, &key("service"))?;
+        let svc = AsrService::new(&self.service, svc_cfg)
+            .map_err(|e| bcx.service_error(&self.service, e))?;
         Ok(super::processor_task(TranscriptStage {
             cfg: self,
             svc: Arc::new(svc),
@@ -346,9 +327,7 @@ fn caption_rows(
             text,
             language: Some(lang.clone()),
             source: source.into(),
-            chunk_index: None,
-            chunk_start_secs: None,
-            reason: None,
+            ..Default::default()
         })
         .collect())
 }

@@ -121,13 +121,23 @@ impl LlmService {
         }
     }
 
+    /// An answer of the batch interface that lacks what `what` needs: worth another try.
+    fn unavailable(&self, what: &str, why: impl std::fmt::Display) -> StageError {
+        StageError::external(
+            "service_unavailable",
+            format!("{} {what}: {why}", self.name),
+        )
+    }
+
     fn json_of(&self, what: &str, bytes: &[u8]) -> Result<Value, StageError> {
-        serde_json::from_slice(bytes).map_err(|e| {
-            StageError::external(
-                "service_unavailable",
-                format!("{} {what}: unreadable answer: {e}", self.name),
-            )
-        })
+        serde_json::from_slice(bytes)
+            .map_err(|e| self.unavailable(what, format!("unreadable answer: {e}")))
+    }
+
+    /// `batch_call`, its answer read as JSON.
+    async fn call_json(&self, what: &str, r: reqwest::RequestBuilder) -> Result<Value, StageError> {
+        let bytes = self.batch_call(what, r).await?;
+        self.json_of(what, &bytes)
     }
 
     /// POSTs `body` as JSON; the answer, read as JSON.
@@ -138,8 +148,7 @@ impl LlmService {
             .post(url)
             .header("content-type", "application/json")
             .body(body.to_string());
-        let bytes = self.batch_call(what, r).await?;
-        self.json_of(what, &bytes)
+        self.call_json(what, r).await
     }
 
     /// Uploads a job's input file; its file id.
@@ -152,16 +161,13 @@ impl LlmService {
             .text("purpose", "batch")
             .part("file", part);
         let url = format!("{}files", self.ep.base_url);
-        let bytes = self
-            .batch_call("file upload", self.ep.http.post(url).multipart(form))
+        let v = self
+            .call_json("file upload", self.ep.http.post(url).multipart(form))
             .await?;
-        let v = self.json_of("file upload", &bytes)?;
-        v["id"].as_str().map(String::from).ok_or_else(|| {
-            StageError::external(
-                "service_unavailable",
-                format!("{} file upload: no file id in the answer", self.name),
-            )
-        })
+        v["id"]
+            .as_str()
+            .map(String::from)
+            .ok_or_else(|| self.unavailable("file upload", "no file id in the answer"))
     }
 
     /// Creates the batch of an uploaded file.
@@ -186,16 +192,16 @@ impl LlmService {
         if self.api == Api::Gemini {
             // `id` is the operation's name, `batches/…`.
             let url = format!("{}{id}", self.ep.base_url);
-            let bytes = self
-                .batch_call("batch status", self.ep.http.get(url))
+            let v = self
+                .call_json("batch status", self.ep.http.get(url))
                 .await?;
-            return Ok(gemini_batch(&self.json_of("batch status", &bytes)?));
+            return Ok(gemini_batch(&v));
         }
         let url = format!("{}batches/{id}", self.ep.base_url);
-        let bytes = self
-            .batch_call("batch status", self.ep.http.get(url))
+        let v = self
+            .call_json("batch status", self.ep.http.get(url))
             .await?;
-        Ok(BatchInfo::from_json(&self.json_of("batch status", &bytes)?))
+        Ok(BatchInfo::from_json(&v))
     }
 
     /// The display name of a job's Gemini batch: unique per service and job.
@@ -262,15 +268,7 @@ impl LlmService {
             .get("x-goog-upload-url")
             .and_then(|v| v.to_str().ok())
             .map(String::from)
-            .ok_or_else(|| {
-                StageError::external(
-                    "service_unavailable",
-                    format!(
-                        "{} file upload: no X-Goog-Upload-URL in the answer",
-                        self.name
-                    ),
-                )
-            })?;
+            .ok_or_else(|| self.unavailable("file upload", "no X-Goog-Upload-URL in the answer"))?;
         let upload = self
             .ep
             .http
@@ -280,12 +278,10 @@ impl LlmService {
             .body(body);
         let (bytes, _) = self.batch_call_headers("file upload", upload).await?;
         let v = self.json_of("file upload", &bytes)?;
-        v["file"]["name"].as_str().map(String::from).ok_or_else(|| {
-            StageError::external(
-                "service_unavailable",
-                format!("{} file upload: no file name in the answer", self.name),
-            )
-        })
+        v["file"]["name"]
+            .as_str()
+            .map(String::from)
+            .ok_or_else(|| self.unavailable("file upload", "no file name in the answer"))
     }
 
     /// The Gemini batch named `display_name`, if a stopped run created it.
@@ -345,10 +341,9 @@ impl LlmService {
     ) -> Result<Option<Value>, StageError> {
         let mut token: Option<String> = None;
         for _ in 0..20 {
-            let bytes = self
-                .batch_call("batch list", self.ep.http.get(url(token.as_deref())))
+            let v = self
+                .call_json("batch list", self.ep.http.get(url(token.as_deref())))
                 .await?;
-            let v = self.json_of("batch list", &bytes)?;
             let page = v[items].as_array().cloned().unwrap_or_default();
             if let Some(found) = page.iter().find(|x| hit(x)) {
                 return Ok(Some(found.clone()));

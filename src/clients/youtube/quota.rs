@@ -182,21 +182,21 @@ mod tests {
 
     #[test]
     fn pacific_day_follows_los_angeles() {
-        // 07:59 UTC on 30 Nov is 23:59 on 29 Nov in Los Angeles (PST, UTC-8).
-        let t = DateTime::parse_from_rfc3339("2026-11-30T07:59:00Z")
-            .unwrap()
-            .to_utc();
-        assert_eq!(pacific_day(t).to_string(), "2026-11-29");
-        let t = DateTime::parse_from_rfc3339("2026-11-30T08:00:00Z")
-            .unwrap()
-            .to_utc();
-        assert_eq!(pacific_day(t).to_string(), "2026-11-30");
-        // Summer time: UTC-7.
-        let t = DateTime::parse_from_rfc3339("2026-07-01T06:59:00Z")
-            .unwrap()
-            .to_utc();
-        assert_eq!(pacific_day(t).to_string(), "2026-06-30");
-        assert_eq!(until_reset(t), Duration::from_secs(60));
+        let utc = |t: &str| DateTime::parse_from_rfc3339(t).unwrap().to_utc();
+        for (t, day) in [
+            // 07:59 UTC on 30 Nov is 23:59 on 29 Nov in Los Angeles (PST, UTC-8).
+            ("2026-11-30T07:59:00Z", "2026-11-29"),
+            ("2026-11-30T08:00:00Z", "2026-11-30"),
+            // Summer time: UTC-7.
+            ("2026-07-01T06:59:00Z", "2026-06-30"),
+        ] {
+            assert_eq!(pacific_day(utc(t)).to_string(), day, "{t}");
+        }
+        // 06:59 PDT: a minute before the next Pacific day.
+        assert_eq!(
+            until_reset(utc("2026-07-01T06:59:00Z")),
+            Duration::from_secs(60)
+        );
     }
 
     #[test]

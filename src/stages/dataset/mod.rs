@@ -250,12 +250,11 @@ impl DatasetSource {
             origin: row.origin,
             line: row.line,
             id: row.id,
-            path: None,
-            url: None,
             title: row.title,
             description: row.description,
             extra: row.extra,
             problem: row.problem,
+            ..Default::default()
         };
         if let (None, Some(id)) = (&e.problem, e.id.as_deref()) {
             match &self.media {

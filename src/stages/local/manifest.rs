@@ -216,12 +216,8 @@ fn make_entry(
         origin,
         line,
         id,
-        path: None,
-        url: None,
-        title: None,
-        description: None,
         extra,
-        problem: None,
+        ..Default::default()
     };
     if let Some(why) = unsafe_id {
         e.problem = Some(StageError::data(

@@ -72,7 +72,7 @@ fn default_id_col() -> String {
 }
 
 /// One listed entry before hashing (the `dataset` source makes them too, and shares the rest).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Entry {
     /// Where it was listed (file:line), for messages and ids of broken lines.
     pub(crate) origin: String,
@@ -92,13 +92,9 @@ impl Entry {
         Self {
             origin,
             line,
-            id: None,
-            path: None,
-            url: None,
-            title: None,
-            description: None,
             extra: vec![None; n_extra],
             problem: Some(problem),
+            ..Default::default()
         }
     }
 }
@@ -253,13 +249,8 @@ impl Source for LocalSource {
                 .map(|(p, line)| Entry {
                     origin: p.display().to_string(),
                     line,
-                    id: None,
                     path: Some(p),
-                    url: None,
-                    title: None,
-                    description: None,
-                    extra: vec![],
-                    problem: None,
+                    ..Default::default()
                 })
                 .collect();
         } else if let Some(m) = self.manifest.clone() {
