@@ -432,10 +432,18 @@ fn release_ids(release: &Path) -> Result<BTreeSet<String>, RunError> {
     if release.join(MANIFEST_FILE).exists() {
         out.extend(read_manifest(release)?.into_iter().map(|r| r.video_id));
     }
-    for p in crate::store::parquet_files_in(&release.join("data")).unwrap_or_default() {
-        for b in super::read_parquet(&p)?.1 {
-            if let Some(ids) = text_column(&b, "video_id") {
-                out.extend(ids.iter().flatten().map(String::from));
+    // Not store::parquet_files_in, which passes over an entry it cannot read: a takedown must
+    // see every data file or stop.
+    let data = release.join("data");
+    if let Ok(rd) = std::fs::read_dir(&data) {
+        for e in rd {
+            let p = e.map_err(io(&data))?.path();
+            if p.extension().is_some_and(|x| x == "parquet") {
+                for b in super::read_parquet(&p)?.1 {
+                    if let Some(ids) = text_column(&b, "video_id") {
+                        out.extend(ids.iter().flatten().map(String::from));
+                    }
+                }
             }
         }
     }
