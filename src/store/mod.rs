@@ -150,14 +150,25 @@ impl LocalStore {
     }
 
     fn full(&self, path: &str) -> io::Result<PathBuf> {
-        if path.split('/').any(|c| c == ".." || c.is_empty()) || path.starts_with('/') {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("bad store path {path:?}"),
-            ));
-        }
-        Ok(self.root.join(path))
+        Ok(self.root.join(checked(path)?))
     }
+}
+
+/// `path` when it is a store path (relative, `/`-separated, no empty or `..` component): what
+/// both kinds of store accept.
+fn checked(path: &str) -> io::Result<&str> {
+    if path.split('/').any(|c| c == ".." || c.is_empty()) || path.starts_with('/') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad store path {path:?}"),
+        ));
+    }
+    Ok(path)
+}
+
+/// The folder `target` goes in.
+fn parent(target: &Path) -> io::Result<&Path> {
+    target.parent().ok_or_else(|| io::Error::other("no parent"))
 }
 
 /// Removes temp files under `dir` at least `age` old (all of them for a zero age); records
@@ -192,9 +203,7 @@ pub fn sweep_tmp(
 
 /// A hidden temp name beside `target`, unique to this process and moment.
 fn temp_beside(target: &Path) -> io::Result<PathBuf> {
-    let dir = target
-        .parent()
-        .ok_or_else(|| io::Error::other("no parent"))?;
+    let dir = parent(target)?;
     let name = target
         .file_name()
         .ok_or_else(|| io::Error::other("no file name"))?
@@ -239,9 +248,7 @@ pub fn write_file(target: &Path, data: &[u8]) -> io::Result<()> {
 /// there (`rename`) or only if nothing is (`hard_link`, which fails with `AlreadyExists`).
 fn write_atomic(target: &Path, data: &[u8], replace: bool) -> io::Result<bool> {
     use std::io::Write;
-    let dir = target
-        .parent()
-        .ok_or_else(|| io::Error::other("no parent"))?;
+    let dir = parent(target)?;
     std::fs::create_dir_all(dir)?;
     let tmp = temp_beside(target)?;
     let result = (|| {
@@ -318,9 +325,7 @@ impl Store for LocalStore {
             return Ok(());
         }
         blocking(move || {
-            let dir = target
-                .parent()
-                .ok_or_else(|| io::Error::other("no parent"))?;
+            let dir = parent(&target)?;
             std::fs::create_dir_all(dir)?;
             let tmp = temp_beside(&target)?;
             std::fs::copy(&file, &tmp)?;
@@ -338,7 +343,7 @@ impl Store for LocalStore {
             return Ok(());
         }
         blocking(move || {
-            let dir = file.parent().ok_or_else(|| io::Error::other("no parent"))?;
+            let dir = parent(&file)?;
             std::fs::create_dir_all(dir)?;
             let tmp = temp_beside(&file)?;
             std::fs::copy(&source, &tmp)?;

@@ -208,13 +208,7 @@ impl ObjectStoreRun {
     }
 
     fn key(&self, path: &str) -> io::Result<ObjPath> {
-        if path.split('/').any(|c| c == ".." || c.is_empty()) || path.starts_with('/') {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("bad store path {path:?}"),
-            ));
-        }
-        Ok(path
+        Ok(super::checked(path)?
             .split('/')
             .fold(self.prefix.clone(), |key, part| key.join(part)))
     }
@@ -275,9 +269,7 @@ impl ObjectStoreRun {
     async fn get_file_once(&self, key: &ObjPath, file: &Path) -> Result<(), Upload> {
         let got = self.inner.get(key).await.map_err(Upload::Store)?;
         let local = Upload::Local;
-        let dir = file
-            .parent()
-            .ok_or_else(|| local(io::Error::other("no parent")))?;
+        let dir = super::parent(file).map_err(local)?;
         tokio::fs::create_dir_all(dir).await.map_err(local)?;
         // Unique per process and call: two workers may fetch the same media into one folder.
         static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
