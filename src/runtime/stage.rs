@@ -151,12 +151,10 @@ impl StageContext {
         {
             return Ok(path);
         }
-        self.store.get_file(rel, &path).await.map_err(|e| {
-            StageError::external(
-                "media_fetch",
-                format!("{}/{rel}: {e}", self.store.location()),
-            )
-        })?;
+        self.store
+            .get_file(rel, &path)
+            .await
+            .map_err(|e| StageError::external("media_fetch", at(&*self.store, rel, e)))?;
         self.local_media.add(path.clone());
         Ok(path)
     }
@@ -171,12 +169,10 @@ impl StageContext {
         data: Vec<u8>,
     ) -> Result<(), StageError> {
         let sum = crate::store::commits::ObjectSum::of(rel, &data, Some(video_id));
-        self.store.put(rel, data).await.map_err(|e| {
-            StageError::internal(
-                "write_object",
-                format!("{}/{rel}: {e}", self.store.location()),
-            )
-        })?;
+        self.store
+            .put(rel, data)
+            .await
+            .map_err(|e| StageError::internal("write_object", at(&*self.store, rel, e)))?;
         self.objects.add(sum);
         Ok(())
     }
@@ -188,12 +184,10 @@ impl StageContext {
             return Ok(());
         }
         let file = self.run_dir.join(rel);
-        self.store.put_file(rel, &file).await.map_err(|e| {
-            StageError::external(
-                "media_store",
-                format!("{}/{rel}: {e}", self.store.location()),
-            )
-        })?;
+        self.store
+            .put_file(rel, &file)
+            .await
+            .map_err(|e| StageError::external("media_store", at(&*self.store, rel, e)))?;
         self.local_media.add(file);
         Ok(())
     }
@@ -206,12 +200,15 @@ pub async fn frame_jpeg(
     store: &dyn Store,
     f: &crate::record::FrameRef,
 ) -> Result<Vec<u8>, StageError> {
-    store.get(&f.path).await.map_err(|e| {
-        StageError::internal(
-            "frame_missing",
-            format!("{}/{}: {e}", store.location(), f.path),
-        )
-    })
+    store
+        .get(&f.path)
+        .await
+        .map_err(|e| StageError::internal("frame_missing", at(store, &f.path, e)))
+}
+
+/// How a failed call of the run's store on the object at `rel` reads.
+fn at(store: &dyn Store, rel: &str, e: std::io::Error) -> String {
+    format!("{}/{rel}: {e}", store.location())
 }
 
 /// Named counters of one stage in one invocation.
