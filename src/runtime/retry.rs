@@ -43,11 +43,7 @@ pub(super) async fn compute_with_retries<P: Processor>(
                     && attempt < settings.retries
                     && !cx.cancel.is_cancelled() =>
             {
-                // A wait the service asked for (checked and capped by its client) wins over ours.
-                let wait = e.retry_after.map_or_else(
-                    || backoff(attempt, &rec.video_id),
-                    |w| w.max(Duration::from_millis(50)),
-                );
+                let wait = wait_before_retry(&e, attempt, &rec.video_id);
                 tracing::warn!(stage = %cx.stage_id, video_id = %rec.video_id, error = %e, wait_ms = wait.as_millis() as u64, "Retrying.");
                 watch.retrying(wait, e.retry_after.is_some());
                 tokio::time::sleep(wait).await;
@@ -56,6 +52,15 @@ pub(super) async fn compute_with_retries<P: Processor>(
             other => return Outcome::Computed(rec, other, None),
         }
     }
+}
+
+/// How long to wait before retry `attempt` after `e`: a wait the service asked for (checked and
+/// capped by its client) wins over our backoff.
+fn wait_before_retry(e: &StageError, attempt: u32, seed: &str) -> Duration {
+    e.retry_after.map_or_else(
+        || backoff(attempt, seed),
+        |w| w.max(Duration::from_millis(50)),
+    )
 }
 
 /// `f` again after the runtime's `backoff` (or the wait the service asked for) while it fails
@@ -70,10 +75,7 @@ where
     loop {
         match f().await {
             Err(e) if e.kind == ErrorKind::External && attempt < retries => {
-                let wait = e.retry_after.map_or_else(
-                    || backoff(attempt, seed),
-                    |w| w.max(Duration::from_millis(50)),
-                );
+                let wait = wait_before_retry(&e, attempt, seed);
                 tracing::warn!(call = %seed, error = %e, wait_ms = wait.as_millis() as u64, "Retrying.");
                 tokio::time::sleep(wait).await;
                 attempt += 1;
