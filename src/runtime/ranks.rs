@@ -80,16 +80,14 @@ impl Rank {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, RankError> {
         let num = |name: &str| -> Result<Option<u32>, RankError> {
-            match env(name) {
-                None => Ok(None),
-                Some(v) => match v.trim().parse() {
-                    Ok(n) => Ok(Some(n)),
-                    Err(_) => Err(RankError::NotANumber {
+            env(name)
+                .map(|v| {
+                    v.trim().parse().map_err(move |_| RankError::NotANumber {
                         name: name.to_string(),
                         value: v,
-                    }),
-                },
-            }
+                    })
+                })
+                .transpose()
         };
         let (rank, world, from) = match (rank, world) {
             (Some(r), Some(w)) => (r, w, "--rank/--world"),
@@ -244,6 +242,15 @@ mod tests {
         move |k| m.get(k).cloned()
     }
 
+    /// Why `Rank::resolve` refuses these flags and variables.
+    fn refusal(
+        rank: Option<u32>,
+        world: Option<u32>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> String {
+        Rank::resolve(rank, world, env).unwrap_err().to_string()
+    }
+
     #[test]
     fn rank_comes_from_flags_slurm_or_kubernetes() {
         let none = env(&[]);
@@ -258,27 +265,12 @@ mod tests {
         let r = Rank::resolve(None, None, &slurm).unwrap();
         assert_eq!((r.rank, r.world), (2, 8));
         let k8s = env(&[("JOB_COMPLETION_INDEX", "3")]);
-        assert!(
-            Rank::resolve(None, None, &k8s)
-                .unwrap_err()
-                .to_string()
-                .contains("--world")
-        );
+        assert!(refusal(None, None, &k8s).contains("--world"));
         assert_eq!(Rank::resolve(None, Some(5), &k8s).unwrap().rank, 3);
-        assert!(
-            Rank::resolve(Some(4), Some(4), &none)
-                .unwrap_err()
-                .to_string()
-                .contains("0..4")
-        );
+        assert!(refusal(Some(4), Some(4), &none).contains("0..4"));
         assert!(Rank::resolve(Some(1), None, &none).is_err());
         let bad = env(&[("SLURM_ARRAY_TASK_ID", "x")]);
-        assert!(
-            Rank::resolve(None, None, &bad)
-                .unwrap_err()
-                .to_string()
-                .contains("SLURM_ARRAY_TASK_ID")
-        );
+        assert!(refusal(None, None, &bad).contains("SLURM_ARRAY_TASK_ID"));
     }
 
     #[test]
