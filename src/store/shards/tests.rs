@@ -22,6 +22,39 @@ fn rec(id: &str) -> VideoRecord {
     VideoRecord::new(id.into(), SourceInfo::default(), vec![])
 }
 
+/// A writer of stage `probe` under fingerprint `fp`, taking slots `prefix` from the first.
+async fn writer(
+    store: Arc<dyn Store>,
+    prefix: &str,
+    max_rows: usize,
+    flush_every: Duration,
+) -> ShardWriter<Row> {
+    let slots = Slots { prefix, next: 0 };
+    ShardWriter::open(
+        store,
+        "probe",
+        "fp",
+        Arc::new(vec![]),
+        slots,
+        max_rows,
+        flush_every,
+    )
+    .await
+    .unwrap()
+}
+
+/// What a resume of stage `probe` (fingerprint `fp`, slots `prefix`) finds, keeping every video.
+async fn prior(store: &Arc<dyn Store>, prefix: &str) -> Prior<Row> {
+    load_prior(store, "probe", "fp", prefix, Arc::new(|_: &str| true))
+        .await
+        .unwrap()
+}
+
+/// A run directory in a local temp folder, opened by its one writer.
+fn local_run(dir: &tempfile::TempDir) -> Arc<dyn Store> {
+    crate::store::open_run(&dir.path().display().to_string(), crate::store::Access::Own).unwrap()
+}
+
 /// Four workers of one rank walk the same 60 videos from different starting points, settling
 /// each (rows, or a reject) and committing every third video; returns the videos they lost.
 async fn race_twins(store: &Arc<dyn Store>) -> u64 {
@@ -29,20 +62,7 @@ async fn race_twins(store: &Arc<dyn Store>) -> u64 {
     for worker in 0..4u32 {
         let store = store.clone();
         tasks.spawn(async move {
-            let mut w = ShardWriter::<Row>::open(
-                store,
-                "probe",
-                "fp",
-                Arc::new(vec![]),
-                Slots {
-                    prefix: "r0001-part-",
-                    next: 0,
-                },
-                1000,
-                Duration::from_secs(3600),
-            )
-            .await
-            .unwrap();
+            let mut w = writer(store, "r0001-part-", 1000, Duration::from_secs(3600)).await;
             // Workers walk the same 60 videos from different starting points.
             for k in 0..60u32 {
                 let id = format!("v{:02}", (k + worker * 15) % 60);
@@ -104,15 +124,7 @@ async fn twins_commit_each_video_once(store: Arc<dyn Store>) {
     assert_eq!(rows.len(), view.done.len());
     assert_only_adopted_rejects_left(&store, &view.rejected).await;
     // Resume sees the same: nothing to redo, nothing twice.
-    let prior = load_prior::<Row>(
-        &store,
-        "probe",
-        "fp",
-        "r0001-part-",
-        Arc::new(|_: &str| true),
-    )
-    .await
-    .unwrap();
+    let prior = prior(&store, "r0001-part-").await;
     assert_eq!(prior.settled(), 60);
     // Rows come back from their shard when asked for, once.
     for (id, rs) in &rows {
@@ -126,33 +138,14 @@ async fn twins_commit_each_video_once(store: Arc<dyn Store>) {
 #[tokio::test]
 async fn a_slot_whose_rejects_shard_is_missing_gets_it_back_from_its_footer() {
     let dir = tempfile::tempdir().unwrap();
-    let store =
-        crate::store::open_run(&dir.path().display().to_string(), crate::store::Access::Own)
-            .unwrap();
-    let slots = Slots {
-        prefix: "part-",
-        next: 0,
-    };
-    let mut w = ShardWriter::<Row>::open(
-        store.clone(),
-        "probe",
-        "fp",
-        Arc::new(vec![]),
-        slots,
-        10,
-        Duration::from_secs(60),
-    )
-    .await
-    .unwrap();
+    let store = local_run(&dir);
+    let mut w = writer(store.clone(), "part-", 10, Duration::from_secs(60)).await;
     w.add(&rec("good"), vec![Row { worker: 0, n: 0 }]);
     w.reject("bad", &[], &StageError::data("bad", "detail"));
     w.flush().await.unwrap();
-    let keep: Arc<dyn Fn(&str) -> bool + Send + Sync> = Arc::new(|_: &str| true);
-    let prior = load_prior::<Row>(&store, "probe", "fp", "part-", keep.clone())
-        .await
-        .unwrap();
-    assert!(prior.is_done("good") && prior.is_rejected("bad"));
-    assert_eq!(prior.next_slot, 1);
+    let first = prior(&store, "part-").await;
+    assert!(first.is_done("good") && first.is_rejected("bad"));
+    assert_eq!(first.next_slot, 1);
     let rejects = store.list(REJECTS_DIR).await.unwrap();
     assert_eq!(
         rejects,
@@ -163,10 +156,8 @@ async fn a_slot_whose_rejects_shard_is_missing_gets_it_back_from_its_footer() {
     // A reader sees the commit's rejects before anyone restores the file.
     let view = read_table(&store, "probe", "fp", false).await.unwrap();
     assert_eq!(view.rejected, HashSet::from(["bad".to_string()]));
-    let prior = load_prior::<Row>(&store, "probe", "fp", "part-", keep)
-        .await
-        .unwrap();
-    assert!(prior.is_done("good") && prior.is_rejected("bad"));
+    let again = prior(&store, "part-").await;
+    assert!(again.is_done("good") && again.is_rejected("bad"));
     let restored = store.get(&rejects[0]).await.unwrap();
     let (a, b) = (
         decode_parquet(written, true).unwrap(),
@@ -179,9 +170,7 @@ async fn a_slot_whose_rejects_shard_is_missing_gets_it_back_from_its_footer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn twins_commit_each_video_once_on_a_local_folder() {
     let dir = tempfile::tempdir().unwrap();
-    let store =
-        crate::store::open_run(&dir.path().display().to_string(), crate::store::Access::Own);
-    twins_commit_each_video_once(store.unwrap()).await;
+    twins_commit_each_video_once(local_run(&dir)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
