@@ -295,14 +295,11 @@ impl ObjectStoreRun {
         tokio::fs::rename(&tmp, file).await.map_err(local)
     }
     fn relative(&self, key: &ObjPath) -> Option<String> {
-        let parts: Vec<_> = key.prefix_match(&self.prefix)?.collect();
-        Some(
-            parts
-                .iter()
-                .map(|p| p.as_ref())
-                .collect::<Vec<_>>()
-                .join("/"),
-        )
+        let parts: Vec<String> = key
+            .prefix_match(&self.prefix)?
+            .map(|p| p.as_ref().to_string())
+            .collect();
+        Some(parts.join("/"))
     }
 }
 
