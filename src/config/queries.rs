@@ -9,7 +9,7 @@
 //! placeholders, e.g. `published_after = "{year}-01-01"`. The `[event]` table describes the
 //! domain's risk event for the judging stages.
 
-use super::{ConfigError, Seg, SourceText};
+use super::{ConfigError, Seg, SourceText, key_at};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -154,10 +154,8 @@ impl QueryFile {
         let check_params = |params: &BTreeMap<String, toml::Value>, at: Vec<Seg>| {
             for k in params.keys() {
                 if !PARAMS.iter().any(|(n, _)| n == k) {
-                    let mut at = at.clone();
-                    at.push(Seg::Key(k.clone()));
                     return Err(src.error_at(
-                        &at,
+                        &key_at(&at, k),
                         format!(
                             "unknown search parameter {k:?}; known: {}",
                             PARAMS
@@ -212,9 +210,10 @@ impl QueryFile {
             }
             for (k, vals) in &g.cross {
                 if vals.is_empty() {
-                    let mut a = at("cross");
-                    a.push(Seg::Key(k.clone()));
-                    return Err(src.error_at(&a, "an empty vocabulary yields no query"));
+                    return Err(src.error_at(
+                        &key_at(&at("cross"), k),
+                        "an empty vocabulary yields no query",
+                    ));
                 }
             }
         }

@@ -117,51 +117,31 @@ pub enum Verdict {
 impl Judge {
     /// The judge of `path`, its answers cached in `cache`.
     pub fn load(path: &Path, cache: &Path) -> Result<Judge, RunError> {
-        let text = crate::config::read_file(path).map_err(|e| RunError::Config(e.to_string()))?;
-        let src = SourceText::new(path, text);
-        let f: JudgeFile = src.parse().map_err(|e| RunError::Config(e.to_string()))?;
+        let src = SourceText::new(path, crate::config::read_file(path)?);
+        let f: JudgeFile = src.parse()?;
         let s = &f.judge;
-        let at = |k: &str| {
-            [
-                crate::config::Seg::Key("judge".into()),
-                crate::config::Seg::Key(k.into()),
-            ]
-        };
+        let at = |keys: [&str; 2]| keys.map(|k| crate::config::Seg::Key(k.into()));
         let cfg = f.services.get(&s.service).ok_or_else(|| {
-            RunError::Config(
-                src.error_at(
-                    &at("service"),
-                    format!(
-                        "no [services.{}] in the judge file (known: {})",
-                        s.service,
-                        f.services.keys().cloned().collect::<Vec<_>>().join(", ")
-                    ),
-                )
-                .to_string(),
+            src.error_at(
+                &at(["judge", "service"]),
+                format!(
+                    "no [services.{}] in the judge file (known: {})",
+                    s.service,
+                    f.services.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
             )
         })?;
         check_mode(&src, &s.service, cfg)?;
         if !(1..=2).contains(&s.samples) {
-            return Err(RunError::Config(
-                src.error_at(
-                    &at("samples"),
+            return Err(src
+                .error_at(
+                    &at(["judge", "samples"]),
                     "samples is 1, or 2 for the judge's self-agreement",
                 )
-                .to_string(),
-            ));
+                .into());
         }
-        let svc = LlmService::new(&s.service, cfg).map_err(|e| {
-            RunError::Config(
-                src.error_at(
-                    &[
-                        crate::config::Seg::Key("services".into()),
-                        crate::config::Seg::Key(s.service.clone()),
-                    ],
-                    e.to_string(),
-                )
-                .to_string(),
-            )
-        })?;
+        let svc = LlmService::new(&s.service, cfg)
+            .map_err(|e| src.error_at(&at(["services", &s.service]), e.to_string()))?;
         let cache_dir = cache.parent().unwrap_or(Path::new(".")).to_path_buf();
         let cache = ResponseCache::open(cache).map_err(|e| RunError::Internal(e.to_string()))?;
         let hit_schema = OutputSchema::new(
@@ -344,11 +324,10 @@ fn check_mode(
         return Ok(());
     }
     let at = ["services", service, "mode"].map(|k| crate::config::Seg::Key(k.into()));
-    Err(RunError::Config(
-        src.error_at(
+    Err(src
+        .error_at(
             &at,
             "the judge of `evaluate` needs mode = \"live\" or \"batch\": it sends its own calls (offline mode leaves them to `vidcurate batch export` and `import`, which serve a pipeline run)",
         )
-        .to_string(),
-    ))
+        .into())
 }

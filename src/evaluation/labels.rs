@@ -3,13 +3,13 @@
 //! of the annotated risk signals.
 
 use super::split::{Scope, SplitScored};
-use super::{EvaluateOptions, number, parquet_batches, read_rows};
+use super::{EvaluateOptions, group_at, no_column, number, parquet_batches, read_rows};
 use crate::error::RunError;
 use crate::store::shards::text_column;
 use arrow::array::{Array, RecordBatch};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Lengths of the annotated risk signals (end - start, seconds) of one group.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -155,12 +155,8 @@ struct Truth {
 /// others by id.
 fn release_truth(release: &Path, opts: &EvaluateOptions, scope: &Scope) -> Result<Truth, RunError> {
     let dir = release.join("data");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map_err(|e| RunError::Config(format!("{}: {e} (not a release folder?)", dir.display())))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
-        .collect();
-    files.sort();
+    let files = crate::store::parquet_files_in(&dir)
+        .map_err(|e| RunError::Config(format!("{}: {e} (not a release folder?)", dir.display())))?;
     let mut truth = Truth::default();
     for f in files {
         let kept = scope.keeps(&f);
@@ -183,18 +179,7 @@ fn batch_truth(
         number(b, "annotation_risk_signal_start"),
         number(b, "annotation_risk_signal_end"),
     );
-    let missing = |c: &str| {
-        RunError::Config(format!(
-            "{}: no column `{c}` (columns: {})",
-            f.display(),
-            b.schema()
-                .fields()
-                .iter()
-                .map(|x| x.name().as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))
-    };
+    let missing = |c: &str| no_column(f, b, c);
     let ids = text_column(b, "video_id").ok_or_else(|| missing("video_id"))?;
     let labels = text_column(b, &opts.label).ok_or_else(|| missing(&opts.label))?;
     let groups = match &opts.by {
@@ -207,16 +192,7 @@ fn batch_truth(
             truth.others.insert(ids.value(i).to_string());
             continue;
         }
-        let g = groups
-            .as_ref()
-            .map(|g| {
-                if g.is_null(i) {
-                    "(none)".to_string()
-                } else {
-                    g.value(i).to_string()
-                }
-            })
-            .unwrap_or_default();
+        let g = group_at(groups.as_ref(), i);
         if let (Some(s), Some(e)) = &span
             && !s.is_null(i)
             && !e.is_null(i)

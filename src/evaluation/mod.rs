@@ -107,6 +107,39 @@ fn parquet_batches(path: &Path) -> Result<Vec<RecordBatch>, RunError> {
         .map_err(|e| RunError::Config(format!("{shown}: {e}")))
 }
 
+/// The Parquet files of `dir`, in name order.
+fn parquet_files(dir: &Path) -> Result<Vec<PathBuf>, RunError> {
+    crate::store::parquet_files_in(dir).map_err(|e| RunError::io(dir.display().to_string(), e))
+}
+
+/// Data file `f`'s error for a batch without column `c`, naming the columns it has.
+fn no_column(f: &Path, b: &RecordBatch, c: &str) -> RunError {
+    let names: Vec<&str> = b
+        .schema_ref()
+        .fields()
+        .iter()
+        .map(|x| x.name().as_str())
+        .collect();
+    RunError::Config(format!(
+        "{}: no column `{c}` (columns: {})",
+        f.display(),
+        names.join(", ")
+    ))
+}
+
+/// Row `i`'s `--by` group: its value, "(none)" when null, "" without `--by`.
+fn group_at(groups: Option<&arrow::array::StringArray>, i: usize) -> String {
+    groups
+        .map(|g| {
+            if g.is_null(i) {
+                "(none)".to_string()
+            } else {
+                g.value(i).to_string()
+            }
+        })
+        .unwrap_or_default()
+}
+
 fn number(batch: &RecordBatch, name: &str) -> Option<arrow::array::Float64Array> {
     let col = batch.column_by_name(name)?;
     let cast = arrow::compute::cast(col, &DataType::Float64).ok()?;

@@ -20,7 +20,7 @@ use crate::error::RunError;
 use crate::store::shards::text_column;
 use serde_json::{Value, json};
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// What each rating asks, as the judge's prompt defines it (`judge::RATING_PROMPT`).
 const RATING_MEANING: [(&str, &str); 3] = [
@@ -76,14 +76,8 @@ pub(super) fn element_key(metric: &str, k: usize) -> String {
 /// none; the task's question stands in then).
 fn item_questions(release: &Path, task: &str) -> Result<HashMap<String, String>, RunError> {
     let dir = release.join("tasks").join(task);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map_err(|e| RunError::io(dir.display().to_string(), e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
-        .collect();
-    files.sort();
     let mut out = HashMap::new();
-    for f in files {
+    for f in super::parquet_files(&dir)? {
         for b in super::parquet_batches(&f)? {
             let (Some(ids), Some(q)) = (text_column(&b, "item_id"), text_column(&b, "question"))
             else {

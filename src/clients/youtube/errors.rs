@@ -2,7 +2,6 @@
 //! bucket spent (`quotaExceeded`), the key refused, or the request refused. Reads Google's
 //! JSON error bodies; writes nothing; the key is scrubbed from every message it keeps.
 
-use super::Method;
 use google_youtube3::common;
 
 /// Why a call gave no answer.
@@ -55,9 +54,9 @@ impl Failure {
 
 /// Maps the crate's error to what we do about it. Transport error texts never contain the URL
 /// (and so never the key); API error bodies are Google's JSON.
-pub(super) fn classify(method: Method, e: common::Error) -> Failure {
+pub(super) fn classify(e: common::Error) -> Failure {
     match e {
-        common::Error::BadRequest(json) => classify_body(method, &json),
+        common::Error::BadRequest(json) => classify_body(&json),
         common::Error::Failure(resp) => {
             let status = resp.status().as_u16();
             if status == 429 || status >= 500 {
@@ -83,7 +82,7 @@ pub(super) fn classify(method: Method, e: common::Error) -> Failure {
 
 /// What Google's JSON error body says: the day's bucket spent, the key refused, worth a retry,
 /// or the request refused.
-fn classify_body(method: Method, json: &serde_json::Value) -> Failure {
+fn classify_body(json: &serde_json::Value) -> Failure {
     let err = &json["error"];
     let code = err["code"].as_i64().unwrap_or(0);
     let message = err["message"].as_str().unwrap_or("").to_string();
@@ -118,7 +117,6 @@ fn classify_body(method: Method, json: &serde_json::Value) -> Failure {
     {
         Failure::Retry(format!("{code} {first}: {message}"))
     } else {
-        let _ = method;
         Failure::Refused(code, first, message)
     }
 }

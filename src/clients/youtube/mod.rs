@@ -254,7 +254,7 @@ impl YouTubeClient {
                 budget,
             };
             self.reserve(method, &charge).await?;
-            let failure = match self.attempt(method, &call).await {
+            let failure = match self.attempt(&call).await {
                 Ok(answered) => return Ok(answered),
                 Err(failure) => failure,
             };
@@ -306,7 +306,7 @@ impl YouTubeClient {
 
     /// One call within the time limit: the answer with the body the cache keeps, or how it
     /// failed (secrets scrubbed).
-    async fn attempt<T, F, Fut>(&self, method: Method, call: &F) -> Result<Answered<T>, Failure>
+    async fn attempt<T, F, Fut>(&self, call: &F) -> Result<Answered<T>, Failure>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = common::Result<(common::Response, T)>>,
@@ -327,7 +327,7 @@ impl YouTubeClient {
                 Ok(Answered { value, record })
             }
             // Google's messages do not echo keys today; scrub anyway before anything is logged.
-            Ok(Err(e)) => Err(classify(method, e).scrub(&self.key)),
+            Ok(Err(e)) => Err(classify(e).scrub(&self.key)),
             Err(_) => Err(Failure::Retry(format!(
                 "no answer within {} s",
                 self.settings.timeout.as_secs_f64()

@@ -114,14 +114,7 @@ impl QuotaLedger {
 
     pub fn used(&self, key_id: &str, day: NaiveDate, bucket: &str) -> Result<u64, YtError> {
         let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        conn.query_row(
-            "SELECT used FROM quota WHERE key_id = ?1 AND day = ?2 AND bucket = ?3",
-            params![key_id, day.to_string(), bucket],
-            |r| r.get::<_, i64>(0),
-        )
-        .optional()
-        .map(|u| u.unwrap_or(0) as u64)
-        .map_err(|e| self.err(e))
+        used_in(&conn, key_id, day, bucket).map_err(|e| self.err(e))
     }
 
     /// Takes `cost` from today's bucket: Ok(used now), or Err(used) when it would overspend.
@@ -135,15 +128,7 @@ impl QuotaLedger {
     ) -> Result<Result<u64, u64>, YtError> {
         let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         let tx = conn.transaction().map_err(|e| self.err(e))?;
-        let used: u64 = tx
-            .query_row(
-                "SELECT used FROM quota WHERE key_id = ?1 AND day = ?2 AND bucket = ?3",
-                params![key_id, day.to_string(), bucket],
-                |r| r.get::<_, i64>(0),
-            )
-            .optional()
-            .map_err(|e| self.err(e))?
-            .unwrap_or(0) as u64;
+        let used = used_in(&tx, key_id, day, bucket).map_err(|e| self.err(e))?;
         if used + cost > budget {
             return Ok(Err(used));
         }
@@ -174,6 +159,17 @@ impl QuotaLedger {
         .map_err(|e| self.err(e))?;
         Ok(())
     }
+}
+
+/// What the ledger holds for (key, day, bucket): 0 before its first booking.
+fn used_in(conn: &Connection, key_id: &str, day: NaiveDate, bucket: &str) -> rusqlite::Result<u64> {
+    conn.query_row(
+        "SELECT used FROM quota WHERE key_id = ?1 AND day = ?2 AND bucket = ?3",
+        params![key_id, day.to_string(), bucket],
+        |r| r.get::<_, i64>(0),
+    )
+    .optional()
+    .map(|u| u.unwrap_or(0) as u64)
 }
 
 #[cfg(test)]

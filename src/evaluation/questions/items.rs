@@ -5,11 +5,11 @@
 use super::Item;
 use crate::error::RunError;
 use crate::evaluation::split::Scope;
-use crate::evaluation::{number, parquet_batches};
+use crate::evaluation::{group_at, no_column, number, parquet_batches};
 use arrow::array::{Array, Float64Array, ListArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field};
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 /// The released items of the split scored, the levels in their order of appearance (over every
@@ -23,17 +23,12 @@ pub struct Released {
 /// The released items (`questions/*.parquet`) of the split `scope` scores.
 pub fn read_items(release: &Path, by: Option<&str>, scope: &Scope) -> Result<Released, RunError> {
     let dir = release.join("questions");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map_err(|e| {
-            RunError::Config(format!(
-                "{}: {e} (a release of a run with a questions stage has it)",
-                dir.display()
-            ))
-        })?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
-        .collect();
-    files.sort();
+    let files = crate::store::parquet_files_in(&dir).map_err(|e| {
+        RunError::Config(format!(
+            "{}: {e} (a release of a run with a questions stage has it)",
+            dir.display()
+        ))
+    })?;
     let mut out = Released {
         items: vec![],
         order: vec![],
@@ -72,23 +67,7 @@ fn batch_items(
     items: &mut Vec<Item>,
     order: &mut Vec<String>,
 ) -> Result<(), RunError> {
-    let names = || {
-        b.schema()
-            .fields()
-            .iter()
-            .map(|x| x.name().clone())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let text = |c: &str| {
-        crate::store::shards::text_column(b, c).ok_or_else(|| {
-            RunError::Config(format!(
-                "{}: no column `{c}` (columns: {})",
-                f.display(),
-                names()
-            ))
-        })
-    };
+    let text = |c: &str| crate::store::shards::text_column(b, c).ok_or_else(|| no_column(f, b, c));
     let (ids, videos, levels, questions, answers) = (
         text("item_id")?,
         text("video_id")?,
@@ -118,16 +97,7 @@ fn batch_items(
             question: questions.value(i).to_string(),
             options: opts,
             answer,
-            group: group
-                .as_ref()
-                .map(|g| {
-                    if g.is_null(i) {
-                        "(none)".into()
-                    } else {
-                        g.value(i).to_string()
-                    }
-                })
-                .unwrap_or_default(),
+            group: group_at(group.as_ref(), i),
             blind: blind_share(&blind, i),
         });
     }

@@ -24,7 +24,7 @@ use crate::error::RunError;
 use answers::{Answers, read_answers};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// What `tasks/tasks.json` says of a task (the fields scoring uses).
 #[derive(Debug, Clone, Deserialize)]
@@ -120,10 +120,6 @@ fn read_infos(release: &Path) -> Result<Vec<TaskInfo>, RunError> {
     serde_json::from_str(&text).map_err(|e| RunError::Config(format!("{}: {e}", p.display())))
 }
 
-fn parquet_files(dir: &Path) -> Result<Vec<PathBuf>, RunError> {
-    crate::store::parquet_files_in(dir).map_err(|e| RunError::io(dir.display().to_string(), e))
-}
-
 /// The task's released rows of the split `scope` scores as references, in file order; the
 /// item ids of its other splits go to `others`.
 fn read_references(
@@ -133,7 +129,7 @@ fn read_references(
     others: &mut HashSet<String>,
 ) -> Result<Vec<Reference>, RunError> {
     let mut out = vec![];
-    for f in parquet_files(&release.join("tasks").join(&t.name))? {
+    for f in super::parquet_files(&release.join("tasks").join(&t.name))? {
         if scope.keeps(&f) {
             super::references::read_file(&f, &mut out)?;
         } else {
@@ -146,7 +142,7 @@ fn read_references(
 /// video → its value of `column` in the release's `data/*.parquet`.
 fn video_groups(release: &Path, column: &str) -> Result<HashMap<String, String>, RunError> {
     let mut out = HashMap::new();
-    for f in parquet_files(&release.join("data"))? {
+    for f in super::parquet_files(&release.join("data"))? {
         for b in super::parquet_batches(&f)? {
             let missing = || {
                 RunError::Config(format!(
