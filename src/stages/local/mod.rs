@@ -144,16 +144,9 @@ pub fn build(
         ));
     }
     if let Some(m) = &manifest {
-        let ext = m
-            .extension()
-            .and_then(|e| e.to_str())
-            .unwrap_or("")
-            .to_ascii_lowercase();
-        if !matches!(ext.as_str(), "csv" | "jsonl" | "ndjson") {
-            let mut p = at.to_vec();
-            p.push(Seg::Key("manifest".into()));
+        if !matches!(manifest_ext(m).as_str(), "csv" | "jsonl" | "ndjson") {
             return Err(bcx.src.error_at(
-                &p,
+                &crate::config::key_at(at, "manifest"),
                 format!("{}: a manifest must end in .csv or .jsonl", m.display()),
             ));
         }
@@ -171,6 +164,14 @@ pub fn build(
         }),
         json,
     ))
+}
+
+/// A manifest's extension, lowercased: what tells CSV from JSONL.
+fn manifest_ext(m: &Path) -> String {
+    m.extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase()
 }
 
 fn walk(
@@ -260,12 +261,7 @@ impl Source for LocalSource {
                     m.display()
                 )));
             }
-            let ext = m
-                .extension()
-                .and_then(|e| e.to_str())
-                .unwrap_or("")
-                .to_ascii_lowercase();
-            let (mut layout, total) = if ext == "csv" {
+            let (mut layout, total) = if manifest_ext(&m) == "csv" {
                 Layout::csv(&self.cfg, &m)?
             } else {
                 Layout::jsonl(&self.cfg, &m)?
