@@ -42,8 +42,7 @@ impl Layout {
             icol,
             extra_cols,
             names,
-            title: None,
-            description: None,
+            ..Default::default()
         };
         Ok((layout, total))
     }
@@ -69,13 +68,8 @@ impl Layout {
         }
         let layout = Self {
             file: m.to_path_buf(),
-            csv: false,
-            pcol: 0,
-            icol: None,
-            extra_cols: vec![],
             names,
-            title: None,
-            description: None,
+            ..Default::default()
         };
         Ok((layout, total))
     }
@@ -146,11 +140,7 @@ impl Layout {
                         let (path, id) = (get(self.pcol), self.icol.and_then(get));
                         make_entry(&cfg, origin, line, &base, path, id, extra)
                     }
-                    Err(err) => {
-                        let problem =
-                            StageError::data("bad_manifest_line", format!("{origin}: {err}"));
-                        Entry::broken(origin, line, n_extra, problem)
-                    }
+                    Err(err) => Entry::broken(origin, line, n_extra, err),
                 };
                 self.split_metadata(e)
             });
@@ -181,11 +171,7 @@ impl Layout {
                         );
                         make_entry(&cfg, origin, line, &base, path, id, extra)
                     }
-                    Err(err) => {
-                        let problem =
-                            StageError::data("bad_manifest_line", format!("{origin}: {err}"));
-                        Entry::broken(origin, line, self.names.len(), problem)
-                    }
+                    Err(err) => Entry::broken(origin, line, self.names.len(), err),
                 };
                 self.split_metadata(e)
             });

@@ -88,7 +88,9 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    fn broken(origin: String, line: u32, n_extra: usize, problem: StageError) -> Self {
+    /// A manifest line that could not be read: a `bad_manifest_line` reject naming it.
+    fn broken(origin: String, line: u32, n_extra: usize, err: impl std::fmt::Display) -> Self {
+        let problem = StageError::data("bad_manifest_line", format!("{origin}: {err}"));
         Self {
             origin,
             line,
@@ -101,7 +103,7 @@ impl Entry {
 
 /// What `open` learned of a manifest, so that `run` reads it again line by line instead of
 /// holding every entry (a 100,000-line manifest would otherwise be ~50 MB of entries).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 struct Layout {
     file: PathBuf,
     csv: bool,
