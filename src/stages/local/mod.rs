@@ -384,30 +384,21 @@ pub(crate) fn source_item(
 /// The record of an entry without a problem: a URL as listed, or a local file by its absolute
 /// path (which is also its media).
 fn record_of(id: String, e: Entry) -> VideoRecord {
+    let mut info = SourceInfo {
+        title: e.title,
+        description: e.description,
+        ..Default::default()
+    };
     if let Some(url) = e.url {
-        let info = SourceInfo {
-            url: Some(url),
-            title: e.title,
-            description: e.description,
-            ..Default::default()
-        };
+        info.url = Some(url);
         return VideoRecord::new(id, info, e.extra);
     }
     let path = e.path.expect("no problem implies a path or a URL");
     let abs = path.canonicalize().unwrap_or(path);
     let size = std::fs::metadata(&abs).map(|m| m.len()).unwrap_or(0);
     let path = abs.display().to_string();
-    let mut rec = VideoRecord::new(
-        id,
-        SourceInfo {
-            path: Some(path.clone()),
-            size_bytes: Some(size),
-            title: e.title,
-            description: e.description,
-            ..Default::default()
-        },
-        e.extra,
-    );
+    (info.path, info.size_bytes) = (Some(path.clone()), Some(size));
+    let mut rec = VideoRecord::new(id, info, e.extra);
     rec.media = Some(MediaFile {
         path,
         size_bytes: size,
