@@ -2,7 +2,6 @@
 
 use super::{Entries, Entry, Layout, LocalConfig, json_text};
 use crate::error::{RunError, StageError};
-use crate::record::SourceInfo;
 use std::path::Path;
 
 impl Layout {
@@ -78,10 +77,7 @@ impl Layout {
     /// name (the judging stages read them there); other extra columns must not shadow a source
     /// column, or the tables would have two columns of one name. Returns the extras left.
     pub(super) fn take_metadata_columns(&mut self) -> Result<Vec<String>, RunError> {
-        let source_cols: Vec<String> = crate::store::shards::fields_of::<SourceInfo>()?
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
+        let source_cols = super::source_columns()?;
         if let Some(bad) = self
             .names
             .iter()

@@ -212,6 +212,12 @@ pub(crate) fn json_text(v: Option<&serde_json::Value>) -> Option<String> {
 
 type Entries = Box<dyn Iterator<Item = Entry> + Send>;
 
+/// The source table's column names, which no extra column may take.
+pub(crate) fn source_columns() -> Result<Vec<String>, RunError> {
+    let fields = crate::store::shards::fields_of::<SourceInfo>()?;
+    Ok(fields.iter().map(|f| f.name().clone()).collect())
+}
+
 /// First 16 hex digits of the BLAKE3 hash of the file's bytes.
 pub fn content_id(path: &Path) -> std::io::Result<String> {
     let mut h = blake3::Hasher::new();
