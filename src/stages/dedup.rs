@@ -22,7 +22,7 @@ use std::collections::HashMap;
 #[serde(deny_unknown_fields)]
 pub struct DedupConfig {}
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct FrameHashes {
     pub frame_indices: Vec<u32>,
     /// One per frame, `ImageHash::to_base64` of the 64-bit gradient hash.
@@ -79,10 +79,7 @@ impl Processor for DedupStage {
         cx.cpu
             .run(move || {
                 let h = hasher();
-                let mut out = FrameHashes {
-                    frame_indices: vec![],
-                    hashes: vec![],
-                };
+                let mut out = FrameHashes::default();
                 for (i, data) in jpegs {
                     let img = image::load_from_memory(&data).map_err(|e| {
                         StageError::data("unreadable_frame", format!("frame {i}: {e}"))
@@ -181,21 +178,16 @@ mod tests {
 
     #[test]
     fn near_hashes_join_and_far_ones_do_not() {
-        let mut v = HashMap::new();
-        v.insert(
-            "a".to_string(),
-            vec![0xFFFF_0000_FFFF_0000u64, 0x1234_5678_9ABC_DEF0],
-        );
-        // 2 bits off on each frame: a crop or a re-encode.
-        v.insert(
-            "b".to_string(),
-            vec![0xFFFF_0000_FFFF_0003u64, 0x1234_5678_9ABC_DEF3],
-        );
-        v.insert(
-            "c".to_string(),
-            vec![0x0F0F_0F0F_0F0F_0F0Fu64, 0xAAAA_5555_AAAA_5555],
-        );
-        v.insert("d".to_string(), vec![]);
+        let v: HashMap<String, Vec<u64>> = [
+            ("a", vec![0xFFFF_0000_FFFF_0000, 0x1234_5678_9ABC_DEF0]),
+            // 2 bits off on each frame: a crop or a re-encode.
+            ("b", vec![0xFFFF_0000_FFFF_0003, 0x1234_5678_9ABC_DEF3]),
+            ("c", vec![0x0F0F_0F0F_0F0F_0F0F, 0xAAAA_5555_AAAA_5555]),
+            ("d", vec![]),
+        ]
+        .into_iter()
+        .map(|(id, hashes)| (id.to_string(), hashes))
+        .collect();
         let c = cluster(&v, 10, 0.5);
         assert_eq!(c["a"], "a");
         assert_eq!(c["b"], "a");

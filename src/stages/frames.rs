@@ -414,22 +414,16 @@ mod tests {
 
     #[test]
     fn unused_settings_do_not_change_the_fingerprint() {
-        let a = FramesConfig {
-            mode: Mode::Fps,
-            count: 3,
-            ..Default::default()
+        let fps_mode = |count, fps| {
+            FramesConfig {
+                mode: Mode::Fps,
+                count,
+                fps,
+                ..Default::default()
+            }
+            .fingerprint_json()
         };
-        let b = FramesConfig {
-            mode: Mode::Fps,
-            count: 99,
-            ..Default::default()
-        };
-        assert_eq!(a.fingerprint_json(), b.fingerprint_json());
-        let c = FramesConfig {
-            mode: Mode::Fps,
-            fps: 2.0,
-            ..Default::default()
-        };
-        assert_ne!(a.fingerprint_json(), c.fingerprint_json());
+        assert_eq!(fps_mode(3, 1.0), fps_mode(99, 1.0));
+        assert_ne!(fps_mode(3, 1.0), fps_mode(16, 2.0));
     }
 }

@@ -80,9 +80,7 @@ impl BuildCx<'_> {
         built.insert(key, svc.clone());
         Ok(svc)
     }
-}
 
-impl BuildCx<'_> {
     /// `[services.<name>]`, which a stage names at `at`.
     pub fn service(&self, name: &str, at: &[Seg]) -> Result<&ServiceConfig, ConfigError> {
         self.services.get(name).ok_or_else(|| {
@@ -442,8 +440,7 @@ pub fn build_source(
     match SOURCE_KINDS.iter().find(|k| k.name == kind) {
         Some(k) => (k.build)(table, at, bcx),
         None => {
-            let mut at = at.to_vec();
-            at.push(Seg::Key("type".into()));
+            let at = crate::config::key_at(at, "type");
             let known: Vec<&str> = SOURCE_KINDS.iter().map(|k| k.name).collect();
             Err(bcx.src.error_at(
                 &at,

@@ -141,8 +141,7 @@ impl RunStages {
         } else {
             sources.iter().map(|s| ids.position(s)).collect()
         };
-        let mut start = arrow::array::BooleanBufferBuilder::new(ids.len());
-        start.append_n(ids.len(), false);
+        let mut start = decide::bits(ids.len(), false);
         positions
             .iter()
             .flatten()

@@ -50,7 +50,7 @@ mod text_json;
 
 use crate::config::{ConfigError, Seg};
 use crate::error::{RunError, StageError};
-use crate::record::{Extras, Slot, SourceInfo};
+use crate::record::{Extras, Slot};
 use crate::runtime::stage::{Source, SourceStream, StageContext};
 use crate::stages::BuildCx;
 use crate::stages::local::{Entry, identify, source_item};
@@ -291,10 +291,7 @@ fn url_escape(id: &str) -> String {
 /// The formats' extra columns must not be named like a source table column (MultiHateClip's
 /// full release may have more columns than the public one).
 fn check_names(names: &[String], files: &[(PathBuf, String)]) -> Result<(), RunError> {
-    let source_cols: Vec<String> = crate::store::shards::fields_of::<SourceInfo>()?
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
+    let source_cols = crate::stages::local::source_columns()?;
     match names.iter().find(|n| source_cols.contains(n)) {
         Some(bad) => Err(RunError::Config(format!(
             "{}: column `{bad}` has the name of a source table column",

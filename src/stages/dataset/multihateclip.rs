@@ -87,9 +87,7 @@ fn read_file(
     let Some((_, head)) = records.next() else {
         return Err(cfgerr("empty: no header line".into()));
     };
-    let headers: Vec<String> = String::from_utf8(head)
-        .map_err(|e| e.to_string())
-        .and_then(|h| fields(h.as_bytes()).map_err(|e| e.to_string()))
+    let headers: Vec<String> = utf8_fields(head)
         .map_err(|e| cfgerr(format!("line 1: {e}")))?
         .iter()
         .map(|h| h.trim().to_string())
@@ -107,10 +105,7 @@ fn read_file(
     let shown = file.display().to_string();
     for (line, record) in records {
         let origin = format!("{shown}:{line}");
-        let cells = String::from_utf8(record)
-            .map_err(|e| e.to_string())
-            .and_then(|r| fields(r.as_bytes()).map_err(|e| e.to_string()));
-        let cells = match cells {
+        let cells = match utf8_fields(record) {
             Ok(c) => c,
             Err(e) => {
                 rows.push(Row::broken(origin, line, names.len(), "bad_line", e));
@@ -209,6 +204,11 @@ fn fields(record: &[u8]) -> Result<Vec<String>, csv::Error> {
         Some(Err(e)) => Err(e),
         None => Ok(vec![]),
     }
+}
+
+/// A record's cells, the record first read as UTF-8 (the header's and every row's alike).
+fn utf8_fields(record: Vec<u8>) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    Ok(fields(String::from_utf8(record)?.as_bytes())?)
 }
 
 /// A list cell as a JSON array (text); an empty cell, `None` or `nan` (what pandas writes for
@@ -439,22 +439,19 @@ mod tests {
     #[test]
     fn broken_lists_say_where() {
         let bad = |s: &str| cell(s).unwrap_err().to_string();
-        assert!(
-            bad("['Woman'").contains("no closing ']'"),
-            "{}",
-            bad("['Woman'")
-        );
-        assert!(bad("['Woman]").contains("not closed"));
-        assert!(bad("[Woman]").contains("`Woman` is not a value"));
-        assert!(
-            bad("['a' 'b']").contains("at character 6"),
-            "{}",
-            bad("['a' 'b']")
-        );
-        assert!(bad("['a'] x").contains("after the value"));
+        let deep = "[".repeat(40);
+        for (s, says) in [
+            ("['Woman'", "no closing ']'"),
+            ("['Woman]", "not closed"),
+            ("[Woman]", "`Woman` is not a value"),
+            ("['a' 'b']", "at character 6"),
+            ("['a'] x", "after the value"),
+            (r"['\x4']", "hex digits"),
+            (deep.as_str(), "nested deeper"),
+        ] {
+            assert!(bad(s).contains(says), "{s:?}: {}", bad(s));
+        }
         assert_eq!(bad("'Woman'"), "not a list");
-        assert!(bad(r"['\x4']").contains("hex digits"));
-        assert!(bad(&"[".repeat(40)).contains("nested deeper"));
     }
 
     #[test]

@@ -157,10 +157,7 @@ impl TextJson {
     /// `file:line` of an id's entry, or of one of its keys.
     fn at(&self, id: &str, key: Option<&str>) -> String {
         let l = self.lines.get(id);
-        let line = match key {
-            Some(k) => l.and_then(|l| l.keys.get(k)),
-            None => None,
-        };
+        let line = key.and_then(|k| l.and_then(|l| l.keys.get(k)));
         match line.or_else(|| l.and_then(|l| l.at.last())) {
             Some(n) => format!("{}:{n}", self.shown),
             None => self.shown.clone(),

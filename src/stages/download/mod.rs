@@ -172,8 +172,7 @@ pub async fn fetch_detached(
     let http = http_client().map_err(|e| StageError::internal("http_client", e.to_string()))?;
     let ytdlp = cfg.yt_dlp.clone();
     let stage = DownloadStage { cfg, ytdlp, http };
-    let cx = StageContext::detached(work)
-        .map_err(|e| StageError::internal("media_store", e.to_string()))?;
+    let cx = StageContext::detached(work).map_err(media_store)?;
     let source = crate::record::SourceInfo {
         url: Some(url.to_string()),
         ..Default::default()
@@ -234,8 +233,7 @@ fn store_object(
     file: &Path,
     ext: &str,
 ) -> Result<(String, u64, String), StageError> {
-    let io =
-        |e: std::io::Error| StageError::internal("media_store", format!("{}: {e}", file.display()));
+    let io = |e: std::io::Error| media_store(format!("{}: {e}", file.display()));
     let mut h = blake3::Hasher::new();
     h.update_reader(std::fs::File::open(file).map_err(io)?)
         .map_err(io)?;
@@ -263,9 +261,19 @@ async fn partial_file(
     let partial_dir = cx.run_dir.join("media").join("partial");
     tokio::fs::create_dir_all(&partial_dir)
         .await
-        .map_err(|e| StageError::internal("media_store", e.to_string()))?;
+        .map_err(media_store)?;
     let key = &blake3::hash(url.as_bytes()).to_hex()[..16];
     Ok(partial_dir.join(format!("{}-{key}.part", rec.video_id)))
+}
+
+/// A failure to keep media in the run's store: the stage's, not the video's.
+fn media_store(e: impl std::fmt::Display) -> StageError {
+    StageError::internal("media_store", e.to_string())
+}
+
+/// A failed request or body read (worth a retry), without the URL reqwest would repeat.
+fn http_error(url: &str, e: reqwest::Error) -> StageError {
+    StageError::external("http_error", format!("{url}: {}", e.without_url()))
 }
 
 /// A reject for an HTTP error status (`external` when retrying may help); 416 on a resumed
@@ -300,9 +308,7 @@ impl DownloadStage {
         if have > 0 {
             req = req.header(reqwest::header::RANGE, format!("bytes={have}-"));
         }
-        let resp = req.send().await.map_err(|e| {
-            StageError::external("http_error", format!("{url}: {}", e.without_url()))
-        })?;
+        let resp = req.send().await.map_err(|e| http_error(url, e))?;
         let status = resp.status();
         check_status(url, status, have)?;
         let content_type = resp
@@ -359,12 +365,10 @@ impl DownloadStage {
             .truncate(!resumed)
             .open(part)
             .await
-            .map_err(|e| StageError::internal("media_store", e.to_string()))?;
+            .map_err(media_store)?;
         let mut body = resp.bytes_stream();
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| {
-                StageError::external("http_error", format!("{url}: {}", e.without_url()))
-            })?;
+            let chunk = chunk.map_err(|e| http_error(url, e))?;
             written += chunk.len() as u64;
             if written > self.cfg.max_bytes {
                 drop(f);
@@ -374,13 +378,9 @@ impl DownloadStage {
                     format!("{url}: over max_bytes {}", self.cfg.max_bytes),
                 ));
             }
-            f.write_all(&chunk)
-                .await
-                .map_err(|e| StageError::internal("media_store", e.to_string()))?;
+            f.write_all(&chunk).await.map_err(media_store)?;
         }
-        f.sync_all()
-            .await
-            .map_err(|e| StageError::internal("media_store", e.to_string()))
+        f.sync_all().await.map_err(media_store)
     }
 }
 

@@ -1,6 +1,6 @@
 //! The yt-dlp path of the download stage: YouTube and the `yt_dlp_hosts`.
 
-use super::{Download, DownloadStage, extension, store_object};
+use super::{Download, DownloadStage, extension, media_store, store_object};
 use crate::error::StageError;
 use crate::record::VideoRecord;
 use crate::runtime::stage::StageContext;
@@ -21,7 +21,7 @@ impl DownloadStage {
             .join(format!("yt-{}", rec.video_id));
         tokio::fs::create_dir_all(&work)
             .await
-            .map_err(|e| StageError::internal("media_store", e.to_string()))?;
+            .map_err(media_store)?;
         let out = self.run_ytdlp(self.ytdlp_command(url, &work), url).await?;
         let file = work.join(printed_file(url, &out)?);
         let ext = extension(&file.display().to_string(), None);
@@ -161,8 +161,7 @@ fn printed_file(url: &str, out: &std::process::Output) -> Result<String, StageEr
 /// Moves yt-dlp's caption files (`media.<lang>.json3` in `work`) beside the stored media object
 /// `media_rel` as `<object stem>.<lang>.json3`; returns their run-relative paths.
 fn keep_captions(run_dir: &Path, work: &Path, media_rel: &str) -> Result<Vec<String>, StageError> {
-    let io =
-        |e: std::io::Error| StageError::internal("media_store", format!("{}: {e}", work.display()));
+    let io = |e: std::io::Error| media_store(format!("{}: {e}", work.display()));
     let stem = media_rel.rsplit_once('.').map_or(media_rel, |(s, _)| s);
     let mut kept = vec![];
     let Ok(rd) = std::fs::read_dir(work) else {

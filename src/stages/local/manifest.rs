@@ -2,7 +2,6 @@
 
 use super::{Entries, Entry, Layout, LocalConfig, json_text};
 use crate::error::{RunError, StageError};
-use crate::record::SourceInfo;
 use std::path::Path;
 
 impl Layout {
@@ -42,8 +41,7 @@ impl Layout {
             icol,
             extra_cols,
             names,
-            title: None,
-            description: None,
+            ..Default::default()
         };
         Ok((layout, total))
     }
@@ -69,13 +67,8 @@ impl Layout {
         }
         let layout = Self {
             file: m.to_path_buf(),
-            csv: false,
-            pcol: 0,
-            icol: None,
-            extra_cols: vec![],
             names,
-            title: None,
-            description: None,
+            ..Default::default()
         };
         Ok((layout, total))
     }
@@ -84,10 +77,7 @@ impl Layout {
     /// name (the judging stages read them there); other extra columns must not shadow a source
     /// column, or the tables would have two columns of one name. Returns the extras left.
     pub(super) fn take_metadata_columns(&mut self) -> Result<Vec<String>, RunError> {
-        let source_cols: Vec<String> = crate::store::shards::fields_of::<SourceInfo>()?
-            .iter()
-            .map(|f| f.name().clone())
-            .collect();
+        let source_cols = super::source_columns()?;
         if let Some(bad) = self
             .names
             .iter()
@@ -146,11 +136,7 @@ impl Layout {
                         let (path, id) = (get(self.pcol), self.icol.and_then(get));
                         make_entry(&cfg, origin, line, &base, path, id, extra)
                     }
-                    Err(err) => {
-                        let problem =
-                            StageError::data("bad_manifest_line", format!("{origin}: {err}"));
-                        Entry::broken(origin, line, n_extra, problem)
-                    }
+                    Err(err) => Entry::broken(origin, line, n_extra, err),
                 };
                 self.split_metadata(e)
             });
@@ -181,11 +167,7 @@ impl Layout {
                         );
                         make_entry(&cfg, origin, line, &base, path, id, extra)
                     }
-                    Err(err) => {
-                        let problem =
-                            StageError::data("bad_manifest_line", format!("{origin}: {err}"));
-                        Entry::broken(origin, line, self.names.len(), problem)
-                    }
+                    Err(err) => Entry::broken(origin, line, self.names.len(), err),
                 };
                 self.split_metadata(e)
             });

@@ -88,7 +88,9 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    fn broken(origin: String, line: u32, n_extra: usize, problem: StageError) -> Self {
+    /// A manifest line that could not be read: a `bad_manifest_line` reject naming it.
+    fn broken(origin: String, line: u32, n_extra: usize, err: impl std::fmt::Display) -> Self {
+        let problem = StageError::data("bad_manifest_line", format!("{origin}: {err}"));
         Self {
             origin,
             line,
@@ -101,7 +103,7 @@ impl Entry {
 
 /// What `open` learned of a manifest, so that `run` reads it again line by line instead of
 /// holding every entry (a 100,000-line manifest would otherwise be ~50 MB of entries).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 struct Layout {
     file: PathBuf,
     csv: bool,
@@ -144,16 +146,9 @@ pub fn build(
         ));
     }
     if let Some(m) = &manifest {
-        let ext = m
-            .extension()
-            .and_then(|e| e.to_str())
-            .unwrap_or("")
-            .to_ascii_lowercase();
-        if !matches!(ext.as_str(), "csv" | "jsonl" | "ndjson") {
-            let mut p = at.to_vec();
-            p.push(Seg::Key("manifest".into()));
+        if !matches!(manifest_ext(m).as_str(), "csv" | "jsonl" | "ndjson") {
             return Err(bcx.src.error_at(
-                &p,
+                &crate::config::key_at(at, "manifest"),
                 format!("{}: a manifest must end in .csv or .jsonl", m.display()),
             ));
         }
@@ -171,6 +166,14 @@ pub fn build(
         }),
         json,
     ))
+}
+
+/// A manifest's extension, lowercased: what tells CSV from JSONL.
+fn manifest_ext(m: &Path) -> String {
+    m.extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase()
 }
 
 fn walk(
@@ -208,6 +211,12 @@ pub(crate) fn json_text(v: Option<&serde_json::Value>) -> Option<String> {
 }
 
 type Entries = Box<dyn Iterator<Item = Entry> + Send>;
+
+/// The source table's column names, which no extra column may take.
+pub(crate) fn source_columns() -> Result<Vec<String>, RunError> {
+    let fields = crate::store::shards::fields_of::<SourceInfo>()?;
+    Ok(fields.iter().map(|f| f.name().clone()).collect())
+}
 
 /// First 16 hex digits of the BLAKE3 hash of the file's bytes.
 pub fn content_id(path: &Path) -> std::io::Result<String> {
@@ -260,12 +269,7 @@ impl Source for LocalSource {
                     m.display()
                 )));
             }
-            let ext = m
-                .extension()
-                .and_then(|e| e.to_str())
-                .unwrap_or("")
-                .to_ascii_lowercase();
-            let (mut layout, total) = if ext == "csv" {
+            let (mut layout, total) = if manifest_ext(&m) == "csv" {
                 Layout::csv(&self.cfg, &m)?
             } else {
                 Layout::jsonl(&self.cfg, &m)?
@@ -386,30 +390,21 @@ pub(crate) fn source_item(
 /// The record of an entry without a problem: a URL as listed, or a local file by its absolute
 /// path (which is also its media).
 fn record_of(id: String, e: Entry) -> VideoRecord {
+    let mut info = SourceInfo {
+        title: e.title,
+        description: e.description,
+        ..Default::default()
+    };
     if let Some(url) = e.url {
-        let info = SourceInfo {
-            url: Some(url),
-            title: e.title,
-            description: e.description,
-            ..Default::default()
-        };
+        info.url = Some(url);
         return VideoRecord::new(id, info, e.extra);
     }
     let path = e.path.expect("no problem implies a path or a URL");
     let abs = path.canonicalize().unwrap_or(path);
     let size = std::fs::metadata(&abs).map(|m| m.len()).unwrap_or(0);
     let path = abs.display().to_string();
-    let mut rec = VideoRecord::new(
-        id,
-        SourceInfo {
-            path: Some(path.clone()),
-            size_bytes: Some(size),
-            title: e.title,
-            description: e.description,
-            ..Default::default()
-        },
-        e.extra,
-    );
+    (info.path, info.size_bytes) = (Some(path.clone()), Some(size));
+    let mut rec = VideoRecord::new(id, info, e.extra);
     rec.media = Some(MediaFile {
         path,
         size_bytes: size,

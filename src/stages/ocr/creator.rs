@@ -52,34 +52,29 @@ pub fn classify(regions: &mut [TextRegion], colour: &[ColourFacts]) {
         let c = &colour[i];
         let uniform = c.hue_spread < 20.0 && c.val_spread < 0.12;
         let band = r.center_y < 0.15 || r.center_y > 0.75 || c.bg_uniformity < 4.0;
+        let band_kind = if c.bg_uniformity < 4.0 {
+            "on_box"
+        } else {
+            "overlay_band"
+        };
         let mut score: f32 = 0.0;
         let mut evidence = vec![];
-        if same_place > 0 {
-            score += 0.45;
-            evidence.push(format!("persistent({} frames)", same_place + 1));
-        }
-        if axis {
-            score += 0.2;
-            evidence.push("axis_aligned".to_string());
-        }
-        if uniform {
-            score += 0.2;
-            evidence.push("uniform_colour".to_string());
-        }
-        if band {
-            score += 0.15;
-            evidence.push(
-                if c.bg_uniformity < 4.0 {
-                    "on_box"
-                } else {
-                    "overlay_band"
-                }
-                .to_string(),
-            );
-        }
-        if moved {
-            score -= 0.45;
-            evidence.push("moves".to_string());
+        // The signals of the table above, in its order.
+        for (held, weight, name) in [
+            (
+                same_place > 0,
+                0.45,
+                format!("persistent({} frames)", same_place + 1),
+            ),
+            (axis, 0.2, "axis_aligned".to_string()),
+            (uniform, 0.2, "uniform_colour".to_string()),
+            (band, 0.15, band_kind.to_string()),
+            (moved, -0.45, "moves".to_string()),
+        ] {
+            if held {
+                score += weight;
+                evidence.push(name);
+            }
         }
         let score = score.clamp(0.0, 1.0);
         verdicts.push((score >= 0.5, score, evidence.join(" ")));

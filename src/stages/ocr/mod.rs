@@ -176,15 +176,10 @@ impl super::PlainStage for OcrConfig {
     }
     fn task(self, at: &[Seg], bcx: &BuildCx) -> Result<Box<dyn StageTask>, ConfigError> {
         let key = |k: &str| crate::config::key_at(at, k);
-        if !(1..=20).contains(&self.grid_rows) {
-            return Err(bcx
-                .src
-                .error_at(&key("grid_rows"), "must be between 1 and 20"));
-        }
-        if !(1..=20).contains(&self.grid_cols) {
-            return Err(bcx
-                .src
-                .error_at(&key("grid_cols"), "must be between 1 and 20"));
+        for (k, n) in [("grid_rows", self.grid_rows), ("grid_cols", self.grid_cols)] {
+            if !(1..=20).contains(&n) {
+                return Err(bcx.src.error_at(&key(k), "must be between 1 and 20"));
+            }
         }
         Ok(super::processor_task(OcrStage {
             cfg: self,
@@ -237,16 +232,13 @@ fn analyse_frame(
         .into_iter()
         .map(|r| {
             let lay = layout::measure(&r.quad, fw, fh, cfg.grid_rows, cfg.grid_cols);
-            let xs = r.quad.iter().map(|p| p[0]);
-            let ys = r.quad.iter().map(|p| p[1]);
-            let (x0, x1) = (
-                xs.clone().fold(f32::MAX, f32::min).floor() as u32,
-                xs.fold(0f32, f32::max).ceil() as u32,
-            );
-            let (y0, y1) = (
-                ys.clone().fold(f32::MAX, f32::min).floor() as u32,
-                ys.fold(0f32, f32::max).ceil() as u32,
-            );
+            // The quad's extent along axis `a`, in whole pixels.
+            let span = |a: usize| {
+                let v = r.quad.iter().map(|p| p[a]);
+                let lo = v.clone().fold(f32::MAX, f32::min).floor() as u32;
+                (lo, v.fold(0f32, f32::max).ceil() as u32)
+            };
+            let ((x0, x1), (y0, y1)) = (span(0), span(1));
             let c = colour::measure(img, x0, y0, x1, y1);
             let facts = creator::ColourFacts {
                 hue_spread: c.hue_spread,

@@ -172,7 +172,7 @@ struct Hits {
 type Rules = [Option<Rule>; 2];
 
 /// Bits of `n` videos, all `v`.
-fn bits(n: usize, v: bool) -> BooleanBufferBuilder {
+pub(super) fn bits(n: usize, v: bool) -> BooleanBufferBuilder {
     let mut b = BooleanBufferBuilder::new(n);
     b.append_n(n, v);
     b

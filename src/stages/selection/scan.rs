@@ -368,20 +368,13 @@ mod tests {
         let mut old = writer(&store, "old").await;
         old.add(&rec("f"), vec![row(4)]);
         old.flush().await.unwrap();
-        store
-            .put(
-                "rejects/probe-part-00007.parquet",
-                legacy_rejects(&["g"], "fp"),
-            )
-            .await
-            .unwrap();
-        store
-            .put(
-                "rejects/probe-part-00008.parquet",
-                legacy_rejects(&["h"], "old"),
-            )
-            .await
-            .unwrap();
+        for (part, video, fp) in [(7, "g", "fp"), (8, "h", "old")] {
+            let path = format!("rejects/probe-part-{part:05}.parquet");
+            store
+                .put(&path, legacy_rejects(&[video], fp))
+                .await
+                .unwrap();
+        }
         // The second slot's rejects shard lost: its footer still carries the reject rows.
         let lost = store
             .list(crate::store::shards::REJECTS_DIR)

@@ -25,9 +25,7 @@
 
 mod collect;
 
-use crate::clients::youtube::{
-    ClientSettings, QuotaConfig, YouTubeClient, YtError, parse_duration,
-};
+use crate::clients::youtube::{ClientSettings, QuotaConfig, YouTubeClient, parse_duration};
 use crate::config::queries::{Query, QueryFile};
 use crate::config::{ConfigError, Seg};
 use crate::error::RunError;
@@ -234,10 +232,8 @@ impl Source for YouTubeSource {
 
     async fn open(&mut self, cx: &StageContext) -> Result<(), RunError> {
         let cache = cx.cache.get().map_err(|e| RunError::Internal(e.detail))?;
-        let client = YouTubeClient::new(self.settings.clone(), cache).map_err(|e| match e {
-            YtError::Setup(m) => RunError::Config(m),
-            other => RunError::Config(other.to_string()),
-        })?;
+        let client = YouTubeClient::new(self.settings.clone(), cache)
+            .map_err(|e| RunError::Config(e.to_string()))?;
         tracing::info!(
             queries = self.queries.len(),
             key = client.key_id(),

@@ -45,14 +45,7 @@ fn kmeans_fit(labs: &[[f32; 3]], k: usize) -> Vec<[f32; 3]> {
     for _ in 0..12 {
         let mut changed = false;
         for (i, p) in labs.iter().enumerate() {
-            let best = (0..k)
-                .min_by(|&a, &b| {
-                    let d = |c: &[f32; 3]| {
-                        (p[0] - c[0]).powi(2) + (p[1] - c[1]).powi(2) + (p[2] - c[2]).powi(2)
-                    };
-                    d(&centres[a]).total_cmp(&d(&centres[b]))
-                })
-                .unwrap_or(0);
+            let best = nearest(&centres, p);
             if assign[i] != best {
                 assign[i] = best;
                 changed = true;

@@ -98,6 +98,13 @@ fn median(mut v: Vec<f32>) -> f32 {
     v[v.len() / 2]
 }
 
+/// Population standard deviation (0 for none).
+fn std_dev(v: &[f32]) -> f32 {
+    let n = v.len().max(1) as f32;
+    let m = v.iter().sum::<f32>() / n;
+    (v.iter().map(|x| (x - m).powi(2)).sum::<f32>() / n).sqrt()
+}
+
 /// Measures the text colour inside the axis-aligned box (x0, y0)–(x1, y1) of `img`.
 pub fn measure(img: &RgbImage, bx0: u32, by0: u32, bx1: u32, by1: u32) -> RegionColour {
     let (bx1, by1) = (bx1.min(img.width()), by1.min(img.height()));
@@ -461,9 +468,7 @@ fn set_text_colour(out: &mut RegionColour, stroke: &[StrokePixel]) {
     let (hm, hs) = hue_stats(&core_h);
     out.text_h = hm;
     out.hue_spread = hs;
-    let vm = core_v.iter().sum::<f32>() / core_v.len().max(1) as f32;
-    out.val_spread =
-        (core_v.iter().map(|v| (v - vm).powi(2)).sum::<f32>() / core_v.len().max(1) as f32).sqrt();
+    out.val_spread = std_dev(&core_v);
     out.text_s = median(core_s);
     out.text_v = median(core_v);
     out.text_color = colour_name(out.text_h, out.text_s, out.text_v).to_string();
@@ -475,9 +480,7 @@ fn set_bg_colour(out: &mut RegionColour, bg: BgPixels) {
     out.bg_s = median(bg.s);
     out.bg_v = median(bg.v);
     out.bg_color = colour_name(out.bg_h, out.bg_s, out.bg_v).to_string();
-    let lm = bg.l.iter().sum::<f32>() / bg.l.len().max(1) as f32;
-    out.bg_uniformity =
-        (bg.l.iter().map(|l| (l - lm).powi(2)).sum::<f32>() / bg.l.len().max(1) as f32).sqrt();
+    out.bg_uniformity = std_dev(&bg.l);
 }
 
 #[cfg(test)]
