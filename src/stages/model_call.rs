@@ -56,10 +56,10 @@ pub struct VideoAnswer<T> {
 }
 
 impl Call {
-    /// One call per video at most this long, for `run --dry-run`.
-    pub fn estimate(&self) -> StageEstimate {
+    /// `per_video` calls a video, each as `call_estimate(extra_chars)`, for `run --dry-run`.
+    pub fn estimate(&self, extra_chars: usize, per_video: usize) -> StageEstimate {
         StageEstimate {
-            calls: vec![self.call_estimate(0)],
+            calls: vec![self.call_estimate(extra_chars); per_video],
             frames: None,
         }
     }
@@ -272,7 +272,7 @@ impl<P: Preset> Processor for CallStage<P> {
     }
 
     fn estimate(&self) -> StageEstimate {
-        self.call.estimate()
+        self.call.estimate(0, 1)
     }
 
     async fn process(

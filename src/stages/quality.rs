@@ -276,7 +276,7 @@ impl Processor for QualityStage {
     }
 
     fn estimate(&self) -> crate::runtime::stage::StageEstimate {
-        self.call.estimate()
+        self.call.estimate(0, 1)
     }
 
     async fn process(

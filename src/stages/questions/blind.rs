@@ -186,11 +186,8 @@ impl Processor for BlindStage {
 
     fn estimate(&self) -> StageEstimate {
         // The question and its options, about 400 characters.
-        let one = self.call.call_estimate(400);
-        StageEstimate {
-            calls: vec![one; (self.cfg.items_per_video * self.cfg.samples) as usize],
-            frames: None,
-        }
+        let calls = self.cfg.items_per_video * self.cfg.samples;
+        self.call.estimate(400, calls as usize)
     }
 
     async fn process(

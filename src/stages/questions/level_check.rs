@@ -180,11 +180,7 @@ impl Processor for LevelCheckStage {
 
     fn estimate(&self) -> StageEstimate {
         // The instruction and the item, about 600 characters.
-        let one = self.call.call_estimate(600);
-        StageEstimate {
-            calls: vec![one; self.cfg.items_per_video as usize],
-            frames: None,
-        }
+        self.call.estimate(600, self.cfg.items_per_video as usize)
     }
 
     async fn process(

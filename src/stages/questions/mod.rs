@@ -409,10 +409,7 @@ impl Processor for QuestionsStage {
         // The taxonomy's text and the frame times fill the prompt's places (about 1,500
         // characters besides).
         let extra = self.taxonomy.prompt_text().len() + 1500;
-        StageEstimate {
-            calls: vec![self.call.call_estimate(extra)],
-            frames: None,
-        }
+        self.call.estimate(extra, 1)
     }
 
     async fn process(
