@@ -79,7 +79,7 @@ impl crate::stages::RowThresholds for QualitySelect {
 }
 
 /// The 12 scores in rubric order, as columns.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Quality {
     pub q01_logo: u8,
     pub q02_location: u8,
@@ -118,11 +118,7 @@ impl Quality {
             q11_camera_perspective: s[10],
             q12_post_production: s[11],
             twos: s.iter().filter(|x| **x == 2).count() as u32,
-            images: 0,
-            raw: String::new(),
-            provider: String::new(),
-            model: String::new(),
-            attempts: 0,
+            ..Default::default()
         }
     }
 }
