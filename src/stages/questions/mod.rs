@@ -451,13 +451,17 @@ impl QuestionsStage {
         let frames = times.len();
         let a = ask_text(&self.call.svc, &req, cx).await?;
         let text = a.text.unwrap_or_default();
-        let problems = match self.slot(&text, frames) {
+        let first = match self.slot(&text, frames) {
             Ok((slots, notes)) => {
                 let p = self.problems(&slots, &notes);
                 if p.is_empty() {
                     return Ok(self.rows(rec, &slots, &slots, 1));
                 }
-                Some((slots, p))
+                req.prompt = format!(
+                    "{base}\n\nYour previous answer had these problems: {}. Reply again with all the items, each problem fixed.",
+                    p.join(" | ")
+                );
+                Some(slots)
             }
             Err(e) => {
                 req.prompt = format!(
@@ -465,16 +469,6 @@ impl QuestionsStage {
                 );
                 None
             }
-        };
-        let first = match problems {
-            Some((slots, p)) => {
-                req.prompt = format!(
-                    "{base}\n\nYour previous answer had these problems: {}. Reply again with all the items, each problem fixed.",
-                    p.join(" | ")
-                );
-                Some(slots)
-            }
-            None => None,
         };
         req.repair = true;
         let a = ask_text(&self.call.svc, &req, cx).await?;
