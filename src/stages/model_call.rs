@@ -19,7 +19,6 @@ use crate::clients::llm::{ChatRequest, ImageInput, LlmService};
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{CallEstimate, Processor, StageContext, StageEstimate};
 use crate::stages::{BuildCx, Built, compute_settings};
 use async_trait::async_trait;
@@ -250,10 +249,10 @@ pub fn build<P: Preset>(
         temperature: s.temperature,
     };
     Ok(Built {
-        task: Box::new(ProcessorTask(Arc::new(CallStage::<P> {
+        task: crate::stages::processor_task(CallStage::<P> {
             call,
             preset: PhantomData,
-        }))),
+        }),
         compute,
         version: 1,
         default_in_flight: 16,

@@ -15,14 +15,12 @@ use super::model_inputs::{
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
 use crate::stages::BuildCx;
 use crate::stages::model_call::Call;
 use crate::stages::{Built, compute_settings};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -240,7 +238,7 @@ pub fn build(
     let select: QualitySelect = crate::stages::select_settings(common, select_at, bcx)?;
     let svc = stage_service(bcx, common, compute_at, &cfg.service)?;
     Ok(Built {
-        task: Box::new(ProcessorTask(Arc::new(QualityStage {
+        task: crate::stages::processor_task(QualityStage {
             call: Call {
                 svc,
                 model: cfg.model.clone(),
@@ -253,7 +251,7 @@ pub fn build(
             },
             cfg,
             select,
-        }))),
+        }),
         compute,
         version: 1,
         default_in_flight: 16,

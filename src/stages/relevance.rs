@@ -15,7 +15,6 @@ use crate::config::{ConfigError, Seg, StageCommon};
 use crate::engines::minilm::{MiniLm, MiniLmError, cosine};
 use crate::error::{ErrorKind, StageError};
 use crate::record::{Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
 use crate::stages::BuildCx;
 use crate::stages::model_call::Call;
@@ -231,12 +230,12 @@ pub fn build(
         "prompt_blake3": super::model_inputs::text_hash(template),
     });
     Ok(Built {
-        task: Box::new(ProcessorTask(Arc::new(RelevanceStage {
+        task: crate::stages::processor_task(RelevanceStage {
             cfg,
             event,
             select,
             judge,
-        }))),
+        }),
         compute,
         version: 1,
         default_in_flight: 32,

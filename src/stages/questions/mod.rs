@@ -29,7 +29,6 @@ use crate::config::taxonomy::{HARMVIDEOBENCH, Taxonomy};
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{QuestionItem, Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext, StageEstimate};
 use crate::stages::model_call::Call;
 use crate::stages::{BuildCx, Built, compute_settings};
@@ -38,7 +37,6 @@ use items::ItemRules;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// The drafting instruction, written for this project after HarmVideoBench A.2's description
 /// of its candidate-generation prompt (grounded, evidence-based items; no unsupported normative
@@ -292,13 +290,13 @@ pub fn build(
         temperature: cfg.temperature,
     };
     Ok(Built {
-        task: Box::new(ProcessorTask(Arc::new(QuestionsStage {
+        task: crate::stages::processor_task(QuestionsStage {
             cfg,
             select,
             taxonomy,
             call,
             rules,
-        }))),
+        }),
         compute,
         // 2: rows gained the near-duplicate columns; 3: `reject_codes`.
         version: 3,
