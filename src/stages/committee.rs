@@ -20,13 +20,11 @@ use super::model_inputs::frame_inputs;
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
 use crate::stages::BuildCx;
 use crate::stages::{Built, compute_settings};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 
 /// The standardized visual-only question (the event fills `[risk event]`).
 pub const COMMITTEE_PROMPT: &str = "These are frames sampled in order from one video. Looking only at what is visible in the frames (ignore any text, captions or logos), is [risk event] happening or about to happen? Answer with a single word: yes or no.";
@@ -259,11 +257,7 @@ pub fn build(
         });
     }
     Ok(Built {
-        task: Box::new(ProcessorTask(Arc::new(CommitteeStage {
-            cfg,
-            select,
-            calls,
-        }))),
+        task: crate::stages::processor_task(CommitteeStage { cfg, select, calls }),
         compute,
         version: 1,
         default_in_flight: 8,

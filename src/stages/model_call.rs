@@ -19,7 +19,6 @@ use crate::clients::llm::{ChatRequest, ImageInput, LlmService};
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{CallEstimate, Processor, StageContext, StageEstimate};
 use crate::stages::{BuildCx, Built, compute_settings};
 use async_trait::async_trait;
@@ -56,10 +55,10 @@ pub struct VideoAnswer<T> {
 }
 
 impl Call {
-    /// One call per video at most this long, for `run --dry-run`.
-    pub fn estimate(&self) -> StageEstimate {
+    /// `per_video` calls a video, each as `call_estimate(extra_chars)`, for `run --dry-run`.
+    pub fn estimate(&self, extra_chars: usize, per_video: usize) -> StageEstimate {
         StageEstimate {
-            calls: vec![self.call_estimate(0)],
+            calls: vec![self.call_estimate(extra_chars); per_video],
             frames: None,
         }
     }
@@ -250,10 +249,10 @@ pub fn build<P: Preset>(
         temperature: s.temperature,
     };
     Ok(Built {
-        task: Box::new(ProcessorTask(Arc::new(CallStage::<P> {
+        task: crate::stages::processor_task(CallStage::<P> {
             call,
             preset: PhantomData,
-        }))),
+        }),
         compute,
         version: 1,
         default_in_flight: 16,
@@ -272,7 +271,7 @@ impl<P: Preset> Processor for CallStage<P> {
     }
 
     fn estimate(&self) -> StageEstimate {
-        self.call.estimate()
+        self.call.estimate(0, 1)
     }
 
     async fn process(

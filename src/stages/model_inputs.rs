@@ -1,14 +1,12 @@
-//! What the model-judging stages share: the papers' prompts, the domain's event text, the
-//! video's title and description, and frames as model inputs; the service a stage names.
+//! What the model-judging stages share: the papers' prompts, the video's title and description,
+//! and frames as model inputs; the service a stage names.
 
 use crate::clients::llm::{ImageInput, LlmService};
-use crate::config::queries::QueryFile;
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::VideoRecord;
 use crate::runtime::stage::StageContext;
 use crate::stages::BuildCx;
-use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// What a stage's fingerprint records of a prompt template: its full text, hashed.
@@ -37,65 +35,6 @@ pub const CRITERIA: [&str; 12] = [
     "Camera Perspective",
     "Post-Production Effects",
 ];
-
-/// The domain's event: inline, or the `[event]` table of a query file.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EventConfig {
-    /// A query file whose `[event]` table describes the event (relative to the pipeline file).
-    #[serde(default)]
-    pub queries: Option<PathBuf>,
-    /// ... or the event inline: fills `[risk event]`.
-    #[serde(default)]
-    pub event: Option<String>,
-    #[serde(default)]
-    pub positive: Vec<String>,
-    #[serde(default)]
-    pub negative: Vec<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Event {
-    pub name: String,
-    pub positive: Vec<String>,
-    pub negative: Vec<String>,
-}
-
-impl EventConfig {
-    pub fn resolve(&self, at: &[Seg], bcx: &BuildCx) -> Result<Event, ConfigError> {
-        let mut ev = Event {
-            name: String::new(),
-            positive: self.positive.clone(),
-            negative: self.negative.clone(),
-        };
-        if let Some(q) = &self.queries {
-            let (qf, _) = QueryFile::load(&bcx.resolve(q))?;
-            let Some(e) = qf.event else {
-                return Err(bcx.src.error_at(
-                    &crate::config::key_at(at, "queries"),
-                    format!("{}: no [event] table", q.display()),
-                ));
-            };
-            ev.name = e.name;
-            if ev.positive.is_empty() {
-                ev.positive = e.positive;
-            }
-            if ev.negative.is_empty() {
-                ev.negative = e.negative;
-            }
-        }
-        if let Some(n) = &self.event {
-            ev.name = n.clone();
-        }
-        if ev.name.trim().is_empty() {
-            return Err(bcx.src.error_at(
-                at,
-                "give the risk event: `event = \"a protest turning violent\"` or `queries = \"../queries/<domain>.toml\"`",
-            ));
-        }
-        Ok(ev)
-    }
-}
 
 /// The video's value in the extra (manifest) column `name`, of the columns `extras` names.
 pub fn extra_column(rec: &VideoRecord, extras: &[String], name: &str) -> Option<String> {

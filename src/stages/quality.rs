@@ -15,14 +15,12 @@ use super::model_inputs::{
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
 use crate::stages::BuildCx;
 use crate::stages::model_call::Call;
 use crate::stages::{Built, compute_settings};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -79,7 +77,7 @@ impl crate::stages::RowThresholds for QualitySelect {
 }
 
 /// The 12 scores in rubric order, as columns.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Quality {
     pub q01_logo: u8,
     pub q02_location: u8,
@@ -118,11 +116,7 @@ impl Quality {
             q11_camera_perspective: s[10],
             q12_post_production: s[11],
             twos: s.iter().filter(|x| **x == 2).count() as u32,
-            images: 0,
-            raw: String::new(),
-            provider: String::new(),
-            model: String::new(),
-            attempts: 0,
+            ..Default::default()
         }
     }
 }
@@ -244,7 +238,7 @@ pub fn build(
     let select: QualitySelect = crate::stages::select_settings(common, select_at, bcx)?;
     let svc = stage_service(bcx, common, compute_at, &cfg.service)?;
     Ok(Built {
-        task: Box::new(ProcessorTask(Arc::new(QualityStage {
+        task: crate::stages::processor_task(QualityStage {
             call: Call {
                 svc,
                 model: cfg.model.clone(),
@@ -257,7 +251,7 @@ pub fn build(
             },
             cfg,
             select,
-        }))),
+        }),
         compute,
         version: 1,
         default_in_flight: 16,
@@ -276,7 +270,7 @@ impl Processor for QualityStage {
     }
 
     fn estimate(&self) -> crate::runtime::stage::StageEstimate {
-        self.call.estimate()
+        self.call.estimate(0, 1)
     }
 
     async fn process(

@@ -9,17 +9,15 @@
 //! video is rejected (`unparseable_score`, raw answer kept); refusals and safety blocks are
 //! rejected with the reason. `select = { min_score = 9 }` (the paper's threshold).
 
-use super::model_inputs::{
-    Event, EventConfig, RELEVANCE_PROMPT, ask_validated, stage_service, title_description,
-};
-use crate::clients::llm::{ChatRequest, LlmService};
+use super::model_inputs::{RELEVANCE_PROMPT, ask_validated, stage_service, title_description};
+use crate::config::queries::QueryFile;
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::engines::minilm::{MiniLm, MiniLmError, cosine};
 use crate::error::{ErrorKind, StageError};
 use crate::record::{Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
 use crate::stages::BuildCx;
+use crate::stages::model_call::Call;
 use crate::stages::{Built, compute_settings};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -112,8 +110,55 @@ pub struct Relevance {
     pub neg_sim: Option<f32>,
 }
 
+/// The domain's event: its name fills `[risk event]`; the local judge compares against its
+/// descriptions.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Event {
+    pub name: String,
+    pub positive: Vec<String>,
+    pub negative: Vec<String>,
+}
+
+impl RelevanceConfig {
+    /// The event: inline, or the `[event]` table of the query file (inline descriptions first).
+    fn event(&self, at: &[Seg], bcx: &BuildCx) -> Result<Event, ConfigError> {
+        let mut ev = Event {
+            name: String::new(),
+            positive: self.positive.clone(),
+            negative: self.negative.clone(),
+        };
+        if let Some(q) = &self.queries {
+            let (qf, _) = QueryFile::load(&bcx.resolve(q))?;
+            let Some(e) = qf.event else {
+                return Err(bcx.src.error_at(
+                    &crate::config::key_at(at, "queries"),
+                    format!("{}: no [event] table", q.display()),
+                ));
+            };
+            ev.name = e.name;
+            if ev.positive.is_empty() {
+                ev.positive = e.positive;
+            }
+            if ev.negative.is_empty() {
+                ev.negative = e.negative;
+            }
+        }
+        if let Some(n) = &self.event {
+            ev.name = n.clone();
+        }
+        if ev.name.trim().is_empty() {
+            return Err(bcx.src.error_at(
+                at,
+                "give the risk event: `event = \"a protest turning violent\"` or `queries = \"../queries/<domain>.toml\"`",
+            ));
+        }
+        Ok(ev)
+    }
+}
+
 enum Judge {
-    Model(Arc<LlmService>),
+    /// The prompt with the event filled in; no schema (the reply is one integer).
+    Model(Call),
     Local(Arc<OnceLock<Result<LocalJudge, MiniLmError>>>),
 }
 
@@ -148,13 +193,8 @@ pub fn build(
 ) -> Result<Built, ConfigError> {
     let (cfg, _): (RelevanceConfig, _) = compute_settings(common, compute_at, bcx)?;
     let select: RelevanceSelect = crate::stages::select_settings(common, select_at, bcx)?;
-    let event = EventConfig {
-        queries: cfg.queries.clone(),
-        event: cfg.event.clone(),
-        positive: cfg.positive.clone(),
-        negative: cfg.negative.clone(),
-    }
-    .resolve(compute_at, bcx)?;
+    let event = cfg.event(compute_at, bcx)?;
+    let template = cfg.prompt.as_deref().unwrap_or(RELEVANCE_PROMPT);
     let judge = if cfg.service == "local" {
         if event.positive.is_empty() || event.negative.is_empty() {
             return Err(bcx.src.error_at(
@@ -169,7 +209,16 @@ pub fn build(
                 .src
                 .error_at(compute_at, "missing `model` for the service"));
         }
-        Judge::Model(stage_service(bcx, common, compute_at, &cfg.service)?)
+        Judge::Model(Call {
+            svc: stage_service(bcx, common, compute_at, &cfg.service)?,
+            model: cfg.model.clone(),
+            prompt: template.replace("[risk event]", &event.name),
+            schema: None,
+            max_images: 0,
+            max_transcript_chars: 0,
+            max_tokens: cfg.max_tokens,
+            temperature: cfg.temperature,
+        })
     };
     // What decides the score: the event text, the judge and its parameters (not the paths).
     // The prompt's full text is hashed, so an edited prompt (in the pipeline or in a new version
@@ -178,15 +227,15 @@ pub fn build(
         "service": cfg.service, "model": cfg.model, "max_tokens": cfg.max_tokens,
         "temperature": cfg.temperature, "event": event, "scale": cfg.scale,
         "description_chars": cfg.description_chars,
-        "prompt_blake3": super::model_inputs::text_hash(cfg.prompt.as_deref().unwrap_or(RELEVANCE_PROMPT)),
+        "prompt_blake3": super::model_inputs::text_hash(template),
     });
     Ok(Built {
-        task: Box::new(ProcessorTask(Arc::new(RelevanceStage {
+        task: crate::stages::processor_task(RelevanceStage {
             cfg,
             event,
             select,
             judge,
-        }))),
+        }),
         compute,
         version: 1,
         default_in_flight: 32,
@@ -210,38 +259,24 @@ fn clip(s: &str, n: usize) -> &str {
 }
 
 impl RelevanceStage {
-    fn prompt(&self, title: &str, desc: &str) -> String {
+    /// What a video adds to the prompt: its title and (clipped) description.
+    fn text(&self, title: &str, desc: &str) -> String {
         format!(
-            "{}\n\nTitle: {title}\nDescription: {}",
-            self.cfg
-                .prompt
-                .as_deref()
-                .unwrap_or(RELEVANCE_PROMPT)
-                .replace("[risk event]", &self.event.name),
+            "\n\nTitle: {title}\nDescription: {}",
             clip(desc, self.cfg.description_chars)
         )
     }
 
     async fn ask(
         &self,
-        svc: &LlmService,
+        call: &Call,
         title: &str,
         desc: &str,
         cx: &StageContext,
     ) -> Result<Relevance, StageError> {
-        let req = ChatRequest {
-            model: self.cfg.model.clone(),
-            prompt: self.prompt(title, desc),
-            images: vec![],
-            temperature: self.cfg.temperature,
-            max_tokens: self.cfg.max_tokens,
-            json: false,
-            schema: None,
-            seed: None,
-            repair: false,
-        };
+        let req = call.request(call.prompt.clone() + &self.text(title, desc), vec![]);
         let a = ask_validated(
-            svc,
+            &call.svc,
             req,
             cx,
             "unparseable_score",
@@ -252,8 +287,8 @@ impl RelevanceStage {
         Ok(Relevance {
             score: a.value,
             raw: a.raw,
-            provider: svc.name.clone(),
-            model: self.cfg.model.clone(),
+            provider: call.svc.name.clone(),
+            model: call.model.clone(),
             attempts: a.attempts,
             pos_sim: None,
             neg_sim: None,
@@ -273,19 +308,13 @@ impl Processor for RelevanceStage {
     }
 
     fn estimate(&self) -> crate::runtime::stage::StageEstimate {
-        let Judge::Model(svc) = &self.judge else {
+        let Judge::Model(call) = &self.judge else {
             return Default::default();
         };
         // A title of about 70 characters and a description clipped at `description_chars`
         // (about half of that on average).
-        let chars = self.prompt("", "").len() + 70 + self.cfg.description_chars / 2;
-        crate::runtime::stage::StageEstimate::one_call(
-            &svc.name,
-            &self.cfg.model,
-            chars,
-            0,
-            self.cfg.max_tokens,
-        )
+        let chars = self.text("", "").len() + 70 + self.cfg.description_chars / 2;
+        call.estimate(chars, 1)
     }
 
     async fn process(
@@ -301,7 +330,7 @@ impl Processor for RelevanceStage {
             ));
         }
         match &self.judge {
-            Judge::Model(svc) => self.ask(svc, &title, &desc, cx).await.map(|r| vec![r]),
+            Judge::Model(call) => self.ask(call, &title, &desc, cx).await.map(|r| vec![r]),
             Judge::Local(cell) => {
                 let cell = cell.clone();
                 let event = self.event.clone();

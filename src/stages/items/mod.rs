@@ -32,7 +32,6 @@ use crate::benchmark::task::Task;
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{BenchItem, Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext, StageEstimate};
 use crate::stages::model_call::Call;
 use crate::stages::{BuildCx, Built, compute_settings};
@@ -41,7 +40,6 @@ use drafted::{Ended, Loop};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 /// A model a drafted task calls: a `[services.<name>]` entry and a model name.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -174,12 +172,12 @@ pub fn build(
     // The texts decide whether items are made again, not the files' names.
     compute["task"] = json!(task.fingerprint);
     Ok(Built {
-        task: Box::new(ProcessorTask(Arc::new(ItemsStage {
+        task: crate::stages::processor_task(ItemsStage {
             cfg,
             task,
             rule,
             models,
-        }))),
+        }),
         compute,
         version: 1,
         default_in_flight: 8,

@@ -19,7 +19,6 @@ use crate::config::queries::QueryFile;
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{Slot, TextRegion, VideoRecord};
-use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
 use crate::stages::BuildCx;
 use crate::stages::{Built, compute_settings};
@@ -27,7 +26,7 @@ use async_trait::async_trait;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -248,11 +247,11 @@ pub fn build(
         "min_text_score": cfg.min_text_score, "bottom_band": cfg.bottom_band, "locations": names,
     });
     Ok(Built {
-        task: Box::new(ProcessorTask(Arc::new(PrescreenStage {
+        task: crate::stages::processor_task(PrescreenStage {
             cfg,
             select,
             places,
-        }))),
+        }),
         compute,
         version: 1,
         default_in_flight: 4,

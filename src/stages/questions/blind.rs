@@ -16,14 +16,12 @@ use super::items::{letter, parse_letter, question_lines};
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::{ErrorKind, StageError};
 use crate::record::{QuestionItem, Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext, StageEstimate};
 use crate::stages::model_call::Call;
 use crate::stages::model_inputs::{ask_text, stage_service};
 use crate::stages::{BuildCx, Built, ThresholdError, compute_settings};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 
 /// Written for this project: the question and options, and nothing of the video.
 pub const BLIND_PROMPT: &str = "Answer this multiple-choice question about a video you cannot see. Choose the most likely option. Reply with the option's letter only.";
@@ -147,7 +145,7 @@ pub fn build(
     compute["prompt"] = serde_json::json!(crate::stages::model_inputs::text_hash(BLIND_PROMPT));
     let svc = stage_service(bcx, common, compute_at, &cfg.service)?;
     Ok(Built {
-        task: Box::new(ProcessorTask(Arc::new(BlindStage {
+        task: crate::stages::processor_task(BlindStage {
             call: Call {
                 svc,
                 model: cfg.model.clone(),
@@ -160,7 +158,7 @@ pub fn build(
             },
             cfg,
             select,
-        }))),
+        }),
         compute,
         // 2: the `refused` column (a refusal no longer rejects the video).
         version: 2,
@@ -186,11 +184,8 @@ impl Processor for BlindStage {
 
     fn estimate(&self) -> StageEstimate {
         // The question and its options, about 400 characters.
-        let one = self.call.call_estimate(400);
-        StageEstimate {
-            calls: vec![one; (self.cfg.items_per_video * self.cfg.samples) as usize],
-            frames: None,
-        }
+        let calls = self.cfg.items_per_video * self.cfg.samples;
+        self.call.estimate(400, calls as usize)
     }
 
     async fn process(

@@ -12,7 +12,7 @@ use crate::record::QuestionItem;
 use serde::{Deserialize, Serialize};
 
 /// An item as the model drafts it (the structured answer's `items[]`).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Draft {
     pub level: String,
     pub question: String,

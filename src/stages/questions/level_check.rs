@@ -16,7 +16,6 @@ use crate::config::taxonomy::Taxonomy;
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::{ErrorKind, StageError};
 use crate::record::{QuestionItem, Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext, StageEstimate};
 use crate::stages::model_call::Call;
 use crate::stages::model_inputs::{ask_validated, stage_service, text_hash};
@@ -26,7 +25,6 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -139,12 +137,12 @@ pub fn build(
         temperature: 0.0,
     };
     Ok(Built {
-        task: Box::new(ProcessorTask(Arc::new(LevelCheckStage {
+        task: crate::stages::processor_task(LevelCheckStage {
             cfg,
             select,
             taxonomy,
             call,
-        }))),
+        }),
         compute,
         // 2: the `problem` column (a refusal no longer rejects the video).
         version: 2,
@@ -180,11 +178,7 @@ impl Processor for LevelCheckStage {
 
     fn estimate(&self) -> StageEstimate {
         // The instruction and the item, about 600 characters.
-        let one = self.call.call_estimate(600);
-        StageEstimate {
-            calls: vec![one; self.cfg.items_per_video as usize],
-            frames: None,
-        }
+        self.call.estimate(600, self.cfg.items_per_video as usize)
     }
 
     async fn process(

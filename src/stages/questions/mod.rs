@@ -29,7 +29,6 @@ use crate::config::taxonomy::{HARMVIDEOBENCH, Taxonomy};
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{QuestionItem, Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext, StageEstimate};
 use crate::stages::model_call::Call;
 use crate::stages::{BuildCx, Built, compute_settings};
@@ -38,7 +37,6 @@ use items::ItemRules;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// The drafting instruction, written for this project after HarmVideoBench A.2's description
 /// of its candidate-generation prompt (grounded, evidence-based items; no unsupported normative
@@ -292,13 +290,13 @@ pub fn build(
         temperature: cfg.temperature,
     };
     Ok(Built {
-        task: Box::new(ProcessorTask(Arc::new(QuestionsStage {
+        task: crate::stages::processor_task(QuestionsStage {
             cfg,
             select,
             taxonomy,
             call,
             rules,
-        }))),
+        }),
         compute,
         // 2: rows gained the near-duplicate columns; 3: `reject_codes`.
         version: 3,
@@ -409,10 +407,7 @@ impl Processor for QuestionsStage {
         // The taxonomy's text and the frame times fill the prompt's places (about 1,500
         // characters besides).
         let extra = self.taxonomy.prompt_text().len() + 1500;
-        StageEstimate {
-            calls: vec![self.call.call_estimate(extra)],
-            frames: None,
-        }
+        self.call.estimate(extra, 1)
     }
 
     async fn process(
@@ -454,13 +449,17 @@ impl QuestionsStage {
         let frames = times.len();
         let a = ask_text(&self.call.svc, &req, cx).await?;
         let text = a.text.unwrap_or_default();
-        let problems = match self.slot(&text, frames) {
+        let first = match self.slot(&text, frames) {
             Ok((slots, notes)) => {
                 let p = self.problems(&slots, &notes);
                 if p.is_empty() {
                     return Ok(self.rows(rec, &slots, &slots, 1));
                 }
-                Some((slots, p))
+                req.prompt = format!(
+                    "{base}\n\nYour previous answer had these problems: {}. Reply again with all the items, each problem fixed.",
+                    p.join(" | ")
+                );
+                Some(slots)
             }
             Err(e) => {
                 req.prompt = format!(
@@ -468,16 +467,6 @@ impl QuestionsStage {
                 );
                 None
             }
-        };
-        let first = match problems {
-            Some((slots, p)) => {
-                req.prompt = format!(
-                    "{base}\n\nYour previous answer had these problems: {}. Reply again with all the items, each problem fixed.",
-                    p.join(" | ")
-                );
-                Some(slots)
-            }
-            None => None,
         };
         req.repair = true;
         let a = ask_text(&self.call.svc, &req, cx).await?;

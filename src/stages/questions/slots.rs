@@ -115,12 +115,7 @@ impl QuestionsStage {
     ) -> QuestionItem {
         let d = pick.draft.clone().unwrap_or(Draft {
             level: level.clone(),
-            question: String::new(),
-            options: vec![],
-            answer: String::new(),
-            evidence: Default::default(),
-            rationale: String::new(),
-            context_note: String::new(),
+            ..Default::default()
         });
         let reject_codes = pick
             .checked
