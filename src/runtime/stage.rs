@@ -288,28 +288,6 @@ pub struct StageEstimate {
     pub frames: Option<(u32, u64)>,
 }
 
-impl StageEstimate {
-    /// One model call per video, and no frames written: what most model stages do.
-    pub fn one_call(
-        service: &str,
-        model: &str,
-        prompt_chars: usize,
-        images: usize,
-        max_tokens: u32,
-    ) -> Self {
-        Self {
-            calls: vec![CallEstimate {
-                service: service.to_string(),
-                model: model.to_string(),
-                prompt_chars: prompt_chars as u64,
-                images: images as u32,
-                max_tokens,
-            }],
-            frames: None,
-        }
-    }
-}
-
 /// What a source will fetch, for `run --dry-run`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SourceEstimate {

@@ -19,7 +19,6 @@ mod ytdlp;
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::error::StageError;
 use crate::record::{MediaFile, Slot, VideoRecord};
-use crate::runtime::ProcessorTask;
 use crate::runtime::stage::{Processor, StageContext};
 use crate::stages::BuildCx;
 use crate::stages::{Built, compute_settings, no_select};
@@ -27,7 +26,6 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
@@ -143,7 +141,7 @@ pub fn build(
     let http =
         http_client().map_err(|e| bcx.src.error_at(compute_at, format!("HTTP client: {e}")))?;
     Ok(Built {
-        task: Box::new(ProcessorTask(Arc::new(DownloadStage { cfg, ytdlp, http }))),
+        task: super::processor_task(DownloadStage { cfg, ytdlp, http }),
         compute: json,
         version: 1,
         default_in_flight: 4,
