@@ -8,6 +8,7 @@
 //! their types (a float duration, a null checksum is null and not an empty string) and every
 //! reader the release already needs opens it.
 
+use super::io;
 use crate::error::RunError;
 use crate::runtime::chain::SOURCE_STAGE_ID;
 use crate::store::run::RunView;
@@ -46,10 +47,6 @@ pub struct ManifestWritten {
     pub without_media: usize,
     pub without_url: usize,
     pub without_duration: usize,
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
-    move |e| RunError::io(path.display().to_string(), e)
 }
 
 /// Each video's value of a column of the run's table of `stage_id` (as text), or nothing when

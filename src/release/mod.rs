@@ -12,15 +12,20 @@ pub mod rehydrate;
 pub mod split;
 pub mod split_files;
 
+use crate::error::RunError;
+use std::path::Path;
+
+/// The error of an I/O operation on `path`, naming it.
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
+    move |e| RunError::io(path.display().to_string(), e)
+}
+
 /// A Parquet file's schema and rows (the schema too, so a file with no rows keeps its columns).
 pub fn read_parquet(
-    path: &std::path::Path,
-) -> Result<(arrow::datatypes::SchemaRef, Vec<arrow::array::RecordBatch>), crate::error::RunError> {
-    use crate::error::RunError;
+    path: &Path,
+) -> Result<(arrow::datatypes::SchemaRef, Vec<arrow::array::RecordBatch>), RunError> {
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    let data = bytes::Bytes::from(
-        std::fs::read(path).map_err(|e| RunError::io(path.display().to_string(), e))?,
-    );
+    let data = bytes::Bytes::from(std::fs::read(path).map_err(io(path))?);
     let bad = |e: &dyn std::fmt::Display| {
         RunError::Config(format!(
             "{}: not a readable Parquet file: {e}",

@@ -2,8 +2,8 @@
 //! `video_id` column, TSV and JSON-lines exports. Each returns the new bytes, or none when the
 //! file holds none of those videos.
 
-use super::io;
 use crate::error::RunError;
+use crate::release::io;
 use crate::store::shards::text_column;
 use arrow::array::{BooleanArray, RecordBatch};
 use arrow::datatypes::SchemaRef;

@@ -140,8 +140,7 @@ impl Harness {
     fn remove(self, release: &Path) -> Result<(), RunError> {
         let dir = release.join(self.folder());
         if dir.exists() {
-            std::fs::remove_dir_all(&dir)
-                .map_err(|e| RunError::io(dir.display().to_string(), e))?;
+            std::fs::remove_dir_all(&dir).map_err(crate::release::io(&dir))?;
         }
         Ok(())
     }
@@ -363,9 +362,9 @@ fn frames_of(v: &dyn Array) -> Vec<Frame> {
 }
 
 pub(crate) fn write_text(path: &Path, text: &str) -> Result<PathBuf, RunError> {
-    let io = |e| RunError::io(path.display().to_string(), e);
-    std::fs::create_dir_all(path.parent().unwrap_or(Path::new("."))).map_err(io)?;
-    std::fs::write(path, text).map_err(io)?;
+    let io = || crate::release::io(path);
+    std::fs::create_dir_all(path.parent().unwrap_or(Path::new("."))).map_err(io())?;
+    std::fs::write(path, text).map_err(io())?;
     Ok(path.to_path_buf())
 }
 
