@@ -256,10 +256,7 @@ fn field(rs: &str, fs_id: &str, f: &Field) -> Value {
         s
     };
     let mut out = json!({"@type": "cr:Field", "@id": id, "name": f.name()});
-    let (inner, is_array) = match f.data_type() {
-        DataType::List(i) | DataType::LargeList(i) => (i.data_type(), true),
-        dt => (dt, false),
-    };
+    let (inner, is_array) = unlist(f.data_type());
     if is_array {
         out["isArray"] = json!(true);
     }
@@ -270,10 +267,7 @@ fn field(rs: &str, fs_id: &str, f: &Field) -> Value {
             let subs: Vec<Value> = members
                 .iter()
                 .filter_map(|m| {
-                    let (t, arr) = match m.data_type() {
-                        DataType::List(i) | DataType::LargeList(i) => (i.data_type(), true),
-                        dt => (dt, false),
-                    };
+                    let (t, arr) = unlist(m.data_type());
                     if matches!(t, DataType::Struct(_) | DataType::List(_)) {
                         return None;
                     }
@@ -308,6 +302,14 @@ fn field(rs: &str, fs_id: &str, f: &Field) -> Value {
         }
     }
     out
+}
+
+/// A list's item type and true, or the type itself and false.
+fn unlist(dt: &DataType) -> (&DataType, bool) {
+    match dt {
+        DataType::List(i) | DataType::LargeList(i) => (i.data_type(), true),
+        dt => (dt, false),
+    }
 }
 
 /// The Croissant data type of a Parquet column's Arrow type.
