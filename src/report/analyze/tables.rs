@@ -175,17 +175,12 @@ impl SegmentCounts {
         let (ids, grp) = (ids.as_string::<i32>(), grp.as_string::<i32>());
         let (idx, ts) = (col_u32(b, "frame_index")?, col_f64(b, "timestamp_secs")?);
         for i in 0..b.num_rows() {
-            let id = if ids.is_valid(i) { ids.value(i) } else { "" };
+            let id = str_or(ids, i, "");
             let Some(d) = duration.get(id).filter(|d| **d > 0.0) else {
                 continue;
             };
             let seg = ((ts[i] / d * 8.0) as usize).min(7);
-            let g = if grp.is_valid(i) {
-                grp.value(i)
-            } else {
-                "(null)"
-            };
-            let e = self.entry(id, g);
+            let e = self.entry(id, str_or(grp, i, "(null)"));
             e.1[seg] += 1;
             if with_text.contains(id, idx.value(i)) {
                 e.0[seg] += 1;
@@ -312,6 +307,11 @@ pub(super) fn shot_rows(
     Ok((rows, values))
 }
 
+/// Row `i` of a string column, or `null` when it is null.
+pub(super) fn str_or<'a>(a: &'a arrow::array::StringArray, i: usize, null: &'a str) -> &'a str {
+    if a.is_valid(i) { a.value(i) } else { null }
+}
+
 /// Column `name` of the batch, or the error that names it.
 pub(super) fn column<'a>(
     b: &'a RecordBatch,
@@ -364,6 +364,13 @@ pub(super) struct HistColumn {
 }
 
 impl HistColumn {
+    fn of<O: arrow::array::OffsetSizeTrait>(l: &arrow::array::GenericListArray<O>) -> Self {
+        HistColumn {
+            offsets: l.offsets().iter().map(|o| o.as_usize()).collect(),
+            values: l.values().as_primitive::<UInt32Type>().clone(),
+        }
+    }
+
     pub(super) fn add(&self, row: usize, acc: &mut [f64]) {
         let (s, e) = (self.offsets[row], self.offsets[row + 1]);
         for (a, v) in acc.iter_mut().zip(&self.values.values()[s..e]) {
@@ -375,17 +382,10 @@ impl HistColumn {
 pub(super) fn col_hist(b: &RecordBatch, name: &str) -> Result<HistColumn, AnalyzeError> {
     let c = column(b, name)?;
     // serde_arrow writes Vec<u32> as a large list; accept both offset widths.
-    let values = |v: &arrow::array::ArrayRef| v.as_primitive::<UInt32Type>().clone();
     if let Some(l) = c.as_list_opt::<i64>() {
-        Ok(HistColumn {
-            offsets: l.offsets().iter().map(|o| *o as usize).collect(),
-            values: values(l.values()),
-        })
+        Ok(HistColumn::of(l))
     } else if let Some(l) = c.as_list_opt::<i32>() {
-        Ok(HistColumn {
-            offsets: l.offsets().iter().map(|o| *o as usize).collect(),
-            values: values(l.values()),
-        })
+        Ok(HistColumn::of(l))
     } else {
         Err(AnalyzeError::Column(format!(
             "column `{name}` is not a list"
