@@ -23,6 +23,21 @@ pub(super) struct Joined {
     pub(super) columns: Vec<(usize, String)>,
 }
 
+impl Joined {
+    fn new(
+        stage: &str,
+        batch: RecordBatch,
+        columns: Vec<(usize, String)>,
+    ) -> Result<Self, RunError> {
+        Ok(Self {
+            stage: stage.to_string(),
+            row_of: first_rows(&batch)?,
+            batch,
+            columns,
+        })
+    }
+}
+
 /// Columns of a stage table that are not the stage's own.
 pub(super) const NOT_OWN: &[&str] = &["video_id", "stage_fingerprint"];
 
@@ -214,13 +229,7 @@ fn source_joined(stage: &str, batch: RecordBatch) -> Result<(Joined, Vec<String>
         .filter(|i| !SOURCE_LEFT_OUT.contains(&schema.field(*i).name().as_str()))
         .map(|i| (i, schema.field(i).name().clone()))
         .collect();
-    let joined = Joined {
-        stage: stage.to_string(),
-        row_of: first_rows(&batch)?,
-        batch,
-        columns,
-    };
-    Ok((joined, extras))
+    Ok((Joined::new(stage, batch, columns)?, extras))
 }
 
 /// A one-row-per-video stage's columns (all, or those `Release::Columns` names), as
@@ -242,12 +251,7 @@ fn stage_joined(
         .filter(|i| named(schema.field(*i).name()))
         .map(|i| (i, format!("{stage}_{}", schema.field(i).name())))
         .collect();
-    Ok(Joined {
-        stage: stage.to_string(),
-        row_of: first_rows(&batch)?,
-        batch,
-        columns,
-    })
+    Joined::new(stage, batch, columns)
 }
 
 /// The adjudicated human annotations (`vidcurate annotate import`) as `annotation_<field>`.
@@ -275,12 +279,7 @@ pub(super) async fn annotation_columns(store: &Arc<dyn Store>) -> Result<Option<
         .filter(|i| !BOOKKEEPING.contains(&fields[*i].name().as_str()))
         .map(|i| (i, format!("annotation_{}", fields[i].name())))
         .collect();
-    Ok(Some(Joined {
-        stage: "annotations".into(),
-        row_of: first_rows(&batch)?,
-        batch,
-        columns,
-    }))
+    Joined::new("annotations", batch, columns).map(Some)
 }
 
 /// A batch's frame index column as 32-bit numbers.
