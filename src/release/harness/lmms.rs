@@ -46,12 +46,7 @@ fn task_yaml(
 ) -> String {
     let list: String = metrics
         .iter()
-        .map(|(m, agg)| {
-            format!(
-                "  - metric: {m}\n    aggregation: !function utils.{agg}\n    higher_is_better: {}\n",
-                !m.ends_with("_se")
-            )
-        })
+        .map(|(m, agg)| super::metric_yaml(m, agg, !m.ends_with("_se")))
         .collect();
     TASK.replace("{{task}}", task)
         .replace("{{dataset}}", dataset)

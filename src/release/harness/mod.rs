@@ -296,6 +296,13 @@ pub(crate) fn dataset_yaml(files: &[String], test: bool) -> String {
     y + "\n" + &keys
 }
 
+/// One entry of a task YAML's `metric_list`, aggregated by `utils.py`'s function `agg`.
+fn metric_yaml(metric: &str, agg: &str, higher_is_better: bool) -> String {
+    format!(
+        "  - metric: {metric}\n    aggregation: !function utils.{agg}\n    higher_is_better: {higher_is_better}\n"
+    )
+}
+
 /// A released Parquet file's rows as `T`.
 fn rows_of<T: serde::de::DeserializeOwned>(f: &Path) -> Result<Vec<T>, RunError> {
     let mut out = vec![];

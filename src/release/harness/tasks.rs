@@ -170,14 +170,9 @@ pub(super) fn write_lmms(
             } else {
                 ("task_mean", Some("task_se"))
             };
-            metrics += &format!(
-                "  - metric: {m}\n    aggregation: !function utils.{agg}\n    higher_is_better: {}\n",
-                !lower_better
-            );
+            metrics += &super::metric_yaml(m, agg, !lower_better);
             if let Some(se) = se {
-                metrics += &format!(
-                    "  - metric: {m}_se\n    aggregation: !function utils.{se}\n    higher_is_better: false\n"
-                );
+                metrics += &super::metric_yaml(&format!("{m}_se"), se, false);
             }
         }
         let judged = t.judged();
