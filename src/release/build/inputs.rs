@@ -183,17 +183,13 @@ async fn read_for_release(
 ) -> Result<TableView, RunError> {
     // The frames and OCR tables give a release two columns each: the rest (the OCR
     // table's histograms, boxes and colours) is not decoded.
-    Ok(match role {
-        Some(Release::Frames) => {
-            let cols = ["video_id", "frame_index", "path"];
-            read_table_columns(store, &st.id, &st.fingerprint, &cols).await?
-        }
-        Some(Release::Text) => {
-            let cols = ["video_id", "frame_index", "text"];
-            read_table_columns(store, &st.id, &st.fingerprint, &cols).await?
-        }
-        _ => read_table(store, &st.id, &st.fingerprint, true).await?,
-    })
+    let value = match role {
+        Some(Release::Frames) => "path",
+        Some(Release::Text) => "text",
+        _ => return read_table(store, &st.id, &st.fingerprint, true).await,
+    };
+    let cols = ["video_id", "frame_index", value];
+    read_table_columns(store, &st.id, &st.fingerprint, &cols).await
 }
 
 /// Each video's transcript, its segments in time order.
