@@ -303,6 +303,18 @@ fn metric_yaml(metric: &str, agg: &str, higher_is_better: bool) -> String {
     )
 }
 
+/// The distinct values of `key` over `items` in the order they first appear: the levels in the
+/// order `evaluate` reports them, the splits in the order the items come.
+fn first_seen<'a>(items: &'a [Item], key: impl Fn(&'a Item) -> &'a str) -> Vec<&'a str> {
+    let mut out: Vec<&str> = vec![];
+    for it in items {
+        if !out.contains(&key(it)) {
+            out.push(key(it));
+        }
+    }
+    out
+}
+
 /// A released Parquet file's rows as `T`.
 fn rows_of<T: serde::de::DeserializeOwned>(f: &Path) -> Result<Vec<T>, RunError> {
     let mut out = vec![];
