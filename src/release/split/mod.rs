@@ -28,7 +28,7 @@ use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use duplicates::{join_duplicates, near_duplicates};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 use values::{StageValues, source_columns, source_values, stage_values};
@@ -421,9 +421,7 @@ fn report(opts: &SplitOptions, items: &[Item], placed: &[usize], run_dir: &Path)
         .iter()
         .map(|c| (c.videos as f64 - c.target).abs())
         .fold(0.0, f64::max);
-    let mut groups: Vec<&str> = items.iter().map(|i| i.group.as_str()).collect();
-    groups.sort_unstable();
-    groups.dedup();
+    let groups: BTreeSet<&str> = items.iter().map(|i| i.group.as_str()).collect();
     SplitReport {
         name: opts.name.clone(),
         ratios: opts.ratios.clone(),
