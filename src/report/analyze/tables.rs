@@ -289,20 +289,18 @@ pub(super) fn shot_rows(
             )
         })
         .collect();
-    let mut shot_groups: Vec<String> = per_video.values().map(|v| v.0.clone()).collect();
-    shot_groups.sort();
-    shot_groups.dedup();
-    for g in &shot_groups {
-        let mut c = vec![0f64; 10];
-        let mut vals = vec![];
-        for (gg, n) in per_video.values() {
-            if gg == g {
-                c[(*n as usize).clamp(1, 10) - 1] += 1.0;
-                vals.push(*n as f64);
-            }
-        }
+    // Group → (videos per bin, shots of each video in video order).
+    let mut per_group: BTreeMap<&str, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    for (g, n) in per_video.values() {
+        let (c, vals) = per_group
+            .entry(g)
+            .or_insert_with(|| (vec![0f64; 10], vec![]));
+        c[(*n as usize).clamp(1, 10) - 1] += 1.0;
+        vals.push(*n as f64);
+    }
+    for (g, (c, vals)) in per_group {
         rows.extend(dist(g, &shot_bins, &c));
-        values.push((g.clone(), vals));
+        values.push((g.to_string(), vals));
     }
     Ok((rows, values))
 }
