@@ -8,10 +8,11 @@
 //! their types (a float duration, a null checksum is null and not an empty string) and every
 //! reader the release already needs opens it.
 
+use super::io;
 use crate::error::RunError;
 use crate::runtime::chain::SOURCE_STAGE_ID;
 use crate::store::run::RunView;
-use crate::store::shards::{read_table_columns, text_column};
+use crate::store::shards::text_column;
 use arrow::array::{Array, Float64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -48,10 +49,6 @@ pub struct ManifestWritten {
     pub without_duration: usize,
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
-    move |e| RunError::io(path.display().to_string(), e)
-}
-
 /// Each video's value of a column of the run's table of `stage_id` (as text), or nothing when
 /// the run has no such stage or column.
 async fn column_of(
@@ -62,23 +59,10 @@ async fn column_of(
     let Some(st) = stage_id.and_then(|id| run.manifest.stages.iter().find(|s| s.id == id)) else {
         return Ok(HashMap::new());
     };
-    // Two columns of the table, not all of them (the source table holds titles and
-    // descriptions, and this runs once per column).
-    let view =
-        read_table_columns(&run.store, &st.id, &st.fingerprint, &["video_id", column]).await?;
-    let mut out = HashMap::new();
-    for b in &view.batches {
-        let (Some(ids), Some(col)) = (text_column(b, "video_id"), text_column(b, column)) else {
-            continue;
-        };
-        for i in 0..b.num_rows() {
-            if !col.is_null(i) {
-                out.entry(ids.value(i).to_string())
-                    .or_insert_with(|| col.value(i).to_string());
-            }
-        }
-    }
-    Ok(out)
+    // Two columns of the table, not all of them: this runs once per column.
+    Ok(super::first_values(&run.store, st, column)
+        .await?
+        .unwrap_or_default())
 }
 
 /// The id of the run's last stage of `kind` (the one whose output later stages used).

@@ -243,17 +243,13 @@ mod tests {
     fn release_with_files() -> tempfile::TempDir {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join("data")).unwrap();
-        std::fs::write(d.path().join("README.md"), "# card\n").unwrap();
-        std::fs::write(
-            d.path().join("data/test-00000-of-00001.parquet"),
-            b"PAR1rows",
-        )
-        .unwrap();
-        std::fs::write(
-            d.path().join("data/train-00000-of-00001.parquet"),
-            b"PAR1more",
-        )
-        .unwrap();
+        for (rel, bytes) in [
+            ("README.md", "# card\n"),
+            ("data/test-00000-of-00001.parquet", "PAR1rows"),
+            ("data/train-00000-of-00001.parquet", "PAR1more"),
+        ] {
+            std::fs::write(d.path().join(rel), bytes).unwrap();
+        }
         let doc = json!({
             "@type": "sc:Dataset",
             "distribution": [{"@type": "cr:FileSet", "@id": "data", "includes": "data/*.parquet"}],

@@ -2,7 +2,8 @@
 //! checks its files against the SHA-256 checksums `croissant.json` lists, and refreshes them
 //! after a command that edits a release on purpose (a takedown); `harness` writes the release
 //! as the evaluation harnesses' tasks and datasets; `split_files` says which split a released
-//! file holds.
+//! file holds. `first_values` reads one column of a run's stage table, for the manifest and
+//! the split's strata.
 
 pub mod availability;
 pub mod build;
@@ -12,15 +13,51 @@ pub mod rehydrate;
 pub mod split;
 pub mod split_files;
 
+use crate::error::RunError;
+use crate::store::manifest::ManifestStage;
+use crate::store::shards::{read_table_columns, text_column};
+use arrow::array::Array;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// The error of an I/O operation on `path`, naming it.
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
+    move |e| RunError::io(path.display().to_string(), e)
+}
+
+/// Each video's first non-null value of `column` (as text) in stage `st`'s table; None when no
+/// shard has both `video_id` and `column` as text. Only those two columns are decoded (a source
+/// table holds titles and descriptions a caller never looks at).
+pub(crate) async fn first_values(
+    store: &Arc<dyn crate::store::Store>,
+    st: &ManifestStage,
+    column: &str,
+) -> Result<Option<HashMap<String, String>>, RunError> {
+    let view = read_table_columns(store, &st.id, &st.fingerprint, &["video_id", column]).await?;
+    let mut out = None;
+    for b in &view.batches {
+        let (Some(ids), Some(col)) = (text_column(b, "video_id"), text_column(b, column)) else {
+            continue;
+        };
+        let values = out.get_or_insert_with(HashMap::new);
+        for i in 0..b.num_rows() {
+            if !col.is_null(i) {
+                values
+                    .entry(ids.value(i).to_string())
+                    .or_insert_with(|| col.value(i).to_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// A Parquet file's schema and rows (the schema too, so a file with no rows keeps its columns).
 pub fn read_parquet(
-    path: &std::path::Path,
-) -> Result<(arrow::datatypes::SchemaRef, Vec<arrow::array::RecordBatch>), crate::error::RunError> {
-    use crate::error::RunError;
+    path: &Path,
+) -> Result<(arrow::datatypes::SchemaRef, Vec<arrow::array::RecordBatch>), RunError> {
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    let data = bytes::Bytes::from(
-        std::fs::read(path).map_err(|e| RunError::io(path.display().to_string(), e))?,
-    );
+    let data = bytes::Bytes::from(std::fs::read(path).map_err(io(path))?);
     let bad = |e: &dyn std::fmt::Display| {
         RunError::Config(format!(
             "{}: not a readable Parquet file: {e}",

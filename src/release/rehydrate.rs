@@ -50,7 +50,7 @@ pub fn rehydrate(release: &Path, o: &Options) -> Result<Vec<Checked>, RunError> 
     .map_err(|e| RunError::Internal(format!("download settings: {e}")))?;
     let work = tempfile::tempdir().map_err(|e| RunError::io("temporary folder", e))?;
     if let Some(out) = o.out {
-        std::fs::create_dir_all(out).map_err(|e| RunError::io(out.display().to_string(), e))?;
+        std::fs::create_dir_all(out).map_err(super::io(out))?;
     }
     Ok(crate::runtime::tokio_runtime()?.block_on(async {
         let mut all: Vec<(usize, Checked)> = futures::stream::iter(rows.iter().enumerate())
@@ -222,37 +222,33 @@ mod tests {
 
     #[test]
     fn failures_are_told_apart() {
-        assert_eq!(
-            vanished("http_status", "http://h/a.mp4: HTTP 404 Not Found"),
-            "not_found"
-        );
-        assert_eq!(
-            vanished("http_status", "http://h/a.mp4: HTTP 410 Gone"),
-            "removed"
-        );
-        assert_eq!(vanished("http_status", "u: HTTP 403 Forbidden"), "private");
-        assert_eq!(
-            vanished("http_status", "u: HTTP 503 Service Unavailable"),
-            "unreachable"
-        );
-        assert_eq!(
-            vanished(
-                "yt_dlp_failed",
-                "u: yt-dlp exit 1: ERROR: [youtube] x: Private video. Sign in"
+        for (reason, detail, want) in [
+            (
+                "http_status",
+                "http://h/a.mp4: HTTP 404 Not Found",
+                "not_found",
             ),
-            "private"
-        );
-        assert_eq!(
-            vanished(
-                "yt_dlp_failed",
-                "u: yt-dlp exit 1: ERROR: [youtube] x: This video has been removed by the uploader"
+            ("http_status", "http://h/a.mp4: HTTP 410 Gone", "removed"),
+            ("http_status", "u: HTTP 403 Forbidden", "private"),
+            (
+                "http_status",
+                "u: HTTP 503 Service Unavailable",
+                "unreachable",
             ),
-            "removed"
-        );
-        assert_eq!(
-            vanished("http_error", "u: connection refused"),
-            "unreachable"
-        );
-        assert_eq!(vanished("youtube_download_off", ""), "not_checked");
+            (
+                "yt_dlp_failed",
+                "u: yt-dlp exit 1: ERROR: [youtube] x: Private video. Sign in",
+                "private",
+            ),
+            (
+                "yt_dlp_failed",
+                "u: yt-dlp exit 1: ERROR: [youtube] x: This video has been removed by the uploader",
+                "removed",
+            ),
+            ("http_error", "u: connection refused", "unreachable"),
+            ("youtube_download_off", "", "not_checked"),
+        ] {
+            assert_eq!(vanished(reason, detail), want, "{reason}: {detail}");
+        }
     }
 }

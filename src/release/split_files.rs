@@ -42,9 +42,8 @@ pub fn release_splits(release: &Path) -> Result<Vec<String>, RunError> {
         files.extend(listed(&data)?);
     }
     if tasks.is_dir() {
-        let io = |e| RunError::io(tasks.display().to_string(), e);
-        for entry in std::fs::read_dir(&tasks).map_err(io)? {
-            let dir = entry.map_err(io)?.path();
+        for entry in std::fs::read_dir(&tasks).map_err(super::io(&tasks))? {
+            let dir = entry.map_err(super::io(&tasks))?.path();
             if dir.is_dir() {
                 files.extend(listed(&dir)?);
             }

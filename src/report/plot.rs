@@ -32,23 +32,25 @@ fn font() -> Result<(), PlotError> {
 }
 
 fn register_font() -> Result<(), PlotError> {
-    {
-        let path = FONT_PATHS
-            .iter()
-            .find(|p| Path::new(p).exists())
-            .ok_or_else(|| {
-                PlotError::Draw("DejaVuSans.ttf not found: install fonts-dejavu-core".into())
-            })?;
-        let bytes: &'static [u8] = Box::leak(
-            std::fs::read(path)
-                .map_err(|e| PlotError::Io {
-                    path: path.to_string(),
-                    source: e,
-                })?
-                .into_boxed_slice(),
-        );
-        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
-            .map_err(|_| PlotError::Draw(format!("{path}: not a font")))
+    let path = FONT_PATHS
+        .iter()
+        .find(|p| Path::new(p).exists())
+        .ok_or_else(|| {
+            PlotError::Draw("DejaVuSans.ttf not found: install fonts-dejavu-core".into())
+        })?;
+    let bytes: &'static [u8] = Box::leak(
+        std::fs::read(path)
+            .map_err(io(Path::new(path)))?
+            .into_boxed_slice(),
+    );
+    plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+        .map_err(|_| PlotError::Draw(format!("{path}: not a font")))
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PlotError + '_ {
+    move |source| PlotError::Io {
+        path: path.display().to_string(),
+        source,
     }
 }
 
@@ -93,10 +95,7 @@ pub fn bars(path: &Path, b: &Bars) -> Result<(), PlotError> {
 
 fn write_svg(png: &Path, svg: String) -> Result<(), PlotError> {
     let path = png.with_extension("svg");
-    std::fs::write(&path, svg).map_err(|e| PlotError::Io {
-        path: path.display().to_string(),
-        source: e,
-    })
+    std::fs::write(&path, svg).map_err(io(&path))
 }
 
 fn draw_bars<DB: DrawingBackend>(
@@ -323,10 +322,8 @@ pub fn report(
         );
     }
     h += "</table>\n<p>KS: two-sample Kolmogorov–Smirnov on per-region values, effect size D. Chi-square: homogeneity of the binned counts, effect size Cramér's V.</p>\n";
-    std::fs::write(dir.join("report.html"), h).map_err(|e| PlotError::Io {
-        path: dir.join("report.html").display().to_string(),
-        source: e,
-    })
+    let path = dir.join("report.html");
+    std::fs::write(&path, h).map_err(io(&path))
 }
 
 #[cfg(test)]

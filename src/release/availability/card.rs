@@ -165,17 +165,19 @@ mod tests {
 
     const CARD: &str = "---\nconfigs:\n- config_name: default\n  default: true\n  data_files:\n  - split: train\n    path: data/train-*.parquet\n  - split: test\n    path: data/test-*.parquet\n- config_name: perturbations\n  data_files:\n  - split: train\n    path: perturbations/train-*.parquet\ndataset_info:\n- config_name: default\n  features:\n  - name: video_id\n    dtype: string\n  splits:\n  - name: train\n    num_bytes: 1000\n    num_examples: 4\n  - name: test\n    num_bytes: 500\n    num_examples: 2\n- config_name: perturbations\n  features:\n  - name: video_id\n    dtype: string\n  splits:\n  - name: train\n    num_bytes: 240\n    num_examples: 24\n---\n\n# t\n";
 
+    /// Release-relative file → rows.
+    fn rows(files: &[(&str, usize)]) -> HashMap<String, usize> {
+        files.iter().map(|(f, n)| (f.to_string(), *n)).collect()
+    }
+
     #[test]
     fn split_sizes_are_recounted_and_nothing_else_moves() {
-        let rows: HashMap<String, usize> = [
+        let rows = rows(&[
             ("data/train-00000-of-00002.parquet", 2),
             ("data/train-00001-of-00002.parquet", 1),
             ("data/test-00000-of-00001.parquet", 2),
             ("perturbations/train-00000-of-00001.parquet", 18),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
+        ]);
         let got = card_with_sizes(CARD, &rows);
         let want = CARD
             .replace(
@@ -192,14 +194,11 @@ mod tests {
 
     #[test]
     fn an_emptied_split_and_an_emptied_config_leave_the_yaml() {
-        let rows: HashMap<String, usize> = [
+        let rows = rows(&[
             ("data/train-00000-of-00001.parquet", 4),
             ("data/test-00000-of-00001.parquet", 0),
             ("perturbations/train-00000-of-00001.parquet", 0),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
+        ]);
         let got = card_with_sizes(CARD, &rows);
         let want = "---\nconfigs:\n- config_name: default\n  default: true\n  data_files:\n  - split: train\n    path: data/train-*.parquet\ndataset_info:\n- config_name: default\n  features:\n  - name: video_id\n    dtype: string\n  splits:\n  - name: train\n    num_bytes: 1000\n    num_examples: 4\n---\n\n# t\n";
         assert_eq!(got, want);

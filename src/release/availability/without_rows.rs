@@ -2,8 +2,8 @@
 //! `video_id` column, TSV and JSON-lines exports. Each returns the new bytes, or none when the
 //! file holds none of those videos.
 
-use super::io;
 use crate::error::RunError;
+use crate::release::io;
 use crate::store::shards::text_column;
 use arrow::array::{BooleanArray, RecordBatch};
 use arrow::datatypes::SchemaRef;
@@ -30,10 +30,7 @@ pub(super) fn without_rows_parquet(
             .iter()
             .map(|id| Some(!id.is_some_and(|id| gone.contains(id))))
             .collect();
-        kept.push(
-            arrow::compute::filter_record_batch(b, &keep)
-                .map_err(|e| RunError::Internal(format!("{}: {e}", path.display())))?,
-        );
+        kept.push(arrow::compute::filter_record_batch(b, &keep).map_err(internal(path))?);
     }
     let left: usize = kept.iter().map(RecordBatch::num_rows).sum();
     if left == total {
@@ -42,11 +39,15 @@ pub(super) fn without_rows_parquet(
     let bytes = if left == 0 {
         no_row_groups(path, schema)?
     } else {
-        let one = arrow::compute::concat_batches(&schema, &kept)
-            .map_err(|e| RunError::Internal(format!("{}: {e}", path.display())))?;
+        let one = arrow::compute::concat_batches(&schema, &kept).map_err(internal(path))?;
         crate::store::shards::encode_table(&one)?
     };
     Ok((Some(bytes), left, total - left))
+}
+
+/// An Arrow or Parquet error of the file at `path`.
+fn internal<E: std::fmt::Display>(path: &Path) -> impl FnOnce(E) -> RunError + '_ {
+    move |e| RunError::Internal(format!("{}: {e}", path.display()))
 }
 
 /// A Parquet file with the columns and no row group: `datasets` skips such a file, where one
@@ -54,10 +55,8 @@ pub(super) fn without_rows_parquet(
 /// name and the split its other files.
 fn no_row_groups(path: &Path, schema: SchemaRef) -> Result<Vec<u8>, RunError> {
     let mut out = vec![];
-    let w = parquet::arrow::ArrowWriter::try_new(&mut out, schema, None)
-        .map_err(|e| RunError::Internal(format!("{}: {e}", path.display())))?;
-    w.close()
-        .map_err(|e| RunError::Internal(format!("{}: {e}", path.display())))?;
+    let w = parquet::arrow::ArrowWriter::try_new(&mut out, schema, None).map_err(internal(path))?;
+    w.close().map_err(internal(path))?;
     Ok(out)
 }
 

@@ -221,14 +221,7 @@ fn languages(
     let mut c = format!(
         "\n## Languages\n\nFrom stage `{stage}` (title, description, transcript and on-screen text; `mixed`: they disagree, `und`: no text to tell).\n\n| language | videos (all splits) | share |"
     );
-    for (s, _, _) in sizes {
-        c += &format!(" {s} |");
-    }
-    c += "\n|---|---:|---:|";
-    for _ in sizes {
-        c += "---:|";
-    }
-    c += "\n";
+    c += &split_columns(sizes, "|---|---:|---:|");
     for (l, n) in rows {
         c += &format!("| {l} | {n} | {:.1} % |", 100.0 * n as f64 / total as f64);
         for (s, _, _) in sizes {
@@ -237,6 +230,13 @@ fn languages(
         c += "\n";
     }
     c
+}
+
+/// The end of a table's header: a column per split after the caller's own, then the rule line,
+/// `rule` under the caller's columns and a right-aligned one per split.
+fn split_columns(sizes: &[(String, usize, usize)], rule: &str) -> String {
+    let names: String = sizes.iter().map(|(s, _, _)| format!(" {s} |")).collect();
+    format!("{names}\n{rule}{}\n", "---:|".repeat(sizes.len()))
 }
 
 /// The YAML front matter `datasets` reads: the configs, their features and split sizes.
@@ -429,14 +429,7 @@ fn questions_section(q: &QuestionsWritten) -> String {
         "\n## Questions\n\nThe `questions` config holds {total} multiple-choice items from stage `{}`, one row per item, in the split of its video: `question`, `options` (A for the first), `answer` (the right letter), `level` (observable / internal / beyond), `rationale`, `context_note`, `language` (its video's), and `blind_correct` of `blind_samples` text-only answers (from the question and options alone) that named the right option.\n\n```python\nitems = load_dataset(\"path/to/this/folder\", \"questions\")\n```\n\nScore a model with `vidcurate evaluate DIR PREDICTIONS` (item_id, answer) on the test split (`--split all`: every split): accuracy per level, their macro average, standard errors clustered by video, and CircularEval over rotated options.\n\n| level | all splits |",
         q.stage
     );
-    for (s, _, _) in &q.sizes {
-        c += &format!(" {s} |");
-    }
-    c += "\n|---|---:|";
-    for _ in &q.sizes {
-        c += "---:|";
-    }
-    c += "\n";
+    c += &split_columns(&q.sizes, "|---|---:|");
     for (l, per) in &q.levels {
         c += &format!("| {l} | {} |", per.values().sum::<usize>());
         for (s, _, _) in &q.sizes {

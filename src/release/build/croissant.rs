@@ -198,8 +198,7 @@ pub(super) fn write(out: &Path, k: &Known, s: &CardSettings) -> Result<(), RunEr
     doc["recordSet"] = Value::Array(record_sets);
     let path = out.join(integrity::CROISSANT_FILE);
     let text = serde_json::to_string_pretty(&doc).expect("a JSON value serialises");
-    crate::store::write_file(&path, text.as_bytes())
-        .map_err(|e| RunError::io(path.display().to_string(), e))
+    crate::store::write_file(&path, text.as_bytes()).map_err(crate::release::io(&path))
 }
 
 /// (config name, folder) of every config the release wrote.
@@ -226,8 +225,7 @@ fn parquet_files(dir: &Path) -> Vec<std::path::PathBuf> {
 }
 
 fn read_schema(path: &Path) -> Result<arrow::datatypes::SchemaRef, RunError> {
-    let file =
-        std::fs::File::open(path).map_err(|e| RunError::io(path.display().to_string(), e))?;
+    let file = std::fs::File::open(path).map_err(crate::release::io(path))?;
     let meta = parquet::arrow::arrow_reader::ArrowReaderMetadata::load(&file, Default::default())
         .map_err(|e| RunError::Internal(format!("{}: {e}", path.display())))?;
     Ok(meta.schema().clone())
@@ -258,10 +256,7 @@ fn field(rs: &str, fs_id: &str, f: &Field) -> Value {
         s
     };
     let mut out = json!({"@type": "cr:Field", "@id": id, "name": f.name()});
-    let (inner, is_array) = match f.data_type() {
-        DataType::List(i) | DataType::LargeList(i) => (i.data_type(), true),
-        dt => (dt, false),
-    };
+    let (inner, is_array) = unlist(f.data_type());
     if is_array {
         out["isArray"] = json!(true);
     }
@@ -272,10 +267,7 @@ fn field(rs: &str, fs_id: &str, f: &Field) -> Value {
             let subs: Vec<Value> = members
                 .iter()
                 .filter_map(|m| {
-                    let (t, arr) = match m.data_type() {
-                        DataType::List(i) | DataType::LargeList(i) => (i.data_type(), true),
-                        dt => (dt, false),
-                    };
+                    let (t, arr) = unlist(m.data_type());
                     if matches!(t, DataType::Struct(_) | DataType::List(_)) {
                         return None;
                     }
@@ -310,6 +302,14 @@ fn field(rs: &str, fs_id: &str, f: &Field) -> Value {
         }
     }
     out
+}
+
+/// A list's item type and true, or the type itself and false.
+fn unlist(dt: &DataType) -> (&DataType, bool) {
+    match dt {
+        DataType::List(i) | DataType::LargeList(i) => (i.data_type(), true),
+        dt => (dt, false),
+    }
 }
 
 /// The Croissant data type of a Parquet column's Arrow type.

@@ -23,6 +23,21 @@ pub(super) struct Joined {
     pub(super) columns: Vec<(usize, String)>,
 }
 
+impl Joined {
+    fn new(
+        stage: &str,
+        batch: RecordBatch,
+        columns: Vec<(usize, String)>,
+    ) -> Result<Self, RunError> {
+        Ok(Self {
+            stage: stage.to_string(),
+            row_of: first_rows(&batch)?,
+            batch,
+            columns,
+        })
+    }
+}
+
 /// Columns of a stage table that are not the stage's own.
 pub(super) const NOT_OWN: &[&str] = &["video_id", "stage_fingerprint"];
 
@@ -168,17 +183,13 @@ async fn read_for_release(
 ) -> Result<TableView, RunError> {
     // The frames and OCR tables give a release two columns each: the rest (the OCR
     // table's histograms, boxes and colours) is not decoded.
-    Ok(match role {
-        Some(Release::Frames) => {
-            let cols = ["video_id", "frame_index", "path"];
-            read_table_columns(store, &st.id, &st.fingerprint, &cols).await?
-        }
-        Some(Release::Text) => {
-            let cols = ["video_id", "frame_index", "text"];
-            read_table_columns(store, &st.id, &st.fingerprint, &cols).await?
-        }
-        _ => read_table(store, &st.id, &st.fingerprint, true).await?,
-    })
+    let value = match role {
+        Some(Release::Frames) => "path",
+        Some(Release::Text) => "text",
+        _ => return read_table(store, &st.id, &st.fingerprint, true).await,
+    };
+    let cols = ["video_id", "frame_index", value];
+    read_table_columns(store, &st.id, &st.fingerprint, &cols).await
 }
 
 /// Each video's transcript, its segments in time order.
@@ -214,13 +225,7 @@ fn source_joined(stage: &str, batch: RecordBatch) -> Result<(Joined, Vec<String>
         .filter(|i| !SOURCE_LEFT_OUT.contains(&schema.field(*i).name().as_str()))
         .map(|i| (i, schema.field(i).name().clone()))
         .collect();
-    let joined = Joined {
-        stage: stage.to_string(),
-        row_of: first_rows(&batch)?,
-        batch,
-        columns,
-    };
-    Ok((joined, extras))
+    Ok((Joined::new(stage, batch, columns)?, extras))
 }
 
 /// A one-row-per-video stage's columns (all, or those `Release::Columns` names), as
@@ -242,12 +247,7 @@ fn stage_joined(
         .filter(|i| named(schema.field(*i).name()))
         .map(|i| (i, format!("{stage}_{}", schema.field(i).name())))
         .collect();
-    Ok(Joined {
-        stage: stage.to_string(),
-        row_of: first_rows(&batch)?,
-        batch,
-        columns,
-    })
+    Joined::new(stage, batch, columns)
 }
 
 /// The adjudicated human annotations (`vidcurate annotate import`) as `annotation_<field>`.
@@ -275,12 +275,7 @@ pub(super) async fn annotation_columns(store: &Arc<dyn Store>) -> Result<Option<
         .filter(|i| !BOOKKEEPING.contains(&fields[*i].name().as_str()))
         .map(|i| (i, format!("annotation_{}", fields[i].name())))
         .collect();
-    Ok(Some(Joined {
-        stage: "annotations".into(),
-        row_of: first_rows(&batch)?,
-        batch,
-        columns,
-    }))
+    Joined::new("annotations", batch, columns).map(Some)
 }
 
 /// A batch's frame index column as 32-bit numbers.

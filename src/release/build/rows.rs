@@ -14,11 +14,16 @@ pub(super) fn take(col: &ArrayRef, rows: &[Option<u32>]) -> Result<ArrayRef, Run
     let idx = UInt32Array::from(rows.to_vec());
     let taken = arrow::compute::take(col.as_ref(), &idx, None)
         .map_err(|e| RunError::Internal(e.to_string()))?;
-    let want = plain(taken.data_type());
-    if &want == taken.data_type() {
-        return Ok(taken);
+    as_plain(&taken)
+}
+
+/// The column in the plain type `datasets` and every reader read (`plain`).
+fn as_plain(c: &ArrayRef) -> Result<ArrayRef, RunError> {
+    let want = plain(c.data_type());
+    if &want == c.data_type() {
+        return Ok(c.clone());
     }
-    arrow::compute::cast(&taken, &want).map_err(|e| RunError::Internal(e.to_string()))
+    arrow::compute::cast(c, &want).map_err(|e| RunError::Internal(e.to_string()))
 }
 
 /// `batch` with every column in the plain types `datasets` and every reader read (`plain`).
@@ -26,14 +31,7 @@ pub(super) fn plain_batch(batch: &RecordBatch) -> Result<RecordBatch, RunError> 
     let cols = batch
         .columns()
         .iter()
-        .map(|c| {
-            let want = plain(c.data_type());
-            if &want == c.data_type() {
-                Ok(c.clone())
-            } else {
-                arrow::compute::cast(c, &want).map_err(|e| RunError::Internal(e.to_string()))
-            }
-        })
+        .map(as_plain)
         .collect::<Result<Vec<_>, _>>()?;
     let fields: Vec<Field> = batch
         .schema()
@@ -90,30 +88,16 @@ pub(super) fn build_rows(
     if inputs.transcript_stage.is_some() {
         // Null for a video the stage never finished; empty text (with a reason) for one it
         // found no speech in.
-        let t = |id: &String| inputs.transcripts.get(id);
-        let columns: [(&str, Vec<Option<String>>); 4] = [
-            (
-                "transcript",
-                ids.iter().map(|id| t(id).map(|x| x.text.clone())).collect(),
-            ),
-            (
-                "transcript_source",
-                ids.iter()
-                    .map(|id| t(id).map(|x| x.source.clone()))
-                    .collect(),
-            ),
-            (
-                "transcript_language",
-                ids.iter()
-                    .map(|id| t(id).and_then(|x| x.language.clone()))
-                    .collect(),
-            ),
-            (
-                "transcript_reason",
-                ids.iter()
-                    .map(|id| t(id).and_then(|x| x.reason.clone()))
-                    .collect(),
-            ),
+        let column = |f: fn(&Transcribed) -> Option<String>| -> Vec<Option<String>> {
+            ids.iter()
+                .map(|id| inputs.transcripts.get(id).and_then(f))
+                .collect()
+        };
+        let columns = [
+            ("transcript", column(|x| Some(x.text.clone()))),
+            ("transcript_source", column(|x| Some(x.source.clone()))),
+            ("transcript_language", column(|x| x.language.clone())),
+            ("transcript_reason", column(|x| x.reason.clone())),
         ];
         for (name, values) in columns {
             fields.push(Field::new(name, DataType::Utf8, true));
@@ -141,11 +125,7 @@ pub(super) fn frame_column(
             }
             b.append(true);
         }
-        let a = b.finish();
-        return Ok((
-            Field::new("frames", a.data_type().clone(), true),
-            Arc::new(a),
-        ));
+        return Ok(frames_field(b.finish()));
     }
     let image = Fields::from(vec![
         Field::new("bytes", DataType::Binary, true),
@@ -165,9 +145,13 @@ pub(super) fn frame_column(
         }
         b.append(true);
     }
-    let a = b.finish();
-    Ok((
+    Ok(frames_field(b.finish()))
+}
+
+/// The `frames` field and column of a finished list.
+fn frames_field(a: impl Array + 'static) -> (Field, ArrayRef) {
+    (
         Field::new("frames", a.data_type().clone(), true),
         Arc::new(a),
-    ))
+    )
 }

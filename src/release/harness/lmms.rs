@@ -23,17 +23,6 @@ use std::path::{Path, PathBuf};
 const UTILS: &str = include_str!("templates/lmms_utils.py");
 const TASK: &str = include_str!("templates/lmms_task.yaml");
 
-/// Levels in the order `evaluate` reports them: first appearance in the released items.
-pub(super) fn levels(items: &[Item]) -> Vec<String> {
-    let mut order: Vec<String> = vec![];
-    for it in items {
-        if !order.contains(&it.level) {
-            order.push(it.level.clone());
-        }
-    }
-    order
-}
-
 fn quoted(s: &str) -> String {
     serde_json::Value::String(s.to_string()).to_string()
 }
@@ -46,12 +35,7 @@ fn task_yaml(
 ) -> String {
     let list: String = metrics
         .iter()
-        .map(|(m, agg)| {
-            format!(
-                "  - metric: {m}\n    aggregation: !function utils.{agg}\n    higher_is_better: {}\n",
-                !m.ends_with("_se")
-            )
-        })
+        .map(|(m, agg)| super::metric_yaml(m, agg, !m.ends_with("_se")))
         .collect();
     TASK.replace("{{task}}", task)
         .replace("{{dataset}}", dataset)
@@ -68,7 +52,7 @@ pub(super) fn write(
     test: bool,
 ) -> Result<Vec<PathBuf>, RunError> {
     let dir = release.join("harness/lmms_eval");
-    let levels = levels(items);
+    let levels = super::first_seen(items, |i| &i.level);
     let files: Vec<String> = super::parquet_files(&release.join("questions"), "")?
         .iter()
         .filter_map(|f| f.file_name())
@@ -145,7 +129,7 @@ pub(super) fn write_utils(
     items: &[Item],
     tasks: &[super::tasks::ReleasedTask],
 ) -> Result<PathBuf, RunError> {
-    let levels = levels(items);
+    let levels = super::first_seen(items, |i| &i.level);
     let level_fns: String = (0..levels.len())
         .map(|i| {
             format!(

@@ -140,8 +140,7 @@ impl Harness {
     fn remove(self, release: &Path) -> Result<(), RunError> {
         let dir = release.join(self.folder());
         if dir.exists() {
-            std::fs::remove_dir_all(&dir)
-                .map_err(|e| RunError::io(dir.display().to_string(), e))?;
+            std::fs::remove_dir_all(&dir).map_err(crate::release::io(&dir))?;
         }
         Ok(())
     }
@@ -297,6 +296,25 @@ pub(crate) fn dataset_yaml(files: &[String], test: bool) -> String {
     y + "\n" + &keys
 }
 
+/// One entry of a task YAML's `metric_list`, aggregated by `utils.py`'s function `agg`.
+fn metric_yaml(metric: &str, agg: &str, higher_is_better: bool) -> String {
+    format!(
+        "  - metric: {metric}\n    aggregation: !function utils.{agg}\n    higher_is_better: {higher_is_better}\n"
+    )
+}
+
+/// The distinct values of `key` over `items` in the order they first appear: the levels in the
+/// order `evaluate` reports them, the splits in the order the items come.
+fn first_seen<'a>(items: &'a [Item], key: impl Fn(&'a Item) -> &'a str) -> Vec<&'a str> {
+    let mut out: Vec<&str> = vec![];
+    for it in items {
+        if !out.contains(&key(it)) {
+            out.push(key(it));
+        }
+    }
+    out
+}
+
 /// A released Parquet file's rows as `T`.
 fn rows_of<T: serde::de::DeserializeOwned>(f: &Path) -> Result<Vec<T>, RunError> {
     let mut out = vec![];
@@ -363,9 +381,9 @@ fn frames_of(v: &dyn Array) -> Vec<Frame> {
 }
 
 pub(crate) fn write_text(path: &Path, text: &str) -> Result<PathBuf, RunError> {
-    let io = |e| RunError::io(path.display().to_string(), e);
-    std::fs::create_dir_all(path.parent().unwrap_or(Path::new("."))).map_err(io)?;
-    std::fs::write(path, text).map_err(io)?;
+    let io = || crate::release::io(path);
+    std::fs::create_dir_all(path.parent().unwrap_or(Path::new("."))).map_err(io())?;
+    std::fs::write(path, text).map_err(io())?;
     Ok(path.to_path_buf())
 }
 

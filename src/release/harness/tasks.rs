@@ -90,7 +90,7 @@ pub(crate) fn read(release: &Path) -> Result<Vec<ReleasedTask>, RunError> {
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => return Err(RunError::io(path.display().to_string(), e)),
+        Err(e) => return Err(crate::release::io(&path)(e)),
     };
     let infos: Vec<TaskInfo> = serde_json::from_str(&text)
         .map_err(|e| RunError::Config(format!("{}: {e}", path.display())))?;
@@ -129,7 +129,7 @@ pub(crate) fn read(release: &Path) -> Result<Vec<ReleasedTask>, RunError> {
 /// A Parquet file's row count, from its footer.
 fn rows_in(path: &Path) -> Result<usize, RunError> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
-    let f = std::fs::File::open(path).map_err(|e| RunError::io(path.display().to_string(), e))?;
+    let f = std::fs::File::open(path).map_err(crate::release::io(path))?;
     let r = SerializedFileReader::new(f)
         .map_err(|e| RunError::Config(format!("{}: {e}", path.display())))?;
     Ok(r.metadata().file_metadata().num_rows().max(0) as usize)
@@ -170,14 +170,9 @@ pub(super) fn write_lmms(
             } else {
                 ("task_mean", Some("task_se"))
             };
-            metrics += &format!(
-                "  - metric: {m}\n    aggregation: !function utils.{agg}\n    higher_is_better: {}\n",
-                !lower_better
-            );
+            metrics += &super::metric_yaml(m, agg, !lower_better);
             if let Some(se) = se {
-                metrics += &format!(
-                    "  - metric: {m}_se\n    aggregation: !function utils.{se}\n    higher_is_better: false\n"
-                );
+                metrics += &super::metric_yaml(&format!("{m}_se"), se, false);
             }
         }
         let judged = t.judged();

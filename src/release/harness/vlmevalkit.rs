@@ -47,7 +47,7 @@ fn images(release: &Path, frames: &[Frame]) -> Result<Vec<String>, RunError> {
             Some(b) => Ok(b64.encode(b)),
             None => {
                 let p = release.join(&f.path);
-                let b = std::fs::read(&p).map_err(|e| RunError::io(p.display().to_string(), e))?;
+                let b = std::fs::read(&p).map_err(crate::release::io(&p))?;
                 Ok(b64.encode(b))
             }
         })
@@ -58,14 +58,8 @@ fn images(release: &Path, frames: &[Frame]) -> Result<Vec<String>, RunError> {
 /// split of `items`, in the order the items come (`<name>.tsv` for items of no split).
 pub(super) fn write(release: &Path, name: &str, items: &[Item]) -> Result<Vec<PathBuf>, RunError> {
     let frames = read_frames(release)?;
-    let mut splits: Vec<&str> = vec![];
-    for it in items {
-        if !splits.contains(&it.split.as_str()) {
-            splits.push(&it.split);
-        }
-    }
     let mut written = vec![];
-    for split in splits {
+    for split in super::first_seen(items, |i| &i.split) {
         let of: Vec<&Item> = items.iter().filter(|i| i.split == split).collect();
         let file = if split.is_empty() {
             name.to_string()

@@ -28,7 +28,7 @@ use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use duplicates::{join_duplicates, near_duplicates};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 use values::{StageValues, source_columns, source_values, stage_values};
@@ -148,13 +148,9 @@ pub fn assign(items: &[Item], ratios: &[f64], seed: u64) -> Vec<usize> {
         g.1[k] += 1.0;
     }
     let mut order: Vec<(&str, &Members)> = groups.iter().map(|(k, v)| (*k, v)).collect();
-    let key = |g: &str| {
-        let mut h = blake3::Hasher::new();
-        h.update(&seed.to_le_bytes());
-        h.update(g.as_bytes());
-        u64::from_le_bytes(h.finalize().as_bytes()[..8].try_into().unwrap_or_default())
-    };
-    order.sort_by_cached_key(|(g, (members, _))| (std::cmp::Reverse(members.len()), key(g), *g));
+    order.sort_by_cached_key(|(g, (members, _))| {
+        (std::cmp::Reverse(members.len()), seeded_key(seed, g), *g)
+    });
     let target: Vec<Vec<f64>> = ratios
         .iter()
         .map(|r| totals.iter().map(|t| r * t).collect())
@@ -196,6 +192,16 @@ pub fn assign(items: &[Item], ratios: &[f64], seed: u64) -> Vec<usize> {
         }
     }
     out
+}
+
+/// A seeded hash of a group or a video id, the order in which equal-sized groups are placed
+/// and a stratum's videos enter the balanced test split: another seed, another split; the same
+/// seed, the same one, in any input order.
+fn seeded_key(seed: u64, id: &str) -> u64 {
+    let mut h = blake3::Hasher::new();
+    h.update(&seed.to_le_bytes());
+    h.update(id.as_bytes());
+    u64::from_le_bytes(h.finalize().as_bytes()[..8].try_into().unwrap_or_default())
 }
 
 /// Counts of one split × stratum and how far they are from the target.
@@ -415,9 +421,7 @@ fn report(opts: &SplitOptions, items: &[Item], placed: &[usize], run_dir: &Path)
         .iter()
         .map(|c| (c.videos as f64 - c.target).abs())
         .fold(0.0, f64::max);
-    let mut groups: Vec<&str> = items.iter().map(|i| i.group.as_str()).collect();
-    groups.sort_unstable();
-    groups.dedup();
+    let groups: BTreeSet<&str> = items.iter().map(|i| i.group.as_str()).collect();
     SplitReport {
         name: opts.name.clone(),
         ratios: opts.ratios.clone(),

@@ -3,7 +3,7 @@
 //! same number of videos in every stratum, label × category in the paper; the rest by the
 //! other splits' ratios).
 
-use super::{Item, SplitOptions, assign};
+use super::{Item, SplitOptions, assign, seeded_key};
 use crate::error::RunError;
 use std::collections::{BTreeMap, HashMap};
 
@@ -76,15 +76,6 @@ pub fn from_column(
     Ok((placed, names))
 }
 
-/// The order in which a stratum's videos enter the test split: a seeded hash of the id, so
-/// another seed draws another test split and the same seed the same one, in any input order.
-fn draw_key(seed: u64, id: &str) -> u64 {
-    let mut h = blake3::Hasher::new();
-    h.update(&seed.to_le_bytes());
-    h.update(id.as_bytes());
-    u64::from_le_bytes(h.finalize().as_bytes()[..8].try_into().unwrap_or_default())
-}
-
 /// MVFNDB's category-test-split: `per_cell` videos of every stratum go to the last split of
 /// `ratios` (the test split); the rest are placed over the other splits by their ratios
 /// (stratified, as `assign` does). Groups and duplicate clusters are not kept whole here, so
@@ -115,7 +106,7 @@ pub fn balanced_test(
     };
     let mut placed = vec![usize::MAX; items.len()];
     for members in by_stratum.values_mut() {
-        members.sort_by_key(|m| (draw_key(seed, &items[*m].video_id), *m));
+        members.sort_by_key(|m| (seeded_key(seed, &items[*m].video_id), *m));
         for m in members.iter().take(n) {
             placed[*m] = test;
         }

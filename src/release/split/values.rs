@@ -4,7 +4,7 @@
 use super::SplitOptions;
 use crate::error::RunError;
 use crate::runtime::chain::SOURCE_STAGE_ID;
-use crate::store::shards::{read_table_columns, text_column};
+use crate::store::shards::text_column;
 use arrow::array::{Array, RecordBatch, StringArray};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -40,27 +40,9 @@ pub(super) async fn stage_values(
             if wanted_stage.is_some_and(|w| w != st.id) || (wanted_stage.is_none() && !per_video) {
                 continue;
             }
-            // Only the two columns compared are decoded, not the stage's whole table.
-            let view =
-                read_table_columns(store, &st.id, &st.fingerprint, &["video_id", column]).await?;
-            let mut values = HashMap::new();
-            let mut has = false;
-            for b in &view.batches {
-                let (Some(ids), Some(col)) = (text_column(b, "video_id"), text_column(b, column))
-                else {
-                    continue;
-                };
-                has = true;
-                for i in 0..b.num_rows() {
-                    if !col.is_null(i) {
-                        values
-                            .entry(ids.value(i).to_string())
-                            .or_insert_with(|| col.value(i).to_string());
-                    }
-                }
-            }
-            if has || wanted_stage.is_some() {
-                found.push((st.id.clone(), values));
+            let values = crate::release::first_values(store, st, column).await?;
+            if values.is_some() || wanted_stage.is_some() {
+                found.push((st.id.clone(), values.unwrap_or_default()));
             }
         }
         match found.len() {

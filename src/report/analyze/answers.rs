@@ -45,13 +45,11 @@ pub(super) fn answer_fields(
     filtered: BatchFilter,
 ) -> Result<Vec<AnswerField>, AnalyzeError> {
     let per_video = answers_by_video(run_tables, sid, by, filtered)?;
-    let mut groups: Vec<String> = per_video.values().map(|v| v.0.clone()).collect();
-    groups.sort();
-    groups.dedup();
     let mut videos: BTreeMap<String, usize> = BTreeMap::new();
     for (g, _) in per_video.values() {
         *videos.entry(g.clone()).or_default() += 1;
     }
+    let groups: Vec<String> = videos.keys().cloned().collect();
     let mut names: Vec<String> = per_video
         .values()
         .flat_map(|(_, o)| o.keys().cloned())

@@ -93,8 +93,7 @@ fn draw_answer(out_dir: &Path, a: &AnswerField) -> Result<(String, String), Anal
         ),
         FieldKind::Category => format!("{}: share of videos", a.name),
     };
-    let mut answer_groups: Vec<String> = a.videos.keys().cloned().collect();
-    answer_groups.sort();
+    let answer_groups: Vec<String> = a.videos.keys().cloned().collect();
     let b = plot::Bars {
         title: &title,
         rows: &a.rows,

@@ -11,7 +11,7 @@
 //! budget to a temporary file; calls and caches nothing.
 
 use super::spill::{SpillFile, Spilled};
-use super::tables::{HistColumn, RunTables, col_hist, col_utf8, column};
+use super::tables::{HistColumn, RunTables, col_hist, col_utf8, column, str_or};
 use super::text_frames::TextFrames;
 use super::*;
 
@@ -182,11 +182,7 @@ fn add_batch(
     let groups = c.groups.as_string::<i32>();
     let videos = c.videos.as_string::<i32>();
     for i in (0..b.num_rows()).filter(|&i| c.added.value(i)) {
-        let name = if groups.is_valid(i) {
-            groups.value(i)
-        } else {
-            "(null)"
-        };
+        let name = str_or(groups, i, "(null)");
         if !r.groups.contains_key(name) {
             r.groups.insert(name.to_string(), GroupRegions::new(bins));
             drop_untested(&mut r.groups);
@@ -212,12 +208,8 @@ fn add_batch(
                 vals.held.push(x as f32);
             }
         }
-        let video = if videos.is_valid(i) {
-            videos.value(i)
-        } else {
-            ""
-        };
-        r.text_frames.insert(video, c.frame.value(i));
+        r.text_frames
+            .insert(str_or(videos, i, ""), c.frame.value(i));
     }
     Ok(())
 }

@@ -175,17 +175,12 @@ impl SegmentCounts {
         let (ids, grp) = (ids.as_string::<i32>(), grp.as_string::<i32>());
         let (idx, ts) = (col_u32(b, "frame_index")?, col_f64(b, "timestamp_secs")?);
         for i in 0..b.num_rows() {
-            let id = if ids.is_valid(i) { ids.value(i) } else { "" };
+            let id = str_or(ids, i, "");
             let Some(d) = duration.get(id).filter(|d| **d > 0.0) else {
                 continue;
             };
             let seg = ((ts[i] / d * 8.0) as usize).min(7);
-            let g = if grp.is_valid(i) {
-                grp.value(i)
-            } else {
-                "(null)"
-            };
-            let e = self.entry(id, g);
+            let e = self.entry(id, str_or(grp, i, "(null)"));
             e.1[seg] += 1;
             if with_text.contains(id, idx.value(i)) {
                 e.0[seg] += 1;
@@ -294,22 +289,25 @@ pub(super) fn shot_rows(
             )
         })
         .collect();
-    let mut shot_groups: Vec<String> = per_video.values().map(|v| v.0.clone()).collect();
-    shot_groups.sort();
-    shot_groups.dedup();
-    for g in &shot_groups {
-        let mut c = vec![0f64; 10];
-        let mut vals = vec![];
-        for (gg, n) in per_video.values() {
-            if gg == g {
-                c[(*n as usize).clamp(1, 10) - 1] += 1.0;
-                vals.push(*n as f64);
-            }
-        }
+    // Group → (videos per bin, shots of each video in video order).
+    let mut per_group: BTreeMap<&str, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    for (g, n) in per_video.values() {
+        let (c, vals) = per_group
+            .entry(g)
+            .or_insert_with(|| (vec![0f64; 10], vec![]));
+        c[(*n as usize).clamp(1, 10) - 1] += 1.0;
+        vals.push(*n as f64);
+    }
+    for (g, (c, vals)) in per_group {
         rows.extend(dist(g, &shot_bins, &c));
-        values.push((g.clone(), vals));
+        values.push((g.to_string(), vals));
     }
     Ok((rows, values))
+}
+
+/// Row `i` of a string column, or `null` when it is null.
+pub(super) fn str_or<'a>(a: &'a arrow::array::StringArray, i: usize, null: &'a str) -> &'a str {
+    if a.is_valid(i) { a.value(i) } else { null }
 }
 
 /// Column `name` of the batch, or the error that names it.
@@ -364,6 +362,13 @@ pub(super) struct HistColumn {
 }
 
 impl HistColumn {
+    fn of<O: arrow::array::OffsetSizeTrait>(l: &arrow::array::GenericListArray<O>) -> Self {
+        HistColumn {
+            offsets: l.offsets().iter().map(|o| o.as_usize()).collect(),
+            values: l.values().as_primitive::<UInt32Type>().clone(),
+        }
+    }
+
     pub(super) fn add(&self, row: usize, acc: &mut [f64]) {
         let (s, e) = (self.offsets[row], self.offsets[row + 1]);
         for (a, v) in acc.iter_mut().zip(&self.values.values()[s..e]) {
@@ -375,17 +380,10 @@ impl HistColumn {
 pub(super) fn col_hist(b: &RecordBatch, name: &str) -> Result<HistColumn, AnalyzeError> {
     let c = column(b, name)?;
     // serde_arrow writes Vec<u32> as a large list; accept both offset widths.
-    let values = |v: &arrow::array::ArrayRef| v.as_primitive::<UInt32Type>().clone();
     if let Some(l) = c.as_list_opt::<i64>() {
-        Ok(HistColumn {
-            offsets: l.offsets().iter().map(|o| *o as usize).collect(),
-            values: values(l.values()),
-        })
+        Ok(HistColumn::of(l))
     } else if let Some(l) = c.as_list_opt::<i32>() {
-        Ok(HistColumn {
-            offsets: l.offsets().iter().map(|o| *o as usize).collect(),
-            values: values(l.values()),
-        })
+        Ok(HistColumn::of(l))
     } else {
         Err(AnalyzeError::Column(format!(
             "column `{name}` is not a list"
