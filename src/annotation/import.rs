@@ -24,7 +24,7 @@ pub struct Problem {
     pub reason: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct ImportReport {
     /// Annotation rows stored (one per video and annotator), after merging with earlier imports.
     pub annotations: usize,
@@ -362,18 +362,7 @@ pub async fn import(
             .await?
             .into_keys()
             .collect();
-    let mut report = ImportReport {
-        annotations: 0,
-        changed: 0,
-        adjudicated: 0,
-        cancelled: 0,
-        problems: vec![],
-        ties: vec![],
-        kappa: None,
-        kappa_kind: None,
-        span_iou: None,
-        span_pairs: 0,
-    };
+    let mut report = ImportReport::default();
     let shown = export.display().to_string();
     let is_csv = export
         .extension()
