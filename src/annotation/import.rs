@@ -68,11 +68,7 @@ pub(super) fn fields_of(result: &[Value], fps: f64) -> BTreeMap<String, Value> {
                 }
             }
             "textarea" => {
-                let t: Vec<&str> = v["text"]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
-                    .unwrap_or_default();
-                f.insert(name.to_string(), json!(t.join(" ")));
+                f.insert(name.to_string(), json!(strings(&v["text"]).join(" ")));
             }
             "choices" => {
                 f.insert(name.to_string(), v["choices"][0].clone());

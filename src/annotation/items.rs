@@ -199,25 +199,8 @@ fn results_by_name(result: &[Value]) -> BTreeMap<String, Vec<String>> {
         let name = r["from_name"].as_str().unwrap_or_default().to_string();
         let v = &r["value"];
         let vals: Vec<String> = match r["type"].as_str().unwrap_or_default() {
-            "textarea" => vec![
-                v["text"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|x| x.as_str())
-                            .collect::<Vec<_>>()
-                            .join(" ")
-                    })
-                    .unwrap_or_default(),
-            ],
-            "choices" => v["choices"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            "textarea" => vec![super::strings(&v["text"]).join(" ")],
+            "choices" => super::strings(&v["choices"]),
             _ => continue,
         };
         f.insert(name, vals);

@@ -2,7 +2,7 @@
 //! reference, checked, merged with the stored ones and decided.
 
 use super::{from_frames, list_control};
-use crate::annotation::Rule;
+use crate::annotation::{Rule, strings};
 use crate::benchmark::formats::Format;
 use crate::benchmark::review::tasks::*;
 use crate::benchmark::review::{DECISIONS, decide, merge_reviews};
@@ -32,15 +32,6 @@ fn controls(result: &[Value], fps: f64) -> Controls {
     for r in result {
         let name = r["from_name"].as_str().unwrap_or_default().to_string();
         let v = &r["value"];
-        let strings = |a: &Value| -> Vec<String> {
-            a.as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
         match r["type"].as_str().unwrap_or_default() {
             "textarea" => c.texts.entry(name).or_default().extend(strings(&v["text"])),
             "choices" => {
