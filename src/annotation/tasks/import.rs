@@ -297,25 +297,16 @@ fn reviews_of_task(
     minor_at: f64,
     report: &mut TaskImportReport,
 ) -> Vec<TaskReview> {
-    let mut fresh = vec![];
-    let task_id = t["id"].as_i64();
-    let problem =
-        |item: Option<&str>, who: Option<&str>, field: &str, reason: String| TaskProblem {
-            task_id,
-            item_id: item.map(String::from),
-            annotator: who.map(String::from),
-            field: field.into(),
-            reason,
-        };
     let id = t["data"]["item_id"].as_str().unwrap_or_default();
     let Some((video, item, stage)) = made.get(id) else {
-        report.problems.push(problem(
-            Some(id),
-            None,
-            "data.item_id",
-            "unknown item: not in this run's items tables".into(),
-        ));
-        return fresh;
+        report.problems.push(TaskProblem {
+            task_id: t["id"].as_i64(),
+            item_id: Some(id.into()),
+            annotator: None,
+            field: "data.item_id".into(),
+            reason: "unknown item: not in this run's items tables".into(),
+        });
+        return vec![];
     };
     let task = &stages[*stage].2;
     let p = probe.get(video);
@@ -325,34 +316,12 @@ fn reviews_of_task(
         .unwrap_or(24.0);
     let duration: Option<f64> = p.and_then(|r| r[1].as_deref()?.parse().ok());
     let made_ref = item.reference();
-    for a in t["annotations"].as_array().into_iter().flatten() {
-        let who = crate::benchmark::review::annotator_of(a);
-        if a["was_cancelled"].as_bool() == Some(true) {
-            report.cancelled += 1;
-            continue;
-        }
-        let result = a["result"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-        match review_of(task, item, result, (fps, duration), &who, video) {
-            Ok(mut r) => {
-                r.task_id = task_id;
-                r.annotation_id = a["id"].as_i64();
-                r.updated_at = a["updated_at"]
-                    .as_str()
-                    .or(a["created_at"].as_str())
-                    .map(String::from);
-                r.edit_class = edit_class(task.format, &made_ref, &r, minor_at).into();
-                fresh.push(r);
-            }
-            Err(ps) => {
-                for (field, reason) in ps {
-                    report
-                        .problems
-                        .push(problem(Some(id), Some(&who), &field, reason));
-                }
-            }
-        }
-    }
-    fresh
+    let (cancelled, problems) = (&mut report.cancelled, &mut report.problems);
+    crate::benchmark::review::task_reviews(t, id, cancelled, problems, |who, result| {
+        let mut r = review_of(task, item, result, (fps, duration), who, video)?;
+        r.edit_class = edit_class(task.format, &made_ref, &r, minor_at).into();
+        Ok(r)
+    })
 }
 
 /// The report as text: what was kept out, then one line per task.
