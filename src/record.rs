@@ -205,7 +205,7 @@ pub struct FrameRef {
 
 /// One multiple-choice item drafted for a video (a question stage's row): the options in the
 /// order shown, with the permutation that put them there, and why it was rejected if it was.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct QuestionItem {
     /// Stable for the video, level and place: seeds the shuffle, keys reviews.
     pub item_id: String,

@@ -106,9 +106,6 @@ impl Annotation {
         Annotation {
             video_id: video.to_string(),
             annotator: annotator.to_string(),
-            task_id: None,
-            annotation_id: None,
-            updated_at: None,
             risk_signal_start: num("risk_signal_start"),
             risk_signal_end: num("risk_signal_end"),
             risk_visual_indicators: text("risk_visual_indicators"),
@@ -121,7 +118,7 @@ impl Annotation {
             accident_end: num("accident_end"),
             accident_description: text("accident_description"),
             risk_label: text("risk_label").unwrap_or_default(),
-            decided_by: None,
+            ..Default::default()
         }
     }
 }

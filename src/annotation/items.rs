@@ -254,9 +254,6 @@ pub fn review_of(
         item_id: drafted.item_id.clone(),
         video_id: video.to_string(),
         annotator: annotator.to_string(),
-        task_id: None,
-        annotation_id: None,
-        updated_at: None,
         decision: decision.clone(),
         question: if keep {
             question
@@ -272,8 +269,7 @@ pub fn review_of(
         level: if keep { level } else { drafted.level.clone() },
         drafted_level: drafted.level.clone(),
         reject_reason: reason,
-        edit_class: String::new(),
-        decided_by: None,
+        ..Default::default()
     })
 }
 

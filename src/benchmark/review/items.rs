@@ -21,7 +21,7 @@ pub const ITEMS_REPORT: &str = "annotations/items_report.json";
 pub use super::{DECISIONS, decide};
 
 /// One review of one item (or, with annotator `adjudicated`, the decided item).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct ItemReview {
     pub item_id: String,
     pub video_id: String,

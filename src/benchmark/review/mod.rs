@@ -60,7 +60,7 @@ impl std::str::FromStr for Rule {
 }
 
 /// One annotation of one video: RiskCue's 8 fields (times in seconds).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Annotation {
     pub video_id: String,
     /// Who annotated (Label Studio's user email or id; `adjudicated` for the decided row).
