@@ -1,5 +1,6 @@
 use super::import::{fields_of, validate};
 use super::*;
+use crate::benchmark::review::kappa::{cohen_kappa, fleiss_kappa};
 use serde_json::{Value, json};
 
 #[test]
