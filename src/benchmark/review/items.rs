@@ -127,12 +127,11 @@ pub fn edit_class(drafted: &QuestionItem, r: &ItemReview, minor_at: f64) -> &'st
             .cloned()
             .unwrap_or_default()
     };
-    let same_answer = norm(&correct(&r.options, &r.answer))
-        == norm(&correct(&drafted.options, &drafted.answer))
-        || similarity(
-            &correct(&r.options, &r.answer),
-            &correct(&drafted.options, &drafted.answer),
-        ) >= minor_at;
+    let (mine, made) = (
+        correct(&r.options, &r.answer),
+        correct(&drafted.options, &drafted.answer),
+    );
+    let same_answer = norm(&mine) == norm(&made) || similarity(&mine, &made) >= minor_at;
     if same_answer && similarity(&r.question, &drafted.question) >= minor_at {
         "minor_edit"
     } else {
