@@ -105,12 +105,7 @@ fn as_draft(task: &Task, made: &BenchItem, c: &Controls, fps: f64) -> Value {
         Format::TimeRanges => {
             let r: Vec<[f64; 2]> = match &c.ranges {
                 Some(r) => r.iter().map(|x| snap(*x, made, fps)).collect(),
-                None => made
-                    .answer_starts
-                    .iter()
-                    .zip(&made.answer_ends)
-                    .map(|(s, e)| [*s, *e])
-                    .collect(),
+                None => made.reference().ranges(),
             };
             v["answer"] = json!(r);
         }
