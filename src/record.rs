@@ -205,7 +205,7 @@ pub struct FrameRef {
 
 /// One multiple-choice item drafted for a video (a question stage's row): the options in the
 /// order shown, with the permutation that put them there, and why it was rejected if it was.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct QuestionItem {
     /// Stable for the video, level and place: seeds the shuffle, keys reviews.
     pub item_id: String,
@@ -316,7 +316,7 @@ pub struct Shot {
 }
 
 /// One text region found on one sampled frame, with its colour and layout (the `ocr` stage).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct TextRegion {
     pub frame_index: u32,
     pub timestamp_secs: f64,
@@ -363,7 +363,7 @@ pub struct TextRegion {
 
 /// One video on its way through the chain. Each stage fills its own slot; nothing is a dynamic map
 /// except the carried-through manifest columns, which the user names.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct VideoRecord {
     pub video_id: String,
     pub source: SourceInfo,
@@ -397,16 +397,7 @@ impl VideoRecord {
             video_id,
             source,
             extra,
-            media: None,
-            probe: None,
-            frames: None,
-            ocr: None,
-            shots: None,
-            relevance: None,
-            transcript: None,
-            caption: None,
-            questions: None,
-            items: None,
+            ..Default::default()
         }
     }
 

@@ -2,7 +2,6 @@
 //! spans) and the adjudication of a video several people annotated. Pure computation.
 
 use super::*;
-pub use crate::benchmark::review::kappa::{cohen_kappa, fleiss_kappa};
 use std::collections::BTreeMap;
 
 pub(super) fn iou(a: (f64, f64), b: (f64, f64)) -> f64 {
@@ -24,34 +23,22 @@ pub(super) fn agreement(rows: &[Annotation], report: &mut ImportReport) {
         .collect();
     annotators.sort_unstable();
     annotators.dedup();
-    if annotators.len() == 2 {
-        let (x, y) = (annotators[0], annotators[1]);
-        let mut a = vec![];
-        let mut b = vec![];
-        for v in &multi {
-            if let (Some(p), Some(q)) = (
-                v.iter().find(|r| r.annotator == x),
-                v.iter().find(|r| r.annotator == y),
-            ) {
-                a.push(p.risk_label.as_str());
-                b.push(q.risk_label.as_str());
-            }
-        }
-        report.kappa = cohen_kappa(&a, &b);
-        report.kappa_kind = Some("cohen".into());
-    } else if annotators.len() > 2 {
-        let most = multi.iter().map(|v| v.len()).max().unwrap_or(0);
-        let counts: Vec<Vec<f64>> = multi
-            .iter()
-            .filter(|v| v.len() == most)
-            .map(|v| {
-                let yes = v.iter().filter(|r| r.risk_label == "yes").count() as f64;
-                vec![yes, v.len() as f64 - yes]
-            })
-            .collect();
-        report.kappa = fleiss_kappa(&counts);
-        report.kappa_kind = Some("fleiss".into());
-    }
+    // Cohen's kappa for two annotators, Fleiss' for more, as reviews have it: on labels that
+    // are yes or no (an import keeps no other), the same two-category kappa.
+    let labels: Vec<BTreeMap<&str, &str>> = multi
+        .iter()
+        .map(|v| {
+            v.iter()
+                .map(|a| (a.annotator.as_str(), a.risk_label.as_str()))
+                .collect()
+        })
+        .collect();
+    report.kappa = crate::benchmark::review::nominal_kappa(&labels).0;
+    report.kappa_kind = match annotators.len() {
+        2 => Some("cohen".into()),
+        n if n > 2 => Some("fleiss".into()),
+        _ => None,
+    };
     let mut ious = vec![];
     for v in &multi {
         for i in 0..v.len() {

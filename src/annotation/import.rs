@@ -24,7 +24,7 @@ pub struct Problem {
     pub reason: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct ImportReport {
     /// Annotation rows stored (one per video and annotator), after merging with earlier imports.
     pub annotations: usize,
@@ -68,11 +68,7 @@ pub(super) fn fields_of(result: &[Value], fps: f64) -> BTreeMap<String, Value> {
                 }
             }
             "textarea" => {
-                let t: Vec<&str> = v["text"]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
-                    .unwrap_or_default();
-                f.insert(name.to_string(), json!(t.join(" ")));
+                f.insert(name.to_string(), json!(strings(&v["text"]).join(" ")));
             }
             "choices" => {
                 f.insert(name.to_string(), v["choices"][0].clone());
@@ -110,9 +106,6 @@ impl Annotation {
         Annotation {
             video_id: video.to_string(),
             annotator: annotator.to_string(),
-            task_id: None,
-            annotation_id: None,
-            updated_at: None,
             risk_signal_start: num("risk_signal_start"),
             risk_signal_end: num("risk_signal_end"),
             risk_visual_indicators: text("risk_visual_indicators"),
@@ -125,7 +118,7 @@ impl Annotation {
             accident_end: num("accident_end"),
             accident_description: text("accident_description"),
             risk_label: text("risk_label").unwrap_or_default(),
-            decided_by: None,
+            ..Default::default()
         }
     }
 }
@@ -362,18 +355,7 @@ pub async fn import(
             .await?
             .into_keys()
             .collect();
-    let mut report = ImportReport {
-        annotations: 0,
-        changed: 0,
-        adjudicated: 0,
-        cancelled: 0,
-        problems: vec![],
-        ties: vec![],
-        kappa: None,
-        kappa_kind: None,
-        span_iou: None,
-        span_pairs: 0,
-    };
+    let mut report = ImportReport::default();
     let shown = export.display().to_string();
     let is_csv = export
         .extension()

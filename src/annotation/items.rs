@@ -199,25 +199,8 @@ fn results_by_name(result: &[Value]) -> BTreeMap<String, Vec<String>> {
         let name = r["from_name"].as_str().unwrap_or_default().to_string();
         let v = &r["value"];
         let vals: Vec<String> = match r["type"].as_str().unwrap_or_default() {
-            "textarea" => vec![
-                v["text"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|x| x.as_str())
-                            .collect::<Vec<_>>()
-                            .join(" ")
-                    })
-                    .unwrap_or_default(),
-            ],
-            "choices" => v["choices"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            "textarea" => vec![super::strings(&v["text"]).join(" ")],
+            "choices" => super::strings(&v["choices"]),
             _ => continue,
         };
         f.insert(name, vals);
@@ -271,9 +254,6 @@ pub fn review_of(
         item_id: drafted.item_id.clone(),
         video_id: video.to_string(),
         annotator: annotator.to_string(),
-        task_id: None,
-        annotation_id: None,
-        updated_at: None,
         decision: decision.clone(),
         question: if keep {
             question
@@ -289,8 +269,7 @@ pub fn review_of(
         level: if keep { level } else { drafted.level.clone() },
         drafted_level: drafted.level.clone(),
         reject_reason: reason,
-        edit_class: String::new(),
-        decided_by: None,
+        ..Default::default()
     })
 }
 
@@ -452,65 +431,36 @@ fn reviews_of_task(
     minor_at: f64,
     report: &mut ItemImportReport,
 ) -> Vec<ItemReview> {
-    let mut fresh = vec![];
     let task_id = t["id"].as_i64();
-    let problem =
-        |item: Option<String>, who: Option<String>, field: &str, reason: String| ItemProblem {
-            task_id,
-            item_id: item,
-            annotator: who,
-            field: field.into(),
-            reason,
-        };
+    let problem = |item: Option<String>, field: &str, reason: &str| ItemProblem {
+        task_id,
+        item_id: item,
+        annotator: None,
+        field: field.into(),
+        reason: reason.into(),
+    };
     let Some(id) = t["data"]["item_id"].as_str() else {
         report.problems.push(problem(
             None,
-            None,
             "data.item_id",
-            "the task has no item_id (not exported by `annotate export --items`?)".into(),
+            "the task has no item_id (not exported by `annotate export --items`?)",
         ));
-        return fresh;
+        return vec![];
     };
     let Some(&(video, d)) = drafted.get(id) else {
         report.problems.push(problem(
             Some(id.into()),
-            None,
             "data.item_id",
-            "unknown item: not in this run's questions table".into(),
+            "unknown item: not in this run's questions table",
         ));
-        return fresh;
+        return vec![];
     };
-    for a in t["annotations"].as_array().into_iter().flatten() {
-        let who = crate::benchmark::review::annotator_of(a);
-        if a["was_cancelled"].as_bool() == Some(true) {
-            report.cancelled += 1;
-            continue;
-        }
-        let result = a["result"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-        match review_of(d, result, levels, &who, video) {
-            Ok(mut r) => {
-                r.task_id = task_id;
-                r.annotation_id = a["id"].as_i64();
-                r.updated_at = a["updated_at"]
-                    .as_str()
-                    .or(a["created_at"].as_str())
-                    .map(String::from);
-                r.edit_class = edit_class(d, &r, minor_at).into();
-                fresh.push(r);
-            }
-            Err(ps) => {
-                for (field, reason) in ps {
-                    report.problems.push(problem(
-                        Some(id.into()),
-                        Some(who.clone()),
-                        &field,
-                        reason,
-                    ));
-                }
-            }
-        }
-    }
-    fresh
+    let (cancelled, problems) = (&mut report.cancelled, &mut report.problems);
+    crate::benchmark::review::task_reviews(t, id, cancelled, problems, |who, result| {
+        let mut r = review_of(d, result, levels, who, video)?;
+        r.edit_class = edit_class(d, &r, minor_at).into();
+        Ok(r)
+    })
 }
 
 /// The report as text.

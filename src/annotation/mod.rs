@@ -107,6 +107,17 @@ fn write_export(
     csv.map_or(Ok(()), |csv| write("tasks.csv", csv))
 }
 
+/// The strings of a Label Studio result's list (its `text`, its `choices`), anything else left out.
+fn strings(list: &serde_json::Value) -> Vec<String> {
+    list.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// `annotate export --task`: one Label Studio project per task, with its number of tasks.
 pub use export::export_tasks;
 

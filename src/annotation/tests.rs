@@ -1,5 +1,6 @@
 use super::import::{fields_of, validate};
 use super::*;
+use crate::benchmark::review::kappa::{cohen_kappa, fleiss_kappa};
 use serde_json::{Value, json};
 
 #[test]
@@ -40,18 +41,12 @@ fn timeline_frames_become_seconds_and_bad_fields_are_named() {
     let mut a = Annotation {
         video_id: "v".into(),
         annotator: "x".into(),
-        task_id: None,
-        annotation_id: None,
-        updated_at: None,
         risk_signal_start: Some(3.0),
         risk_signal_end: Some(2.0),
-        risk_visual_indicators: None,
-        risk_signal_description: None,
         accident_start: Some(1.0),
         accident_end: Some(99.0),
-        accident_description: None,
         risk_label: "yes".into(),
-        decided_by: None,
+        ..Default::default()
     };
     let fields: Vec<String> = validate(&a, Some(10.0))
         .into_iter()
@@ -69,28 +64,15 @@ fn drafted() -> crate::record::QuestionItem {
     crate::record::QuestionItem {
         item_id: "i".into(),
         level: "observable_evidence".into(),
-        k: 0,
         question: "What is shown on screen throughout the clip?".into(),
         options: ["Coloured test bars", "A crowd", "A desk", "A map"]
             .map(String::from)
             .to_vec(),
         answer: "A".into(),
         permutation: vec![0, 1, 2, 3],
-        evidence_frames: vec![],
-        evidence_start_secs: None,
-        evidence_end_secs: None,
-        evidence_transcript: String::new(),
-        rationale: String::new(),
-        context_note: String::new(),
         kept: true,
-        nearest_item: String::new(),
-        nearest_similarity: 0.0,
-        near_duplicate: false,
-        reject_reason: String::new(),
-        reject_codes: vec![],
         attempts: 1,
-        provider: String::new(),
-        model: String::new(),
+        ..Default::default()
     }
 }
 

@@ -270,30 +270,39 @@ mod tests {
             height: 0.05,
             area_frac: 0.01,
             aspect_ratio: 4.0,
-            grid_row: 0,
-            grid_col: 0,
             grid_cell: cell.into(),
             text_len: text.chars().count() as u32,
-            text_h: 0.0,
-            text_s: 0.0,
-            text_v: 0.0,
             text_color: colour.into(),
-            bg_h: 0.0,
-            bg_s: 0.0,
-            bg_v: 0.0,
             bg_color: "black".into(),
             stroke_pixels: pixels,
-            hue_hist: vec![],
-            sat_hist: vec![],
-            val_hist: vec![],
             creator_added: true,
             creator_score: 1.0,
-            creator_evidence: String::new(),
+            ..Default::default()
         }
     }
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
+    }
+
+    /// Video `v`, no shown count and no colour pool unless a test sets them.
+    fn input<'a>(
+        task: &'a str,
+        options: &'a [String],
+        times: &'a [f64],
+        duration_secs: Option<f64>,
+        per_video: usize,
+    ) -> DeriveInput<'a> {
+        DeriveInput {
+            video_id: "v",
+            task,
+            options,
+            shown: None,
+            pool: &[],
+            frame_times: times,
+            duration_secs,
+            per_video,
+        }
     }
 
     #[test]
@@ -313,13 +322,9 @@ mod tests {
         ];
         let cx = DeriveInput {
             video_id: "v1",
-            task: "ccp",
-            options: &palette,
             shown: Some(4),
             pool: &pool,
-            frame_times: &[0.5, 1.5],
-            duration_secs: Some(2.0),
-            per_video: 3,
+            ..input("ccp", &palette, &[0.5, 1.5], Some(2.0), 3)
         };
         let (items, skipped) = text_items("text_colour", &regions, &cx);
         assert!(skipped.is_empty());
@@ -344,34 +349,12 @@ mod tests {
             region(0, 0.5, "B", "red", "r9c9", 10),
         ];
         let cells = s(&["top far-left", "bottom center-left"]);
-        let cx = DeriveInput {
-            video_id: "v",
-            task: "cpp",
-            options: &cells,
-            shown: None,
-            pool: &[],
-            frame_times: &[0.5],
-            duration_secs: None,
-            per_video: 5,
-        };
+        let cx = input("cpp", &cells, &[0.5], None, 5);
         let (items, skipped) = text_items("text_cell", &regions, &cx);
         assert_eq!(items.len(), 1);
         assert_eq!(items[0].answer, Answer::Choice(1));
         assert_eq!(skipped.len(), 1);
         assert!(skipped[0].contains("r9c9"), "{skipped:?}");
-    }
-
-    fn keg_input(times: &[f64], duration: f64, per_video: usize) -> DeriveInput<'_> {
-        DeriveInput {
-            video_id: "v",
-            task: "keg",
-            options: &[],
-            shown: None,
-            pool: &[],
-            frame_times: times,
-            duration_secs: Some(duration),
-            per_video,
-        }
     }
 
     #[test]
@@ -382,7 +365,7 @@ mod tests {
             .iter()
             .map(|f| region(*f, times[*f as usize], "TXT", "red", "c", 5))
             .collect();
-        let cx = keg_input(&times, 8.0, 1);
+        let cx = input("keg", &[], &times, Some(8.0), 1);
         let (items, _) = text_items("text_ranges", &regions, &cx);
         assert_eq!(
             items[0].answer,
@@ -417,7 +400,7 @@ mod tests {
         assert_eq!(t.len(), 1);
         assert_eq!(t[0].text, "BREAKING NEWS");
         assert_eq!(t[0].regions.len(), 4);
-        let cx = keg_input(&times, 4.0, 2);
+        let cx = input("keg", &[], &times, Some(4.0), 2);
         let (items, _) = text_items("text_ranges", &regions, &cx);
         assert_eq!(items.len(), 1);
         assert_eq!(items[0].answer, Answer::Ranges(vec![[0.0, 4.0]]));

@@ -137,28 +137,22 @@ mod tests {
         let lists = vec!["entities".to_string()];
         let ok = Metric::parse("hit_rate.entities", Format::TaggedReasoning, &lists).unwrap();
         assert_eq!(ok.field.as_deref(), Some("entities"));
-        let e = Metric::parse("mean_iou", Format::Count, &lists)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("does not fit") && e.contains("time_ranges"),
-            "{e}"
-        );
-        let e = Metric::parse("hit_rate.knowledge", Format::TaggedReasoning, &lists)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("no list \"knowledge\""), "{e}");
-        let e = Metric::parse("hit_rate", Format::ReferenceList, &lists)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("hit_rate.FIELD"), "{e}");
-        let e = Metric::parse("bleu", Format::OpenText, &lists)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("unknown metric"), "{e}");
-        let e = Metric::parse("accuracy.x", Format::SingleChoice, &lists)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("takes no field"), "{e}");
+        let bad: [(&str, Format, &[&str]); 5] = [
+            ("mean_iou", Format::Count, &["does not fit", "time_ranges"]),
+            (
+                "hit_rate.knowledge",
+                Format::TaggedReasoning,
+                &["no list \"knowledge\""],
+            ),
+            ("hit_rate", Format::ReferenceList, &["hit_rate.FIELD"]),
+            ("bleu", Format::OpenText, &["unknown metric"]),
+            ("accuracy.x", Format::SingleChoice, &["takes no field"]),
+        ];
+        for (name, format, wants) in bad {
+            let e = Metric::parse(name, format, &lists).unwrap_err().to_string();
+            for w in wants {
+                assert!(e.contains(w), "{name}: wanted {w:?} in {e}");
+            }
+        }
     }
 }

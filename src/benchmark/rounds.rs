@@ -100,16 +100,12 @@ pub enum Next {
 
 /// The next step of an item's loop from its stored rounds.
 pub fn next(rounds: &[Round], rule: &LoopRule) -> Next {
-    let Some(last) = rounds.last() else {
+    // Nothing stored yet, or the last round is model A's draft: model B refines it first.
+    let Some(last) = rounds.last().filter(|r| r.role != "draft") else {
         return Next::Refine {
             reasons: String::new(),
         };
     };
-    if last.role == "draft" {
-        return Next::Refine {
-            reasons: String::new(),
-        };
-    }
     let Some(j) = &last.judgment else {
         return Next::Judge;
     };
@@ -117,14 +113,11 @@ pub fn next(rounds: &[Round], rule: &LoopRule) -> Next {
         return Next::Keep { round: last.round };
     }
     let judged = rounds.iter().filter(|r| r.judgment.is_some()).count() as u32;
+    let reasons = j.reasons(rule.min_score);
     if judged > rule.max_rounds {
-        Next::Reject {
-            reasons: j.reasons(rule.min_score),
-        }
+        Next::Reject { reasons }
     } else {
-        Next::Refine {
-            reasons: j.reasons(rule.min_score),
-        }
+        Next::Refine { reasons }
     }
 }
 
@@ -238,19 +231,12 @@ mod tests {
     #[test]
     fn an_item_judged_3_is_refined_with_the_reasons_and_kept_at_4() {
         let rule = LoopRule::default();
-        assert_eq!(
-            next(&[], &rule),
-            Next::Refine {
-                reasons: String::new()
-            }
-        );
+        let first = Next::Refine {
+            reasons: String::new(),
+        };
+        assert_eq!(next(&[], &rule), first);
         let mut rounds = vec![draft()];
-        assert_eq!(
-            next(&rounds, &rule),
-            Next::Refine {
-                reasons: String::new()
-            }
-        );
+        assert_eq!(next(&rounds, &rule), first);
         let mut unjudged = judged(1, 0, 0);
         unjudged.judgment = None;
         assert_eq!(next(&[draft(), unjudged], &rule), Next::Judge);

@@ -245,6 +245,17 @@ fn sub(k: &str, k2: &str) -> Vec<Seg> {
     vec![Seg::Key(k.into()), Seg::Key(k2.into())]
 }
 
+fn sub_at(k: &str, k2: &str, i: usize) -> Vec<Seg> {
+    vec![Seg::Key(k.into()), Seg::Key(k2.into()), Seg::Index(i)]
+}
+
+/// A name that becomes a column value or a key: lower-case letters, digits and _.
+fn plain_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
 /// Name, format, options and labels.
 fn check_shape(f: &TaskFile, src: &SourceText) -> Result<Format, ConfigError> {
     let format = check_name_and_format(f, src)?;
@@ -273,11 +284,7 @@ fn check_shape(f: &TaskFile, src: &SourceText) -> Result<Format, ConfigError> {
 
 /// The name, the format, the texts every task needs and its targets.
 fn check_name_and_format(f: &TaskFile, src: &SourceText) -> Result<Format, ConfigError> {
-    let valid = !f.name.is_empty()
-        && f.name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if !valid {
+    if !plain_name(&f.name) {
         return Err(src.error_at(
             &key("name"),
             format!(
@@ -354,17 +361,9 @@ fn list_fields(f: &TaskFile, format: Format, src: &SourceText) -> Result<Vec<Str
         ));
     }
     for (i, name) in fields.iter().enumerate() {
-        let ok = !name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-        if !ok || fields[..i].contains(name) {
+        if !plain_name(name) || fields[..i].contains(name) {
             return Err(src.error_at(
-                &[
-                    Seg::Key("reference".into()),
-                    Seg::Key("fields".into()),
-                    Seg::Index(i),
-                ],
+                &sub_at("reference", "fields", i),
                 format!("reference fields are distinct names of [a-z0-9_], got {name:?}"),
             ));
         }
@@ -479,11 +478,7 @@ fn check_derived_columns(
     for (i, c) in r.columns.iter().enumerate() {
         if !columns.contains(c) {
             return Err(src.error_at(
-                &[
-                    Seg::Key("reference".into()),
-                    Seg::Key("columns".into()),
-                    Seg::Index(i),
-                ],
+                &sub_at("reference", "columns", i),
                 format!(
                     "a `{stage}` table has no column {c:?} (it has: {})",
                     columns.join(", ")

@@ -2,7 +2,7 @@
 //! reference, checked, merged with the stored ones and decided.
 
 use super::{from_frames, list_control};
-use crate::annotation::Rule;
+use crate::annotation::{Rule, strings};
 use crate::benchmark::formats::Format;
 use crate::benchmark::review::tasks::*;
 use crate::benchmark::review::{DECISIONS, decide, merge_reviews};
@@ -32,15 +32,6 @@ fn controls(result: &[Value], fps: f64) -> Controls {
     for r in result {
         let name = r["from_name"].as_str().unwrap_or_default().to_string();
         let v = &r["value"];
-        let strings = |a: &Value| -> Vec<String> {
-            a.as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|x| x.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
         match r["type"].as_str().unwrap_or_default() {
             "textarea" => c.texts.entry(name).or_default().extend(strings(&v["text"])),
             "choices" => {
@@ -114,12 +105,7 @@ fn as_draft(task: &Task, made: &BenchItem, c: &Controls, fps: f64) -> Value {
         Format::TimeRanges => {
             let r: Vec<[f64; 2]> = match &c.ranges {
                 Some(r) => r.iter().map(|x| snap(*x, made, fps)).collect(),
-                None => made
-                    .answer_starts
-                    .iter()
-                    .zip(&made.answer_ends)
-                    .map(|(s, e)| [*s, *e])
-                    .collect(),
+                None => made.reference().ranges(),
             };
             v["answer"] = json!(r);
         }
@@ -306,25 +292,16 @@ fn reviews_of_task(
     minor_at: f64,
     report: &mut TaskImportReport,
 ) -> Vec<TaskReview> {
-    let mut fresh = vec![];
-    let task_id = t["id"].as_i64();
-    let problem =
-        |item: Option<&str>, who: Option<&str>, field: &str, reason: String| TaskProblem {
-            task_id,
-            item_id: item.map(String::from),
-            annotator: who.map(String::from),
-            field: field.into(),
-            reason,
-        };
     let id = t["data"]["item_id"].as_str().unwrap_or_default();
     let Some((video, item, stage)) = made.get(id) else {
-        report.problems.push(problem(
-            Some(id),
-            None,
-            "data.item_id",
-            "unknown item: not in this run's items tables".into(),
-        ));
-        return fresh;
+        report.problems.push(TaskProblem {
+            task_id: t["id"].as_i64(),
+            item_id: Some(id.into()),
+            annotator: None,
+            field: "data.item_id".into(),
+            reason: "unknown item: not in this run's items tables".into(),
+        });
+        return vec![];
     };
     let task = &stages[*stage].2;
     let p = probe.get(video);
@@ -334,34 +311,12 @@ fn reviews_of_task(
         .unwrap_or(24.0);
     let duration: Option<f64> = p.and_then(|r| r[1].as_deref()?.parse().ok());
     let made_ref = item.reference();
-    for a in t["annotations"].as_array().into_iter().flatten() {
-        let who = crate::benchmark::review::annotator_of(a);
-        if a["was_cancelled"].as_bool() == Some(true) {
-            report.cancelled += 1;
-            continue;
-        }
-        let result = a["result"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-        match review_of(task, item, result, (fps, duration), &who, video) {
-            Ok(mut r) => {
-                r.task_id = task_id;
-                r.annotation_id = a["id"].as_i64();
-                r.updated_at = a["updated_at"]
-                    .as_str()
-                    .or(a["created_at"].as_str())
-                    .map(String::from);
-                r.edit_class = edit_class(task.format, &made_ref, &r, minor_at).into();
-                fresh.push(r);
-            }
-            Err(ps) => {
-                for (field, reason) in ps {
-                    report
-                        .problems
-                        .push(problem(Some(id), Some(&who), &field, reason));
-                }
-            }
-        }
-    }
-    fresh
+    let (cancelled, problems) = (&mut report.cancelled, &mut report.problems);
+    crate::benchmark::review::task_reviews(t, id, cancelled, problems, |who, result| {
+        let mut r = review_of(task, item, result, (fps, duration), who, video)?;
+        r.edit_class = edit_class(task.format, &made_ref, &r, minor_at).into();
+        Ok(r)
+    })
 }
 
 /// The report as text: what was kept out, then one line per task.

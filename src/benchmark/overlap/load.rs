@@ -121,7 +121,12 @@ fn batches(path: &Path) -> Result<Vec<RecordBatch>, RunError> {
 
 /// A column as text (null → none), or none when the batch has no such column.
 fn text(b: &RecordBatch, name: &str) -> Option<Vec<Option<String>>> {
-    let c = arrow::compute::cast(b.column_by_name(name)?, &DataType::Utf8).ok()?;
+    nullable_strings(b.column_by_name(name)?)
+}
+
+/// An array's values as text (null → none), or none when it cannot be cast to text.
+fn nullable_strings(a: &ArrayRef) -> Option<Vec<Option<String>>> {
+    let c = arrow::compute::cast(a, &DataType::Utf8).ok()?;
     let s = c.as_string::<i32>();
     Some(
         (0..s.len())
@@ -160,22 +165,10 @@ fn list_row(col: &ArrayRef, row: usize) -> Option<ArrayRef> {
 
 /// An array's non-null values as text (none when it cannot be cast to text).
 pub(crate) fn strings(a: &ArrayRef) -> Vec<String> {
-    let cast;
-    let a = if a.data_type() == &DataType::Utf8 {
-        a
-    } else {
-        match arrow::compute::cast(a, &DataType::Utf8) {
-            Ok(c) => {
-                cast = c;
-                &cast
-            }
-            Err(_) => return vec![],
-        }
-    };
-    let s = a.as_string::<i32>();
-    (0..s.len())
-        .filter(|i| s.is_valid(*i))
-        .map(|i| s.value(i).to_string())
+    nullable_strings(a)
+        .into_iter()
+        .flatten()
+        .flatten()
         .collect()
 }
 
@@ -195,7 +188,7 @@ fn frames_of(col: &ArrayRef, row: usize, root: &Path) -> Vec<Frame> {
         let bytes = s
             .column_by_name("bytes")
             .and_then(|c| arrow::compute::cast(c, &DataType::Binary).ok());
-        let paths = s.column_by_name("path").map(strings_nullable);
+        let paths = s.column_by_name("path").and_then(nullable_strings);
         return (0..s.len())
             .filter_map(|i| {
                 if let Some(b) = bytes.as_ref().map(|b| b.as_binary::<i32>())
@@ -211,16 +204,6 @@ fn frames_of(col: &ArrayRef, row: usize, root: &Path) -> Vec<Frame> {
     strings(&v)
         .into_iter()
         .map(|p| Frame::File(root.join(p)))
-        .collect()
-}
-
-fn strings_nullable(a: &ArrayRef) -> Vec<Option<String>> {
-    let Ok(c) = arrow::compute::cast(a, &DataType::Utf8) else {
-        return vec![];
-    };
-    let s = c.as_string::<i32>();
-    (0..s.len())
-        .map(|i| s.is_valid(i).then(|| s.value(i).to_string()))
         .collect()
 }
 

@@ -44,7 +44,7 @@ pub const KINDS: [&str; 3] = ["id", "frames", "question"];
 pub const OWN_SPLITS: &str = "(own splits)";
 
 /// One match: what of ours, what of theirs, and the evidence.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Overlap {
     /// id, frames or question.
     pub kind: String,
@@ -72,14 +72,9 @@ impl Overlap {
             against: against.into(),
             ours_split: a.split.clone(),
             ours_video: a.id.clone(),
-            ours_item: None,
             theirs_split: b.split.clone(),
             theirs_video: b.id.clone(),
-            theirs_item: None,
-            distance: None,
-            similarity: None,
-            frames_matched: None,
-            frames_compared: None,
+            ..Default::default()
         }
     }
 }
@@ -129,10 +124,8 @@ fn compare(a: &Collection, b: &Collection, own: bool, name: &str, t: &Thresholds
             theirs_split: y.split.clone(),
             theirs_video: y.video_id.clone(),
             theirs_item: Some(y.item_id.clone()),
-            distance: None,
             similarity: Some((sim * 1000.0).round() / 1000.0),
-            frames_matched: None,
-            frames_compared: None,
+            ..Default::default()
         });
     }
     let rank = |k: &str| KINDS.iter().position(|x| *x == k);

@@ -37,14 +37,14 @@ fn release(name: &str, videos: Vec<Video>, items: Vec<Item>) -> Collection {
     }
 }
 
-fn found(o: &[Overlap]) -> Vec<(String, String, String)> {
+fn found(o: &[Overlap]) -> Vec<(&str, &str, &str)> {
     o.iter()
         .map(|o| {
             let (a, b) = match (&o.ours_item, &o.theirs_item) {
-                (Some(a), Some(b)) => (a.clone(), b.clone()),
-                _ => (o.ours_video.clone(), o.theirs_video.clone()),
+                (Some(a), Some(b)) => (a, b),
+                _ => (&o.ours_video, &o.theirs_video),
             };
-            (o.kind.clone(), a, b)
+            (o.kind.as_str(), a.as_str(), b.as_str())
         })
         .collect()
 }
@@ -73,7 +73,7 @@ fn frames_match_whatever_their_order_and_count() {
         vec![],
     );
     let o = against(&ours, &theirs, &t());
-    assert_eq!(found(&o), [("frames".into(), "a".into(), "a_copy".into())]);
+    assert_eq!(found(&o), [("frames", "a", "a_copy")]);
     assert_eq!(o[0].frames_matched, Some(4));
     assert_eq!(o[0].frames_compared, Some(4));
     assert_eq!(o[0].distance, Some(3));
@@ -114,7 +114,7 @@ fn near_duplicate_questions_are_found_and_others_are_not() {
         ],
     );
     let o = against(&ours, &theirs, &t());
-    assert_eq!(found(&o), [("question".into(), "x1".into(), "y1".into())]);
+    assert_eq!(found(&o), [("question", "x1", "y1")]);
     let sim = o[0].similarity.unwrap();
     assert!((0.7..1.0).contains(&sim), "{sim}");
     // The same check by brute force, at every threshold: prefix filtering misses nothing.
@@ -134,6 +134,7 @@ fn near_duplicate_questions_are_found_and_others_are_not() {
 #[test]
 fn leakage_counts_only_pairs_across_splits_once() {
     let moved: Vec<u64> = A.iter().map(|h| h ^ 1).collect();
+    let q = "Which colour is the disc in the middle?";
     let r = release(
         "r",
         vec![
@@ -144,39 +145,20 @@ fn leakage_counts_only_pairs_across_splits_once() {
             video("dQw4w9WgXcQ", "test", &[]),
         ],
         vec![
-            item(
-                "i1",
-                "a",
-                "train",
-                "Which colour is the disc in the middle?",
-            ),
-            item(
-                "i2",
-                "a_in_test",
-                "test",
-                "Which colour is the disc in the middle?",
-            ),
-            item(
-                "i3",
-                "a_same_split",
-                "train",
-                "Which colour is the disc in the middle?",
-            ),
+            item("i1", "a", "train", q),
+            item("i2", "a_in_test", "test", q),
+            item("i3", "a_same_split", "train", q),
         ],
     );
     let o = leakage(&r, &t());
     assert_eq!(
         found(&o),
         [
-            (
-                "id".into(),
-                "https://youtu.be/dQw4w9WgXcQ".into(),
-                "dQw4w9WgXcQ".into()
-            ),
-            ("frames".into(), "a".into(), "a_in_test".into()),
-            ("frames".into(), "a_same_split".into(), "a_in_test".into()),
-            ("question".into(), "i1".into(), "i2".into()),
-            ("question".into(), "i2".into(), "i3".into()),
+            ("id", "https://youtu.be/dQw4w9WgXcQ", "dQw4w9WgXcQ"),
+            ("frames", "a", "a_in_test"),
+            ("frames", "a_same_split", "a_in_test"),
+            ("question", "i1", "i2"),
+            ("question", "i2", "i3"),
         ]
     );
     assert!(o.iter().all(|o| o.against == OWN_SPLITS));

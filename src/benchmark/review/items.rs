@@ -21,7 +21,7 @@ pub const ITEMS_REPORT: &str = "annotations/items_report.json";
 pub use super::{DECISIONS, decide};
 
 /// One review of one item (or, with annotator `adjudicated`, the decided item).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct ItemReview {
     pub item_id: String,
     pub video_id: String,
@@ -127,12 +127,11 @@ pub fn edit_class(drafted: &QuestionItem, r: &ItemReview, minor_at: f64) -> &'st
             .cloned()
             .unwrap_or_default()
     };
-    let same_answer = norm(&correct(&r.options, &r.answer))
-        == norm(&correct(&drafted.options, &drafted.answer))
-        || similarity(
-            &correct(&r.options, &r.answer),
-            &correct(&drafted.options, &drafted.answer),
-        ) >= minor_at;
+    let (mine, made) = (
+        correct(&r.options, &r.answer),
+        correct(&drafted.options, &drafted.answer),
+    );
+    let same_answer = norm(&mine) == norm(&made) || similarity(&mine, &made) >= minor_at;
     if same_answer && similarity(&r.question, &drafted.question) >= minor_at {
         "minor_edit"
     } else {

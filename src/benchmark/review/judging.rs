@@ -177,6 +177,10 @@ mod tests {
         Unit { judge, people }
     }
 
+    fn agreement(value: Option<f64>, n: usize) -> Agreement {
+        Agreement { value, n }
+    }
+
     #[test]
     fn hits_against_each_person_the_majority_and_each_other() {
         // The judge says hit on 4 units and miss on 4; a agrees everywhere, b flips one of each.
@@ -195,30 +199,12 @@ mod tests {
             .collect();
         units.push(unit(None, Some(true), Some(false)));
         let g = hit_agreement(&units);
-        assert_eq!(
-            g.per_person["a"],
-            Agreement {
-                value: Some(1.0),
-                n: 8
-            }
-        );
+        assert_eq!(g.per_person["a"], agreement(Some(1.0), 8));
         // b: p_o = 6/8, both 4 / 4 hit / miss so p_e = 1/2: kappa = (0.75 − 0.5) / 0.5.
-        assert_eq!(
-            g.per_person["b"],
-            Agreement {
-                value: Some(0.5),
-                n: 8
-            }
-        );
+        assert_eq!(g.per_person["b"], agreement(Some(0.5), 8));
         // The two flipped units tie; the 6 left agree with the judge, 3 hits and 3 misses.
         assert_eq!(g.ties, 2);
-        assert_eq!(
-            g.with_consensus,
-            Agreement {
-                value: Some(1.0),
-                n: 6
-            }
-        );
+        assert_eq!(g.with_consensus, agreement(Some(1.0), 6));
         // a against b on all 9: p_o = 6/9; a 5 hits, b 4: p_e = 40/81; kappa = 14/41.
         let k = g.among_people.value.unwrap();
         assert!((k - 14.0 / 41.0).abs() < 1e-12, "{k}");
@@ -236,13 +222,7 @@ mod tests {
             unit(None, Some(0), None),
         ];
         let g = rating_agreement(&units);
-        assert_eq!(
-            g.per_person["a"],
-            Agreement {
-                value: Some(1.0),
-                n: 4
-            }
-        );
+        assert_eq!(g.per_person["a"], agreement(Some(1.0), 4));
         // Judge against b: values 1 2 | 2 2 | 3 3 | 4 5, D_o = 4/8, Σ over ordered pairs of
         // squared differences = 2·(8·72 − 22²) = 184 over 56 pairs: alpha = 1 − 28/184 = 39/46.
         let b = g.per_person["b"].value.unwrap();

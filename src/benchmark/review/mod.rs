@@ -60,7 +60,7 @@ impl std::str::FromStr for Rule {
 }
 
 /// One annotation of one video: RiskCue's 8 fields (times in seconds).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Annotation {
     pub video_id: String,
     /// Who annotated (Label Studio's user email or id; `adjudicated` for the decided row).
@@ -97,10 +97,12 @@ pub trait Reviewed: Clone {
     fn updated_at(&self) -> Option<&str>;
     /// Makes this review the decided one, saying how it was decided.
     fn adjudicate(&mut self, how: String);
+    /// Stamps the review with its Label Studio task, annotation `a`'s id and its time.
+    fn stamp(&mut self, task_id: Option<i64>, a: &serde_json::Value);
 }
 
 /// `Reviewed` of the review rows, read from their `item_id`, `annotator`, `decision`,
-/// `updated_at` and `decided_by` columns.
+/// `updated_at` and `decided_by` columns (and `task_id`, `annotation_id` stamped).
 macro_rules! reviewed_rows {
     ($($row:ty),*) => {$(
         impl Reviewed for $row {
@@ -119,6 +121,14 @@ macro_rules! reviewed_rows {
             fn adjudicate(&mut self, how: String) {
                 self.annotator = "adjudicated".into();
                 self.decided_by = Some(how);
+            }
+            fn stamp(&mut self, task_id: Option<i64>, a: &serde_json::Value) {
+                self.task_id = task_id;
+                self.annotation_id = a["id"].as_i64();
+                self.updated_at = a["updated_at"]
+                    .as_str()
+                    .or(a["created_at"].as_str())
+                    .map(String::from);
             }
         }
     )*};
@@ -294,6 +304,46 @@ pub fn render_problems(problems: &[ReviewProblem], pending: &[String]) -> String
         );
     }
     s
+}
+
+/// The reviews of item `item`'s exported task `t`, `review` reading each annotation (who made
+/// it, its results), stamped with the task, the annotation and its time. A cancelled annotation
+/// is counted in `cancelled`; a review that does not check goes to `problems`, field by field.
+pub fn task_reviews<R: Reviewed>(
+    t: &serde_json::Value,
+    item: &str,
+    cancelled: &mut usize,
+    problems: &mut Vec<ReviewProblem>,
+    review: impl Fn(&str, &[serde_json::Value]) -> Result<R, Vec<(String, String)>>,
+) -> Vec<R> {
+    let mut fresh = vec![];
+    let task_id = t["id"].as_i64();
+    for a in t["annotations"].as_array().into_iter().flatten() {
+        let who = annotator_of(a);
+        if a["was_cancelled"].as_bool() == Some(true) {
+            *cancelled += 1;
+            continue;
+        }
+        let result = a["result"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        match review(&who, result) {
+            Ok(mut r) => {
+                r.stamp(task_id, a);
+                fresh.push(r);
+            }
+            Err(ps) => {
+                for (field, reason) in ps {
+                    problems.push(ReviewProblem {
+                        task_id,
+                        item_id: Some(item.into()),
+                        annotator: Some(who.clone()),
+                        field,
+                        reason,
+                    });
+                }
+            }
+        }
+    }
+    fresh
 }
 
 /// Stores a review table (`rows`, reviewers' and decided) and its report through the run's store.
