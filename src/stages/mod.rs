@@ -198,18 +198,27 @@ impl ThresholdError {
 
 /// Thresholds decided from a video's own rows alone (all scoring stages but the committee).
 ///
-/// A stage writes `keep` once; the stage's `Processor::keep` (a run) and `reselect`
-/// (rethreshold, split, release) both decide through it.
+/// A stage writes `keep` once; the stage's `Processor::keep` (a run, `keep_by_select!`) and
+/// `reselect` (rethreshold, split, release) both decide through it.
 pub trait RowThresholds: Thresholds + Send + Sync + 'static {
     type Row: Serialize + DeserializeOwned + Send + Sync + 'static;
+    /// Whether a video the table has no rows for goes on (by default it does not: a scoring
+    /// stage keeps only what it scored).
+    const KEEP_WITHOUT_ROWS: bool = false;
     /// Whether a video with these rows goes on.
     fn keep(&self, rows: &[Self::Row]) -> bool;
-    /// Whether a video goes on; `rows` is None when the table has no rows for it (by default
-    /// it does not: a scoring stage keeps only what it scored).
-    fn keep_rows(&self, rows: Option<&Vec<Self::Row>>) -> bool {
-        rows.is_some_and(|r| self.keep(r))
-    }
 }
+
+/// The `Processor::keep` of a stage whose `select` field is `RowThresholds`: the video's rows
+/// alone decide, as `reselect` decides them again from the stored table.
+macro_rules! keep_by_select {
+    () => {
+        fn keep(&self, _: &crate::record::VideoRecord, _: &[String], rows: &[Self::Row]) -> bool {
+            crate::stages::RowThresholds::keep(&self.select, rows)
+        }
+    };
+}
+pub(crate) use keep_by_select;
 
 /// The `reselect` of a stage whose thresholds are `RowThresholds`.
 pub fn reselect<T: RowThresholds>(
@@ -219,7 +228,9 @@ pub fn reselect<T: RowThresholds>(
     reselect_rows(
         select,
         view,
-        |t: &T, _id: &str, rows: Option<&Vec<T::Row>>| t.keep_rows(rows),
+        |t: &T, _id: &str, rows: Option<&Vec<T::Row>>| {
+            rows.map_or(T::KEEP_WITHOUT_ROWS, |r| t.keep(r))
+        },
     )
 }
 

@@ -297,9 +297,7 @@ impl Processor for QualityStage {
 
     fn attach(_rec: &mut VideoRecord, _rows: Vec<Quality>) {}
 
-    fn keep(&self, _rec: &VideoRecord, _extras: &[String], rows: &[Quality]) -> bool {
-        crate::stages::RowThresholds::keep(&self.select, rows)
-    }
+    crate::stages::keep_by_select!();
 }
 
 #[cfg(test)]

@@ -358,9 +358,7 @@ impl Processor for RelevanceStage {
         rec.relevance = rows.pop().map(|r| r.score);
     }
 
-    fn keep(&self, _rec: &VideoRecord, _extras: &[String], rows: &[Relevance]) -> bool {
-        crate::stages::RowThresholds::keep(&self.select, rows)
-    }
+    crate::stages::keep_by_select!();
 }
 
 impl LocalJudge {

@@ -78,15 +78,13 @@ impl crate::stages::Thresholds for PrescreenSelect {
 
 impl crate::stages::RowThresholds for PrescreenSelect {
     type Row = Prescreen;
+    // No verdict: the prescreen only ever drops on certain evidence.
+    const KEEP_WITHOUT_ROWS: bool = true;
     fn keep(&self, rows: &[Prescreen]) -> bool {
         !self.reject_certain
             || rows
                 .first()
                 .is_none_or(|r| r.certain_failures <= 12u32.saturating_sub(self.min_twos))
-    }
-    fn keep_rows(&self, rows: Option<&Vec<Prescreen>>) -> bool {
-        // No verdict: the prescreen only ever drops on certain evidence.
-        rows.is_none_or(|r| self.keep(r))
     }
 }
 
@@ -474,9 +472,7 @@ impl Processor for PrescreenStage {
 
     fn attach(_rec: &mut VideoRecord, _rows: Vec<Prescreen>) {}
 
-    fn keep(&self, _rec: &VideoRecord, _extras: &[String], rows: &[Prescreen]) -> bool {
-        crate::stages::RowThresholds::keep(&self.select, rows)
-    }
+    crate::stages::keep_by_select!();
 }
 
 #[cfg(test)]

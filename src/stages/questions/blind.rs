@@ -81,13 +81,11 @@ impl BlindSelect {
 
 impl crate::stages::RowThresholds for BlindSelect {
     type Row = BlindRow;
+    /// A video without kept items has nothing to flag.
+    const KEEP_WITHOUT_ROWS: bool = true;
     fn keep(&self, rows: &[BlindRow]) -> bool {
         let flagged = rows.iter().filter(|r| self.flagged(r)).count() as u32;
         self.max_flagged.is_none_or(|m| flagged <= m)
-    }
-    /// A video without kept items has nothing to flag.
-    fn keep_rows(&self, rows: Option<&Vec<BlindRow>>) -> bool {
-        rows.is_none_or(|r| self.keep(r))
     }
 }
 
@@ -243,7 +241,5 @@ impl Processor for BlindStage {
 
     fn attach(_rec: &mut VideoRecord, _rows: Vec<BlindRow>) {}
 
-    fn keep(&self, _rec: &VideoRecord, _extras: &[String], rows: &[BlindRow]) -> bool {
-        crate::stages::RowThresholds::keep(&self.select, rows)
-    }
+    crate::stages::keep_by_select!();
 }

@@ -62,12 +62,10 @@ impl crate::stages::Thresholds for LevelCheckSelect {
 
 impl crate::stages::RowThresholds for LevelCheckSelect {
     type Row = LevelRow;
+    const KEEP_WITHOUT_ROWS: bool = true;
     fn keep(&self, rows: &[LevelRow]) -> bool {
         let n = rows.iter().filter(|r| !r.agree).count() as u32;
         self.max_disagreements.is_none_or(|m| n <= m)
-    }
-    fn keep_rows(&self, rows: Option<&Vec<LevelRow>>) -> bool {
-        rows.is_none_or(|r| self.keep(r))
     }
 }
 
@@ -227,7 +225,5 @@ impl Processor for LevelCheckStage {
 
     fn attach(_rec: &mut VideoRecord, _rows: Vec<LevelRow>) {}
 
-    fn keep(&self, _rec: &VideoRecord, _extras: &[String], rows: &[LevelRow]) -> bool {
-        crate::stages::RowThresholds::keep(&self.select, rows)
-    }
+    crate::stages::keep_by_select!();
 }

@@ -430,9 +430,7 @@ impl Processor for QuestionsStage {
         rec.questions = Some(rows);
     }
 
-    fn keep(&self, _rec: &VideoRecord, _extras: &[String], rows: &[QuestionItem]) -> bool {
-        crate::stages::RowThresholds::keep(&self.select, rows)
-    }
+    crate::stages::keep_by_select!();
 }
 
 impl QuestionsStage {
