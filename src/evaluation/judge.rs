@@ -17,6 +17,7 @@ use crate::clients::llm::{ChatRequest, LlmService};
 use crate::config::{ServiceConfig, ServiceMode, SourceText};
 use crate::error::{ErrorKind, RunError, StageError};
 use crate::stages::model_inputs::{ask_validated_in, text_hash};
+use crate::stages::one;
 use crate::stages::structured::{OutputSchema, SchemaProblem};
 use crate::store::cache::ResponseCache;
 use serde::{Deserialize, Serialize};
@@ -34,9 +35,6 @@ pub const RATING_PROMPT: &str = "You rate a model's answer about a news video ag
 /// The ratings a task may name.
 pub const RATINGS: [&str; 3] = ["factual_consistency", "theme_relevance", "completeness"];
 
-fn one() -> u32 {
-    1
-}
 fn tokens() -> u32 {
     256
 }

@@ -14,6 +14,7 @@
 
 use super::model_call::{Call, Preset, SchemaFrom, Settings, VideoAnswer};
 use super::structured::{OutputSchema, SchemaProblem};
+use super::yes;
 use crate::record::{Slot, VideoRecord};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -57,9 +58,6 @@ fn default_transcript_chars() -> usize {
 }
 fn default_max_tokens() -> u32 {
     1024
-}
-fn yes() -> bool {
-    true
 }
 
 /// One video's caption.

@@ -361,6 +361,17 @@ pub fn compute_settings<T: DeserializeOwned + Serialize>(
     Ok((t, json))
 }
 
+/// Serde defaults the stage settings share (`#[serde(default = "yes")]`, imported).
+pub fn yes() -> bool {
+    true
+}
+pub fn one<T: From<u8>>() -> T {
+    T::from(1)
+}
+pub fn three<T: From<u8>>() -> T {
+    T::from(3)
+}
+
 /// The `compute` settings of a stage kind without thresholds, typed: everything its `build`
 /// needs besides what `build_plain` does for every such kind (settings with their defaults
 /// filled in, a `select` table refused, the task wrapped for the runtime).

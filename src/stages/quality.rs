@@ -18,7 +18,7 @@ use crate::record::{Slot, VideoRecord};
 use crate::runtime::stage::{Processor, StageContext};
 use crate::stages::BuildCx;
 use crate::stages::model_call::Call;
-use crate::stages::{Built, compute_settings};
+use crate::stages::{Built, compute_settings, yes};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
@@ -45,9 +45,6 @@ fn default_images() -> usize {
 }
 fn default_max_tokens() -> u32 {
     1024
-}
-fn yes() -> bool {
-    true
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -23,7 +23,7 @@ use crate::error::StageError;
 use crate::record::{Slot, VideoRecord};
 use crate::runtime::StageTask;
 use crate::runtime::stage::{Processor, StageContext};
-use crate::stages::BuildCx;
+use crate::stages::{BuildCx, yes};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -57,9 +57,6 @@ fn default_model() -> String {
 }
 fn default_max_upload() -> u64 {
     DEFAULT_MAX_UPLOAD
-}
-fn yes() -> bool {
-    true
 }
 
 /// One timed segment of a video's speech (or, with a null index, why a video has none).

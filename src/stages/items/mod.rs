@@ -34,7 +34,7 @@ use crate::error::StageError;
 use crate::record::{BenchItem, Slot, VideoRecord};
 use crate::runtime::stage::{Processor, StageContext, StageEstimate};
 use crate::stages::model_call::Call;
-use crate::stages::{BuildCx, Built, compute_settings};
+use crate::stages::{BuildCx, Built, compute_settings, one};
 use async_trait::async_trait;
 use drafted::{Ended, Loop};
 use serde::{Deserialize, Serialize};
@@ -75,9 +75,6 @@ pub struct ItemsConfig {
     pub temperature: f32,
 }
 
-fn one() -> usize {
-    1
-}
 fn default_images() -> usize {
     16
 }

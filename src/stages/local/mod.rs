@@ -13,7 +13,7 @@ use crate::config::{ConfigError, Seg};
 use crate::error::{RunError, StageError};
 use crate::record::{Extras, MediaFile, Slot, SourceInfo, VideoRecord};
 use crate::runtime::stage::{Source, SourceReject, SourceStream, StageContext};
-use crate::stages::BuildCx;
+use crate::stages::{BuildCx, yes};
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -60,9 +60,6 @@ fn default_exts() -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .collect()
-}
-fn yes() -> bool {
-    true
 }
 fn default_path_col() -> String {
     "path".into()

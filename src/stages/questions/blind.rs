@@ -19,7 +19,7 @@ use crate::record::{QuestionItem, Slot, VideoRecord};
 use crate::runtime::stage::{Processor, StageContext, StageEstimate};
 use crate::stages::model_call::Call;
 use crate::stages::model_inputs::{ask_text, stage_service};
-use crate::stages::{BuildCx, Built, ThresholdError, compute_settings};
+use crate::stages::{BuildCx, Built, ThresholdError, compute_settings, three};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
@@ -44,9 +44,6 @@ pub struct BlindConfig {
     pub items_per_video: u32,
 }
 
-fn three() -> u32 {
-    3
-}
 fn default_temperature() -> f32 {
     0.7
 }

@@ -20,7 +20,7 @@ use crate::runtime::stage::{Processor, StageContext, StageEstimate};
 use crate::stages::model_call::Call;
 use crate::stages::model_inputs::{ask_validated, stage_service, text_hash};
 use crate::stages::structured::{OutputSchema, SchemaProblem};
-use crate::stages::{BuildCx, Built, ThresholdError, compute_settings};
+use crate::stages::{BuildCx, Built, ThresholdError, compute_settings, three};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -43,9 +43,6 @@ pub struct LevelCheckConfig {
 
 fn default_max_tokens() -> u32 {
     64
-}
-fn three() -> u32 {
-    3
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]

@@ -31,7 +31,7 @@ use crate::error::StageError;
 use crate::record::{QuestionItem, Slot, VideoRecord};
 use crate::runtime::stage::{Processor, StageContext, StageEstimate};
 use crate::stages::model_call::Call;
-use crate::stages::{BuildCx, Built, compute_settings};
+use crate::stages::{BuildCx, Built, compute_settings, one};
 use async_trait::async_trait;
 use items::ItemRules;
 use serde::{Deserialize, Serialize};
@@ -77,9 +77,6 @@ pub struct QuestionsConfig {
     pub max_length_ratio: f64,
 }
 
-fn one() -> usize {
-    1
-}
 fn default_images() -> usize {
     12
 }
