@@ -95,7 +95,7 @@ impl crate::stages::RowThresholds for RelevanceSelect {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Relevance {
     /// 1–10.
     pub score: u8,
@@ -290,8 +290,7 @@ impl RelevanceStage {
             provider: call.svc.name.clone(),
             model: call.model.clone(),
             attempts: a.attempts,
-            pos_sim: None,
-            neg_sim: None,
+            ..Default::default()
         })
     }
 }

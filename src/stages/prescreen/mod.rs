@@ -101,7 +101,7 @@ fn summary(stage_id: &str, c: &crate::runtime::StageCounts) -> String {
 /// Stored as its name in a string column, as when verdicts were strings, so old shards, their
 /// readers and the stage's fingerprint stay valid: serde_arrow traces a derived unit enum as a
 /// union (or, configured, a dictionary), hence the conversion through a string.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(into = "&'static str", try_from = "String")]
 pub enum Verdict {
     /// Certain: the quality rubric cannot give this criterion a 2.
@@ -110,6 +110,7 @@ pub enum Verdict {
     LikelyFail,
     Pass,
     /// No local signal to judge by (no shots stage, no place names configured).
+    #[default]
     Unknown,
 }
 
@@ -157,7 +158,7 @@ impl TryFrom<String> for Verdict {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Prescreen {
     pub logo: Verdict,
     pub logo_evidence: String,

@@ -44,25 +44,14 @@ fn region(frame: u32, text: &str, cx: f32, cy: f32, creator: bool) -> TextRegion
         height: 0.05,
         area_frac: 0.005,
         aspect_ratio: 2.0,
-        grid_row: 0,
-        grid_col: 0,
-        grid_cell: String::new(),
         text_len: text.chars().count() as u32,
-        text_h: 0.0,
-        text_s: 0.0,
         text_v: 1.0,
         text_color: "white".into(),
-        bg_h: 0.0,
-        bg_s: 0.0,
-        bg_v: 0.0,
         bg_color: "black".into(),
         stroke_pixels: 100,
-        hue_hist: vec![],
-        sat_hist: vec![],
-        val_hist: vec![],
         creator_added: creator,
         creator_score: if creator { 0.9 } else { 0.1 },
-        creator_evidence: String::new(),
+        ..Default::default()
     }
 }
 
@@ -151,17 +140,15 @@ fn verdicts_are_stored_as_the_strings_they_were() {
         logo: Verdict::Fail,
         logo_evidence: "\"CITY TV\" in a corner of 8/8 frames".into(),
         location: Verdict::LikelyFail,
-        location_evidence: String::new(),
         time_date: Verdict::Pass,
-        time_date_evidence: String::new(),
         sns: Verdict::Unknown,
-        sns_evidence: String::new(),
         jump_cuts: Verdict::Pass,
         jump_cuts_evidence: "1 shot".into(),
         subtitles: Verdict::Fail,
         subtitles_evidence: "bottom-band text in 8/8 frames, 8 different lines".into(),
         certain_failures: 2,
         failed_criteria: "1,10".into(),
+        ..Default::default()
     };
     let batch = serde_arrow::to_record_batch(&fields, &vec![row.clone()]).unwrap();
     let parquet = encode_table(&batch).unwrap();

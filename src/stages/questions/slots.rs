@@ -159,14 +159,12 @@ impl QuestionsStage {
             rationale: d.rationale,
             context_note: d.context_note,
             kept,
-            nearest_item: String::new(),
-            nearest_similarity: 0.0,
-            near_duplicate: false,
             reject_reason,
             reject_codes,
             attempts,
             provider: self.call.svc.name.clone(),
             model: self.call.model.clone(),
+            ..Default::default()
         }
     }
 }

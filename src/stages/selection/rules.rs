@@ -181,12 +181,8 @@ mod tests {
     fn column_rules_decide_as_the_stages_own_code() {
         let rel = |score| Relevance {
             score,
-            raw: String::new(),
-            provider: String::new(),
-            model: String::new(),
             attempts: 1,
-            pos_sim: None,
-            neg_sim: None,
+            ..Default::default()
         };
         let b = batch(&[rel(9), rel(1), rel(8), rel(3), rel(10), rel(10)]);
         for s in [
@@ -199,24 +195,9 @@ mod tests {
             agree(relevance::KIND.name, &b, s);
         }
         let qual = |twos| Quality {
-            q01_logo: 0,
-            q02_location: 0,
-            q03_time_date: 0,
-            q04_reporter: 0,
-            q05_sns_overlays: 0,
-            q06_natural_image: 0,
-            q07_temporal_continuity: 0,
-            q08_consequence_text: 0,
-            q09_banner_text: 0,
-            q10_subtitles: 0,
-            q11_camera_perspective: 0,
-            q12_post_production: 0,
             twos,
-            images: 0,
-            raw: String::new(),
-            provider: String::new(),
-            model: String::new(),
             attempts: 1,
+            ..Default::default()
         };
         let b = batch(&[qual(10), qual(2), qual(12), qual(9), qual(11), qual(0)]);
         for s in ["", "min_twos = 0", "min_twos = 9", "min_twos = 12"] {
@@ -224,19 +205,13 @@ mod tests {
         }
         let pre = |certain_failures| Prescreen {
             logo: Verdict::Pass,
-            logo_evidence: String::new(),
             location: Verdict::Unknown,
-            location_evidence: String::new(),
             time_date: Verdict::Fail,
-            time_date_evidence: String::new(),
             sns: Verdict::LikelyFail,
-            sns_evidence: String::new(),
             jump_cuts: Verdict::Pass,
-            jump_cuts_evidence: String::new(),
             subtitles: Verdict::Pass,
-            subtitles_evidence: String::new(),
             certain_failures,
-            failed_criteria: String::new(),
+            ..Default::default()
         };
         let b = batch(&[pre(2), pre(0), pre(3), pre(0), pre(5), pre(1)]);
         for s in [
