@@ -10,6 +10,7 @@
 use crate::benchmark::overlap::load::strings;
 use crate::benchmark::score::Reference;
 use crate::error::RunError;
+use crate::store::shards::project_columns;
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Float64Type, UInt32Type};
 use std::path::Path;
@@ -39,18 +40,8 @@ fn open_columns(path: &Path, wanted: impl Fn(&str) -> bool) -> Result<(Batches, 
     let bad = move |e: String| RunError::Config(format!("{shown}: {e}"));
     let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
         .map_err(|e| bad(e.to_string()))?;
-    let roots: Vec<usize> = builder
-        .schema()
-        .fields()
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| wanted(f.name()))
-        .map(|(i, _)| i)
-        .collect();
-    let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), roots);
     let rows = builder.metadata().file_metadata().num_rows();
-    let reader = builder
-        .with_projection(mask)
+    let reader = project_columns(builder, wanted)
         .build()
         .map_err(|e| bad(e.to_string()))?;
     let batches = reader.map(move |b| b.map_err(|e| bad(e.to_string())));

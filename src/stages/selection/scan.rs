@@ -15,7 +15,7 @@ use crate::store::Store;
 use crate::store::commits::{META_DATA, check_data};
 use crate::store::shards::{
     DAMAGE_HINT, DecodeError, META_FINGERPRINT, META_REJECT_ROWS, META_REJECTED, META_REJECTS_FILE,
-    get_unless_moved, stage_files,
+    get_unless_moved, project_columns, stage_files,
 };
 use arrow::array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -132,18 +132,7 @@ fn decode(
     let builder = match take {
         Take::Footers => None,
         Take::All => Some(builder),
-        Take::Columns(names) => {
-            let roots: Vec<usize> = builder
-                .schema()
-                .fields()
-                .iter()
-                .enumerate()
-                .filter(|(_, f)| names.iter().any(|n| n == f.name()))
-                .map(|(i, _)| i)
-                .collect();
-            let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), roots);
-            Some(builder.with_projection(mask))
-        }
+        Take::Columns(names) => Some(project_columns(builder, |n| names.iter().any(|c| c == n))),
     };
     let mut batches = vec![];
     if let Some(b) = builder {

@@ -19,8 +19,8 @@ mod tests;
 pub use prior::{Prior, load_prior};
 pub use read::{
     DAMAGE_HINT, DecodeError, TableView, decode_parquet, footer_value, for_each_batch,
-    get_unless_moved, read_new_slots, read_table, read_table_columns, stage_files, table_batches,
-    text_column,
+    get_unless_moved, project_columns, read_new_slots, read_table, read_table_columns, stage_files,
+    table_batches, text_column,
 };
 pub use write::{ShardWriter, Slots, encode_table};
 

@@ -15,7 +15,7 @@ use crate::store::Store;
 use crate::store::commits::{META_DATA, META_OBJECTS, ObjectSum, check_data};
 use arrow::array::{RecordBatch, StringArray};
 use arrow::datatypes::{DataType, FieldRef};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{ArrowReaderBuilder, ParquetRecordBatchReaderBuilder};
 use parquet::file::metadata::ParquetMetaData;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -89,18 +89,7 @@ fn decode_projected(data: Vec<u8>, rows: Option<Rows>) -> Result<ShardContents, 
     if let Some(rows) = rows {
         let builder = match rows {
             Rows::All => builder,
-            Rows::Only(names) => {
-                let roots: Vec<usize> = builder
-                    .schema()
-                    .fields()
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, f)| names.contains(&f.name().as_str()))
-                    .map(|(i, _)| i)
-                    .collect();
-                let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), roots);
-                builder.with_projection(mask)
-            }
+            Rows::Only(names) => project_columns(builder, |n| names.contains(&n)),
         };
         let reader = builder.build()?;
         for b in reader {
@@ -428,6 +417,18 @@ pub fn table_batches(path: &str, data: Vec<u8>) -> Result<Vec<RecordBatch>, RunE
         .map_err(|e| RunError::Internal(format!("{path}: {e}")))?
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| RunError::Internal(format!("{path}: {e}")))
+}
+
+/// `builder` reading only the top-level columns `keep` picks, in the file's order (a column
+/// `keep` wants that the file lacks is not an error: it is just not read).
+pub fn project_columns<T>(
+    builder: ArrowReaderBuilder<T>,
+    keep: impl Fn(&str) -> bool,
+) -> ArrowReaderBuilder<T> {
+    let fields = builder.schema().fields().iter().enumerate();
+    let roots = fields.filter(|(_, f)| keep(f.name())).map(|(i, _)| i);
+    let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), roots);
+    builder.with_projection(mask)
 }
 
 /// One key of a Parquet file's footer metadata.
