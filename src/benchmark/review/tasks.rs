@@ -41,11 +41,6 @@ pub struct ReferenceColumns {
 }
 
 impl ReferenceColumns {
-    /// Puts this reference into `r`'s columns.
-    pub fn apply(&self, r: &mut BenchItem) {
-        r.set_reference(self.clone());
-    }
-
     pub fn ranges(&self) -> Vec<[f64; 2]> {
         self.answer_starts
             .iter()

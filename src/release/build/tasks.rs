@@ -253,7 +253,7 @@ fn split_rows<'a>(
             Some(d) if d.decision == "reject" => {}
             Some(d) => {
                 let mut r = r.clone();
-                d.reference().apply(&mut r);
+                r.set_reference(d.reference());
                 r.for_review = false;
                 rows.push((v, r, Some(d.edit_class.clone())));
             }
