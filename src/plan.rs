@@ -71,7 +71,7 @@ pub fn load(file: &Path) -> Result<Plan, ConfigError> {
 
 pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
     let src = SourceText::new(file, text);
-    let raw = src.parse_raw()?;
+    let raw: RawPipeline = src.parse()?;
     let base_dir = base_dir_of(file);
     let bcx = BuildCx {
         base_dir: &base_dir,

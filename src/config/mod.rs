@@ -395,11 +395,6 @@ impl SourceText {
         }
     }
 
-    /// Parses the whole file into the raw shape.
-    pub fn parse_raw(&self) -> Result<RawPipeline, ConfigError> {
-        self.parse()
-    }
-
     /// Parses the whole file as `T`; syntax errors name the line.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
         toml::from_str::<T>(&self.text).map_err(|e| {
