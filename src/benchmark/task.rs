@@ -197,8 +197,7 @@ impl Task {
     /// Checks the text of a task file; `path` names it in errors and anchors its prompt files.
     pub fn parse(path: &Path, text: String) -> Result<Task, ConfigError> {
         let src = SourceText::new(path, text.clone());
-        let doc: toml::Table = src.parse()?;
-        let file: TaskFile = src.typed(&doc, &[])?;
+        let file: TaskFile = src.parse_typed()?;
         let format = check_shape(&file, &src)?;
         let lists = list_fields(&file, format, &src)?;
         let metrics = check_metrics(&file, format, &lists, &src)?;

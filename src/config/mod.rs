@@ -409,6 +409,11 @@ impl SourceText {
         })
     }
 
+    /// Parses the whole file as `T`; errors name the line, and the key of a bad value.
+    pub fn parse_typed<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        self.typed(&self.parse::<toml::Table>()?, &[])
+    }
+
     /// Deserializes a sub-table at `at` into a typed settings struct, reporting the exact key.
     pub fn typed<T: DeserializeOwned>(
         &self,

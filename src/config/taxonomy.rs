@@ -66,8 +66,7 @@ impl Taxonomy {
     /// Checks the text of a taxonomy file; `path` names it in errors.
     pub fn parse(path: &Path, text: String) -> Result<(Taxonomy, SourceText), ConfigError> {
         let src = SourceText::new(path, text);
-        let doc: toml::Table = src.parse()?;
-        let t: Taxonomy = src.typed(&doc, &[])?;
+        let t: Taxonomy = src.parse_typed()?;
         t.check(&src)?;
         Ok((t, src))
     }
