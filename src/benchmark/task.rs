@@ -35,7 +35,7 @@
 use super::formats::Format;
 use super::metrics::Metric;
 use crate::config::taxonomy::Taxonomy;
-use crate::config::{ConfigError, Seg, SourceText};
+use crate::config::{ConfigError, Seg, SourceText, plain_name};
 use crate::record::{Shot, TextRegion};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -246,13 +246,6 @@ fn sub(k: &str, k2: &str) -> Vec<Seg> {
 
 fn sub_at(k: &str, k2: &str, i: usize) -> Vec<Seg> {
     vec![Seg::Key(k.into()), Seg::Key(k2.into()), Seg::Index(i)]
-}
-
-/// A name that becomes a column value or a key: lower-case letters, digits and _.
-fn plain_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
 /// Name, format, options and labels.

@@ -323,6 +323,13 @@ pub fn read_file(path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|e| ConfigError::file(path, format!("cannot read: {e}")))
 }
 
+/// A name that becomes a column value or a key: lower-case letters, digits and _.
+pub fn plain_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
 /// One step of a key path inside the file.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Seg {
