@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::benchmark::review::ANNOTATIONS;
-use crate::error::RunError;
+use crate::error::{RunError, io};
 use crate::runtime::chain::SOURCE_STAGE_ID;
 use crate::stages;
 use crate::store::Store;
@@ -319,7 +319,7 @@ pub(super) fn from_csv(
 /// A Label Studio JSON export: its tasks.
 pub(super) fn read_export(export: &Path) -> Result<Vec<Value>, RunError> {
     let shown = export.display().to_string();
-    let text = std::fs::read_to_string(export).map_err(|e| RunError::io(shown.clone(), e))?;
+    let text = std::fs::read_to_string(export).map_err(io(export))?;
     serde_json::from_str(&text).map_err(|e| {
         RunError::Config(format!(
             "{shown}: not a Label Studio JSON export (a list of tasks): {e}"

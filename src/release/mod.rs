@@ -21,10 +21,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-/// The error of an I/O operation on `path`, naming it.
-pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
-    move |e| RunError::io(path.display().to_string(), e)
-}
+pub(crate) use crate::error::io;
 
 /// Err unless `release` looks like a release folder (has a `data/` folder), before a command
 /// reads or edits it.

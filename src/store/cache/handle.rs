@@ -1,7 +1,7 @@
 //! The run's cache handle, and the parts through which the workers of a run share answers.
 
 use super::ResponseCache;
-use crate::error::{RunError, StageError};
+use crate::error::{RunError, StageError, io};
 use crate::store::Store;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -47,7 +47,7 @@ fn temp_beside(cache: &ResponseCache, prefix: &str) -> Result<tempfile::TempPath
         .suffix(".sqlite")
         .tempfile_in(dir)
         .map(tempfile::NamedTempFile::into_temp_path)
-        .map_err(|e| RunError::io(dir.display().to_string(), e))
+        .map_err(io(dir))
 }
 
 impl CacheHandle {
