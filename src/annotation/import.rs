@@ -420,12 +420,12 @@ async fn store_annotations(
     store
         .put(ANNOTATIONS, crate::store::shards::encode_table(&batch)?)
         .await
-        .map_err(|e| RunError::io(format!("{}/{ANNOTATIONS}", store.location()), e))?;
+        .map_err(|e| store.io_error(ANNOTATIONS, e))?;
     let path = "annotations/report.json";
     store
         .put(path, serde_json::to_vec_pretty(report).unwrap_or_default())
         .await
-        .map_err(|e| RunError::io(format!("{}/{path}", store.location()), e))
+        .map_err(|e| store.io_error(path, e))
 }
 
 /// The report as text.

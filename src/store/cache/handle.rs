@@ -118,7 +118,7 @@ impl CacheHandle {
         sh.store
             .put_file(&name, &tmp)
             .await
-            .map_err(|e| RunError::io(format!("{}/{name}", sh.store.location()), e))?;
+            .map_err(|e| sh.store.io_error(&name, e))?;
         let c = cache.clone();
         blocking(move || {
             c.mark_published(last)?;
@@ -140,7 +140,7 @@ impl CacheHandle {
             .store
             .list(PARTS)
             .await
-            .map_err(|e| RunError::io(format!("{}/{PARTS}", sh.store.location()), e))?;
+            .map_err(|e| sh.store.io_error(PARTS, e))?;
         if parts.is_empty() {
             return Ok(0);
         }
@@ -156,7 +156,7 @@ impl CacheHandle {
             sh.store
                 .get_file(&name, &tmp)
                 .await
-                .map_err(|e| RunError::io(format!("{}/{name}", sh.store.location()), e))?;
+                .map_err(|e| sh.store.io_error(&name, e))?;
             let (c, from) = (cache.clone(), tmp.to_path_buf());
             added += blocking(move || c.import(&from, &name)).await?;
         }
