@@ -266,9 +266,7 @@ async fn check_one(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Ok((c, Some(Fault::Missing)));
         }
-        Err(e) => {
-            return Err(store.io_error(&c.path, e));
-        }
+        Err(e) => return Err(store.io_error(&c.path, e)),
     };
     let mut fault = c.sum.as_ref().and_then(|s| s.mismatch(&data));
     if c.parquet && fault.is_none() {
