@@ -144,6 +144,11 @@ impl RunError {
     }
 }
 
+/// The error of an I/O operation on `path`, naming it.
+pub fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
+    move |e| RunError::io(path.display().to_string(), e)
+}
+
 /// The message of a caught panic (`catch_unwind`'s payload), for the error that replaces it.
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload

@@ -1,7 +1,9 @@
 //! The planner, above stages and runtime: from a pipeline file to a validated `Plan`: typed stage settings, the `requires` chain, ids,
 //! and the fingerprints that decide what a rerun must redo.
 
-use crate::config::{ConfigError, RawPipeline, Seg, SourceText, StageCommon};
+use crate::config::{
+    ConfigError, RawPipeline, Seg, SourceText, StageCommon, plain_name, read_file,
+};
 use crate::record::Slot;
 pub use crate::runtime::chain::{
     Plan, PlannedStage, RESERVED_IDS, SOURCE_FINGERPRINT, SOURCE_STAGE_ID,
@@ -12,10 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 fn is_snake_case(s: &str) -> bool {
-    !s.is_empty()
-        && s.chars().next().is_some_and(|c| c.is_ascii_lowercase())
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    s.starts_with(|c: char| c.is_ascii_lowercase()) && plain_name(s)
 }
 
 /// Chained fingerprint: a stage's settings plus everything upstream, so changing one stage
@@ -59,19 +58,12 @@ pub fn summaries(plan: &Plan) -> Vec<SummaryLine> {
 
 /// Reads and checks a pipeline file without running anything.
 pub fn load(file: &Path) -> Result<Plan, ConfigError> {
-    let text = std::fs::read_to_string(file).map_err(|e| ConfigError {
-        file: file.to_path_buf(),
-        line: None,
-        column: None,
-        key: None,
-        message: format!("cannot read: {e}"),
-    })?;
-    plan_text(file, text)
+    plan_text(file, read_file(file)?)
 }
 
 pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
     let src = SourceText::new(file, text);
-    let raw = src.parse_raw()?;
+    let raw: RawPipeline = src.parse()?;
     let base_dir = base_dir_of(file);
     let bcx = BuildCx {
         base_dir: &base_dir,

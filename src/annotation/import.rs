@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::benchmark::review::ANNOTATIONS;
-use crate::error::RunError;
+use crate::error::{RunError, io};
 use crate::runtime::chain::SOURCE_STAGE_ID;
 use crate::stages;
 use crate::store::Store;
@@ -319,7 +319,7 @@ pub(super) fn from_csv(
 /// A Label Studio JSON export: its tasks.
 pub(super) fn read_export(export: &Path) -> Result<Vec<Value>, RunError> {
     let shown = export.display().to_string();
-    let text = std::fs::read_to_string(export).map_err(|e| RunError::io(shown.clone(), e))?;
+    let text = std::fs::read_to_string(export).map_err(io(export))?;
     serde_json::from_str(&text).map_err(|e| {
         RunError::Config(format!(
             "{shown}: not a Label Studio JSON export (a list of tasks): {e}"
@@ -420,12 +420,12 @@ async fn store_annotations(
     store
         .put(ANNOTATIONS, crate::store::shards::encode_table(&batch)?)
         .await
-        .map_err(|e| RunError::io(format!("{}/{ANNOTATIONS}", store.location()), e))?;
+        .map_err(|e| store.io_error(ANNOTATIONS, e))?;
     let path = "annotations/report.json";
     store
         .put(path, serde_json::to_vec_pretty(report).unwrap_or_default())
         .await
-        .map_err(|e| RunError::io(format!("{}/{path}", store.location()), e))
+        .map_err(|e| store.io_error(path, e))
 }
 
 /// The report as text.

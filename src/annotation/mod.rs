@@ -24,7 +24,7 @@ mod tasks;
 mod tests;
 
 pub use crate::benchmark::review::{Annotation, Rule, read_annotations};
-use crate::error::RunError;
+use crate::error::{RunError, io};
 use agreement::*;
 pub use export::export;
 use export::*;
@@ -97,7 +97,7 @@ fn write_export(
 ) -> Result<(), RunError> {
     let write = |name: &str, data: Vec<u8>| {
         let p = out.join(name);
-        crate::store::write_file(&p, &data).map_err(|e| RunError::io(p.display().to_string(), e))
+        crate::store::write_file(&p, &data).map_err(io(&p))
     };
     write(
         "tasks.json",

@@ -35,7 +35,7 @@
 use super::formats::Format;
 use super::metrics::Metric;
 use crate::config::taxonomy::Taxonomy;
-use crate::config::{ConfigError, Seg, SourceText};
+use crate::config::{ConfigError, Seg, SourceText, plain_name};
 use crate::record::{Shot, TextRegion};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -197,8 +197,7 @@ impl Task {
     /// Checks the text of a task file; `path` names it in errors and anchors its prompt files.
     pub fn parse(path: &Path, text: String) -> Result<Task, ConfigError> {
         let src = SourceText::new(path, text.clone());
-        let doc: toml::Table = src.parse()?;
-        let file: TaskFile = src.typed(&doc, &[])?;
+        let file: TaskFile = src.parse_typed()?;
         let format = check_shape(&file, &src)?;
         let lists = list_fields(&file, format, &src)?;
         let metrics = check_metrics(&file, format, &lists, &src)?;
@@ -247,13 +246,6 @@ fn sub(k: &str, k2: &str) -> Vec<Seg> {
 
 fn sub_at(k: &str, k2: &str, i: usize) -> Vec<Seg> {
     vec![Seg::Key(k.into()), Seg::Key(k2.into()), Seg::Index(i)]
-}
-
-/// A name that becomes a column value or a key: lower-case letters, digits and _.
-fn plain_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
 /// Name, format, options and labels.

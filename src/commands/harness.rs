@@ -38,12 +38,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<Exit, RunError> {
-    if !a.release.join("data").is_dir() {
-        return Err(RunError::Config(format!(
-            "{}: not a release folder (expected data/*.parquet from `vidcurate release --out`)",
-            a.release.display()
-        )));
-    }
+    crate::release::check_folder(&a.release)?;
     let written = export(&a.release, &a.harness)?;
     for p in &written {
         let shown = p.strip_prefix(&a.release).unwrap_or(p);

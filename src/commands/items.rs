@@ -8,7 +8,7 @@
 //! threshold with no call; an item whose loop stopped before the rounds a stricter threshold
 //! needs is counted apart (a run refines it). Writes nothing unless `--csv` names a file.
 
-use crate::error::{Exit, RunError};
+use crate::error::{Exit, RunError, io};
 use crate::stages::items::table::{csv, render, table};
 use crate::store::run::RunView;
 use std::path::PathBuf;
@@ -45,7 +45,7 @@ pub fn run(a: Args) -> Result<Exit, RunError> {
     }
     print!("{}", render(&t));
     if let Some(p) = &a.csv {
-        std::fs::write(p, csv(&t)).map_err(|e| RunError::io(p.display().to_string(), e))?;
+        std::fs::write(p, csv(&t)).map_err(io(p))?;
     }
     Ok(Exit::Done)
 }

@@ -7,7 +7,7 @@
 //! `--out` only. Calls nothing.
 
 use crate::benchmark::overlap::{self, Overlap, Thresholds, load};
-use crate::error::{Exit, RunError};
+use crate::error::{Exit, RunError, io};
 use std::path::{Path, PathBuf};
 
 /// Videos and questions a release shares with other releases or id lists, or between its own
@@ -262,7 +262,6 @@ fn out_format(path: &Path) -> Result<Format, RunError> {
 }
 
 fn write(path: &Path, found: &[Overlap]) -> Result<(), RunError> {
-    let shown = path.display().to_string();
     let bytes = if out_format(path)? == Format::Csv {
         let mut w = csv::Writer::from_writer(vec![]);
         if found.is_empty() {
@@ -283,5 +282,5 @@ fn write(path: &Path, found: &[Overlap]) -> Result<(), RunError> {
             .map_err(|e| RunError::Internal(format!("overlap rows: {e}")))?;
         crate::store::shards::encode_table(&batch)?
     };
-    crate::store::write_file(path, &bytes).map_err(|e| RunError::io(shown, e))
+    crate::store::write_file(path, &bytes).map_err(io(path))
 }

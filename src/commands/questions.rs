@@ -1,6 +1,6 @@
 //! `vidcurate questions RUN`: parses, runs `report::questions::table` and prints it.
 
-use crate::error::RunError;
+use crate::error::{RunError, io};
 use crate::report::questions::{csv, render, table};
 use std::path::PathBuf;
 
@@ -32,7 +32,7 @@ pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
     let t = crate::runtime::tokio_runtime()?.block_on(table(&a.run, a.stage.as_deref(), &a.set))?;
     print!("{}", render(&t));
     if let Some(p) = &a.csv {
-        std::fs::write(p, csv(&t)).map_err(|e| RunError::io(p.display().to_string(), e))?;
+        std::fs::write(p, csv(&t)).map_err(io(p))?;
     }
     Ok(crate::error::Exit::Done)
 }

@@ -41,12 +41,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<Exit, RunError> {
-    if !a.release.join("data").is_dir() {
-        return Err(RunError::Config(format!(
-            "{}: not a release folder (expected data/*.parquet from `vidcurate release --out`)",
-            a.release.display()
-        )));
-    }
+    crate::release::check_folder(&a.release)?;
     // A takedown is owed whatever else happened to the folder, so a failed check does not stop
     // it; but the refreshed checksums will cover that change too, so say so first.
     if let Err(e) = crate::release::integrity::verify(&a.release) {

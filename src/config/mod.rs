@@ -323,6 +323,13 @@ pub fn read_file(path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|e| ConfigError::file(path, format!("cannot read: {e}")))
 }
 
+/// A name that becomes a column value or a key: lower-case letters, digits and _.
+pub fn plain_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
 /// One step of a key path inside the file.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Seg {
@@ -395,11 +402,6 @@ impl SourceText {
         }
     }
 
-    /// Parses the whole file into the raw shape.
-    pub fn parse_raw(&self) -> Result<RawPipeline, ConfigError> {
-        self.parse()
-    }
-
     /// Parses the whole file as `T`; syntax errors name the line.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
         toml::from_str::<T>(&self.text).map_err(|e| {
@@ -412,6 +414,11 @@ impl SourceText {
                 message: unknown::closest_first(e.message().trim()),
             }
         })
+    }
+
+    /// Parses the whole file as `T`; errors name the line, and the key of a bad value.
+    pub fn parse_typed<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        self.typed(&self.parse::<toml::Table>()?, &[])
     }
 
     /// Deserializes a sub-table at `at` into a typed settings struct, reporting the exact key.

@@ -135,8 +135,7 @@ impl QueryFile {
     pub fn load(path: &Path) -> Result<(QueryFile, SourceText), ConfigError> {
         let text = super::read_file(path)?;
         let src = SourceText::new(path, text);
-        let doc: toml::Table = src.parse()?;
-        let qf: QueryFile = src.typed(&doc, &[])?;
+        let qf: QueryFile = src.parse_typed()?;
         qf.check(&src)?;
         Ok((qf, src))
     }

@@ -16,7 +16,7 @@
 //! ```
 //! Reads the file; errors name file:line:key and exit 2 like every configuration error.
 
-use super::{ConfigError, Seg, SourceText};
+use super::{ConfigError, Seg, SourceText, plain_name};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -66,8 +66,7 @@ impl Taxonomy {
     /// Checks the text of a taxonomy file; `path` names it in errors.
     pub fn parse(path: &Path, text: String) -> Result<(Taxonomy, SourceText), ConfigError> {
         let src = SourceText::new(path, text);
-        let doc: toml::Table = src.parse()?;
-        let t: Taxonomy = src.typed(&doc, &[])?;
+        let t: Taxonomy = src.parse_typed()?;
         t.check(&src)?;
         Ok((t, src))
     }
@@ -89,11 +88,7 @@ impl Taxonomy {
         let at =
             |i: usize, k: &str| vec![Seg::Key("levels".into()), Seg::Index(i), Seg::Key(k.into())];
         for (i, l) in self.levels.iter().enumerate() {
-            let valid = !l.name.is_empty()
-                && l.name
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-            if !valid {
+            if !plain_name(&l.name) {
                 return Err(src.error_at(
                     &at(i, "name"),
                     format!(

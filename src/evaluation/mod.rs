@@ -27,7 +27,7 @@ pub mod variants;
 
 pub use labels::{evaluate, render};
 
-use crate::error::RunError;
+use crate::error::{RunError, io};
 use arrow::array::{Array, RecordBatch};
 use arrow::datatypes::DataType;
 use serde::Serialize;
@@ -98,7 +98,7 @@ pub struct EvaluateOptions {
 
 fn parquet_batches(path: &Path) -> Result<Vec<RecordBatch>, RunError> {
     let shown = path.display().to_string();
-    let f = std::fs::File::open(path).map_err(|e| RunError::io(shown.clone(), e))?;
+    let f = std::fs::File::open(path).map_err(io(path))?;
     let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
         .and_then(|b| b.build())
         .map_err(|e| RunError::Config(format!("{shown}: {e}")))?;
@@ -109,7 +109,7 @@ fn parquet_batches(path: &Path) -> Result<Vec<RecordBatch>, RunError> {
 
 /// The Parquet files of `dir`, in name order.
 fn parquet_files(dir: &Path) -> Result<Vec<PathBuf>, RunError> {
-    crate::store::parquet_files_in(dir).map_err(|e| RunError::io(dir.display().to_string(), e))
+    crate::store::parquet_files_in(dir).map_err(io(dir))
 }
 
 /// Data file `f`'s error for a batch without column `c`, naming the columns it has.
@@ -207,7 +207,7 @@ fn read_csv_rows(path: &Path, shown: &str) -> Result<(Vec<Row>, Vec<String>), Ru
 fn read_jsonl_rows(path: &Path, shown: &str) -> Result<(Vec<Row>, Vec<String>), RunError> {
     let mut out = vec![];
     let mut columns: Vec<String> = vec![];
-    let text = std::fs::read_to_string(path).map_err(|e| RunError::io(shown.to_string(), e))?;
+    let text = std::fs::read_to_string(path).map_err(io(path))?;
     for (n, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;

@@ -7,7 +7,7 @@
 //!
 //! Reads the file; writes, calls and caches nothing.
 
-use crate::error::RunError;
+use crate::error::{RunError, io};
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::DataType;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -87,10 +87,10 @@ pub fn peek(path: &Path, names: &[&str]) -> Result<(Found, Option<Vec<Option<Str
     };
     let found = match ext.as_str() {
         "jsonl" | "json" => {
-            let file = std::fs::File::open(path).map_err(|e| RunError::io(shown.clone(), e))?;
+            let file = std::fs::File::open(path).map_err(io(path))?;
             let mut found = Found::default();
             for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
-                let line = line.map_err(|e| RunError::io(shown.clone(), e))?;
+                let line = line.map_err(io(path))?;
                 if line.trim().is_empty() {
                     continue;
                 }
@@ -148,7 +148,7 @@ fn each_columns(path: &Path, names: &[&str], found: &mut Found) -> Result<(), Ru
             .map(|h| h.trim().to_string())
             .collect()
     } else {
-        let f = std::fs::File::open(path).map_err(|e| RunError::io(shown.clone(), e))?;
+        let f = std::fs::File::open(path).map_err(io(path))?;
         parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
             .map_err(|e| RunError::Config(format!("{shown}: {e}")))?
             .schema()
@@ -177,7 +177,7 @@ fn jsonl(
     names: &[&str],
     each: &mut dyn FnMut(Loc, &Fields) -> Result<(), RunError>,
 ) -> Result<Found, RunError> {
-    let text = std::fs::read_to_string(path).map_err(|e| RunError::io(shown.to_string(), e))?;
+    let text = std::fs::read_to_string(path).map_err(io(path))?;
     let mut found = Found::default();
     for (n, line) in text.lines().enumerate() {
         if line.trim().is_empty() {

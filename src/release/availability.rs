@@ -99,7 +99,7 @@ async fn media_sha256(run: &RunView, path: &str) -> Result<Option<String>, RunEr
     match run.store.get_file(path, tmp.path()).await {
         Ok(()) => sha256_of(tmp.path().to_path_buf()).await,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(RunError::io(format!("{}/{path}", run.store.location()), e)),
+        Err(e) => Err(run.store.io_error(path, e)),
     }
 }
 

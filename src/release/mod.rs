@@ -3,7 +3,7 @@
 //! after a command that edits a release on purpose (a takedown); `harness` writes the release
 //! as the evaluation harnesses' tasks and datasets; `split_files` says which split a released
 //! file holds. `first_values` reads one column of a run's stage table, for the manifest and
-//! the split's strata.
+//! the split's strata; `check_folder` is the commands' check that a folder is a release.
 
 pub mod availability;
 pub mod build;
@@ -21,9 +21,18 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-/// The error of an I/O operation on `path`, naming it.
-pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
-    move |e| RunError::io(path.display().to_string(), e)
+pub(crate) use crate::error::io;
+
+/// Err unless `release` looks like a release folder (has a `data/` folder), before a command
+/// reads or edits it.
+pub fn check_folder(release: &Path) -> Result<(), RunError> {
+    if release.join("data").is_dir() {
+        return Ok(());
+    }
+    Err(RunError::Config(format!(
+        "{}: not a release folder (expected data/*.parquet from `vidcurate release --out`)",
+        release.display()
+    )))
 }
 
 /// Each video's first non-null value of `column` (as text) in stage `st`'s table; None when no

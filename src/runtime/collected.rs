@@ -57,10 +57,7 @@ impl CollectedSource {
                 .ok()
                 .is_some_and(|m| m["pipeline_fingerprint"] == self.collection.as_str())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(RunError::io(
-                format!("{}/{COLLECTED}", cx.store.location()),
-                e,
-            )),
+            Err(e) => Err(cx.store.io_error(COLLECTED, e)),
         }
     }
 

@@ -191,7 +191,7 @@ impl Pin {
 /// settings differ is refused (unless `repin`); a single process re-pins, as a rerun with new
 /// settings has always been allowed to.
 pub async fn pin(store: &dyn Store, want: &Pin, rank: &Rank, repin: bool) -> Result<(), RunError> {
-    let io = |e| RunError::io(format!("{}/{PIN}", store.location()), e);
+    let io = |e| store.io_error(PIN, e);
     let bytes = serde_json::to_vec_pretty(want).map_err(|e| RunError::Internal(e.to_string()))?;
     for _ in 0..3 {
         if store.put_if_absent(PIN, bytes.clone()).await.map_err(io)? {

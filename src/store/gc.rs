@@ -36,7 +36,7 @@ pub async fn gc(
     superseded: bool,
     dry_run: bool,
 ) -> Result<GcReport, RunError> {
-    let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
+    let io = |p: &str, e| store.io_error(p, e);
     let all = store.list_info("").await.map_err(|e| io("", e))?;
     let now = SystemTime::now();
     let mut report = GcReport::default();

@@ -88,6 +88,10 @@ pub trait Store: Send + Sync + 'static {
     async fn exists(&self, path: &str) -> io::Result<bool>;
     /// Human-readable location of the store, for messages.
     fn location(&self) -> String;
+    /// The error of an operation on `path` here, naming it under the store's location.
+    fn io_error(&self, path: &str, e: io::Error) -> crate::error::RunError {
+        crate::error::RunError::io(format!("{}/{path}", self.location()), e)
+    }
     /// Local filesystem path of an object, when the store is local (ffmpeg reads paths); `""`
     /// gives the run directory itself.
     fn local_path(&self, path: &str) -> Option<PathBuf>;

@@ -93,7 +93,7 @@ pub async fn verify(
     let listing: HashMap<String, u64> = store
         .list_info("")
         .await
-        .map_err(|e| RunError::io(format!("{}/", store.location()), e))?
+        .map_err(|e| store.io_error("", e))?
         .into_iter()
         .map(|o| (o.path, o.size))
         .collect();
@@ -152,7 +152,7 @@ async fn recorded_checks(
         let data = store
             .get(rpath)
             .await
-            .map_err(|e| RunError::io(format!("{}/{rpath}", store.location()), e))?;
+            .map_err(|e| store.io_error(rpath, e))?;
         let rec: CommitRecord = match serde_json::from_slice(&data) {
             Ok(r) => r,
             Err(e) => {
@@ -266,9 +266,7 @@ async fn check_one(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Ok((c, Some(Fault::Missing)));
         }
-        Err(e) => {
-            return Err(RunError::io(format!("{}/{}", store.location(), c.path), e));
-        }
+        Err(e) => return Err(store.io_error(&c.path, e)),
     };
     let mut fault = c.sum.as_ref().and_then(|s| s.mismatch(&data));
     if c.parquet && fault.is_none() {
@@ -348,7 +346,7 @@ pub fn render(location: &str, r: &Report, later: &HashMap<String, Vec<String>>) 
 /// Sets aside what the report found, so the next run computes it again; returns the lines saying
 /// what was moved.
 pub async fn repair(store: &dyn Store, r: &Report) -> Result<Vec<String>, RunError> {
-    let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
+    let io = |p: &str, e| store.io_error(p, e);
     let mut lines = vec![];
     let mut shards_done = std::collections::HashSet::new();
     for p in &r.problems {

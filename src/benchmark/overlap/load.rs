@@ -5,7 +5,7 @@
 
 use super::ids::{video_key, youtube_id};
 use super::phash::frame_hashes_bytes;
-use crate::error::RunError;
+use crate::error::{RunError, io};
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::DataType;
 use std::path::{Path, PathBuf};
@@ -109,7 +109,7 @@ fn parquet_files(dir: &Path) -> Result<Vec<PathBuf>, RunError> {
 /// The batches of a Parquet file, a few rows at a time (frames as bytes can be large).
 fn batches(path: &Path) -> Result<Vec<RecordBatch>, RunError> {
     let shown = path.display().to_string();
-    let f = std::fs::File::open(path).map_err(|e| RunError::io(shown.clone(), e))?;
+    let f = std::fs::File::open(path).map_err(io(path))?;
     let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
         .map(|b| b.with_batch_size(64))
         .and_then(|b| b.build())
@@ -405,7 +405,7 @@ fn parquet_ids(path: &Path) -> Result<Vec<Video>, RunError> {
 
 fn text_ids(path: &Path) -> Result<Vec<Video>, RunError> {
     let shown = path.display().to_string();
-    let data = std::fs::read(path).map_err(|e| RunError::io(shown.clone(), e))?;
+    let data = std::fs::read(path).map_err(io(path))?;
     let text = String::from_utf8(data)
         .map_err(|_| bad(format!("{shown}: not a text file; expected {EXPECTED}")))?;
     let mut out = vec![];

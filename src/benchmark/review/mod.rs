@@ -356,18 +356,17 @@ pub async fn store_reviews<R: Serialize + serde::de::DeserializeOwned, T: Serial
     let fields = crate::store::shards::fields_of::<R>()?;
     let batch = serde_arrow::to_record_batch(&fields, &rows)
         .map_err(|e| RunError::Internal(format!("{table}: {e}")))?;
-    let at = |path: &str| format!("{}/{path}", store.location());
     store
         .put(table, crate::store::shards::encode_table(&batch)?)
         .await
-        .map_err(|e| RunError::io(at(table), e))?;
+        .map_err(|e| store.io_error(table, e))?;
     store
         .put(
             report_path,
             serde_json::to_vec_pretty(report).unwrap_or_default(),
         )
         .await
-        .map_err(|e| RunError::io(at(report_path), e))
+        .map_err(|e| store.io_error(report_path, e))
 }
 
 /// A review table's rows (empty before the first import).
@@ -378,7 +377,7 @@ pub async fn read_review_rows<R: serde::de::DeserializeOwned>(
     let data = match store.get(table).await {
         Ok(d) => d,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => return Err(RunError::io(format!("{}/{table}", store.location()), e)),
+        Err(e) => return Err(store.io_error(table, e)),
     };
     let mut out = vec![];
     for b in table_batches(table, data)? {
@@ -399,7 +398,7 @@ pub async fn read_review_report<T: serde::de::DeserializeOwned>(
             .map(Some)
             .map_err(|e| RunError::Internal(format!("{path}: {e}"))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(RunError::io(format!("{}/{path}", store.location()), e)),
+        Err(e) => Err(store.io_error(path, e)),
     }
 }
 

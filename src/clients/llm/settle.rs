@@ -7,7 +7,7 @@
 use super::batch::BatchInfo;
 use super::{Api, LlmService};
 use crate::config::ServiceMode;
-use crate::error::{RunError, StageError};
+use crate::error::{RunError, StageError, io};
 use crate::runtime::batch::{BatchService, Settled, with_retries};
 use crate::store::cache::{CachedResponse, ResponseCache};
 use crate::store::{
@@ -158,8 +158,7 @@ async fn submit(
     Ok(match svc.api {
         Api::OpenAi => {
             if job.file_id.is_none() {
-                let bytes =
-                    std::fs::read(path).map_err(|e| RunError::io(path.display().to_string(), e))?;
+                let bytes = std::fs::read(path).map_err(io(path))?;
                 let id = with_retries("upload", cancel, || {
                     svc.batch_upload(&job.name, bytes.clone())
                 })
@@ -193,8 +192,7 @@ async fn submit(
                     b
                 }
                 None => {
-                    let bytes = std::fs::read(path)
-                        .map_err(|e| RunError::io(path.display().to_string(), e))?;
+                    let bytes = std::fs::read(path).map_err(io(path))?;
                     let model = job.model.clone().unwrap_or_default();
                     // Above the inline limit, a JSONL file of {key, request} lines,
                     // uploaded first (and recorded, so a resume does not upload it

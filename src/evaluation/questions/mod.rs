@@ -29,7 +29,7 @@ pub use parse::{parse_answer, rotated};
 use super::split::{Scope, SplitScored};
 use super::{Row, read_rows};
 use crate::benchmark::score::clustered;
-use crate::error::RunError;
+use crate::error::{RunError, io};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
@@ -422,7 +422,7 @@ pub fn write_rotations(
             n += 1;
         }
     }
-    std::fs::write(out, s).map_err(|e| RunError::io(out.display().to_string(), e))?;
+    std::fs::write(out, s).map_err(io(out))?;
     Ok((
         n,
         scope.scored("items", items.len(), items.len() + others.len(), 0),

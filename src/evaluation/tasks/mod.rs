@@ -20,7 +20,7 @@ use crate::benchmark::formats::Format;
 use crate::benchmark::score::{
     ItemScore, Mean, Reference, Status, clustered_mean, computed, macro_f1, score_item,
 };
-use crate::error::RunError;
+use crate::error::{RunError, io};
 use answers::{Answers, read_answers};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -116,7 +116,7 @@ pub fn answers_tasks(release: &Path, predictions: &Path) -> Result<bool, RunErro
 
 fn read_infos(release: &Path) -> Result<Vec<TaskInfo>, RunError> {
     let p = release.join("tasks/tasks.json");
-    let text = std::fs::read_to_string(&p).map_err(|e| RunError::io(p.display().to_string(), e))?;
+    let text = std::fs::read_to_string(&p).map_err(io(&p))?;
     serde_json::from_str(&text).map_err(|e| RunError::Config(format!("{}: {e}", p.display())))
 }
 
@@ -326,7 +326,7 @@ pub fn evaluate(
         report.tasks.push(rep);
     }
     if let Some(p) = items_out {
-        std::fs::write(p, lines).map_err(|e| RunError::io(p.display().to_string(), e))?;
+        std::fs::write(p, lines).map_err(io(p))?;
     }
     Ok(report)
 }

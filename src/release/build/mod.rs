@@ -300,10 +300,7 @@ async fn fetch_frames(
     let mut out = HashMap::new();
     for id in ids {
         for (_, path) in inputs.frames.get(id).into_iter().flatten() {
-            let data = store
-                .get(path)
-                .await
-                .map_err(|e| RunError::io(format!("{}/{path}", store.location()), e))?;
+            let data = store.get(path).await.map_err(|e| store.io_error(path, e))?;
             out.insert(path.clone(), data);
         }
     }

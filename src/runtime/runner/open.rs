@@ -5,7 +5,7 @@
 //! `store::open_run`.
 
 use super::RunOptions;
-use crate::error::RunError;
+use crate::error::{RunError, io};
 use crate::runtime::chain::Plan;
 use crate::runtime::ranks::{self, Pin, Rank};
 use crate::store::Store;
@@ -20,14 +20,14 @@ fn lock(dir: &Path) -> Result<std::fs::File, RunError> {
         .truncate(false)
         .write(true)
         .open(&path)
-        .map_err(|e| RunError::io(path.display().to_string(), e))?;
+        .map_err(io(&path))?;
     match f.try_lock() {
         Ok(()) => Ok(f),
         Err(std::fs::TryLockError::WouldBlock) => Err(RunError::Config(format!(
             "{}: another vidcurate run is using this run directory",
             dir.display()
         ))),
-        Err(std::fs::TryLockError::Error(e)) => Err(RunError::io(path.display().to_string(), e)),
+        Err(std::fs::TryLockError::Error(e)) => Err(io(&path)(e)),
     }
 }
 
@@ -56,7 +56,7 @@ pub(super) fn open_store(dir: &Path, opts: &RunOptions) -> Result<OpenedRun, Run
                 .join("vidcurate-work")
                 .join(&blake3::hash(location.as_bytes()).to_hex()[..16])
         });
-        std::fs::create_dir_all(&work).map_err(|e| RunError::io(work.display().to_string(), e))?;
+        std::fs::create_dir_all(&work).map_err(io(&work))?;
         return Ok(OpenedRun {
             store,
             work,

@@ -1,7 +1,7 @@
 //! The run's cache handle, and the parts through which the workers of a run share answers.
 
 use super::ResponseCache;
-use crate::error::{RunError, StageError};
+use crate::error::{RunError, StageError, io};
 use crate::store::Store;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -47,7 +47,7 @@ fn temp_beside(cache: &ResponseCache, prefix: &str) -> Result<tempfile::TempPath
         .suffix(".sqlite")
         .tempfile_in(dir)
         .map(tempfile::NamedTempFile::into_temp_path)
-        .map_err(|e| RunError::io(dir.display().to_string(), e))
+        .map_err(io(dir))
 }
 
 impl CacheHandle {
@@ -118,7 +118,7 @@ impl CacheHandle {
         sh.store
             .put_file(&name, &tmp)
             .await
-            .map_err(|e| RunError::io(format!("{}/{name}", sh.store.location()), e))?;
+            .map_err(|e| sh.store.io_error(&name, e))?;
         let c = cache.clone();
         blocking(move || {
             c.mark_published(last)?;
@@ -140,7 +140,7 @@ impl CacheHandle {
             .store
             .list(PARTS)
             .await
-            .map_err(|e| RunError::io(format!("{}/{PARTS}", sh.store.location()), e))?;
+            .map_err(|e| sh.store.io_error(PARTS, e))?;
         if parts.is_empty() {
             return Ok(0);
         }
@@ -156,7 +156,7 @@ impl CacheHandle {
             sh.store
                 .get_file(&name, &tmp)
                 .await
-                .map_err(|e| RunError::io(format!("{}/{name}", sh.store.location()), e))?;
+                .map_err(|e| sh.store.io_error(&name, e))?;
             let (c, from) = (cache.clone(), tmp.to_path_buf());
             added += blocking(move || c.import(&from, &name)).await?;
         }

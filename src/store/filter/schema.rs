@@ -19,7 +19,7 @@ pub async fn table_schema(
     stage_id: &str,
     fingerprint: &str,
 ) -> Result<Option<SchemaRef>, RunError> {
-    let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
+    let io = |p: &str, e| store.io_error(p, e);
     let mut paths = store.list(stage_id).await.map_err(|e| io(stage_id, e))?;
     paths.retain(|p| p.ends_with(".parquet"));
     paths.sort();
