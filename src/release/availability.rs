@@ -8,8 +8,8 @@
 //! their types (a float duration, a null checksum is null and not an empty string) and every
 //! reader the release already needs opens it.
 
-use super::io;
 use crate::error::RunError;
+use crate::error::io;
 use crate::runtime::chain::SOURCE_STAGE_ID;
 use crate::store::run::RunView;
 use crate::store::shards::text_column;

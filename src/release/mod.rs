@@ -21,8 +21,6 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-pub(crate) use crate::error::io;
-
 /// Err unless `release` looks like a release folder (has a `data/` folder), before a command
 /// reads or edits it.
 pub fn check_folder(release: &Path) -> Result<(), RunError> {
@@ -66,7 +64,7 @@ pub fn read_parquet(
     path: &Path,
 ) -> Result<(arrow::datatypes::SchemaRef, Vec<arrow::array::RecordBatch>), RunError> {
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    let data = bytes::Bytes::from(std::fs::read(path).map_err(io(path))?);
+    let data = bytes::Bytes::from(std::fs::read(path).map_err(crate::error::io(path))?);
     let bad = |e: &dyn std::fmt::Display| {
         RunError::Config(format!(
             "{}: not a readable Parquet file: {e}",

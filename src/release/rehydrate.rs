@@ -50,7 +50,7 @@ pub fn rehydrate(release: &Path, o: &Options) -> Result<Vec<Checked>, RunError> 
     .map_err(|e| RunError::Internal(format!("download settings: {e}")))?;
     let work = tempfile::tempdir().map_err(|e| RunError::io("temporary folder", e))?;
     if let Some(out) = o.out {
-        std::fs::create_dir_all(out).map_err(super::io(out))?;
+        std::fs::create_dir_all(out).map_err(crate::error::io(out))?;
     }
     Ok(crate::runtime::tokio_runtime()?.block_on(async {
         let mut all: Vec<(usize, Checked)> = futures::stream::iter(rows.iter().enumerate())

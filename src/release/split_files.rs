@@ -42,8 +42,8 @@ pub fn release_splits(release: &Path) -> Result<Vec<String>, RunError> {
         files.extend(listed(&data)?);
     }
     if tasks.is_dir() {
-        for entry in std::fs::read_dir(&tasks).map_err(super::io(&tasks))? {
-            let dir = entry.map_err(super::io(&tasks))?.path();
+        for entry in std::fs::read_dir(&tasks).map_err(crate::error::io(&tasks))? {
+            let dir = entry.map_err(crate::error::io(&tasks))?.path();
             if dir.is_dir() {
                 files.extend(listed(&dir)?);
             }

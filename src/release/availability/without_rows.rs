@@ -3,7 +3,7 @@
 //! file holds none of those videos.
 
 use crate::error::RunError;
-use crate::release::io;
+use crate::error::io;
 use crate::store::shards::text_column;
 use arrow::array::{BooleanArray, RecordBatch};
 use arrow::datatypes::SchemaRef;

@@ -198,7 +198,7 @@ pub(super) fn write(out: &Path, k: &Known, s: &CardSettings) -> Result<(), RunEr
     doc["recordSet"] = Value::Array(record_sets);
     let path = out.join(integrity::CROISSANT_FILE);
     let text = serde_json::to_string_pretty(&doc).expect("a JSON value serialises");
-    crate::store::write_file(&path, text.as_bytes()).map_err(crate::release::io(&path))
+    crate::store::write_file(&path, text.as_bytes()).map_err(crate::error::io(&path))
 }
 
 /// (config name, folder) of every config the release wrote.
@@ -225,7 +225,7 @@ fn parquet_files(dir: &Path) -> Vec<std::path::PathBuf> {
 }
 
 fn read_schema(path: &Path) -> Result<arrow::datatypes::SchemaRef, RunError> {
-    let file = std::fs::File::open(path).map_err(crate::release::io(path))?;
+    let file = std::fs::File::open(path).map_err(crate::error::io(path))?;
     let meta = parquet::arrow::arrow_reader::ArrowReaderMetadata::load(&file, Default::default())
         .map_err(|e| RunError::Internal(format!("{}: {e}", path.display())))?;
     Ok(meta.schema().clone())

@@ -122,7 +122,7 @@ pub fn perturbations(n: usize, seed: u64, video_id: &str) -> Vec<(&'static str, 
 
 fn write_parquet(path: &Path, batch: &RecordBatch) -> Result<(), RunError> {
     let bytes = crate::store::shards::encode_table(batch)?;
-    crate::store::write_file(path, &bytes).map_err(crate::release::io(path))
+    crate::store::write_file(path, &bytes).map_err(crate::error::io(path))
 }
 
 /// Writes the release folder.
@@ -184,7 +184,7 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
     let avail = crate::release::availability::write_manifest(&run, &order, &by_split, out).await?;
     let card = card + &availability(&avail);
     let readme = out.join("README.md");
-    std::fs::write(&readme, card).map_err(crate::release::io(&readme))?;
+    std::fs::write(&readme, card).map_err(crate::error::io(&readme))?;
     // Last: it lists the checksum of every file written above.
     let known = croissant::Known {
         m,
@@ -217,7 +217,7 @@ fn clear_out(out: &Path) -> Result<(), RunError> {
     ] {
         let d = out.join(sub);
         if d.exists() {
-            std::fs::remove_dir_all(&d).map_err(crate::release::io(&d))?;
+            std::fs::remove_dir_all(&d).map_err(crate::error::io(&d))?;
         }
     }
     Ok(())
@@ -317,7 +317,7 @@ async fn copy_frames(
         let jpegs = fetch_frames(store, inputs, std::slice::from_ref(id)).await?;
         for (k, (_, path)) in inputs.frames.get(id).into_iter().flatten().enumerate() {
             let dest = out.join(format!("frames/{id}/{k:05}.jpg"));
-            let io = || crate::release::io(&dest);
+            let io = || crate::error::io(&dest);
             std::fs::create_dir_all(dest.parent().unwrap_or(out)).map_err(io())?;
             std::fs::write(&dest, &jpegs[path]).map_err(io())?;
         }

@@ -267,5 +267,5 @@ fn write_task_list(written: &[TaskWritten], out: &Path) -> Result<(), RunError> 
     let infos: Vec<&TaskInfo> = written.iter().map(|w| &w.info).collect();
     let path = out.join("tasks/tasks.json");
     let text = serde_json::to_string_pretty(&infos).unwrap_or_default();
-    crate::store::write_file(&path, text.as_bytes()).map_err(crate::release::io(&path))
+    crate::store::write_file(&path, text.as_bytes()).map_err(crate::error::io(&path))
 }

@@ -140,7 +140,7 @@ impl Harness {
     fn remove(self, release: &Path) -> Result<(), RunError> {
         let dir = release.join(self.folder());
         if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(crate::release::io(&dir))?;
+            std::fs::remove_dir_all(&dir).map_err(crate::error::io(&dir))?;
         }
         Ok(())
     }
@@ -381,7 +381,7 @@ fn frames_of(v: &dyn Array) -> Vec<Frame> {
 }
 
 pub(crate) fn write_text(path: &Path, text: &str) -> Result<PathBuf, RunError> {
-    let io = || crate::release::io(path);
+    let io = || crate::error::io(path);
     std::fs::create_dir_all(path.parent().unwrap_or(Path::new("."))).map_err(io())?;
     std::fs::write(path, text).map_err(io())?;
     Ok(path.to_path_buf())

@@ -90,7 +90,7 @@ pub(crate) fn read(release: &Path) -> Result<Vec<ReleasedTask>, RunError> {
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => return Err(crate::release::io(&path)(e)),
+        Err(e) => return Err(crate::error::io(&path)(e)),
     };
     let infos: Vec<TaskInfo> = serde_json::from_str(&text)
         .map_err(|e| RunError::Config(format!("{}: {e}", path.display())))?;
@@ -129,7 +129,7 @@ pub(crate) fn read(release: &Path) -> Result<Vec<ReleasedTask>, RunError> {
 /// A Parquet file's row count, from its footer.
 fn rows_in(path: &Path) -> Result<usize, RunError> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
-    let f = std::fs::File::open(path).map_err(crate::release::io(path))?;
+    let f = std::fs::File::open(path).map_err(crate::error::io(path))?;
     let r = SerializedFileReader::new(f)
         .map_err(|e| RunError::Config(format!("{}: {e}", path.display())))?;
     Ok(r.metadata().file_metadata().num_rows().max(0) as usize)

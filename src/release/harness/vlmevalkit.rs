@@ -47,7 +47,7 @@ fn images(release: &Path, frames: &[Frame]) -> Result<Vec<String>, RunError> {
             Some(b) => Ok(b64.encode(b)),
             None => {
                 let p = release.join(&f.path);
-                let b = std::fs::read(&p).map_err(crate::release::io(&p))?;
+                let b = std::fs::read(&p).map_err(crate::error::io(&p))?;
                 Ok(b64.encode(b))
             }
         })

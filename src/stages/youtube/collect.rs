@@ -405,7 +405,7 @@ async fn write_provenance(cx: &StageContext, found: &Found) -> Result<(), RunErr
     cx.store
         .put(PROVENANCE_TABLE, bytes)
         .await
-        .map_err(|e| RunError::io(format!("{}/{PROVENANCE_TABLE}", cx.store.location()), e))
+        .map_err(|e| cx.store.io_error(PROVENANCE_TABLE, e))
 }
 
 /// A call that gave no answer stops the collection; the message says how far it got.

@@ -182,10 +182,7 @@ pub(super) async fn read_shard(
     path: &str,
     with_rows: bool,
 ) -> Result<ShardContents, RunError> {
-    let data = store
-        .get(path)
-        .await
-        .map_err(|e| RunError::io(format!("{}/{path}", store.location()), e))?;
+    let data = store.get(path).await.map_err(|e| store.io_error(path, e))?;
     decode_parquet(data, with_rows)
         .map_err(|e| unreadable(&format!("{}/{path}", store.location()), e))
 }
@@ -321,7 +318,7 @@ pub async fn read_new_slots(
     let mut paths: Vec<String> = store
         .list(stage_id)
         .await
-        .map_err(|e| RunError::io(format!("{}/{stage_id}", store.location()), e))?
+        .map_err(|e| store.io_error(stage_id, e))?
         .into_iter()
         .filter(|p| p.ends_with(".parquet") && !seen.contains(p))
         .collect();
