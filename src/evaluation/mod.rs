@@ -184,12 +184,7 @@ fn bad(at: &str, msg: String) -> RunError {
 /// The rows of a CSV predictions file, under its header's columns.
 fn read_csv_rows(path: &Path, shown: &str) -> Result<(Vec<Row>, Vec<String>), RunError> {
     let mut out = vec![];
-    let mut rdr = csv::Reader::from_path(path).map_err(|e| bad(shown, e.to_string()))?;
-    let headers = rdr
-        .headers()
-        .map_err(|e| bad(shown, e.to_string()))?
-        .clone();
-    let columns: Vec<String> = headers.iter().map(|h| h.trim().to_string()).collect();
+    let (mut rdr, columns) = rows::csv_header(path, shown)?;
     for (n, r) in rdr.records().enumerate() {
         let at = format!("{shown}:{}", n + 2);
         let r = r.map_err(|e| bad(&at, e.to_string()))?;

@@ -47,10 +47,37 @@ pub struct Found {
     pub seen: [bool; MAX_COLUMNS],
 }
 
+impl Found {
+    /// A CSV's or Parquet file's `columns`, and which of `names` they hold.
+    fn of(columns: Vec<String>, names: &[&str]) -> Found {
+        let mut seen = [false; MAX_COLUMNS];
+        for (s, n) in seen.iter_mut().zip(names) {
+            *s = columns.iter().any(|c| c == n);
+        }
+        Found { columns, seen }
+    }
+}
+
 /// The file as messages name it, and its extension in lower case (what says how to read it).
 pub(crate) fn shown_and_ext(path: &Path) -> (String, String) {
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     (path.display().to_string(), ext.to_ascii_lowercase())
+}
+
+/// A CSV file's reader and its header's columns, trimmed.
+pub(crate) fn csv_header(
+    path: &Path,
+    shown: &str,
+) -> Result<(csv::Reader<std::fs::File>, Vec<String>), RunError> {
+    let bad = |e: csv::Error| RunError::Config(format!("{shown}: {e}"));
+    let mut rdr = csv::Reader::from_path(path).map_err(bad)?;
+    let columns = rdr
+        .headers()
+        .map_err(bad)?
+        .iter()
+        .map(|h| h.trim().to_string())
+        .collect();
+    Ok((rdr, columns))
 }
 
 /// Calls `each` for every row of `path` with the values of `names`.
@@ -119,11 +146,7 @@ pub fn peek(path: &Path, names: &[&str]) -> Result<(Found, Option<Vec<Option<Str
             });
             match r {
                 Ok(found) => found,
-                Err(RunError::Internal(m)) if m == STOP => {
-                    let mut found = Found::default();
-                    each_columns(path, names, &mut found)?;
-                    found
-                }
+                Err(RunError::Internal(m)) if m == STOP => each_columns(path, names)?,
                 Err(e) => return Err(e),
             }
         }
@@ -135,18 +158,13 @@ pub fn peek(path: &Path, names: &[&str]) -> Result<(Found, Option<Vec<Option<Str
 const STOP: &str = "\u{0}peek";
 
 /// A CSV's or Parquet file's columns, and which of `names` it has.
-fn each_columns(path: &Path, names: &[&str], found: &mut Found) -> Result<(), RunError> {
+fn each_columns(path: &Path, names: &[&str]) -> Result<Found, RunError> {
     let shown = path.display().to_string();
-    found.columns = if path
+    let columns = if path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
     {
-        csv::Reader::from_path(path)
-            .and_then(|mut r| r.headers().cloned())
-            .map_err(|e| RunError::Config(format!("{shown}: {e}")))?
-            .iter()
-            .map(|h| h.trim().to_string())
-            .collect()
+        csv_header(path, &shown)?.1
     } else {
         let f = std::fs::File::open(path).map_err(io(path))?;
         parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
@@ -157,10 +175,7 @@ fn each_columns(path: &Path, names: &[&str], found: &mut Found) -> Result<(), Ru
             .map(|f| f.name().clone())
             .collect()
     };
-    for (s, n) in found.seen.iter_mut().zip(names) {
-        *s = found.columns.iter().any(|c| c == n);
-    }
-    Ok(())
+    Ok(Found::of(columns, names))
 }
 
 fn trimmed(c: Cow<'_, str>) -> Cow<'_, str> {
@@ -324,14 +339,7 @@ fn csv_rows(
     names: &[&str],
     each: &mut dyn FnMut(Loc, &Fields) -> Result<(), RunError>,
 ) -> Result<Found, RunError> {
-    let bad = |at: String, e: csv::Error| RunError::Config(format!("{at}: {e}"));
-    let mut rdr = csv::Reader::from_path(path).map_err(|e| bad(shown.to_string(), e))?;
-    let columns: Vec<String> = rdr
-        .headers()
-        .map_err(|e| bad(shown.to_string(), e))?
-        .iter()
-        .map(|h| h.trim().to_string())
-        .collect();
+    let (mut rdr, columns) = csv_header(path, shown)?;
     let index: Vec<Option<usize>> = names
         .iter()
         .map(|n| columns.iter().position(|c| c == n))
@@ -347,7 +355,7 @@ fn csv_rows(
         };
         if !rdr
             .read_record(&mut rec)
-            .map_err(|e| bad(at.to_string(), e))?
+            .map_err(|e| RunError::Config(format!("{at}: {e}")))?
         {
             break;
         }
@@ -357,14 +365,7 @@ fn csv_rows(
         }
         each(at, &fields)?;
     }
-    let mut found = Found {
-        columns,
-        ..Default::default()
-    };
-    for (s, i) in found.seen.iter_mut().zip(&index) {
-        *s = i.is_some();
-    }
-    Ok(found)
+    Ok(Found::of(columns, names))
 }
 
 fn parquet_rows(
@@ -405,14 +406,7 @@ fn parquet_rows(
             each(at, &fields)?;
         }
     }
-    let mut found = Found {
-        seen: Default::default(),
-        columns,
-    };
-    for (s, n) in found.seen.iter_mut().zip(names) {
-        *s = found.columns.iter().any(|c| c == n);
-    }
-    Ok(found)
+    Ok(Found::of(columns, names))
 }
 
 #[cfg(test)]
