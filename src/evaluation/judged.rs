@@ -48,19 +48,22 @@ pub(super) fn reference_text(r: &Reference) -> String {
     }
 }
 
+/// The reference elements a `hit_rate.<list>` metric judges: the first list of that name
+/// (None for another metric, or a list the reference lacks).
+pub(super) fn hit_elements<'r>(metric: &str, r: &'r Reference) -> Option<&'r [String]> {
+    let field = metric.strip_prefix("hit_rate.")?;
+    r.lists
+        .iter()
+        .find(|(f, _)| f == field)
+        .map(|(_, items)| items.as_slice())
+}
+
 /// The judgments an item needs: (metric, element index or None for the ratings, ask).
 fn asks(metrics: &[String], r: &Reference) -> Vec<(String, Option<usize>, Ask)> {
     let mut out = vec![];
     for m in metrics {
-        if let Some(field) = m.strip_prefix("hit_rate.") {
-            let items = r
-                .lists
-                .iter()
-                .find(|(f, _)| f == field)
-                .map(|(_, i)| i.clone());
-            for (k, e) in items.unwrap_or_default().into_iter().enumerate() {
-                out.push((m.clone(), Some(k), Ask::Hit { element: e }));
-            }
+        for (k, e) in hit_elements(m, r).unwrap_or_default().iter().enumerate() {
+            out.push((m.clone(), Some(k), Ask::Hit { element: e.clone() }));
         }
     }
     let ratings: Vec<String> = metrics
@@ -123,7 +126,7 @@ pub async fn judge_task(
         .buffer_unordered(judge.settings.in_flight.max(1))
         .collect()
         .await;
-    let mut verdicts: BTreeMap<(usize, String, Option<usize>, u32), Verdict> = BTreeMap::new();
+    let mut verdicts = Verdicts::new();
     for r in results {
         let (key, v) = r?;
         if let Verdict::Unjudged(why) = &v {
@@ -153,12 +156,8 @@ fn item_values(
     for (i, (r, s)) in refs.iter().zip(scores).enumerate() {
         let read = judged_text(s).is_some();
         for m in metrics {
-            let value = if let Some(field) = m.strip_prefix("hit_rate.") {
-                let n = r
-                    .lists
-                    .iter()
-                    .find(|(f, _)| f == field)
-                    .map_or(0, |(_, x)| x.len());
+            let value = if m.starts_with("hit_rate.") {
+                let n = hit_elements(m, r).map_or(0, <[String]>::len);
                 if !read {
                     Some(0.0)
                 } else {

@@ -128,9 +128,7 @@ pub(super) fn judgeables(
                 };
                 let mut elements = vec![];
                 for m in &hit_metrics {
-                    let field = &m["hit_rate.".len()..];
-                    // The first list of that name, as the judge asks (`judged::asks`).
-                    if let Some((_, items)) = r.lists.iter().find(|(f, _)| f == field) {
+                    if let Some(items) = super::judged::hit_elements(m, r) {
                         for (k, e) in items.iter().enumerate() {
                             elements.push((m.to_string(), k, e.clone()));
                         }
