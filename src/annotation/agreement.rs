@@ -2,6 +2,7 @@
 //! spans) and the adjudication of a video several people annotated. Pure computation.
 
 use super::*;
+use crate::benchmark::review::Reviewed;
 use std::collections::BTreeMap;
 
 pub(super) fn iou(a: (f64, f64), b: (f64, f64)) -> f64 {
@@ -104,8 +105,7 @@ pub(super) fn adjudicate(
         };
         if let Some((a, how)) = pick {
             let mut d = a.clone();
-            d.annotator = "adjudicated".into();
-            d.decided_by = Some(how);
+            d.adjudicate(how);
             out.push(d);
         }
     }

@@ -417,7 +417,8 @@ pub(super) async fn import_items(
         senior,
     );
     let all: Vec<ItemReview> = rows.into_iter().chain(decided).collect();
-    crate::benchmark::review::store_reviews(store, (ITEMS, ITEMS_REPORT), &all, &report).await?;
+    crate::benchmark::review::store_reviews(store, (ITEMS, ITEMS, ITEMS_REPORT), &all, &report)
+        .await?;
     Ok(report)
 }
 

@@ -256,7 +256,8 @@ pub(in crate::annotation) async fn import_tasks(
         }
     }
     let all: Vec<TaskReview> = rows.into_iter().chain(decided).collect();
-    crate::benchmark::review::store_reviews(store, (TASKS, TASKS_REPORT), &all, &report).await?;
+    crate::benchmark::review::store_reviews(store, (TASKS, TASKS, TASKS_REPORT), &all, &report)
+        .await?;
     Ok(report)
 }
 
