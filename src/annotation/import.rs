@@ -2,14 +2,14 @@
 //! row per video and annotator plus the adjudicated row, into `annotations/` through the run's
 //! store. What is kept out is reported with its task id and field.
 
+use super::columns::Probe;
 use super::*;
 use crate::benchmark::review::{ANNOTATIONS, Reviewed, merge_reviews};
 use crate::error::{RunError, io};
 use crate::runtime::chain::SOURCE_STAGE_ID;
-use crate::stages;
 use serde::Serialize;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Why one annotation was kept out.
@@ -188,7 +188,7 @@ pub(super) fn validate(a: &Annotation, duration: Option<f64>) -> Vec<(String, St
 /// Parses a Label Studio JSON export (a list of tasks with `annotations`).
 pub(super) fn from_label_studio(
     tasks: &[Value],
-    probe: &HashMap<String, Vec<Option<String>>>,
+    probe: &Probe,
     known: &std::collections::HashSet<String>,
     report: &mut ImportReport,
 ) -> Vec<Annotation> {
@@ -215,12 +215,7 @@ pub(super) fn from_label_studio(
             });
             continue;
         }
-        let p = probe.get(&video);
-        let fps = p
-            .and_then(|r| r[0].as_deref()?.parse().ok())
-            .or_else(|| t["data"]["fps"].as_f64())
-            .unwrap_or(24.0);
-        let duration: Option<f64> = p.and_then(|r| r[1].as_deref()?.parse().ok());
+        let (fps, duration) = probe.of(&video, t["data"]["fps"].as_f64());
         for a in t["annotations"].as_array().into_iter().flatten() {
             let annotator = crate::benchmark::review::annotator_of(a);
             if a["was_cancelled"].as_bool() == Some(true) {
@@ -250,7 +245,7 @@ pub(super) fn from_label_studio(
 pub(super) fn from_csv(
     path: &Path,
     annotator: &str,
-    probe: &HashMap<String, Vec<Option<String>>>,
+    probe: &Probe,
     known: &std::collections::HashSet<String>,
     report: &mut ImportReport,
 ) -> Result<Vec<Annotation>, RunError> {
@@ -296,9 +291,7 @@ pub(super) fn from_csv(
         let text = |k: &str| if k == "risk_label" { label(k) } else { get(k) };
         let mut ann = Annotation::from_fields(&video, annotator, &text, &num);
         ann.task_id = Some(line);
-        let duration: Option<f64> = probe
-            .get(&video)
-            .and_then(|r| r[1].as_deref()?.parse().ok());
+        let duration = probe.of(&video, None).1;
         out.extend(keep_valid(
             ann,
             duration,
@@ -336,13 +329,7 @@ pub async fn import(
 ) -> Result<ImportReport, RunError> {
     let run = crate::store::run::RunView::open(run_dir).await?;
     let (store, m) = (run.store, run.manifest);
-    let probe = column_by_video(
-        &store,
-        &m,
-        stages::probe::KIND.name,
-        &["fps", "duration_secs"],
-    )
-    .await?;
+    let probe = Probe::read(&store, &m).await?;
     let known: std::collections::HashSet<String> =
         column_by_video(&store, &m, SOURCE_STAGE_ID, &["title"])
             .await?
