@@ -26,15 +26,8 @@ pub(super) fn agreement(rows: &[Annotation], report: &mut ImportReport) {
     annotators.dedup();
     // Cohen's kappa for two annotators, Fleiss' for more, as reviews have it: on labels that
     // are yes or no (an import keeps no other), the same two-category kappa.
-    let labels: Vec<BTreeMap<&str, &str>> = multi
-        .iter()
-        .map(|v| {
-            v.iter()
-                .map(|a| (a.annotator.as_str(), a.risk_label.as_str()))
-                .collect()
-        })
-        .collect();
-    report.kappa = crate::benchmark::review::nominal_kappa(&labels).0;
+    let all: Vec<&Annotation> = rows.iter().collect();
+    report.kappa = crate::benchmark::review::decision_kappa(&all, None).0;
     report.kappa_kind = match annotators.len() {
         2 => Some("cohen".into()),
         n if n > 2 => Some("fleiss".into()),
