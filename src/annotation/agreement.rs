@@ -2,6 +2,7 @@
 //! spans) and the adjudication of a video several people annotated. Pure computation.
 
 use super::*;
+use crate::benchmark::review::Reviewed;
 use std::collections::BTreeMap;
 
 pub(super) fn iou(a: (f64, f64), b: (f64, f64)) -> f64 {
@@ -25,15 +26,8 @@ pub(super) fn agreement(rows: &[Annotation], report: &mut ImportReport) {
     annotators.dedup();
     // Cohen's kappa for two annotators, Fleiss' for more, as reviews have it: on labels that
     // are yes or no (an import keeps no other), the same two-category kappa.
-    let labels: Vec<BTreeMap<&str, &str>> = multi
-        .iter()
-        .map(|v| {
-            v.iter()
-                .map(|a| (a.annotator.as_str(), a.risk_label.as_str()))
-                .collect()
-        })
-        .collect();
-    report.kappa = crate::benchmark::review::nominal_kappa(&labels).0;
+    let all: Vec<&Annotation> = rows.iter().collect();
+    report.kappa = crate::benchmark::review::decision_kappa(&all, None).0;
     report.kappa_kind = match annotators.len() {
         2 => Some("cohen".into()),
         n if n > 2 => Some("fleiss".into()),
@@ -104,8 +98,7 @@ pub(super) fn adjudicate(
         };
         if let Some((a, how)) = pick {
             let mut d = a.clone();
-            d.annotator = "adjudicated".into();
-            d.decided_by = Some(how);
+            d.adjudicate(how);
             out.push(d);
         }
     }

@@ -46,3 +46,21 @@ pub(super) async fn column_by_video(
     }
     Ok(out)
 }
+
+/// Each video's fps and duration from the run's probe table.
+pub(super) struct Probe(HashMap<String, Vec<Option<String>>>);
+
+impl Probe {
+    pub(super) async fn read(store: &Arc<dyn Store>, m: &Manifest) -> Result<Self, RunError> {
+        let kind = crate::stages::probe::KIND.name;
+        Ok(Probe(
+            column_by_video(store, m, kind, &["fps", "duration_secs"]).await?,
+        ))
+    }
+
+    /// Video `v`'s fps (where the probe has none, `fps`, else 24) and duration.
+    pub(super) fn of(&self, v: &str, fps: Option<f64>) -> (f64, Option<f64>) {
+        let num = |i: usize| self.0.get(v)?.get(i)?.as_deref()?.parse().ok();
+        (num(0).or(fps).unwrap_or(24.0), num(1))
+    }
+}

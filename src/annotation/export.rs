@@ -158,7 +158,7 @@ pub(super) const CSV_HEADER: [&str; 15] = [
 pub(super) struct TaskColumns {
     pub(super) source: HashMap<String, Vec<Option<String>>>,
     pub(super) download: HashMap<String, Vec<Option<String>>>,
-    pub(super) probe: HashMap<String, Vec<Option<String>>>,
+    pub(super) probe: super::columns::Probe,
     pub(super) tally: HashMap<String, Vec<Option<String>>>,
     pub(super) quality: HashMap<String, Vec<Option<String>>>,
     pub(super) ocr: HashMap<String, String>,
@@ -172,7 +172,7 @@ impl TaskColumns {
         Ok(Self {
             source: col(SOURCE_STAGE_ID, &["title", "path", "url"]).await?,
             download: col(stages::download::KIND.name, &["path"]).await?,
-            probe: col(stages::probe::KIND.name, &["fps", "duration_secs"]).await?,
+            probe: super::columns::Probe::read(store, m).await?,
             tally: col(stages::committee::KIND.name, &["yes_votes", "no_votes"]).await?,
             quality: col(stages::quality::KIND.name, &["twos"]).await?,
             ocr: ocr_lines(store, m).await?,
@@ -197,10 +197,7 @@ impl TaskColumns {
             Some(m) => format!("{prefix}/{m}"),
             None => src.and_then(|r| r[2].clone()).unwrap_or_default(),
         };
-        let fps: f64 = get(&self.probe, 0)
-            .and_then(|f| f.parse().ok())
-            .unwrap_or(24.0);
-        let duration: Option<f64> = get(&self.probe, 1).and_then(|f| f.parse().ok());
+        let (fps, duration) = self.probe.of(v, None);
         let title = src
             .and_then(|r| r[0].clone())
             .unwrap_or_else(|| v.to_string());

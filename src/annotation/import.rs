@@ -2,17 +2,15 @@
 //! row per video and annotator plus the adjudicated row, into `annotations/` through the run's
 //! store. What is kept out is reported with its task id and field.
 
+use super::columns::Probe;
 use super::*;
-use crate::benchmark::review::ANNOTATIONS;
+use crate::benchmark::review::{ANNOTATIONS, Reviewed, merge_reviews};
 use crate::error::{RunError, io};
 use crate::runtime::chain::SOURCE_STAGE_ID;
-use crate::stages;
-use crate::store::Store;
 use serde::Serialize;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 
 /// Why one annotation was kept out.
 #[derive(Debug, Clone, Serialize)]
@@ -190,7 +188,7 @@ pub(super) fn validate(a: &Annotation, duration: Option<f64>) -> Vec<(String, St
 /// Parses a Label Studio JSON export (a list of tasks with `annotations`).
 pub(super) fn from_label_studio(
     tasks: &[Value],
-    probe: &HashMap<String, Vec<Option<String>>>,
+    probe: &Probe,
     known: &std::collections::HashSet<String>,
     report: &mut ImportReport,
 ) -> Vec<Annotation> {
@@ -217,12 +215,7 @@ pub(super) fn from_label_studio(
             });
             continue;
         }
-        let p = probe.get(&video);
-        let fps = p
-            .and_then(|r| r[0].as_deref()?.parse().ok())
-            .or_else(|| t["data"]["fps"].as_f64())
-            .unwrap_or(24.0);
-        let duration: Option<f64> = p.and_then(|r| r[1].as_deref()?.parse().ok());
+        let (fps, duration) = probe.of(&video, t["data"]["fps"].as_f64());
         for a in t["annotations"].as_array().into_iter().flatten() {
             let annotator = crate::benchmark::review::annotator_of(a);
             if a["was_cancelled"].as_bool() == Some(true) {
@@ -241,12 +234,7 @@ pub(super) fn from_label_studio(
             };
             let n = |k: &str| f.get(k).and_then(|v| v.as_f64());
             let mut ann = Annotation::from_fields(&video, &annotator, &s, &n);
-            ann.task_id = task_id;
-            ann.annotation_id = a["id"].as_i64();
-            ann.updated_at = a["updated_at"]
-                .as_str()
-                .or(a["created_at"].as_str())
-                .map(String::from);
+            ann.stamp(task_id, a);
             out.extend(keep_valid(ann, duration, report, ""));
         }
     }
@@ -257,7 +245,7 @@ pub(super) fn from_label_studio(
 pub(super) fn from_csv(
     path: &Path,
     annotator: &str,
-    probe: &HashMap<String, Vec<Option<String>>>,
+    probe: &Probe,
     known: &std::collections::HashSet<String>,
     report: &mut ImportReport,
 ) -> Result<Vec<Annotation>, RunError> {
@@ -303,9 +291,7 @@ pub(super) fn from_csv(
         let text = |k: &str| if k == "risk_label" { label(k) } else { get(k) };
         let mut ann = Annotation::from_fields(&video, annotator, &text, &num);
         ann.task_id = Some(line);
-        let duration: Option<f64> = probe
-            .get(&video)
-            .and_then(|r| r[1].as_deref()?.parse().ok());
+        let duration = probe.of(&video, None).1;
         out.extend(keep_valid(
             ann,
             duration,
@@ -343,13 +329,7 @@ pub async fn import(
 ) -> Result<ImportReport, RunError> {
     let run = crate::store::run::RunView::open(run_dir).await?;
     let (store, m) = (run.store, run.manifest);
-    let probe = column_by_video(
-        &store,
-        &m,
-        stages::probe::KIND.name,
-        &["fps", "duration_secs"],
-    )
-    .await?;
+    let probe = Probe::read(&store, &m).await?;
     let known: std::collections::HashSet<String> =
         column_by_video(&store, &m, SOURCE_STAGE_ID, &["title"])
             .await?
@@ -371,61 +351,16 @@ pub async fn import(
         let tasks = read_export(export)?;
         from_label_studio(&tasks, &probe, &known, &mut report)
     };
-    let rows = merge_earlier(read_annotations(&store).await?, fresh, &mut report);
+    let (rows, changed) = merge_reviews(read_annotations(&store).await?, fresh);
+    report.changed = changed;
     agreement(&rows, &mut report);
     let decided = adjudicate(&rows, rule, &mut report);
     report.annotations = rows.len();
     report.adjudicated = decided.len();
     let all: Vec<Annotation> = rows.into_iter().chain(decided).collect();
-    store_annotations(&store, &all, &report).await?;
+    let paths = ("annotations", ANNOTATIONS, "annotations/report.json");
+    crate::benchmark::review::store_reviews(&store, paths, &all, &report).await?;
     Ok(report)
-}
-
-/// The annotations of earlier imports with the fresh ones in: a fresh annotation replaces an
-/// older one of the same video and annotator (counted in the report as changed).
-fn merge_earlier(
-    earlier: Vec<Annotation>,
-    fresh: Vec<Annotation>,
-    report: &mut ImportReport,
-) -> Vec<Annotation> {
-    // Earlier imports, without their decided rows: those are decided again.
-    let mut rows: BTreeMap<(String, String), Annotation> = earlier
-        .into_iter()
-        .filter(|a| a.annotator != "adjudicated")
-        .map(|a| ((a.video_id.clone(), a.annotator.clone()), a))
-        .collect();
-    for a in fresh {
-        let key = (a.video_id.clone(), a.annotator.clone());
-        match rows.get(&key) {
-            // The same annotation again, or an older one: nothing changes.
-            Some(old) if old == &a || old.updated_at > a.updated_at => {}
-            _ => {
-                report.changed += 1;
-                rows.insert(key, a);
-            }
-        }
-    }
-    rows.into_values().collect()
-}
-
-/// Writes the annotations table and the import's report through the run's store.
-async fn store_annotations(
-    store: &Arc<dyn Store>,
-    all: &[Annotation],
-    report: &ImportReport,
-) -> Result<(), RunError> {
-    let fields = crate::store::shards::fields_of::<Annotation>()?;
-    let batch = serde_arrow::to_record_batch(&fields, &all)
-        .map_err(|e| RunError::Internal(format!("annotations: {e}")))?;
-    store
-        .put(ANNOTATIONS, crate::store::shards::encode_table(&batch)?)
-        .await
-        .map_err(|e| store.io_error(ANNOTATIONS, e))?;
-    let path = "annotations/report.json";
-    store
-        .put(path, serde_json::to_vec_pretty(report).unwrap_or_default())
-        .await
-        .map_err(|e| store.io_error(path, e))
 }
 
 /// The report as text.

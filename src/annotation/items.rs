@@ -11,7 +11,7 @@
 //! item and reviewer, plus the decided row) and `annotations/items_report.json` (kappa per level,
 //! retention and edit shares, what was kept out and why). Calls nothing; caches nothing.
 
-use super::Rule;
+use super::{Rule, textarea};
 use crate::benchmark::formats::letter;
 use crate::benchmark::review::items::*;
 use crate::benchmark::review::xml_choices as choices;
@@ -116,19 +116,18 @@ fn flags(it: &QuestionItem, blind: Option<&BlindRow>, level: Option<&LevelRow>) 
     }
 }
 
-fn textarea(name: &str, t: &str) -> Value {
-    json!({"from_name": name, "to_name": "video", "type": "textarea", "value": {"text": [t]}})
-}
-
 fn choice(name: &str, v: &str) -> Value {
     json!({"from_name": name, "to_name": "video", "type": "choices", "value": {"choices": [v]}})
 }
 
 /// The item's fields as Label Studio results: what the reviewer starts from.
 fn as_results(it: &QuestionItem) -> Vec<Value> {
-    let mut r = vec![textarea("question", &it.question)];
+    let mut r = vec![textarea("question", &[&it.question])];
     for (i, o) in it.options.iter().enumerate() {
-        r.push(textarea(&format!("option_{}", letter(i).to_lowercase()), o));
+        r.push(textarea(
+            &format!("option_{}", letter(i).to_lowercase()),
+            &[o],
+        ));
     }
     r.push(choice("answer", &it.answer));
     r.push(choice("level", &it.level));
@@ -417,7 +416,8 @@ pub(super) async fn import_items(
         senior,
     );
     let all: Vec<ItemReview> = rows.into_iter().chain(decided).collect();
-    crate::benchmark::review::store_reviews(store, (ITEMS, ITEMS_REPORT), &all, &report).await?;
+    crate::benchmark::review::store_reviews(store, (ITEMS, ITEMS, ITEMS_REPORT), &all, &report)
+        .await?;
     Ok(report)
 }
 

@@ -118,6 +118,11 @@ fn strings(list: &serde_json::Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// A Label Studio textarea result on the video: control `name` holding `texts`.
+fn textarea<T: serde::Serialize>(name: &str, texts: &[T]) -> serde_json::Value {
+    serde_json::json!({"from_name": name, "to_name": "video", "type": "textarea", "value": {"text": texts}})
+}
+
 /// `annotate export --task`: one Label Studio project per task, with its number of tasks.
 pub use export::export_tasks;
 

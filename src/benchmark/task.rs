@@ -504,11 +504,8 @@ fn read_prompts(
         ("judge", &f.prompts.judge),
     ] {
         let Some(p) = p else { continue };
-        let full = if p.is_absolute() {
-            p.clone()
-        } else {
-            base.join(p)
-        };
+        // An absolute path replaces `base` in the join.
+        let full = base.join(p);
         let text = std::fs::read_to_string(&full)
             .map_err(|e| src.error_at(&sub("prompts", role), format!("{}: {e}", full.display())))?;
         if text.trim().is_empty() {

@@ -11,17 +11,21 @@ pub use crate::engines::ocr::text::normalise as norm;
 /// Chinese and Japanese questions, written without spaces, compare as well as English ones.
 /// Texts under three characters compare as equal or not.
 pub fn similarity(a: &str, b: &str) -> f64 {
-    fn grams(s: &str) -> std::collections::HashSet<Vec<char>> {
-        let c: Vec<char> = norm(s).chars().collect();
-        if c.len() < 3 {
-            return std::iter::once(c).filter(|c| !c.is_empty()).collect();
-        }
-        c.windows(3).map(<[char]>::to_vec).collect()
-    }
+    let grams = |s| -> std::collections::HashSet<Vec<char>> { trigrams(s).into_iter().collect() };
     let (ga, gb) = (grams(a), grams(b));
     let union = ga.union(&gb).count();
     if union == 0 {
         return 0.0;
     }
     ga.intersection(&gb).count() as f64 / union as f64
+}
+
+/// The character trigrams `similarity` compares, in order: those of `norm(s)`, or a text under
+/// three characters whole (none when empty).
+pub fn trigrams(s: &str) -> Vec<Vec<char>> {
+    let c: Vec<char> = norm(s).chars().collect();
+    if c.len() < 3 {
+        return std::iter::once(c).filter(|c| !c.is_empty()).collect();
+    }
+    c.windows(3).map(<[char]>::to_vec).collect()
 }

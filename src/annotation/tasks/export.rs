@@ -2,6 +2,7 @@
 //! tasks with the items' references as pre-annotations.
 
 use super::{KIND, KIND_KEY, Media, list_control, to_frames};
+use crate::annotation::textarea;
 use crate::benchmark::formats::{Format, option_label};
 use crate::benchmark::review::{DECISIONS, xml, xml_choices as choices};
 use crate::benchmark::task::Task;
@@ -83,10 +84,6 @@ pub fn label_config(task: &Task, options: usize) -> String {
     x
 }
 
-fn textarea(name: &str, texts: &[String]) -> Value {
-    json!({"from_name": name, "to_name": "video", "type": "textarea", "value": {"text": texts}})
-}
-
 /// The item's reference as Label Studio results: what the reviewer starts from.
 fn as_results(task: &Task, it: &BenchItem, fps: f64) -> Vec<Value> {
     let mut r = vec![];
@@ -108,7 +105,7 @@ fn as_results(task: &Task, it: &BenchItem, fps: f64) -> Vec<Value> {
             }
         }
         Format::OpenText | Format::TaggedReasoning => {
-            r.push(textarea("answer_text", &[it.answer_text.clone()]))
+            r.push(textarea("answer_text", &[&it.answer_text]))
         }
         Format::ReferenceList => {}
     }

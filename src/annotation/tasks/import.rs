@@ -2,6 +2,7 @@
 //! reference, checked, merged with the stored ones and decided.
 
 use super::{from_frames, list_control};
+use crate::annotation::columns::Probe;
 use crate::annotation::{Rule, strings};
 use crate::benchmark::formats::Format;
 use crate::benchmark::review::tasks::*;
@@ -214,13 +215,7 @@ pub(in crate::annotation) async fn import_tasks(
 ) -> Result<TaskImportReport, RunError> {
     let stages = run_tasks(m)?;
     let made = made_items(store, &stages).await?;
-    let probe = crate::annotation::columns::column_by_video(
-        store,
-        m,
-        crate::stages::probe::KIND.name,
-        &["fps", "duration_secs"],
-    )
-    .await?;
+    let probe = Probe::read(store, m).await?;
     let mut report = TaskImportReport {
         rule: rule.name(),
         minor_at,
@@ -256,7 +251,8 @@ pub(in crate::annotation) async fn import_tasks(
         }
     }
     let all: Vec<TaskReview> = rows.into_iter().chain(decided).collect();
-    crate::benchmark::review::store_reviews(store, (TASKS, TASKS_REPORT), &all, &report).await?;
+    crate::benchmark::review::store_reviews(store, (TASKS, TASKS, TASKS_REPORT), &all, &report)
+        .await?;
     Ok(report)
 }
 
@@ -288,7 +284,7 @@ fn reviews_of_task(
     t: &Value,
     stages: &[(String, String, Task)],
     made: &MadeItems,
-    probe: &HashMap<String, Vec<Option<String>>>,
+    probe: &Probe,
     minor_at: f64,
     report: &mut TaskImportReport,
 ) -> Vec<TaskReview> {
@@ -304,12 +300,7 @@ fn reviews_of_task(
         return vec![];
     };
     let task = &stages[*stage].2;
-    let p = probe.get(video);
-    let fps = p
-        .and_then(|r| r[0].as_deref()?.parse().ok())
-        .or_else(|| t["data"]["fps"].as_f64())
-        .unwrap_or(24.0);
-    let duration: Option<f64> = p.and_then(|r| r[1].as_deref()?.parse().ok());
+    let (fps, duration) = probe.of(video, t["data"]["fps"].as_f64());
     let made_ref = item.reference();
     let (cancelled, problems) = (&mut report.cancelled, &mut report.problems);
     crate::benchmark::review::task_reviews(t, id, cancelled, problems, |who, result| {

@@ -230,13 +230,11 @@ fn read_videos(
             };
             let url = urls.as_ref().and_then(|u| u[i].as_deref());
             out.push(Video {
-                id: id.clone(),
-                key: video_key(id, url),
                 split: splits
                     .as_ref()
                     .and_then(|s| s[i].clone())
                     .or_else(|| from_name.clone()),
-                hashes: vec![],
+                ..id_video(id, url)
             });
             if let Some(c) = frame_col {
                 work.push((out.len() - 1, frames_of(c, i, root)));

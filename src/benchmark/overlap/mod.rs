@@ -222,13 +222,7 @@ fn frame_matches(
 
 /// The character trigrams `text::similarity` compares, as ids.
 fn grams(text: &str, ids: &mut HashMap<Vec<char>, u32>) -> Vec<u32> {
-    let c: Vec<char> = crate::benchmark::text::norm(text).chars().collect();
-    let list: Vec<Vec<char>> = if c.len() < 3 {
-        std::iter::once(c).filter(|c| !c.is_empty()).collect()
-    } else {
-        c.windows(3).map(<[char]>::to_vec).collect()
-    };
-    let mut out: Vec<u32> = list
+    let mut out: Vec<u32> = crate::benchmark::text::trigrams(text)
         .into_iter()
         .map(|g| {
             let n = ids.len() as u32;

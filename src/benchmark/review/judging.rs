@@ -54,15 +54,22 @@ fn hit_label(h: bool) -> &'static str {
     if h { "hit" } else { "miss" }
 }
 
-/// The people's names over all units, sorted.
-fn people_of<V>(units: &[Unit<V>]) -> Vec<String> {
-    let mut who: Vec<String> = units
-        .iter()
-        .flat_map(|u| u.people.keys().cloned())
-        .collect();
-    who.sort();
-    who.dedup();
-    who
+/// The judge against each person, `agree` comparing the units both judged (values as `T`).
+fn per_person<V: Copy, T: From<V>>(
+    units: &[Unit<V>],
+    agree: impl Fn(&[(T, T)]) -> Agreement,
+) -> BTreeMap<String, Agreement> {
+    let who: std::collections::BTreeSet<&String> =
+        units.iter().flat_map(|u| u.people.keys()).collect();
+    who.into_iter()
+        .map(|p| {
+            let pairs: Vec<(T, T)> = units
+                .iter()
+                .filter_map(|u| Some((T::from(u.judge?), T::from(*u.people.get(p)?))))
+                .collect();
+            (p.clone(), agree(&pairs))
+        })
+        .collect()
 }
 
 fn counted<V>(units: &[Unit<V>], out: &mut JudgeAgreement) {
@@ -89,13 +96,7 @@ pub fn hit_agreement(units: &[Unit<bool>]) -> JudgeAgreement {
         },
         n: pairs.len(),
     };
-    for p in people_of(units) {
-        let pairs: Vec<(bool, bool)> = units
-            .iter()
-            .filter_map(|u| Some((u.judge?, *u.people.get(&p)?)))
-            .collect();
-        out.per_person.insert(p, kappa(&pairs));
-    }
+    out.per_person = per_person(units, kappa);
     let mut pairs = vec![];
     for u in units.iter().filter(|u| !u.people.is_empty()) {
         let Some(j) = u.judge else { continue };
@@ -134,13 +135,7 @@ pub fn rating_agreement(units: &[Unit<u8>]) -> JudgeAgreement {
         value: krippendorff_alpha_interval(pairs),
         n: pairs.len(),
     };
-    for p in people_of(units) {
-        let pairs: Vec<(f64, f64)> = units
-            .iter()
-            .filter_map(|u| Some((f64::from(u.judge?), f64::from(*u.people.get(&p)?))))
-            .collect();
-        out.per_person.insert(p, alpha(&pairs));
-    }
+    out.per_person = per_person(units, alpha);
     // The mean is no rating anyone gave, but the interval metric compares it as it would one.
     let pairs: Vec<(f64, f64)> = units
         .iter()

@@ -74,35 +74,32 @@ pub fn krippendorff_alpha<T>(units: &[Vec<T>], delta: impl Fn(&T, &T) -> f64) ->
     }
     let all: Vec<&T> = pairable.iter().flat_map(|u| u.iter()).collect();
     let n = all.len() as f64;
-    let within = |u: &[T]| {
-        let mut s = 0.0;
-        for (i, x) in u.iter().enumerate() {
-            for (j, y) in u.iter().enumerate() {
-                if i != j {
-                    s += delta(x, y);
-                }
-            }
-        }
-        s
-    };
     let d_o = pairable
         .iter()
-        .map(|u| within(u) / (u.len() as f64 - 1.0))
+        .map(|u| pair_sum(u.iter(), &delta) / (u.len() as f64 - 1.0))
         .sum::<f64>()
         / n;
-    let mut total = 0.0;
-    for (i, x) in all.iter().enumerate() {
-        for (j, y) in all.iter().enumerate() {
-            if i != j {
-                total += delta(x, y);
-            }
-        }
-    }
-    let d_e = total / (n * (n - 1.0));
+    let d_e = pair_sum(all.iter().copied(), &delta) / (n * (n - 1.0));
     if d_e <= 0.0 {
         return None;
     }
     Some(1.0 - d_o / d_e)
+}
+
+/// Σ δ(x, y) over the ordered pairs of two of `values` (within a unit, or over all of them).
+fn pair_sum<'a, T: 'a>(
+    values: impl Iterator<Item = &'a T> + Clone,
+    delta: &impl Fn(&T, &T) -> f64,
+) -> f64 {
+    let mut s = 0.0;
+    for (i, x) in values.clone().enumerate() {
+        for (j, y) in values.clone().enumerate() {
+            if i != j {
+                s += delta(x, y);
+            }
+        }
+    }
+    s
 }
 
 #[cfg(test)]

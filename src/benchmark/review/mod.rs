@@ -87,12 +87,12 @@ pub async fn read_annotations(store: &Arc<dyn Store>) -> Result<Vec<Annotation>,
     read_review_rows(store, ANNOTATIONS).await
 }
 
-/// One person's review of one item (a question item, a task item): what deciding among
-/// reviewers and their agreement on the decision need of it.
+/// One person's review of one item (a question item, a task item; a video's annotation): what
+/// deciding among reviewers and their agreement on the decision need of it.
 pub trait Reviewed: Clone {
     fn item(&self) -> &str;
     fn annotator(&self) -> &str;
-    /// accept, edit or reject.
+    /// accept, edit or reject (an annotation's: its yes or no label).
     fn decision(&self) -> &str;
     fn updated_at(&self) -> Option<&str>;
     /// Makes this review the decided one, saying how it was decided.
@@ -101,19 +101,20 @@ pub trait Reviewed: Clone {
     fn stamp(&mut self, task_id: Option<i64>, a: &serde_json::Value);
 }
 
-/// `Reviewed` of the review rows, read from their `item_id`, `annotator`, `decision`,
-/// `updated_at` and `decided_by` columns (and `task_id`, `annotation_id` stamped).
+/// `Reviewed` of the review rows, read from their item and decision columns (`item_id` and
+/// `decision` in reviews), `annotator`, `updated_at` and `decided_by` (and `task_id`,
+/// `annotation_id` stamped).
 macro_rules! reviewed_rows {
-    ($($row:ty),*) => {$(
+    ($($row:ty: $item:ident, $decision:ident);*) => {$(
         impl Reviewed for $row {
             fn item(&self) -> &str {
-                &self.item_id
+                &self.$item
             }
             fn annotator(&self) -> &str {
                 &self.annotator
             }
             fn decision(&self) -> &str {
-                &self.decision
+                &self.$decision
             }
             fn updated_at(&self) -> Option<&str> {
                 self.updated_at.as_deref()
@@ -133,7 +134,11 @@ macro_rules! reviewed_rows {
         }
     )*};
 }
-reviewed_rows!(items::ItemReview, tasks::TaskReview);
+reviewed_rows!(
+    items::ItemReview: item_id, decision;
+    tasks::TaskReview: item_id, decision;
+    Annotation: video_id, risk_label
+);
 
 /// What a reviewer decides of an item.
 pub const DECISIONS: [&str; 3] = ["accept", "edit", "reject"];
@@ -346,16 +351,17 @@ pub fn task_reviews<R: Reviewed>(
     fresh
 }
 
-/// Stores a review table (`rows`, reviewers' and decided) and its report through the run's store.
+/// Stores a review table (`rows`, reviewers' and decided) and its report through the run's store
+/// (`name` names the table in an internal error).
 pub async fn store_reviews<R: Serialize + serde::de::DeserializeOwned, T: Serialize>(
     store: &Arc<dyn Store>,
-    (table, report_path): (&str, &str),
+    (name, table, report_path): (&str, &str, &str),
     rows: &[R],
     report: &T,
 ) -> Result<(), RunError> {
     let fields = crate::store::shards::fields_of::<R>()?;
     let batch = serde_arrow::to_record_batch(&fields, &rows)
-        .map_err(|e| RunError::Internal(format!("{table}: {e}")))?;
+        .map_err(|e| RunError::Internal(format!("{name}: {e}")))?;
     store
         .put(table, crate::store::shards::encode_table(&batch)?)
         .await
