@@ -106,7 +106,7 @@ fn three_certain_failures_drop_the_video_two_do_not() {
 }
 
 /// The row as it was before verdicts were an enum.
-#[derive(Serialize, Deserialize)]
+#[derive(Default, Serialize, Deserialize)]
 struct StringVerdicts {
     logo: String,
     logo_evidence: String,
@@ -180,19 +180,14 @@ fn shards_written_when_verdicts_were_strings_read_as_the_enum() {
     // verdict is an error, not a silent `unknown`.
     let old = |logo: &str| StringVerdicts {
         logo: logo.into(),
-        logo_evidence: String::new(),
         location: "pass".into(),
-        location_evidence: String::new(),
         time_date: "likely_fail".into(),
-        time_date_evidence: String::new(),
         sns: "fail".into(),
-        sns_evidence: String::new(),
         jump_cuts: "unknown".into(),
-        jump_cuts_evidence: String::new(),
         subtitles: "pass".into(),
-        subtitles_evidence: String::new(),
         certain_failures: 1,
         failed_criteria: "5".into(),
+        ..Default::default()
     };
     let batch = serde_arrow::to_record_batch(&fields, &vec![old("fail")]).unwrap();
     let back: Vec<Prescreen> = serde_arrow::from_record_batch(&batch).unwrap();
