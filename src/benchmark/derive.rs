@@ -256,27 +256,15 @@ mod tests {
     use super::*;
 
     fn region(frame: u32, t: f64, text: &str, colour: &str, cell: &str, pixels: u32) -> TextRegion {
+        // Only what the rules read: the geometry and scores the OCR stage measures play no part.
         TextRegion {
             frame_index: frame,
             timestamp_secs: t,
             text: text.into(),
-            score: 0.9,
-            quad: vec![0.0; 8],
-            frame_width: 640,
-            frame_height: 360,
-            center_x: 0.5,
-            center_y: 0.5,
-            width: 0.2,
-            height: 0.05,
-            area_frac: 0.01,
-            aspect_ratio: 4.0,
             grid_cell: cell.into(),
-            text_len: text.chars().count() as u32,
             text_color: colour.into(),
-            bg_color: "black".into(),
             stroke_pixels: pixels,
             creator_added: true,
-            creator_score: 1.0,
             ..Default::default()
         }
     }

@@ -414,9 +414,7 @@ mod tests {
     use super::*;
 
     fn read(name: &str, text: &str, names: &[&str]) -> (Vec<String>, Vec<Vec<Option<String>>>) {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join(name);
-        std::fs::write(&p, text).unwrap();
+        let (_d, p) = crate::store::test_support::file_with(name, text);
         let mut rows = vec![];
         let found = each_row(&p, names, |_, f| {
             rows.push(
@@ -452,9 +450,8 @@ mod tests {
 
     #[test]
     fn a_line_that_is_not_an_object_is_named() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("p.jsonl");
-        std::fs::write(&p, "{\"item_id\": \"a\"}\n[1, 2]\n").unwrap();
+        let (_d, p) =
+            crate::store::test_support::file_with("p.jsonl", "{\"item_id\": \"a\"}\n[1, 2]\n");
         let e = each_row(&p, &["item_id"], |_, _| Ok(())).unwrap_err();
         assert!(
             e.to_string().ends_with("p.jsonl:2: not a JSON object"),

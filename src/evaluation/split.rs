@@ -124,12 +124,7 @@ mod tests {
     use super::*;
 
     fn release(files: &[&str]) -> tempfile::TempDir {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::create_dir(d.path().join("data")).unwrap();
-        for f in files {
-            std::fs::write(d.path().join("data").join(f), b"").unwrap();
-        }
-        d
+        crate::store::test_support::folder_with(files.iter().map(|f| (format!("data/{f}"), "")))
     }
 
     #[test]

@@ -241,15 +241,11 @@ mod tests {
     use super::*;
 
     fn release_with_files() -> tempfile::TempDir {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(d.path().join("data")).unwrap();
-        for (rel, bytes) in [
+        let d = crate::store::test_support::folder_with([
             ("README.md", "# card\n"),
             ("data/test-00000-of-00001.parquet", "PAR1rows"),
             ("data/train-00000-of-00001.parquet", "PAR1more"),
-        ] {
-            std::fs::write(d.path().join(rel), bytes).unwrap();
-        }
+        ]);
         let doc = json!({
             "@type": "sc:Dataset",
             "distribution": [{"@type": "cr:FileSet", "@id": "data", "includes": "data/*.parquet"}],
@@ -261,9 +257,7 @@ mod tests {
 
     #[test]
     fn sha256_of_known_bytes() {
-        let d = tempfile::tempdir().unwrap();
-        let f = d.path().join("abc");
-        std::fs::write(&f, "abc").unwrap();
+        let (_d, f) = crate::store::test_support::file_with("abc", "abc");
         assert_eq!(
             sha256_file(&f).unwrap(),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"

@@ -111,20 +111,16 @@ mod tests {
 
     #[test]
     fn splits_come_in_the_cards_order_then_by_name() {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::create_dir(d.path().join("data")).unwrap();
-        for f in [
-            "test-00000-of-00001.parquet",
-            "train-00000-of-00002.parquet",
-            "train-00001-of-00002.parquet",
-            "extra-00000-of-00001.parquet",
-            "validation-00000-of-00001.parquet",
-            "loose.parquet",
-        ] {
-            std::fs::write(d.path().join("data").join(f), b"").unwrap();
-        }
         let card = "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/train-*.parquet\n  - split: validation\n    path: x\n  - split: test\n    path: y\n---\n\n- split: later\n";
-        std::fs::write(d.path().join("README.md"), card).unwrap();
+        let d = crate::store::test_support::folder_with([
+            ("data/test-00000-of-00001.parquet", ""),
+            ("data/train-00000-of-00002.parquet", ""),
+            ("data/train-00001-of-00002.parquet", ""),
+            ("data/extra-00000-of-00001.parquet", ""),
+            ("data/validation-00000-of-00001.parquet", ""),
+            ("data/loose.parquet", ""),
+            ("README.md", card),
+        ]);
         assert_eq!(
             release_splits(d.path()).unwrap(),
             ["train", "validation", "test", "extra"]

@@ -296,9 +296,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_worker_with_another_world_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let store =
-            crate::store::LocalStore::open_swept(dir.path(), std::time::Duration::ZERO).unwrap();
+        let (_dir, store) = crate::store::test_support::run_dir();
         let pin4 = Pin {
             world: 4,
             pipeline_fingerprint: "abc".into(),
@@ -309,13 +307,13 @@ mod tests {
             world: 4,
             explicit: true,
         };
-        pin(&store, &pin4, &r, false).await.unwrap();
-        pin(&store, &pin4, &r, false).await.unwrap();
+        pin(&*store, &pin4, &r, false).await.unwrap();
+        pin(&*store, &pin4, &r, false).await.unwrap();
         let pin3 = Pin {
             world: 3,
             ..pin4.clone()
         };
-        let err = pin(&store, &pin3, &Rank { world: 3, ..r }, false)
+        let err = pin(&*store, &pin3, &Rank { world: 3, ..r }, false)
             .await
             .unwrap_err()
             .to_string();
@@ -325,14 +323,14 @@ mod tests {
             world: 1,
             ..pin4.clone()
         };
-        assert!(pin(&store, &one, &Rank::default(), false).await.is_err());
+        assert!(pin(&*store, &one, &Rank::default(), false).await.is_err());
         // ... but --repin starts the run over, and a single-process run re-pins as settings change.
-        pin(&store, &one, &Rank::default(), true).await.unwrap();
+        pin(&*store, &one, &Rank::default(), true).await.unwrap();
         let other = Pin {
             pipeline_fingerprint: "def".into(),
             ..one.clone()
         };
-        pin(&store, &other, &Rank::default(), false).await.unwrap();
+        pin(&*store, &other, &Rank::default(), false).await.unwrap();
         let have: Pin = serde_json::from_slice(&store.get(PIN).await.unwrap()).unwrap();
         assert_eq!(have, other);
     }

@@ -88,7 +88,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Slot, SourceInfo};
+    use crate::record::Slot;
     use async_trait::async_trait;
     use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -148,7 +148,7 @@ mod tests {
     ) -> ((Result<Vec<u32>, StageError>, u32), Arc<StageWatch>) {
         let calls = AtomicU32::new(0);
         let p = Arc::new(Flaky { calls, fail, hang });
-        let rec = VideoRecord::new("v1".into(), SourceInfo::default(), vec![]);
+        let rec = crate::store::test_support::record("v1");
         let cx = StageContext::detached(&std::env::temp_dir()).unwrap();
         let watch = StageWatch::new("s", std::time::Instant::now());
         match compute_with_retries(p.clone(), rec, cx, s, watch.clone()).await {

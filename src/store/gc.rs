@@ -130,17 +130,14 @@ mod tests {
     #[tokio::test]
     async fn a_folder_loses_partial_downloads_and_set_aside_shards_only() {
         use crate::store::LocalStore;
-        let d = tempfile::tempdir().unwrap();
-        let files = [
-            ("media/partial/abc.mp4.part", 7),
-            ("_superseded/probe/part-00000.parquet", 5),
-            ("probe/part-00000.parquet", 3),
-        ];
-        for (path, len) in files {
-            let p = d.path().join(path);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, vec![0u8; len]).unwrap();
-        }
+        let d = crate::store::test_support::folder_with(
+            [
+                ("media/partial/abc.mp4.part", 7),
+                ("_superseded/probe/part-00000.parquet", 5),
+                ("probe/part-00000.parquet", 3),
+            ]
+            .map(|(path, len)| (path, vec![0u8; len])),
+        );
         let store = LocalStore::open_read_only(d.path()).unwrap();
         let exists = |p: &str| d.path().join(p).exists();
         let r = gc(&store, Duration::from_secs(3600), true, false)

@@ -17,6 +17,8 @@ pub mod manifest;
 pub mod objects;
 pub mod run;
 pub mod shards;
+#[cfg(test)]
+pub(crate) mod test_support;
 pub mod verify;
 
 use async_trait::async_trait;
@@ -413,11 +415,8 @@ mod tests {
 
     #[tokio::test]
     async fn put_is_atomic_and_sweeps_leftovers() {
-        let dir = tempfile::tempdir().unwrap();
         // A temp file left by a crash must neither be listed nor survive a reopen.
-        std::fs::create_dir_all(dir.path().join("probe")).unwrap();
-        let stale = dir.path().join("probe/.part-00000.parquet.tmp-abc");
-        std::fs::write(&stale, b"half").unwrap();
+        let (dir, stale) = test_support::file_with("probe/.part-00000.parquet.tmp-abc", b"half");
         let store = LocalStore::open_swept(dir.path(), std::time::Duration::ZERO).unwrap();
         assert!(!stale.exists());
         store
@@ -442,9 +441,7 @@ mod tests {
 
     #[test]
     fn a_shared_open_leaves_fresh_temp_files_to_their_writer() {
-        let dir = tempfile::tempdir().unwrap();
-        let tmp = dir.path().join(".run.json.tmp-abc");
-        std::fs::write(&tmp, b"being written").unwrap();
+        let (dir, tmp) = test_support::file_with(".run.json.tmp-abc", b"being written");
         // Another rank opening the folder must not pull the file from under its writer.
         open_run(&dir.path().display().to_string(), Access::Share).unwrap();
         assert!(tmp.exists());

@@ -131,13 +131,10 @@ mod tests {
 
     #[test]
     fn tsv_records_with_quoted_newlines_are_cut_whole() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("x.tsv");
-        std::fs::write(
-            &p,
+        let (_d, p) = crate::store::test_support::file_with(
+            "x.tsv",
             "index\tquestion\tvideo_id\n0\t\"two\nlines\"\ta\n1\tplain\tb\n2\tq\ta\n",
-        )
-        .unwrap();
+        );
         let gone = BTreeSet::from(["a".to_string()]);
         let got = without_rows_tsv(&p, &gone).unwrap().unwrap();
         assert_eq!(

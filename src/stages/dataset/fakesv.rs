@@ -288,14 +288,11 @@ mod tests {
 
     #[test]
     fn lines_are_rows_with_their_problems() {
-        let d = tempfile::tempdir().unwrap();
-        let f = d.path().join("data.json");
-        std::fs::write(
-            &f,
+        let (_d, f) = crate::store::test_support::file_with(
+            "data.json",
             "\u{feff}{\"video_id\": 7, \"annotation\": \"假\", \"keywords\": \" e1 \"}\n\n\
              [1]\n{\"video_id\": \"x\", \"label\": \"真\", \"publish_time\": \"soon\"}\n{oops",
-        )
-        .unwrap();
+        );
         let rows = read(&f).unwrap();
         assert_eq!(rows.len(), 4);
         assert_eq!(rows[0].id.as_deref(), Some("7"));

@@ -475,22 +475,22 @@ mod tests {
 
     #[test]
     fn tsv_rows_carry_their_file_split_and_list_columns() {
-        let d = tempfile::tempdir().unwrap();
-        let train = d.path().join("train.tsv");
-        std::fs::write(
-            &train,
-            "\u{feff}Video_ID\tMajority_Voting\tLabel\tTarget_Victim\tSplit\r\n\
-             a1\tHateful\t['Hateful', 'Normal']\t\"[\"\"Mama's Boy\"\"]\"\tx\r\n\
-             a2\tNormal\t[]\t['Woman'\ty",
-        )
-        .unwrap();
-        let test = d.path().join("test.tsv");
-        std::fs::write(
-            &test,
-            "Video_ID\tMajority_Voting\tNote\nb1\tOffensive\tseen",
-        )
-        .unwrap();
-        let files = [(train, "train".into()), (test, "test".into())];
+        let d = crate::store::test_support::folder_with([
+            (
+                "train.tsv",
+                "\u{feff}Video_ID\tMajority_Voting\tLabel\tTarget_Victim\tSplit\r\n\
+                 a1\tHateful\t['Hateful', 'Normal']\t\"[\"\"Mama's Boy\"\"]\"\tx\r\n\
+                 a2\tNormal\t[]\t['Woman'\ty",
+            ),
+            (
+                "test.tsv",
+                "Video_ID\tMajority_Voting\tNote\nb1\tOffensive\tseen",
+            ),
+        ]);
+        let files = [
+            (d.path().join("train.tsv"), "train".into()),
+            (d.path().join("test.tsv"), "test".into()),
+        ];
         let (names, rows) = read(&files).unwrap();
         assert_eq!(
             names,

@@ -30,27 +30,14 @@ fn date_and_time_patterns_in_several_languages() {
 }
 
 fn region(frame: u32, text: &str, cx: f32, cy: f32, creator: bool) -> TextRegion {
+    // Only what the verdicts read: the size and colour the OCR stage measures play no part.
     TextRegion {
         frame_index: frame,
-        timestamp_secs: frame as f64,
         text: text.into(),
         score: 0.95,
-        quad: vec![0.0; 8],
-        frame_width: 1280,
-        frame_height: 720,
         center_x: cx,
         center_y: cy,
-        width: 0.1,
-        height: 0.05,
-        area_frac: 0.005,
-        aspect_ratio: 2.0,
-        text_len: text.chars().count() as u32,
-        text_v: 1.0,
-        text_color: "white".into(),
-        bg_color: "black".into(),
-        stroke_pixels: 100,
         creator_added: creator,
-        creator_score: if creator { 0.9 } else { 0.1 },
         ..Default::default()
     }
 }
@@ -106,7 +93,7 @@ fn three_certain_failures_drop_the_video_two_do_not() {
 }
 
 /// The row as it was before verdicts were an enum.
-#[derive(Serialize, Deserialize)]
+#[derive(Default, Serialize, Deserialize)]
 struct StringVerdicts {
     logo: String,
     logo_evidence: String,
@@ -180,19 +167,14 @@ fn shards_written_when_verdicts_were_strings_read_as_the_enum() {
     // verdict is an error, not a silent `unknown`.
     let old = |logo: &str| StringVerdicts {
         logo: logo.into(),
-        logo_evidence: String::new(),
         location: "pass".into(),
-        location_evidence: String::new(),
         time_date: "likely_fail".into(),
-        time_date_evidence: String::new(),
         sns: "fail".into(),
-        sns_evidence: String::new(),
         jump_cuts: "unknown".into(),
-        jump_cuts_evidence: String::new(),
         subtitles: "pass".into(),
-        subtitles_evidence: String::new(),
         certain_failures: 1,
         failed_criteria: "5".into(),
+        ..Default::default()
     };
     let batch = serde_arrow::to_record_batch(&fields, &vec![old("fail")]).unwrap();
     let back: Vec<Prescreen> = serde_arrow::from_record_batch(&batch).unwrap();

@@ -270,25 +270,6 @@ mod tests {
         text: String,
     }
 
-    async fn writer(store: &Arc<dyn Store>, fp: &str) -> crate::store::shards::ShardWriter<Row> {
-        let slots = crate::store::shards::Slots {
-            prefix: "part-",
-            next: 0,
-        };
-        let (max_rows, flush) = (1000, std::time::Duration::from_secs(60));
-        crate::store::shards::ShardWriter::<Row>::open(
-            store.clone(),
-            "probe",
-            fp,
-            Arc::new(vec![]),
-            slots,
-            max_rows,
-            flush,
-        )
-        .await
-        .unwrap()
-    }
-
     /// A reject shard of an earlier version: its footer names the videos it rejects.
     fn legacy_rejects(videos: &[&str], fp: &str) -> Vec<u8> {
         use parquet::file::metadata::KeyValue;
@@ -336,17 +317,16 @@ mod tests {
     #[tokio::test]
     async fn shards_settle_the_videos_read_table_settles() {
         use crate::error::StageError;
-        use crate::record::{SourceInfo, VideoRecord};
-        let dir = tempfile::tempdir().unwrap();
-        let store =
-            crate::store::open_run(&dir.path().display().to_string(), crate::store::Access::Own)
-                .unwrap();
-        let rec = |id: &str| VideoRecord::new(id.into(), SourceInfo::default(), vec![]);
+        use crate::store::shards::shard_writer;
+        use crate::store::test_support::{record as rec, run_dir};
+        use std::time::Duration;
+        let (_dir, store) = run_dir();
+        let writer = |fp| shard_writer(store.clone(), fp, "part-", 1000, Duration::from_secs(60));
         let row = |n| Row {
             n,
             text: "x".repeat(n as usize),
         };
-        let mut w = writer(&store, "fp").await;
+        let mut w = writer("fp").await;
         w.add(&rec("a"), vec![row(1), row(2)]);
         w.add(&rec("b"), vec![]);
         w.reject("c", &[], &StageError::data("bad", "detail"));
@@ -354,7 +334,7 @@ mod tests {
         w.add(&rec("d \"quoted\""), vec![row(3)]);
         w.reject("e", &[], &StageError::data("bad", "detail"));
         w.flush().await.unwrap();
-        let mut old = writer(&store, "old").await;
+        let mut old = writer("old").await;
         old.add(&rec("f"), vec![row(4)]);
         old.flush().await.unwrap();
         for (part, video, fp) in [(7, "g", "fp"), (8, "h", "old")] {

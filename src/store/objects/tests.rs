@@ -18,15 +18,11 @@ async fn memory_store_speaks_the_store_contract() {
         store.list("probe").await.unwrap(),
         vec!["probe/part-00000.parquet", "probe/part-00001.parquet"]
     );
-    let dir = tempfile::tempdir().unwrap();
     let big: Vec<u8> = (0..(PART_SIZE * 2 + 123))
         .map(|i| (i % 251) as u8)
         .collect();
-    std::fs::write(dir.path().join("in.mp4"), &big).unwrap();
-    store
-        .put_file("media/x.mp4", &dir.path().join("in.mp4"))
-        .await
-        .unwrap();
+    let (dir, input) = crate::store::test_support::file_with("in.mp4", &big);
+    store.put_file("media/x.mp4", &input).await.unwrap();
     store
         .get_file("media/x.mp4", &dir.path().join("out/x.mp4"))
         .await

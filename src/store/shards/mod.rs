@@ -56,3 +56,27 @@ pub fn fields_of<T: Serialize + DeserializeOwned>() -> Result<Vec<FieldRef>, Run
     Vec::<FieldRef>::from_type::<T>(TracingOptions::default().allow_null_fields(true))
         .map_err(|e| RunError::Internal(format!("row schema: {e}")))
 }
+
+/// A writer of stage `probe` under fingerprint `fp`, taking slots `prefix` from the first (for
+/// the tests here and in `stages::selection`).
+#[cfg(test)]
+pub(crate) async fn shard_writer<R: Serialize + DeserializeOwned + Send + 'static>(
+    store: std::sync::Arc<dyn crate::store::Store>,
+    fp: &str,
+    prefix: &str,
+    max_rows: usize,
+    flush_every: std::time::Duration,
+) -> ShardWriter<R> {
+    let slots = Slots { prefix, next: 0 };
+    ShardWriter::open(
+        store,
+        "probe",
+        fp,
+        std::sync::Arc::new(vec![]),
+        slots,
+        max_rows,
+        flush_every,
+    )
+    .await
+    .unwrap()
+}

@@ -5,9 +5,8 @@
 
 use super::*;
 use crate::error::StageError;
-use crate::record::SourceInfo;
-use crate::record::VideoRecord;
 use crate::store::Store;
+use crate::store::test_support::{record as rec, run_dir};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,41 +17,11 @@ struct Row {
     n: u32,
 }
 
-fn rec(id: &str) -> VideoRecord {
-    VideoRecord::new(id.into(), SourceInfo::default(), vec![])
-}
-
-/// A writer of stage `probe` under fingerprint `fp`, taking slots `prefix` from the first.
-async fn writer(
-    store: Arc<dyn Store>,
-    prefix: &str,
-    max_rows: usize,
-    flush_every: Duration,
-) -> ShardWriter<Row> {
-    let slots = Slots { prefix, next: 0 };
-    ShardWriter::open(
-        store,
-        "probe",
-        "fp",
-        Arc::new(vec![]),
-        slots,
-        max_rows,
-        flush_every,
-    )
-    .await
-    .unwrap()
-}
-
 /// What a resume of stage `probe` (fingerprint `fp`, slots `prefix`) finds, keeping every video.
 async fn prior(store: &Arc<dyn Store>, prefix: &str) -> Prior<Row> {
     load_prior(store, "probe", "fp", prefix, Arc::new(|_: &str| true))
         .await
         .unwrap()
-}
-
-/// A run directory in a local temp folder, opened by its one writer.
-fn local_run(dir: &tempfile::TempDir) -> Arc<dyn Store> {
-    crate::store::open_run(&dir.path().display().to_string(), crate::store::Access::Own).unwrap()
 }
 
 /// Four workers of one rank walk the same 60 videos from different starting points, settling
@@ -62,7 +31,8 @@ async fn race_twins(store: &Arc<dyn Store>) -> u64 {
     for worker in 0..4u32 {
         let store = store.clone();
         tasks.spawn(async move {
-            let mut w = writer(store, "r0001-part-", 1000, Duration::from_secs(3600)).await;
+            let mut w =
+                shard_writer(store, "fp", "r0001-part-", 1000, Duration::from_secs(3600)).await;
             // Workers walk the same 60 videos from different starting points.
             for k in 0..60u32 {
                 let id = format!("v{:02}", (k + worker * 15) % 60);
@@ -137,9 +107,8 @@ async fn twins_commit_each_video_once(store: Arc<dyn Store>) {
 /// starting then must not redo them), and the next load writes the shard from the footer.
 #[tokio::test]
 async fn a_slot_whose_rejects_shard_is_missing_gets_it_back_from_its_footer() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = local_run(&dir);
-    let mut w = writer(store.clone(), "part-", 10, Duration::from_secs(60)).await;
+    let (_dir, store) = run_dir();
+    let mut w = shard_writer(store.clone(), "fp", "part-", 10, Duration::from_secs(60)).await;
     w.add(&rec("good"), vec![Row { worker: 0, n: 0 }]);
     w.reject("bad", &[], &StageError::data("bad", "detail"));
     w.flush().await.unwrap();
@@ -169,8 +138,8 @@ async fn a_slot_whose_rejects_shard_is_missing_gets_it_back_from_its_footer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn twins_commit_each_video_once_on_a_local_folder() {
-    let dir = tempfile::tempdir().unwrap();
-    twins_commit_each_video_once(local_run(&dir)).await;
+    let (_dir, store) = run_dir();
+    twins_commit_each_video_once(store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
