@@ -13,7 +13,7 @@ use super::read::{
 use super::write::{part_number, restore_rejects};
 use super::{SUPERSEDED_DIR, fields_of};
 use crate::error::RunError;
-use crate::record::COL_VIDEO_ID;
+use crate::record::{COL_VIDEO_ID, id_key};
 use crate::store::Store;
 use crate::store::commits;
 use arrow::array::RecordBatch;
@@ -144,15 +144,6 @@ impl OpenShard {
 /// for shards of big rows (a 20,000-row source shard).
 const OPEN_SHARDS: usize = 8;
 const OPEN_BYTES: usize = 4 << 20;
-
-/// The key a `Prior` holds for a video id: 64 bits of BLAKE3 (two ids of a billion-video run
-/// share a key with probability ~3 %; of a million, ~3e-8).
-fn id_key(id: &str) -> u64 {
-    let h = blake3::hash(id.as_bytes());
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&h.as_bytes()[..8]);
-    u64::from_le_bytes(b)
-}
 
 impl<R: Serialize + DeserializeOwned> Prior<R> {
     /// Whether an earlier run finished this video (with rows or none).
