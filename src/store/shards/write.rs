@@ -279,7 +279,7 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
             reason: error.reason.clone(),
             detail: error.detail.clone(),
             error_kind: error.kind.to_string(),
-            rejected_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            rejected_at: crate::store::manifest::now(),
         });
     }
 
