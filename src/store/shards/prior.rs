@@ -357,7 +357,7 @@ async fn set_aside_superseded(
 /// Moves a damaged shard (and its commit record) to `_damaged/` with a note, and says so in one
 /// warning line: its videos are then not done, so this run computes exactly them again.
 async fn set_aside_damaged(store: &dyn Store, path: &str, why: &str) -> Result<(), RunError> {
-    let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
+    let io = |p: &str, e| store.io_error(p, e);
     let videos = commits::read_record(store, path)
         .await
         .map(|r| format!("its {}", commits::videos(r.videos.len())))
@@ -387,7 +387,7 @@ async fn forget_missing(
     stage_id: &str,
     files: &[(String, bool)],
 ) -> Result<HashSet<String>, RunError> {
-    let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
+    let io = |p: &str, e| store.io_error(p, e);
     let dir = format!("{}/{stage_id}", commits::COMMITS_DIR);
     let records: HashSet<String> = store
         .list(&dir)
@@ -425,9 +425,7 @@ async fn forget_missing(
 /// Moves a shard of superseded settings aside; one another worker moved already is fine.
 async fn set_aside(store: &dyn Store, from: &str, to: &str) -> Result<(), RunError> {
     match store.rename(from, to).await {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(RunError::io(format!("{}/{from}", store.location()), e))
-        }
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(store.io_error(from, e)),
         _ => Ok(()),
     }
 }
