@@ -66,6 +66,15 @@ impl RunView {
     }
 }
 
+/// Stage `id`'s `[[stages]]` table in a pipeline file.
+pub fn stage_table<'a>(pipeline: &'a toml::Table, id: &str) -> Option<&'a toml::Table> {
+    let stages = pipeline.get("stages")?.as_array()?;
+    stages
+        .iter()
+        .filter_map(|t| t.as_table())
+        .find(|t| t.get("id").and_then(|i| i.as_str()) == Some(id))
+}
+
 /// The prices of the `[services.*]` tables of a run's recorded pipeline; a table this version
 /// cannot read is left out (a run made by another version still shows the rest), and a pipeline
 /// it cannot parse has none.

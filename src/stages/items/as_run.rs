@@ -11,11 +11,7 @@ use std::path::{Path, PathBuf};
 
 fn task_path(m: &Manifest, stage: &str) -> Option<PathBuf> {
     let doc: toml::Table = m.pipeline_toml.parse().ok()?;
-    let st = doc
-        .get("stages")?
-        .as_array()?
-        .iter()
-        .find(|s| s.get("id").and_then(|v| v.as_str()) == Some(stage))?;
+    let st = crate::store::run::stage_table(&doc, stage)?;
     let rel = st.get("compute")?.get("task")?.as_str()?;
     let base = Path::new(&m.pipeline_file)
         .parent()
