@@ -30,7 +30,7 @@ impl BatchService for LlmService {
     fn attach(&self, run_dir: &Path) -> Result<(), RunError> {
         let q = self.batch_queue().expect("batch services have queues");
         q.attach(&queue_dir(run_dir, &self.queue_name))
-            .map_err(|e| RunError::Internal(e.detail))
+            .map_err(RunError::from)
     }
 
     fn sends_batches(&self) -> bool {
@@ -44,7 +44,7 @@ impl BatchService for LlmService {
     fn chunk(&self) -> Result<usize, RunError> {
         let q = self.batch_queue().expect("batch services have queues");
         q.chunk(self.batch_max_requests, self.batch_max_bytes)
-            .map_err(|e| RunError::Internal(e.detail))
+            .map_err(RunError::from)
     }
 
     async fn settle(
