@@ -27,7 +27,7 @@ pub fn task_of_run(m: &Manifest, stage: &str, fingerprint: &str) -> Result<Task,
             "stage {stage}: the pipeline as run names no task file"
         ))
     })?;
-    let task = Task::load(&path).map_err(|e| RunError::Config(e.to_string()))?;
+    let task = Task::load(&path)?;
     if task.fingerprint != fingerprint {
         return Err(RunError::Config(format!(
             "{}: the task file changed since stage {stage} made its items (fingerprint {} now, {fingerprint} then): restore it, or run the stage again",
