@@ -270,10 +270,6 @@ impl LlmService {
         self.batch_poll
     }
 
-    fn scrub(&self, text: &str) -> String {
-        self.ep.scrub(text)
-    }
-
     /// The request body and the URL path for this API.
     fn body(&self, req: &ChatRequest) -> (String, Value) {
         let b64 = |i: &ImageInput| base64::engine::general_purpose::STANDARD.encode(&*i.jpeg);
@@ -391,7 +387,8 @@ impl LlmService {
                 Some(why) if self.batch_errors == BatchFallback::Reject => {
                     return Err(StageError::data(
                         "batch_error",
-                        self.scrub(&format!("{}: the batch answered {why}", self.name)),
+                        self.ep
+                            .scrub(&format!("{}: the batch answered {why}", self.name)),
                     ));
                 }
                 // Offline: asked again in the next export.

@@ -8,16 +8,6 @@ use crate::store::manifest::Manifest;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Prices from the run's pipeline (its [services.*] tables), when it names them.
-fn prices(manifest: Option<&Manifest>) -> BTreeMap<String, crate::config::Prices> {
-    let pipeline = manifest.and_then(|m| toml::from_str::<toml::Table>(&m.pipeline_toml).ok());
-    let services = pipeline
-        .as_ref()
-        .map(crate::store::run::services_of)
-        .unwrap_or_default();
-    services.into_iter().map(|(k, v)| (k, v.prices())).collect()
-}
-
 /// A run's response cache: the local one, or for a run on an object store the answers every
 /// worker published, gathered into `gathered`.
 struct Opened {
@@ -67,7 +57,11 @@ pub fn stats(run_dir: &Path) -> Result<String, RunError> {
             }
         ));
     };
-    let prices = prices(o.manifest.as_ref());
+    let prices = o
+        .manifest
+        .as_ref()
+        .map(crate::store::run::prices_of)
+        .unwrap_or_default();
     let cost = |s: &CacheStats| cost(&prices, s);
     let header = format!(
         "{:<28} {:>8} {:>8} {:>8} {:>8} {:>12} {:>12} {:>10}",

@@ -71,10 +71,8 @@ pub async fn dry_run(mut plan: Plan, opts: &RunOptions) -> Result<DryRun, RunErr
     // What an earlier run left: settled videos per stage (same fingerprint only), the cache.
     let (done, sources) = prior_work(&run_dir, &plan).await?;
     let local = opts.work_dir.clone().unwrap_or_else(|| run_dir.clone());
-    if let Some(cache) = ResponseCache::open_existing(&ResponseCache::path_in(&local))
-        .map_err(|e| RunError::Internal(e.detail))?
-    {
-        for s in cache.stats().map_err(|e| RunError::Internal(e.detail))? {
+    if let Some(cache) = ResponseCache::open_existing(&ResponseCache::path_in(&local))? {
+        for s in cache.stats()? {
             if s.entries > 0 {
                 *out.cached.entry(s.service.clone()).or_default() += s.entries;
                 *out.source_cached.entry(s.method.clone()).or_default() += s.entries as u64;

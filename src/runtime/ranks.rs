@@ -37,10 +37,7 @@ impl Default for Rank {
 
 /// The rank a video belongs to in a world of `world` ranks.
 pub fn owner(video_id: &str, world: u32) -> u32 {
-    let h = blake3::hash(video_id.as_bytes());
-    let mut first = [0u8; 8];
-    first.copy_from_slice(&h.as_bytes()[..8]);
-    (u64::from_le_bytes(first) % world.max(1) as u64) as u32
+    (crate::record::id_key(video_id) % world.max(1) as u64) as u32
 }
 
 /// Why the flags and scheduler variables name no rank: each says which setting to fix.

@@ -117,8 +117,8 @@ impl StageContext {
     /// on the system temp folder, a cache nobody opens.
     pub fn detached(run_dir: &std::path::Path) -> Result<Self, crate::error::RunError> {
         let tmp = std::env::temp_dir();
-        let store = crate::store::LocalStore::open_read_only(&tmp)
-            .map_err(|e| crate::error::RunError::io(tmp.display().to_string(), e))?;
+        let store =
+            crate::store::LocalStore::open_read_only(&tmp).map_err(crate::error::io(&tmp))?;
         Ok(Self {
             stage_id: SOURCE_STAGE_ID.into(),
             fingerprint: String::new(),

@@ -228,7 +228,7 @@ pub fn render(rows: &[FunnelRow]) -> String {
 /// Ids kept at the end of a funnel (for tests and reports).
 pub fn selected_ids(path: &Path) -> Result<HashSet<String>, RunError> {
     let bad = |e: &dyn std::fmt::Display| RunError::Internal(format!("{}: {e}", path.display()));
-    let f = std::fs::File::open(path).map_err(|e| RunError::io(path.display().to_string(), e))?;
+    let f = std::fs::File::open(path).map_err(crate::error::io(path))?;
     let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
         .and_then(|b| b.build())
         .map_err(|e| bad(&e))?;

@@ -4,7 +4,7 @@
 //! one no longer knows) can still be read. Every command that reads a finished run (rethreshold, status, estimate, split,
 //! release, annotate, analyze, cache stats) starts here.
 
-use crate::config::ServiceConfig;
+use crate::config::{Prices, ServiceConfig};
 use crate::error::RunError;
 use crate::store::Store;
 use crate::store::manifest::{self, Manifest};
@@ -66,13 +66,27 @@ impl RunView {
     }
 }
 
-/// The `[services.*]` tables of a recorded pipeline; a table this version cannot read is left
-/// out (a run made by another version still shows the rest).
-pub fn services_of(pipeline: &toml::Table) -> BTreeMap<String, ServiceConfig> {
+/// Stage `id`'s `[[stages]]` table in a pipeline file.
+pub fn stage_table<'a>(pipeline: &'a toml::Table, id: &str) -> Option<&'a toml::Table> {
+    let stages = pipeline.get("stages")?.as_array()?;
+    stages
+        .iter()
+        .filter_map(|t| t.as_table())
+        .find(|t| t.get("id").and_then(|i| i.as_str()) == Some(id))
+}
+
+/// The prices of the `[services.*]` tables of a run's recorded pipeline; a table this version
+/// cannot read is left out (a run made by another version still shows the rest), and a pipeline
+/// it cannot parse has none.
+pub fn prices_of(m: &Manifest) -> BTreeMap<String, Prices> {
+    let pipeline = toml::from_str::<toml::Table>(&m.pipeline_toml).unwrap_or_default();
     let tables = pipeline.get("services").and_then(|s| s.as_table());
     tables
         .into_iter()
         .flatten()
-        .filter_map(|(name, t)| Some((name.clone(), t.clone().try_into().ok()?)))
+        .filter_map(|(name, t)| {
+            let service: ServiceConfig = t.clone().try_into().ok()?;
+            Some((name.clone(), service.prices()))
+        })
         .collect()
 }

@@ -96,7 +96,7 @@ impl LlmService {
         let (status, retry_after, headers, bytes) = self.ep.send_full(r).await.map_err(|e| {
             StageError::external(
                 "service_unavailable",
-                self.scrub(&format!("{} {what}: {e}", self.name)),
+                self.ep.scrub(&format!("{} {what}: {e}", self.name)),
             )
         })?;
         if status == 200 {
@@ -105,7 +105,7 @@ impl LlmService {
         match self.ep.retry_or_fail(status, &bytes) {
             Ok((why, hint)) => Err(StageError::external(
                 "service_unavailable",
-                self.scrub(&format!("{} {what}: {why}", self.name)),
+                self.ep.scrub(&format!("{} {what}: {why}", self.name)),
             )
             .with_retry_after(
                 retry_after

@@ -30,7 +30,7 @@ impl BatchService for LlmService {
     fn attach(&self, run_dir: &Path) -> Result<(), RunError> {
         let q = self.batch_queue().expect("batch services have queues");
         q.attach(&queue_dir(run_dir, &self.queue_name))
-            .map_err(|e| RunError::Internal(e.detail))
+            .map_err(RunError::from)
     }
 
     fn sends_batches(&self) -> bool {
@@ -44,7 +44,7 @@ impl BatchService for LlmService {
     fn chunk(&self) -> Result<usize, RunError> {
         let q = self.batch_queue().expect("batch services have queues");
         q.chunk(self.batch_max_requests, self.batch_max_bytes)
-            .map_err(|e| RunError::Internal(e.detail))
+            .map_err(RunError::from)
     }
 
     async fn settle(
@@ -86,10 +86,8 @@ async fn settle_jobs(
     let Some(dir) = queue.dir() else {
         return Ok(Settled::default());
     };
-    let internal = |e: StageError| RunError::Internal(e.detail);
     let mut done = Settled::default();
-    let jobs: Vec<Job> = load_jobs(&dir)
-        .map_err(internal)?
+    let jobs: Vec<Job> = load_jobs(&dir)?
         .into_iter()
         .filter(|j| !j.imported)
         .collect();
@@ -104,7 +102,7 @@ async fn settle_jobs(
             let batch = submit(svc, queue, &path, &mut job, cancel).await?;
             job.batch_id = Some(batch.id.clone());
             job.status = batch.status.clone();
-            queue.save_job(&job).map_err(internal)?;
+            queue.save_job(&job)?;
             tracing::info!(service = %svc.name, batch = %batch.id, requests = job.requests, "Submitted a batch.");
         }
         live.push(job);
@@ -118,7 +116,7 @@ async fn settle_jobs(
             if b.status != job.status {
                 tracing::info!(service = %svc.name, batch = %id, status = %b.status, completed = b.completed, failed = b.failed, total = b.total, "Batch status.");
                 job.status = b.status.clone();
-                queue.save_job(&job).map_err(internal)?;
+                queue.save_job(&job)?;
             }
             if !is_terminal(&b.status) {
                 still.push(job);
@@ -127,7 +125,7 @@ async fn settle_jobs(
             let (answered, errors) = file(svc, queue, &dir, &job, &b, cache, cancel).await?;
             job.answered = answered;
             job.errors = errors;
-            queue.finish_job(&job).map_err(internal)?;
+            queue.finish_job(&job)?;
             tracing::info!(service = %svc.name, batch = %id, status = %b.status, answered, errors, "Batch imported into the response cache.");
             done.jobs += 1;
             done.answered += answered;
@@ -154,7 +152,6 @@ async fn submit(
     job: &mut Job,
     cancel: &CancellationToken,
 ) -> Result<BatchInfo, RunError> {
-    let internal = |e: StageError| RunError::Internal(e.detail);
     Ok(match svc.api {
         Api::OpenAi => {
             if job.file_id.is_none() {
@@ -166,7 +163,7 @@ async fn submit(
                 // Recorded before the batch is created: a lost batch id is found again
                 // by this file id.
                 job.file_id = Some(id);
-                queue.save_job(job).map_err(internal)?;
+                queue.save_job(job)?;
             }
             let file_id = job.file_id.clone().expect("uploaded");
             match with_retries("list batches", cancel, || svc.batch_find(&file_id)).await? {
@@ -202,7 +199,7 @@ async fn submit(
                             with_retries("upload", cancel, || svc.gemini_upload(&name, &bytes))
                                 .await?;
                         job.file_id = Some(id);
-                        queue.save_job(job).map_err(internal)?;
+                        queue.save_job(job)?;
                     }
                     let file = job.file_id.clone();
                     with_retries("create batch", cancel, || {
@@ -225,14 +222,13 @@ async fn file(
     cache: &ResponseCache,
     cancel: &CancellationToken,
 ) -> Result<(usize, usize), RunError> {
-    let internal = |e: StageError| RunError::Internal(e.detail);
     let mut results = b.inline_output.clone().unwrap_or_default();
     for fid in [&b.output_file_id, &b.error_file_id].into_iter().flatten() {
         let bytes = with_retries("download results", cancel, || svc.batch_content(fid)).await?;
         results.extend_from_slice(&bytes);
         results.push(b'\n');
     }
-    let ids = job_ids(dir, job).map_err(internal)?;
+    let ids = job_ids(dir, job)?;
     let missing = match b.status.as_str() {
         "failed" => b.errors.clone().unwrap_or_else(|| "batch_failed".into()),
         s => format!("batch_{s}"),
@@ -243,18 +239,15 @@ async fn file(
         load_keys(&own, &ids)
     } else {
         load_keys(&dir.join("requests.jsonl"), &ids)
-    }
-    .map_err(internal)?;
-    Ok(queue
-        .file_results(
-            &|bytes| cached_answer(svc.api, bytes),
-            &keys,
-            cache,
-            &results,
-            &ids,
-            &missing,
-        )
-        .map_err(internal)?)
+    }?;
+    Ok(queue.file_results(
+        &|bytes| cached_answer(svc.api, bytes),
+        &keys,
+        cache,
+        &results,
+        &ids,
+        &missing,
+    )?)
 }
 
 /// `vidcurate batch import`: files a batch output file (OpenAI's format, also `vllm run-batch`'s)

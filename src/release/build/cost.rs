@@ -49,22 +49,15 @@ pub fn run_cost(run_dir: &Path, m: &Manifest) -> Result<RunCost, crate::error::R
     let Some(cache) = ResponseCache::open_existing(&ResponseCache::path_in(run_dir))? else {
         return Ok(RunCost::NoCache);
     };
-    let services = toml::from_str::<toml::Table>(&m.pipeline_toml)
-        .map(|t| crate::store::run::services_of(&t))
-        .unwrap_or_default();
+    let prices = crate::store::run::prices_of(m);
     let users = stages_by_model(m);
     let mut lines = vec![];
     for s in cache.stats()? {
         if s.entries == 0 {
             continue;
         }
-        let price = services.get(&s.service).map(|c| c.prices());
-        let p = price.unwrap_or_default();
-        let usd = p.cost(
-            s.input_tokens - s.batch_input_tokens,
-            s.output_tokens - s.batch_output_tokens,
-            false,
-        ) + p.cost(s.batch_input_tokens, s.batch_output_tokens, true);
+        let price = prices.get(&s.service).copied();
+        let (usd, _) = s.usd(&price.unwrap_or_default());
         // `openai:gpt-4o` → the model `gpt-4o`; the cache lowercases the method.
         let model = s.method.split_once(':').map_or("", |(_, m)| m);
         let (stages, guessed) = match s.stage {

@@ -511,7 +511,6 @@ fn machine_tools(m: &Manifest) -> Vec<String> {
         }
     }
     let pipeline: toml::Table = toml::from_str(&m.pipeline_toml).unwrap_or_default();
-    let tables = pipeline.get("stages").and_then(|s| s.as_array());
     let mut out = vec![];
     for st in &m.stages {
         let mut used = vec![];
@@ -520,11 +519,7 @@ fn machine_tools(m: &Manifest) -> Vec<String> {
             continue;
         }
         let mut line = format!("stage `{}` ({}): {}", st.id, st.kind, used.join(", "));
-        let table = tables
-            .into_iter()
-            .flatten()
-            .filter_map(|t| t.as_table())
-            .find(|t| t.get("id").and_then(|i| i.as_str()) == Some(st.id.as_str()));
+        let table = crate::store::run::stage_table(&pipeline, &st.id);
         let mut named = vec![];
         if let Some(c) = table
             .and_then(|t| t.get("compute"))

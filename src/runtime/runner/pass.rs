@@ -138,7 +138,7 @@ impl PassEnv {
         svc: &dyn crate::runtime::batch::BatchService,
         settled: &mut crate::runtime::batch::Settled,
     ) -> Result<(), RunError> {
-        let c = self.cache.get().map_err(|e| RunError::Internal(e.detail))?;
+        let c = self.cache.get()?;
         let s = svc.settle(&c, &self.cancel).await?;
         settled.jobs += s.jobs;
         settled.answered += s.answered;

@@ -11,11 +11,7 @@ use std::path::{Path, PathBuf};
 
 fn task_path(m: &Manifest, stage: &str) -> Option<PathBuf> {
     let doc: toml::Table = m.pipeline_toml.parse().ok()?;
-    let st = doc
-        .get("stages")?
-        .as_array()?
-        .iter()
-        .find(|s| s.get("id").and_then(|v| v.as_str()) == Some(stage))?;
+    let st = crate::store::run::stage_table(&doc, stage)?;
     let rel = st.get("compute")?.get("task")?.as_str()?;
     let base = Path::new(&m.pipeline_file)
         .parent()
@@ -31,7 +27,7 @@ pub fn task_of_run(m: &Manifest, stage: &str, fingerprint: &str) -> Result<Task,
             "stage {stage}: the pipeline as run names no task file"
         ))
     })?;
-    let task = Task::load(&path).map_err(|e| RunError::Config(e.to_string()))?;
+    let task = Task::load(&path)?;
     if task.fingerprint != fingerprint {
         return Err(RunError::Config(format!(
             "{}: the task file changed since stage {stage} made its items (fingerprint {} now, {fingerprint} then): restore it, or run the stage again",

@@ -222,12 +222,6 @@ pub fn content_id(path: &Path) -> std::io::Result<String> {
     Ok(h.finalize().to_hex()[..16].to_string())
 }
 
-/// 64 bits of BLAKE3 of an id: what the duplicate check keeps per video (not the id itself).
-fn id_key(id: &str) -> u64 {
-    let h = blake3::hash(id.as_bytes());
-    u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap_or_default())
-}
-
 #[async_trait]
 impl Source for LocalSource {
     fn provides(&self) -> &'static [Slot] {
@@ -367,7 +361,7 @@ pub(crate) fn source_item(
             error: problem,
         });
     }
-    let key = id_key(&id);
+    let key = crate::record::id_key(&id);
     if let Some(first) = seen.get(&key) {
         let first = if from_manifest {
             format!("line {first}")

@@ -231,7 +231,7 @@ impl Source for YouTubeSource {
     }
 
     async fn open(&mut self, cx: &StageContext) -> Result<(), RunError> {
-        let cache = cx.cache.get().map_err(|e| RunError::Internal(e.detail))?;
+        let cache = cx.cache.get()?;
         let client = YouTubeClient::new(self.settings.clone(), cache)
             .map_err(|e| RunError::Config(e.to_string()))?;
         tracing::info!(

@@ -36,7 +36,7 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| RunError::Internal(format!("response cache: {e}")))?
-        .map_err(|e| RunError::Internal(e.detail))
+        .map_err(RunError::from)
 }
 
 /// A new empty cache file named `<prefix>….sqlite` beside `cache`'s own, removed when dropped.
@@ -98,7 +98,7 @@ impl CacheHandle {
             return Ok(0);
         };
         let _one = sh.lock.lock().await;
-        let Some(cache) = self.existing().map_err(|e| RunError::Internal(e.detail))? else {
+        let Some(cache) = self.existing()? else {
             return Ok(0);
         };
         let c = cache.clone();
@@ -145,7 +145,7 @@ impl CacheHandle {
             return Ok(0);
         }
         let _one = sh.lock.lock().await;
-        let cache = self.get().map_err(|e| RunError::Internal(e.detail))?;
+        let cache = self.get()?;
         let mut added = 0;
         for name in parts.into_iter().filter(|p| p.ends_with(".sqlite")) {
             let (c, n) = (cache.clone(), name.clone());

@@ -13,7 +13,7 @@ use super::read::{
 use super::write::{part_number, restore_rejects};
 use super::{SUPERSEDED_DIR, fields_of};
 use crate::error::RunError;
-use crate::record::COL_VIDEO_ID;
+use crate::record::{COL_VIDEO_ID, id_key};
 use crate::store::Store;
 use crate::store::commits;
 use arrow::array::RecordBatch;
@@ -144,15 +144,6 @@ impl OpenShard {
 /// for shards of big rows (a 20,000-row source shard).
 const OPEN_SHARDS: usize = 8;
 const OPEN_BYTES: usize = 4 << 20;
-
-/// The key a `Prior` holds for a video id: 64 bits of BLAKE3 (two ids of a billion-video run
-/// share a key with probability ~3 %; of a million, ~3e-8).
-fn id_key(id: &str) -> u64 {
-    let h = blake3::hash(id.as_bytes());
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&h.as_bytes()[..8]);
-    u64::from_le_bytes(b)
-}
 
 impl<R: Serialize + DeserializeOwned> Prior<R> {
     /// Whether an earlier run finished this video (with rows or none).
@@ -366,7 +357,7 @@ async fn set_aside_superseded(
 /// Moves a damaged shard (and its commit record) to `_damaged/` with a note, and says so in one
 /// warning line: its videos are then not done, so this run computes exactly them again.
 async fn set_aside_damaged(store: &dyn Store, path: &str, why: &str) -> Result<(), RunError> {
-    let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
+    let io = |p: &str, e| store.io_error(p, e);
     let videos = commits::read_record(store, path)
         .await
         .map(|r| format!("its {}", commits::videos(r.videos.len())))
@@ -396,7 +387,7 @@ async fn forget_missing(
     stage_id: &str,
     files: &[(String, bool)],
 ) -> Result<HashSet<String>, RunError> {
-    let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
+    let io = |p: &str, e| store.io_error(p, e);
     let dir = format!("{}/{stage_id}", commits::COMMITS_DIR);
     let records: HashSet<String> = store
         .list(&dir)
@@ -434,9 +425,7 @@ async fn forget_missing(
 /// Moves a shard of superseded settings aside; one another worker moved already is fine.
 async fn set_aside(store: &dyn Store, from: &str, to: &str) -> Result<(), RunError> {
     match store.rename(from, to).await {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(RunError::io(format!("{}/{from}", store.location()), e))
-        }
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(store.io_error(from, e)),
         _ => Ok(()),
     }
 }

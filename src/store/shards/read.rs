@@ -116,7 +116,7 @@ pub async fn stage_files(
     store: &Arc<dyn Store>,
     stage_id: &str,
 ) -> Result<(Vec<(String, bool)>, HashSet<String>), RunError> {
-    let io = |p: &str, e| RunError::io(format!("{}/{p}", store.location()), e);
+    let io = |p: &str, e| store.io_error(p, e);
     let legacy_rejects = format!("{REJECTS_DIR}/{stage_id}-part-");
     let mut paths: Vec<(String, bool)> = store
         .list(stage_id)
@@ -193,7 +193,7 @@ pub async fn get_unless_moved(store: &dyn Store, path: &str) -> Result<Option<Ve
     match store.get(path).await {
         Ok(d) => Ok(Some(d)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(RunError::io(format!("{}/{path}", store.location()), e)),
+        Err(e) => Err(store.io_error(path, e)),
     }
 }
 

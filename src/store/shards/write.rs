@@ -189,7 +189,7 @@ async fn committed_slots(
     let mut slots: Vec<(u32, String)> = store
         .list(stage_id)
         .await
-        .map_err(|e| RunError::io(format!("{}/{stage_id}", store.location()), e))?
+        .map_err(|e| store.io_error(stage_id, e))?
         .into_iter()
         .filter(|p| p.starts_with(&full))
         .filter_map(|p| Some((part_number(&p)?, p)))
@@ -279,7 +279,7 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
             reason: error.reason.clone(),
             detail: error.detail.clone(),
             error_kind: error.kind.to_string(),
-            rejected_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            rejected_at: crate::store::manifest::now(),
         });
     }
 
@@ -312,7 +312,7 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
         }
         while self.pending() > 0 {
             let t = &self.target;
-            let io = |p: &str, e| RunError::io(format!("{}/{p}", t.store.location()), e);
+            let io = |p: &str, e| t.store.io_error(p, e);
             let slot = self.next_slot;
             // The slot's rejects shard is written after winning, from rows the slot carries.
             let rejects = self.slot_rejects(slot)?;
@@ -582,7 +582,7 @@ pub(super) async fn restore_rejects(
     let written = store
         .put_if_absent(file, rows.shard(stage, fp)?)
         .await
-        .map_err(|e| RunError::io(format!("{}/{file}", store.location()), e))?;
+        .map_err(|e| store.io_error(file, e))?;
     if written {
         tracing::info!(stage, file = %file, "Wrote a committed slot's missing rejects shard from its footer.");
     }
