@@ -205,13 +205,15 @@ impl Format {
 /// only capitals count, so the article "a" is not option A.
 fn letters_in(text: &str, n: usize) -> Vec<usize> {
     let t = text.trim();
-    let words: Vec<&str> = t
+    let only_letters = t
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
-        .collect();
-    let only_letters = words.iter().all(|w| w.chars().count() == 1);
+        .all(|w| w.chars().count() == 1);
     let mut out = vec![];
-    for w in words {
+    for w in t
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
         let mut cs = w.chars();
         let (Some(c), None) = (cs.next(), cs.next()) else {
             continue;
