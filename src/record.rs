@@ -83,6 +83,30 @@ pub enum Slot {
 }
 
 impl Slot {
+    /// Every slot (what a stage reading columns of any earlier stage reads).
+    pub const ALL: &'static [Slot] = &[
+        Slot::Source,
+        Slot::Media,
+        Slot::Probe,
+        Slot::Frames,
+        Slot::Ocr,
+        Slot::Overlays,
+        Slot::Shots,
+        Slot::Relevance,
+        Slot::Prescreen,
+        Slot::Quality,
+        Slot::Committee,
+        Slot::Dedup,
+        Slot::Transcript,
+        Slot::Caption,
+        Slot::Questions,
+        Slot::Blind,
+        Slot::LevelCheck,
+        Slot::Language,
+        Slot::Answers,
+        Slot::Items,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Slot::Source => "source",
@@ -397,6 +421,69 @@ pub struct VideoRecord {
     pub questions: Option<Vec<QuestionItem>>,
     /// Benchmark items of the task stages so far (every task's, in stage order).
     pub items: Option<Vec<BenchItem>>,
+    /// What the record's slots were computed from, as digests (see `Lineage`).
+    pub lineage: Lineage,
+}
+
+/// Digests of what a record's slots hold, so a rerun tells a stored row whose inputs changed from
+/// one it may reuse. A slot's digest is of its lineage, not of its rows: the source's digests are
+/// of what it read (the row, the media file's size and modification time), and a stage's slot
+/// digest is of the stage and its input digest, so a frame rewritten under the same path still
+/// changes what OCR read.
+#[derive(Debug, Clone, Default)]
+pub struct Lineage {
+    pub slots: Vec<(Slot, u64)>,
+    /// The extra columns' values: carried in every table, so a change rewrites stored rows.
+    pub extras: u64,
+    /// What the stage settling this record now read (set by the runtime; stored with its rows).
+    pub stamp: Option<Stamp>,
+}
+
+impl Lineage {
+    pub fn slot(&self, slot: Slot) -> Option<u64> {
+        self.slots.iter().find(|(s, _)| *s == slot).map(|(_, d)| *d)
+    }
+
+    pub fn set(&mut self, slot: Slot, digest: u64) {
+        match self.slots.iter_mut().find(|(s, _)| *s == slot) {
+            Some(e) => e.1 = digest,
+            None => self.slots.push((slot, digest)),
+        }
+    }
+}
+
+/// What one stage read for one video, as its shard's footer records it: the digest of the slots
+/// it reads (`input`) and of the extra columns written beside its rows (`extras`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub input: u64,
+    pub extras: u64,
+}
+
+impl Stamp {
+    pub fn to_hex(self) -> String {
+        format!("{:016x}{:016x}", self.input, self.extras)
+    }
+
+    pub fn from_hex(s: &str) -> Option<Self> {
+        if s.len() != 32 {
+            return None;
+        }
+        Some(Self {
+            input: u64::from_str_radix(&s[..16], 16).ok()?,
+            extras: u64::from_str_radix(&s[16..], 16).ok()?,
+        })
+    }
+}
+
+/// 64 bits of BLAKE3 over `parts`, each length-prefixed (so no two lists hash alike).
+pub fn digest<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
+    let mut h = blake3::Hasher::new();
+    for p in parts {
+        h.update(&(p.len() as u64).to_le_bytes());
+        h.update(p);
+    }
+    u64::from_le_bytes(h.finalize().as_bytes()[..8].try_into().unwrap_or_default())
 }
 
 impl VideoRecord {

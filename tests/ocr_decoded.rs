@@ -96,17 +96,19 @@ fn ocr_reads_the_decoded_frame_whatever_the_history() {
     assert_eq!(counts(&e, "ocr")["tally"]["frames_decoded_again"], 6);
     same(&ocr_rows(&e), &reference, "no hand-off");
 
-    // The media unreadable after sampling (deleted, or overwritten as here): the JPEGs are
-    // read, and the summary says so.
+    // The media unreadable after sampling, with nothing the source compares changed (its bytes
+    // damaged in place, size and time kept: a file replaced is sampled again instead): the
+    // JPEGs are read, and the summary says so.
     let p = d.path().join("g.toml");
     write(&p, &pipeline(src, &frames(95), ""));
     let g = d.path().join("g");
     run_ok(&p, &g, d.path());
     for v in ["truth000", "truth001"] {
-        write(
-            &d.path().join(format!("truth/videos/{v}.mp4")),
-            "not a video any more",
-        );
+        let path = d.path().join(format!("truth/videos/{v}.mp4"));
+        let meta = std::fs::metadata(&path).unwrap();
+        std::fs::write(&path, vec![b'x'; meta.len() as usize]).unwrap();
+        let f = std::fs::File::options().write(true).open(&path).unwrap();
+        f.set_modified(meta.modified().unwrap()).unwrap();
     }
     write(&p, &with_ocr(95, ""));
     let summary = run_ok(&p, &g, d.path());

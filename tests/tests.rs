@@ -41,6 +41,7 @@ mod ocr_truth;
 mod overlap;
 mod questions;
 mod release;
+mod rerun;
 mod resume;
 mod s3faults;
 mod shots;

@@ -127,6 +127,16 @@ fn print_summary(report: &runner::RunReport, summaries: &[crate::plan::SummaryLi
             );
         }
     }
+    // What a rerun found changed in the inputs, per source and stage.
+    for id in &report.order {
+        if let Some(line) = report
+            .counts
+            .get(id)
+            .and_then(|c| crate::runtime::rerun::summary_line(id, c))
+        {
+            eprintln!("{line}");
+        }
+    }
     for (id, line) in summaries {
         if let Some(text) = report.counts.get(id).map(|c| line(id, c)) {
             if !text.is_empty() {

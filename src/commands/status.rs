@@ -37,6 +37,8 @@ impl RankStatus {
 pub struct Status {
     pub pin: Option<Pin>,
     pub ranks: Vec<RankStatus>,
+    /// Per table, the videos whose rows reruns retired, by reason (`store::shards::retired`).
+    pub retired: std::collections::BTreeMap<String, std::collections::BTreeMap<String, u64>>,
 }
 
 pub async fn status(run: &Path) -> Result<Status, RunError> {
@@ -48,7 +50,12 @@ pub async fn status(run: &Path) -> Result<Status, RunError> {
     };
     let world = pin.as_ref().map_or(1, |p| p.world.max(1));
     let data = read_stages(&view, &[]).await?;
-    let mut out = Status { pin, ranks: vec![] };
+    let retired = crate::store::shards::retired::all_counts(store.as_ref()).await?;
+    let mut out = Status {
+        pin,
+        ranks: vec![],
+        retired,
+    };
     for r in 0..world {
         let rank = Rank {
             rank: r,
@@ -116,6 +123,10 @@ pub fn render(s: &Status) -> String {
         if r.funnel.is_empty() {
             t += &format!("{:<6} {state:<12} {at:<26} {:>7}\n", r.rank, r.videos);
         }
+    }
+    for (table, why) in &s.retired {
+        let parts: Vec<String> = why.iter().map(|(w, n)| format!("{n} {w}")).collect();
+        t += &format!("retired from {table} by reruns: {}\n", parts.join(", "));
     }
     let todo: Vec<String> = s
         .ranks

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Ids that name folders of the run directory the runtime owns.
-pub const RESERVED_IDS: &[&str] = &["source", "rejects", "media", "manifest"];
+pub const RESERVED_IDS: &[&str] = &["source", "rejects", "media", "manifest", "retired"];
 pub use super::stage::SOURCE_STAGE_ID;
 /// Bumped when the source table's meaning changes.
 pub const SOURCE_FINGERPRINT: &str = "source-v2";

@@ -17,6 +17,7 @@ pub mod decoded;
 pub mod metrics;
 pub mod progress;
 pub mod ranks;
+pub mod rerun;
 pub mod runner;
 pub mod stage;
 pub mod watch;

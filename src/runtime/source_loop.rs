@@ -7,11 +7,14 @@ use super::stage::{self, StageContext};
 use super::stage_loop::{RejectLog, note_lost, open_stage_tables};
 use super::{StageCounts, StageSettings, collected, ranks};
 use crate::error::RunError;
-use crate::record::{SourceInfo, VideoRecord};
+use crate::record::{SourceInfo, Stamp, VideoRecord, id_key};
 use crate::runtime::progress::StageProgress;
+use crate::runtime::rerun;
 use crate::runtime::watch::StageWatch;
+use crate::store::shards::retired::{RetiredEntry, why};
 use crate::store::shards::{self, ShardWriter};
 use futures::StreamExt;
+use std::collections::HashSet;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -23,6 +26,8 @@ pub struct SourceRole {
     /// Where a source that stops half-way leaves its error, for the runner to report once the
     /// other stages have drained.
     pub stopped: Arc<std::sync::Mutex<Option<RunError>>>,
+    /// Every stage table of the run: a video that left the source leaves them all.
+    pub tables: Vec<String>,
 }
 
 /// Reads the source stream, persists the `source` table, forwards the records (this rank's).
@@ -41,6 +46,7 @@ pub async fn run_source(
     let SourceRole {
         collect_for,
         stopped,
+        tables,
     } = role;
     let for_all_ranks = collect_for.is_some();
     let table_cx = source_table_context(&cx, for_all_ranks);
@@ -53,6 +59,8 @@ pub async fn run_source(
         counts: StageCounts::default(),
         rejects: RejectLog::default(),
         committed_elsewhere: source.already_committed(),
+        seen: Default::default(),
+        turned_rejects: Default::default(),
     };
     let mut items = source.run(cx.clone());
     loop {
@@ -77,16 +85,19 @@ pub async fn run_source(
         };
         if !cx.rank.owns(id) {
             if for_all_ranks {
-                keep_for_other_rank(item, &table.prior, &mut table.writer);
+                table.keep_for_other_rank(item, &cx).await?;
                 table.writer.maybe_flush().await?;
                 cx.tally.add("collected_for_other_ranks", 1);
             }
             // Otherwise that rank lists, persists and forwards it itself.
             continue;
         }
-        if !table.settle(item, &output, &progress, &watch).await? {
+        if !table.settle(item, &cx, &output, &progress, &watch).await? {
             break;
         }
+    }
+    if ended && !cancel.is_cancelled() && !table.committed_elsewhere {
+        table.retire_unlisted(&cx, &tables).await?;
     }
     let collected_for = collect_for.as_deref().filter(|_| ended);
     table.close(&cx, collected_for, &progress, &watch).await
@@ -129,6 +140,11 @@ struct SourceTable {
     rejects: RejectLog,
     /// The table was written elsewhere (the rank that collected it): nothing is persisted here.
     committed_elsewhere: bool,
+    /// Keys of the videos this listing yielded (done or rejected): a settled video not among
+    /// them has left the source.
+    seen: HashSet<u64>,
+    /// Videos settled as done before that the source now rejects.
+    turned_rejects: HashSet<String>,
 }
 
 impl SourceTable {
@@ -137,6 +153,7 @@ impl SourceTable {
     async fn settle(
         &mut self,
         item: stage::SourceItem,
+        cx: &StageContext,
         output: &mpsc::Sender<VideoRecord>,
         progress: &StageProgress,
         watch: &StageWatch,
@@ -146,7 +163,7 @@ impl SourceTable {
         watch.finished(None);
         match item {
             Ok(rec) => {
-                if !self.forward(rec, output, progress, watch).await? {
+                if !self.forward(rec, cx, output, progress, watch).await? {
                     return Ok(false);
                 }
             }
@@ -186,31 +203,19 @@ impl SourceTable {
     /// `Ok(false)`: the next stage has stopped listening.
     async fn forward(
         &mut self,
-        rec: VideoRecord,
+        mut rec: VideoRecord,
+        cx: &StageContext,
         output: &mpsc::Sender<VideoRecord>,
         progress: &StageProgress,
         watch: &StageWatch,
     ) -> Result<bool, RunError> {
+        rerun::source_lineage(&mut rec, &cx.extras);
         if self.committed_elsewhere {
             self.counts.reused += 1;
-        } else if self.prior.is_done(&rec.video_id) {
-            let before = self.prior.take(&rec.video_id).await?;
-            self.counts.reused += 1;
-            // Finished work is keyed by video id: a different file under the same id keeps
-            // the old results. Say so rather than mix them silently.
-            if before
-                .first()
-                .is_some_and(|b| b.size_bytes != rec.source.size_bytes)
-            {
-                tracing::warn!(
-                    video_id = %rec.video_id,
-                    path = rec.source.path.as_deref().unwrap_or(""),
-                    "This id was processed from a different file; its results are the old file's. Give the new file a new id, or use a new run directory."
-                );
-            }
-        } else {
+        } else if self.store_row(&rec, cx).await? {
             self.counts.computed += 1;
-            self.writer.add(&rec, vec![rec.source.clone()]);
+        } else {
+            self.counts.reused += 1;
         }
         progress.inc(false);
         self.writer.maybe_flush().await?;
@@ -229,35 +234,165 @@ impl SourceTable {
         progress: &StageProgress,
     ) -> Result<(), RunError> {
         progress.inc(true);
-        if self.prior.is_rejected(&rej.video_id) {
-            self.counts.rejected_before += 1;
-        } else {
+        if self.store_reject(&rej) {
             self.counts.rejected += 1;
             if self.rejects.note(&rej.error.reason) {
                 tracing::warn!(video_id = %rej.video_id, reason = %rej.error.reason, detail = %rej.error.detail, "Source rejected an entry.");
             }
-            self.writer.reject(&rej.video_id, &rej.extra, &rej.error);
+        } else {
+            self.counts.rejected_before += 1;
         }
         self.writer.maybe_flush().await
     }
-}
 
-/// Persists another rank's video (or reject) in the shared source table, unless it is there.
-fn keep_for_other_rank(
-    item: stage::SourceItem,
-    prior: &shards::Prior<SourceInfo>,
-    writer: &mut ShardWriter<SourceInfo>,
-) {
-    match item {
-        Ok(rec) => {
-            if !prior.is_done(&rec.video_id) {
-                writer.add(&rec, vec![rec.source.clone()]);
+    /// Persists another rank's video (or reject) in the shared source table, unless it is there
+    /// as it is now.
+    async fn keep_for_other_rank(
+        &mut self,
+        item: stage::SourceItem,
+        cx: &StageContext,
+    ) -> Result<(), RunError> {
+        match item {
+            Ok(mut rec) => {
+                rerun::source_lineage(&mut rec, &cx.extras);
+                self.store_row(&rec, cx).await?;
+            }
+            Err(rej) => {
+                self.store_reject(&rej);
             }
         }
-        Err(rej) => {
-            if !prior.is_rejected(&rej.video_id) {
-                writer.reject(&rej.video_id, &rej.extra, &rej.error);
+        Ok(())
+    }
+
+    /// Writes the video's source row unless the stored one is the same (`Ok(false)`); a stored
+    /// row that differs, or a stored reject, is retired, and the change counted by field.
+    async fn store_row(&mut self, rec: &VideoRecord, cx: &StageContext) -> Result<bool, RunError> {
+        let id = &rec.video_id;
+        self.seen.insert(id_key(id));
+        let stamp = rec.lineage.stamp.unwrap_or(Stamp {
+            input: 0,
+            extras: 0,
+        });
+        let replaced = if self.prior.is_done(id) {
+            let stored = self.prior.stamp(id);
+            if stored == Some(stamp) {
+                return Ok(false);
+            }
+            let old = self.prior.take(id).await?;
+            let fields = match (stored, old.first()) {
+                (Some(_), Some(old)) => self.what_changed(id, old, rec, cx).await?,
+                // A row of a version before stamps: compared as it stands.
+                (None, Some(old)) if *old == rec.source => return Ok(false),
+                (None, Some(old)) => rerun::changed_fields(old, &rec.source),
+                (_, None) => vec![],
+            };
+            cx.tally.add(rerun::tally::CHANGED, 1);
+            for f in fields {
+                cx.tally.add(&format!("{}:{f}", rerun::tally::CHANGED), 1);
+            }
+            Some(why::SOURCE_CHANGED)
+        } else if self.prior.is_rejected(id) {
+            Some(why::NOW_LISTED)
+        } else {
+            if self.prior.settled() > 0 {
+                cx.tally.add(rerun::tally::ADDED, 1);
+            }
+            None
+        };
+        if let (Some(why), Some((shard, sum))) = (replaced, self.prior.shard_of(id)) {
+            self.writer.retire(RetiredEntry {
+                shard: shard.to_string(),
+                commit: sum.to_string(),
+                video: id.clone(),
+                why: why.into(),
+            });
+        }
+        self.writer.add(rec, vec![rec.source.clone()]);
+        Ok(true)
+    }
+
+    /// The names of what differs between the stored row and `rec`: its fields, its extra
+    /// columns (read back from the stored shard: only changed rows pay for it), or `file` when
+    /// only the media file is new.
+    async fn what_changed(
+        &self,
+        id: &str,
+        old: &SourceInfo,
+        rec: &VideoRecord,
+        cx: &StageContext,
+    ) -> Result<Vec<String>, RunError> {
+        let mut fields = rerun::changed_fields(old, &rec.source);
+        if let Some((shard, _)) = self.prior.shard_of(id) {
+            let stored = shards::stored_extras(cx.store.as_ref(), shard, id, &cx.extras).await?;
+            for (i, name) in cx.extras.iter().enumerate() {
+                if stored.get(i) != rec.extra.get(i) {
+                    fields.push(name.clone());
+                }
             }
         }
+        if fields.is_empty() {
+            fields.push("file".into());
+        }
+        Ok(fields)
+    }
+
+    /// Writes the reject unless the video was rejected before (`false`); a stored row of a
+    /// video the source now rejects (its file gone, its label unmapped) is retired.
+    fn store_reject(&mut self, rej: &stage::SourceReject) -> bool {
+        let id = &rej.video_id;
+        self.seen.insert(id_key(id));
+        if self.prior.is_rejected(id) {
+            return false;
+        }
+        if let (true, Some((shard, sum))) = (self.prior.is_done(id), self.prior.shard_of(id)) {
+            self.writer.retire(RetiredEntry {
+                shard: shard.to_string(),
+                commit: sum.to_string(),
+                video: id.clone(),
+                why: why::NOW_REJECTED.into(),
+            });
+            self.turned_rejects.insert(id.clone());
+        }
+        self.writer.reject(id, &rej.extra, &rej.error, None);
+        true
+    }
+
+    /// After a complete listing: the settled videos it did not yield have left the source, and
+    /// leave every table (the source's own through this writer's next commit).
+    async fn retire_unlisted(
+        &mut self,
+        cx: &StageContext,
+        tables: &[String],
+    ) -> Result<(), RunError> {
+        let gone: HashSet<u64> = self
+            .prior
+            .settled_keys()
+            .filter(|k| !self.seen.contains(k))
+            .collect();
+        if gone.is_empty() && self.turned_rejects.is_empty() {
+            return Ok(());
+        }
+        let ids = self.prior.ids_of(&gone).await?;
+        let mut names: HashSet<String> = ids.iter().map(|(v, _, _)| v.clone()).collect();
+        cx.tally.add(rerun::tally::REMOVED, names.len() as u64);
+        for (video, shard, sum) in ids {
+            self.writer.retire(RetiredEntry {
+                shard,
+                commit: sum,
+                video,
+                why: why::REMOVED.into(),
+            });
+        }
+        // A video the source now rejects leaves the stage tables too (its source row is retired
+        // by `store_reject`).
+        names.extend(self.turned_rejects.drain());
+        let name = format!("{}removed", cx.rank.shard_prefix());
+        let tables = rerun::every_table(cx.store.as_ref(), tables).await?;
+        rerun::retire_removed(cx.store.as_ref(), &tables, &names, &name).await?;
+        tracing::info!(
+            videos = names.len(),
+            "Videos no longer in the source: retired from every table."
+        );
+        Ok(())
     }
 }

@@ -238,6 +238,20 @@ pub trait Processor: Send + Sync + 'static {
     /// The slot this stage fills.
     fn provides(&self) -> Slot;
 
+    /// The slots `process` reads (by default those it requires): what its input digest covers,
+    /// so a stored row is computed again exactly when one of them changed (`runtime::rerun`).
+    /// A stage that reads a slot it does not require (the title, a transcript when there is
+    /// one) names it here.
+    fn reads(&self) -> Vec<Slot> {
+        self.requires().to_vec()
+    }
+
+    /// Whether `process` reads the source's extra columns (a label): its rows are then computed
+    /// again when they change, not only written again with the new values.
+    fn reads_extras(&self) -> bool {
+        false
+    }
+
     /// Computes the rows of one video. Errors are classified by `StageError::kind`.
     async fn process(
         &self,

@@ -8,9 +8,11 @@ use super::retry::{Outcome, compute_with_retries};
 use super::stage::{self, Processor, StageContext};
 use super::{StageCounts, StageIo, StageSettings, StageTask};
 use crate::error::{ErrorKind, RunError, StageError};
-use crate::record::VideoRecord;
+use crate::record::{Stamp, VideoRecord};
 use crate::runtime::progress::StageProgress;
+use crate::runtime::rerun;
 use crate::runtime::watch::StageWatch;
+use crate::store::shards::retired::{RetiredEntry, why};
 use crate::store::shards::{self, ShardWriter};
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -79,6 +81,8 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
             downstream_open: true,
         };
         let mut rejects = RejectLog::default();
+        // Videos whose stored rows are written again with new extra-column values.
+        let mut rewrite = std::collections::HashSet::new();
         let mut tick = tokio::time::interval(settings.flush_every.max(Duration::from_millis(100)));
         loop {
             if !flow.input_open && flow.in_flight.is_empty() && flow.to_send.is_empty() {
@@ -94,10 +98,11 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
                     input.close();
                     watch.input_closed();
                 }
-                Step::Received(rec) => {
+                Step::Received(mut rec) => {
                     watch.received();
+                    let settle = self.settle(&mut rec, &prior, &cx, &mut writer, &mut rewrite);
                     flow.in_flight
-                        .push(self.start(rec, &prior, &cx, &settings, &watch));
+                        .push(self.start(rec, settle, &prior, &cx, &settings, &watch));
                 }
                 Step::Finished(outcome) => {
                     if let Some(rec) = self
@@ -109,6 +114,7 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
                             &progress,
                             &watch,
                             &mut rejects,
+                            &mut rewrite,
                         )
                         .await?
                     {
@@ -131,15 +137,27 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
             }
             watch.set_waiting_to_send(flow.to_send.len());
         }
-        writer.flush().await?;
-        note_lost(&cx, writer.lost());
-        rejects.summary(&cx.stage_id);
-        progress.finish();
-        watch.publish(&counts);
-        watch.ended();
-        counts.tally = cx.tally.snapshot();
-        Ok(counts)
+        close(writer, &cx, &rejects, &progress, &watch, counts).await
     }
+}
+
+/// Commits what is buffered at the end of the stage and returns its counts.
+async fn close<R: Serialize + serde::de::DeserializeOwned + Send + 'static>(
+    mut writer: ShardWriter<R>,
+    cx: &StageContext,
+    rejects: &RejectLog,
+    progress: &StageProgress,
+    watch: &StageWatch,
+    mut counts: StageCounts,
+) -> Result<StageCounts, RunError> {
+    writer.flush().await?;
+    note_lost(cx, writer.lost());
+    rejects.summary(&cx.stage_id);
+    progress.finish();
+    watch.publish(&counts);
+    watch.ended();
+    counts.tally = cx.tally.snapshot();
+    Ok(counts)
 }
 
 /// Logs rejects the first few times per reason, then counts them: a manifest of thousands of bad
@@ -231,17 +249,60 @@ enum Step<R> {
 }
 
 impl<P: Processor> ProcessorTask<P> {
+    /// Stamps the record with what this stage reads of it and decides what to do with an earlier
+    /// run's settlement (`rerun::decide`); a settlement replaced is retired before the commit
+    /// that replaces it.
+    fn settle(
+        &self,
+        rec: &mut VideoRecord,
+        prior: &shards::Prior<P::Row>,
+        cx: &StageContext,
+        writer: &mut ShardWriter<P::Row>,
+        rewrite: &mut std::collections::HashSet<String>,
+    ) -> rerun::Settle {
+        let input = rerun::input_digest(&self.0.reads(), self.0.reads_extras(), &rec.lineage);
+        let stamp = Stamp {
+            input,
+            extras: rec.lineage.extras,
+        };
+        rec.lineage.stamp = Some(stamp);
+        rec.lineage
+            .set(self.0.provides(), rerun::output_digest(&cx.stage_id, input));
+        let settle = rerun::decide(prior, &rec.video_id, stamp);
+        if let Some(key) = rerun::tally_of(&settle) {
+            cx.tally.add(key, 1);
+        }
+        let replaced = match &settle {
+            rerun::Settle::Rewrite { shard } => {
+                rewrite.insert(rec.video_id.clone());
+                Some((shard.clone(), why::EXTRAS_CHANGED))
+            }
+            rerun::Settle::Compute { replaces } => replaces.clone(),
+            _ => None,
+        };
+        if let Some(((shard, sum), why)) = replaced {
+            writer.retire(RetiredEntry {
+                shard,
+                commit: sum,
+                video: rec.video_id.clone(),
+                why: why.into(),
+            });
+        }
+        settle
+    }
+
     /// The future that settles one video: rows from an earlier run, an earlier reject, or a
     /// computation with retries.
     fn start(
         &self,
         rec: VideoRecord,
+        settle: rerun::Settle,
         prior: &Arc<shards::Prior<P::Row>>,
         cx: &StageContext,
         settings: &StageSettings,
         watch: &Arc<StageWatch>,
     ) -> BoxFuture<'static, Outcome<P::Row>> {
-        if prior.is_done(&rec.video_id) {
+        if matches!(settle, rerun::Settle::Reuse | rerun::Settle::Rewrite { .. }) {
             let prior = prior.clone();
             Box::pin(async move {
                 match prior.take(&rec.video_id).await {
@@ -253,7 +314,7 @@ impl<P: Processor> ProcessorTask<P> {
                     }
                 }
             })
-        } else if prior.is_rejected(&rec.video_id) {
+        } else if settle == rerun::Settle::RejectedBefore {
             Box::pin(futures::future::ready(Outcome::RejectedBefore))
         } else {
             watch.started_computing();
@@ -279,6 +340,7 @@ impl<P: Processor> ProcessorTask<P> {
         progress: &StageProgress,
         watch: &StageWatch,
         rejects: &mut RejectLog,
+        rewrite: &mut std::collections::HashSet<String>,
     ) -> Result<Option<VideoRecord>, RunError> {
         counts.received += 1;
         let took = match &outcome {
@@ -290,6 +352,9 @@ impl<P: Processor> ProcessorTask<P> {
             Outcome::Reused(rec, rows) => {
                 counts.reused += 1;
                 progress.inc(false);
+                if rewrite.remove(&rec.video_id) {
+                    writer.add(&rec, rows.clone());
+                }
                 select(&*self.0, rec, rows, &cx.extras, counts)
             }
             Outcome::RejectedBefore => {
@@ -311,7 +376,7 @@ impl<P: Processor> ProcessorTask<P> {
                     if rejects.note(&e.reason) {
                         tracing::warn!(stage = %cx.stage_id, video_id = %rec.video_id, reason = %e.reason, detail = %e.detail, "Rejected.");
                     }
-                    writer.reject(&rec.video_id, &rec.extra, &e);
+                    writer.reject(&rec.video_id, &rec.extra, &e, rec.lineage.stamp);
                     // What it stored is referred to by no row.
                     cx.objects.take(&rec.video_id);
                     None

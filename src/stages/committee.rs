@@ -274,6 +274,9 @@ impl Processor for CommitteeStage {
     fn provides(&self) -> Slot {
         Slot::Committee
     }
+    fn reads(&self) -> Vec<Slot> {
+        super::model_call::CALL_READS.to_vec()
+    }
 
     fn estimate(&self) -> crate::runtime::stage::StageEstimate {
         crate::runtime::stage::StageEstimate {

@@ -248,6 +248,9 @@ impl Processor for LanguageStage {
     fn provides(&self) -> Slot {
         Slot::Language
     }
+    fn reads(&self) -> Vec<Slot> {
+        vec![Slot::Source, Slot::Ocr, Slot::Transcript]
+    }
 
     async fn process(
         &self,

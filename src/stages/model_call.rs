@@ -131,6 +131,10 @@ impl Call {
     }
 }
 
+/// What a stage asking through `Call::ask_video` reads: the frames it shows, the title and the
+/// transcript `fill_prompt` puts in its prompt.
+pub const CALL_READS: &[Slot] = &[Slot::Frames, Slot::Source, Slot::Transcript];
+
 /// `template` for one video: `[title]` and `[transcript]` filled in (the transcript cut at
 /// `max_chars`), and the characters of transcript shown.
 pub fn fill_prompt(template: &str, rec: &VideoRecord, max_chars: usize) -> (String, u32) {
@@ -268,6 +272,9 @@ impl<P: Preset> Processor for CallStage<P> {
     }
     fn provides(&self) -> Slot {
         P::SLOT
+    }
+    fn reads(&self) -> Vec<Slot> {
+        CALL_READS.to_vec()
     }
 
     fn estimate(&self) -> StageEstimate {

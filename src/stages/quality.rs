@@ -265,6 +265,9 @@ impl Processor for QualityStage {
     fn provides(&self) -> Slot {
         Slot::Quality
     }
+    fn reads(&self) -> Vec<Slot> {
+        super::model_call::CALL_READS.to_vec()
+    }
 
     fn estimate(&self) -> crate::runtime::stage::StageEstimate {
         self.call.estimate(0, 1)

@@ -17,8 +17,8 @@ use crate::error::RunError;
 use crate::runtime::chain::Plan;
 use manifest::start_manifest;
 use pass::{
-    end_pass, open_pass, open_source, remove_local_media, send_deferred, settle_recorded,
-    spawn_chain,
+    compact_tables, end_pass, open_pass, open_source, remove_local_media, send_deferred,
+    settle_recorded, spawn_chain,
 };
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -205,6 +205,7 @@ async fn run_pass(plan: Plan, opts: &RunOptions) -> Result<(RunReport, PassBatch
         end_pass(&env, chain.tasks, &chain.source_stop, &log_stop, &mut m).await?;
     if !interrupted {
         remove_local_media(&env);
+        compact_tables(&env, &chain.order).await?;
     }
     let offline = send_deferred(&env, &batch_services, interrupted, &mut settled).await?;
     let interrupted = interrupted || env.cancel.is_cancelled();

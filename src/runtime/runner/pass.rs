@@ -244,6 +244,7 @@ pub(super) fn spawn_chain(
     let role = crate::runtime::SourceRole {
         collect_for,
         stopped: stop_slot,
+        tables: plan.stages.iter().map(|s| s.id.clone()).collect(),
     };
     let source_task = crate::runtime::run_source(source, tx, scx, ss, sp, sw, role);
     tasks.spawn(for_stage(SOURCE_STAGE_ID, async move {
@@ -333,6 +334,22 @@ pub(super) fn remove_local_media(env: &PassEnv) {
             "Removed the local media copies of this run from the work folder."
         );
     }
+}
+
+/// After a complete pass of a single process: the shards holding rows this pass retired are
+/// written again without them (`store::shards::compact`), so the tables' files are what a clean
+/// run writes. Ranks share the tables; there the tombstones alone keep the readers right.
+pub(super) async fn compact_tables(env: &PassEnv, tables: &[String]) -> Result<(), RunError> {
+    if env.rank.explicit {
+        return Ok(());
+    }
+    for t in tables {
+        let n = crate::store::shards::compact::compact(env.store.as_ref(), t).await?;
+        if n > 0 {
+            tracing::info!(table = %t, shards = n, "Rewrote shards without their retired rows.");
+        }
+    }
+    Ok(())
 }
 
 /// The requests this pass deferred go out now; the next pass reads their answers. Returns the

@@ -356,6 +356,12 @@ impl Processor for ItemsStage {
     fn provides(&self) -> Slot {
         Slot::Items
     }
+    fn reads(&self) -> Vec<Slot> {
+        crate::record::Slot::ALL.to_vec()
+    }
+    fn reads_extras(&self) -> bool {
+        true
+    }
 
     /// The worst case of every round: the draft, then `max_rounds + 1` judgments and as many
     /// refinements, per item.

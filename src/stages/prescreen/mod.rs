@@ -460,6 +460,9 @@ impl Processor for PrescreenStage {
     fn provides(&self) -> Slot {
         Slot::Prescreen
     }
+    fn reads(&self) -> Vec<Slot> {
+        vec![Slot::Ocr, Slot::Frames, Slot::Shots]
+    }
 
     async fn process(
         &self,

@@ -399,6 +399,9 @@ impl Processor for QuestionsStage {
     fn provides(&self) -> Slot {
         Slot::Questions
     }
+    fn reads(&self) -> Vec<Slot> {
+        vec![Slot::Frames, Slot::Source, Slot::Transcript, Slot::Caption]
+    }
 
     fn estimate(&self) -> StageEstimate {
         // The taxonomy's text and the frame times fill the prompt's places (about 1,500

@@ -13,9 +13,10 @@ use crate::error::RunError;
 use crate::record::META_VIDEOS;
 use crate::store::Store;
 use crate::store::commits::{META_DATA, check_data};
+use crate::store::shards::retired::{Retired, without_videos};
 use crate::store::shards::{
-    DAMAGE_HINT, DecodeError, META_FINGERPRINT, META_REJECT_ROWS, META_REJECTED, META_REJECTS_FILE,
-    get_unless_moved, project_columns, stage_files,
+    DAMAGE_HINT, DecodeError, META_COMMIT, META_FINGERPRINT, META_REJECT_ROWS, META_REJECTED,
+    META_REJECTS_FILE, get_unless_moved, project_columns, stage_files,
 };
 use arrow::array::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -39,6 +40,25 @@ pub struct Shard {
     /// The videos it rejects: a slot's committed rejects, or a reject shard's videos.
     pub rejected: IdList,
     pub batches: Vec<RecordBatch>,
+    /// Its commit id (`shards::META_COMMIT`): with the path, what a tombstone names.
+    sum: String,
+}
+
+impl Shard {
+    /// The shard without the rows and settlements of its retired videos (`shards::retired`).
+    fn without(self, gone: &HashSet<String>) -> Result<Shard, RunError> {
+        let batches = self
+            .batches
+            .iter()
+            .map(|b| without_videos(b, gone))
+            .collect::<Result<_, _>>()?;
+        Ok(Shard {
+            done: self.done.without(gone),
+            rejected: self.rejected.without(gone),
+            batches,
+            sum: self.sum,
+        })
+    }
 }
 
 /// What `for_each_shard` runs on each shard on the blocking pool.
@@ -57,6 +77,7 @@ pub async fn for_each_shard<T: Send + 'static>(
     use futures::StreamExt;
     let (files, rejects) = stage_files(store, stage_id).await?;
     let rejects = Arc::new(rejects);
+    let retired = Arc::new(Retired::load(store.as_ref(), stage_id).await?);
     let fingerprint: Arc<str> = fingerprint.into();
     let ahead = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
@@ -69,6 +90,7 @@ pub async fn for_each_shard<T: Send + 'static>(
                 fingerprint.clone(),
                 prepare.clone(),
             );
+            let retired = retired.clone();
             async move {
                 let Some(data) = get_unless_moved(store.as_ref(), &path).await? else {
                     return Ok(None);
@@ -80,6 +102,11 @@ pub async fn for_each_shard<T: Send + 'static>(
                                 "{path}: unreadable shard: {e}{DAMAGE_HINT}"
                             ))
                         })?;
+                    let gone = |s: &Shard| retired.in_shard(&path, &s.sum).cloned();
+                    let shard = match shard.map(|s| (gone(&s), s)) {
+                        Some((Some(gone), s)) => Some(s.without(&gone)?),
+                        other => other.map(|(_, s)| s),
+                    };
                     shard.map(|s| prepare(s)).transpose()
                 });
                 job.await
@@ -111,6 +138,9 @@ fn decode(
     if let Some(why) = get(META_DATA).and_then(|sum| check_data(&data, &sum)) {
         return Err(DecodeError::Damaged(why));
     }
+    let sum = get(META_COMMIT)
+        .or_else(|| get(META_DATA))
+        .unwrap_or_default();
     if entry(META_FINGERPRINT).and_then(|e| e.value.as_deref()) != Some(fingerprint) {
         return Ok(None);
     }
@@ -120,6 +150,7 @@ fn decode(
             done: IdList::default(),
             rejected: videos,
             batches: vec![],
+            sum,
         }));
     }
     // A slot whose rejects shard is missing and that does not carry its reject rows rejects
@@ -144,6 +175,7 @@ fn decode(
         done: videos,
         rejected,
         batches,
+        sum,
     }))
 }
 
@@ -182,6 +214,20 @@ impl IdList {
 
     pub fn len(&self) -> usize {
         self.spans.len()
+    }
+
+    /// The list without the ids in `gone`.
+    fn without(self, gone: &HashSet<String>) -> Self {
+        let spans = self
+            .spans
+            .iter()
+            .filter(|&&(a, b)| !gone.contains(&self.text[a as usize..b as usize]))
+            .copied()
+            .collect();
+        Self {
+            text: self.text,
+            spans,
+        }
     }
 }
 
@@ -329,10 +375,10 @@ mod tests {
         let mut w = writer("fp").await;
         w.add(&rec("a"), vec![row(1), row(2)]);
         w.add(&rec("b"), vec![]);
-        w.reject("c", &[], &StageError::data("bad", "detail"));
+        w.reject("c", &[], &StageError::data("bad", "detail"), None);
         w.flush().await.unwrap();
         w.add(&rec("d \"quoted\""), vec![row(3)]);
-        w.reject("e", &[], &StageError::data("bad", "detail"));
+        w.reject("e", &[], &StageError::data("bad", "detail"), None);
         w.flush().await.unwrap();
         let mut old = writer("old").await;
         old.add(&rec("f"), vec![row(4)]);

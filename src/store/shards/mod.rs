@@ -9,20 +9,24 @@
 //! `TableView`, `decode_parquet`), `prior` is what a resume finds done (`load_prior`, `Prior`).
 //! This file holds the footer keys and folder names they share, and re-exports their public items.
 
+pub mod compact;
+mod encode;
 mod prior;
 mod read;
+pub mod retired;
 mod write;
 
 #[cfg(test)]
 mod tests;
 
+pub use encode::encode_table;
 pub use prior::{Prior, load_prior};
 pub use read::{
     DAMAGE_HINT, DecodeError, TableView, decode_parquet, footer_value, for_each_batch,
-    get_unless_moved, project_columns, read_new_slots, read_table, read_table_columns, stage_files,
-    table_batches, text_column,
+    get_unless_moved, project_columns, read_new_slots, read_table, read_table_columns, settled_in,
+    stage_files, stored_extras, table_batches, text_column,
 };
-pub use write::{ShardWriter, Slots, encode_table};
+pub use write::{ShardWriter, Slots};
 
 use crate::error::RunError;
 use arrow::datatypes::FieldRef;
@@ -38,6 +42,12 @@ pub const META_REJECTS_FILE: &str = "vidcurate.rejects_file";
 /// The slot's reject rows themselves (JSON): the slot is the commit, so whoever finds its
 /// rejects shard missing (a crash right after the commit) writes it again from these.
 pub const META_REJECT_ROWS: &str = "vidcurate.reject_rows";
+/// What each settled video's stage read (`record::Stamp` as hex, "" when unknown), aligned with
+/// the videos then the rejected videos of the footer.
+pub const META_INPUTS: &str = "vidcurate.inputs";
+/// A slot's commit id, unique to each commit (also of a slot written again by compaction, or a
+/// slot number taken again after settings changed): what a tombstone names with the path.
+pub const META_COMMIT: &str = "vidcurate.commit";
 pub const REJECTS_DIR: &str = "rejects";
 pub const SUPERSEDED_DIR: &str = "_superseded";
 

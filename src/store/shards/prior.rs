@@ -10,10 +10,11 @@ use super::read::{
     ShardContents, committed_rejects, decode_parquet, get_unless_moved, project_onto, read_shard,
     stage_files, string_column,
 };
-use super::write::{part_number, restore_rejects};
+use super::retired::Retired;
+use super::write::{part_number, restore_rejects, transient_rejects};
 use super::{SUPERSEDED_DIR, fields_of};
 use crate::error::RunError;
-use crate::record::{COL_VIDEO_ID, id_key};
+use crate::record::{COL_VIDEO_ID, Stamp, id_key};
 use crate::store::Store;
 use crate::store::commits;
 use arrow::array::RecordBatch;
@@ -31,11 +32,15 @@ use std::sync::Arc;
 /// order their shards were written.
 pub struct Prior<R> {
     store: Arc<dyn Store>,
-    /// Committed shards with this worker's finished videos.
+    /// Committed shards that settle this worker's videos (with rows, or rejects).
     shards: Vec<String>,
+    /// Their commit ids (what a tombstone names with the path).
+    sums: Vec<String>,
     /// Finished video → index of its shard in `shards`.
     done: HashMap<u64, u32>,
-    rejected: HashSet<u64>,
+    rejected: HashMap<u64, Rejected>,
+    /// What each settled video was computed from, where its shard recorded it.
+    stamps: HashMap<u64, Stamp>,
     /// One past the highest slot of this worker's prefix that was read.
     pub next_slot: u32,
     keep: Arc<dyn Fn(&str) -> bool + Send + Sync>,
@@ -55,6 +60,13 @@ struct OpenShard {
     /// 0 once taken. 24 bytes a video: a map of id strings was ~150, and with every shard of a
     /// 100k-video run open that was the resume's growth.
     rows: Vec<RowRange>,
+}
+
+/// Where a rejected video's reject was committed, and whether it is worth trying again.
+#[derive(Clone, Copy)]
+struct Rejected {
+    shard: u32,
+    transient: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -153,7 +165,75 @@ impl<R: Serialize + DeserializeOwned> Prior<R> {
 
     /// Whether an earlier run rejected this video.
     pub fn is_rejected(&self, id: &str) -> bool {
-        self.rejected.contains(&id_key(id))
+        self.rejected.contains_key(&id_key(id))
+    }
+
+    /// Whether the earlier reject was for an external error (a timeout, a 5xx, a 429, a failed
+    /// fetch): the video is tried again, unlike one rejected for what it is.
+    pub fn is_transient_reject(&self, id: &str) -> bool {
+        self.rejected.get(&id_key(id)).is_some_and(|r| r.transient)
+    }
+
+    /// What the stored rows (or reject) of this video were computed from; None for a shard of
+    /// an earlier version, which did not record it.
+    pub fn stamp(&self, id: &str) -> Option<Stamp> {
+        self.stamps.get(&id_key(id)).copied()
+    }
+
+    /// The committed shard that settles this video (its rows, or its reject): its path and its
+    /// commit id.
+    pub fn shard_of(&self, id: &str) -> Option<(&str, &str)> {
+        let key = id_key(id);
+        let idx = self
+            .done
+            .get(&key)
+            .copied()
+            .or_else(|| self.rejected.get(&key).map(|r| r.shard))? as usize;
+        Some((self.shards.get(idx)?.as_str(), self.sums.get(idx)?.as_str()))
+    }
+
+    /// The keys of every settled video (done or rejected).
+    pub fn settled_keys(&self) -> impl Iterator<Item = u64> + '_ {
+        self.done.keys().chain(self.rejected.keys()).copied()
+    }
+
+    /// The ids of the settled videos whose keys are in `keys`, with their shards and the shards'
+    /// commit ids, read back from the footers of the shards that hold them: the rare path
+    /// (videos that left the source), so the ids are not held for every video.
+    pub async fn ids_of(
+        &self,
+        keys: &HashSet<u64>,
+    ) -> Result<Vec<(String, String, String)>, RunError> {
+        let mut shards: Vec<u32> = keys
+            .iter()
+            .filter_map(|k| {
+                self.done
+                    .get(k)
+                    .copied()
+                    .or_else(|| self.rejected.get(k).map(|r| r.shard))
+            })
+            .collect();
+        shards.sort_unstable();
+        shards.dedup();
+        let mut out = vec![];
+        for idx in shards {
+            let path = &self.shards[idx as usize];
+            let c = read_shard(self.store.as_ref(), path, false).await?;
+            for v in c.videos.iter().chain(&c.rejected) {
+                let key = id_key(v);
+                let here = self
+                    .done
+                    .get(&key)
+                    .copied()
+                    .or_else(|| self.rejected.get(&key).map(|r| r.shard));
+                if keys.contains(&key) && here == Some(idx) {
+                    out.push((v.clone(), path.clone(), self.sums[idx as usize].clone()));
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
     }
 
     /// Finished plus rejected videos.
@@ -210,8 +290,10 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
     let mut prior = Prior {
         store: store.clone(),
         shards: vec![],
+        sums: vec![],
         done: HashMap::new(),
-        rejected: HashSet::new(),
+        rejected: HashMap::new(),
+        stamps: HashMap::new(),
         next_slot: 0,
         keep: keep.clone(),
         open: Default::default(),
@@ -219,6 +301,7 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
     };
     let own_slots = format!("{stage_id}/{slot_prefix}");
     let (files, rejects) = stage_files(store, stage_id).await?;
+    let retired = Retired::load(store.as_ref(), stage_id).await?;
     let mut unrecorded = forget_missing(store.as_ref(), stage_id, &files).await?;
     for (path, is_reject) in files {
         let Some(data) = get_unless_moved(store.as_ref(), &path).await? else {
@@ -242,46 +325,73 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
         if let Some(n) = part_number(&path).filter(|_| path.starts_with(&own_slots)) {
             prior.next_slot = prior.next_slot.max(n + 1);
         }
-        let mine = |v: &String| keep(v);
-        if is_reject {
-            prior.rejected.extend(
-                contents
-                    .videos
-                    .iter()
-                    .filter(|v| mine(v))
-                    .map(|v| id_key(v)),
-            );
-            continue;
+        let sum = contents.commit_id.clone();
+        let live = |v: &String| keep(v) && !retired.is_retired(&path, &sum, v);
+        if !is_reject {
+            restore_rejects(store.as_ref(), &contents, stage_id, &rejects).await?;
         }
-        restore_rejects(store.as_ref(), &contents, stage_id, &rejects).await?;
-        prior.add_committed(path, &contents, &rejects, mine);
+        prior.add_committed(&path, &contents, is_reject, &rejects, live);
     }
     Ok(prior)
 }
 
 impl<R> Prior<R> {
     /// Counts a committed shard's videos that `mine` accepts: those it rejects as rejected, the
-    /// others as done (the shard is kept when it finished any of them).
+    /// others as done (the shard is kept when it settled any of them), with what each was
+    /// computed from. A reject shard of an earlier version rejects all its videos.
     fn add_committed(
         &mut self,
-        path: String,
+        path: &str,
         contents: &ShardContents,
+        is_reject: bool,
         rejects: &HashSet<String>,
         mine: impl Fn(&String) -> bool,
     ) {
-        self.rejected.extend(
-            committed_rejects(contents, rejects)
-                .iter()
-                .filter(|v| mine(v))
-                .map(|v| id_key(v)),
-        );
         let idx = self.shards.len() as u32;
-        let before = self.done.len();
-        for v in contents.videos.iter().filter(|v| mine(v)) {
-            self.done.insert(id_key(v), idx);
+        let mut settled_any = false;
+        let stamp_of = |i: usize| contents.stamps.get(i).copied().flatten();
+        let n_done = if is_reject { 0 } else { contents.videos.len() };
+        for (i, v) in contents.videos.iter().enumerate().take(n_done) {
+            if mine(v) {
+                self.settle(id_key(v), stamp_of(i), None);
+                self.done.insert(id_key(v), idx);
+                settled_any = true;
+            }
         }
-        if self.done.len() > before {
-            self.shards.push(path);
+        let (rejected, transient) = if is_reject {
+            (contents.videos.clone(), HashSet::new())
+        } else {
+            let t = transient_rejects(contents.reject_rows.as_deref());
+            (committed_rejects(contents, rejects), t)
+        };
+        let offset = if is_reject { 0 } else { contents.videos.len() };
+        let at: HashMap<&String, usize> = contents.rejected.iter().zip(offset..).collect();
+        for v in rejected.iter().filter(|v| mine(v)) {
+            let stamp = at.get(v).and_then(|&i| stamp_of(i));
+            let r = Rejected {
+                shard: idx,
+                transient: transient.contains(v),
+            };
+            self.settle(id_key(v), stamp, Some(r));
+            settled_any = true;
+        }
+        if settled_any {
+            self.shards.push(path.to_string());
+            self.sums.push(contents.commit_id.clone());
+        }
+    }
+
+    /// Records one settled video (a later shard's settlement replaces an earlier one's: a video
+    /// committed again after its old rows were retired).
+    fn settle(&mut self, key: u64, stamp: Option<Stamp>, reject: Option<Rejected>) {
+        self.done.remove(&key);
+        self.rejected.remove(&key);
+        match stamp {
+            Some(s) => self.stamps.insert(key, s),
+            None => self.stamps.remove(&key),
+        };
+        if let Some(r) = reject {
+            self.rejected.insert(key, r);
         }
     }
 }

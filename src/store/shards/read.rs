@@ -6,11 +6,13 @@
 //! `prior` (resume), `write` (catching up after a lost slot), the collected source, and the
 //! commands that read tables (rethreshold, analyze, split, release, annotate).
 
+use super::retired::Retired;
 use super::{
-    META_FINGERPRINT, META_REJECT_ROWS, META_REJECTED, META_REJECTS_FILE, REJECTS_DIR, fields_of,
+    META_COMMIT, META_FINGERPRINT, META_INPUTS, META_REJECT_ROWS, META_REJECTED, META_REJECTS_FILE,
+    REJECTS_DIR, fields_of,
 };
 use crate::error::RunError;
-use crate::record::{COL_VIDEO_ID, META_VIDEOS};
+use crate::record::{COL_VIDEO_ID, META_VIDEOS, Stamp};
 use crate::store::Store;
 use crate::store::commits::{META_DATA, META_OBJECTS, ObjectSum, check_data};
 use arrow::array::{RecordBatch, StringArray};
@@ -34,10 +36,17 @@ pub struct ShardContents {
     pub rejects_file: Option<String>,
     /// The reject rows the commit carries (JSON), in slots written since they do.
     pub(super) reject_rows: Option<String>,
+    /// What each of `videos`, then of `rejected`, was computed from (empty in older shards).
+    pub stamps: Vec<Option<Stamp>>,
     pub fingerprint: Option<String>,
     /// Objects the commit depends on, with their sizes and BLAKE3 (`commits::META_OBJECTS`).
     pub objects: Vec<ObjectSum>,
     pub batches: Vec<RecordBatch>,
+    /// The rows' schema (what a shard rewritten without some videos keeps).
+    pub schema: arrow::datatypes::SchemaRef,
+    /// The commit's own id (`vidcurate.commit`; in shards older than it, the BLAKE3 of the rows'
+    /// bytes, or ""): with the path, what a tombstone names (`retired`).
+    pub commit_id: String,
 }
 
 /// Why a shard's bytes do not decode: the Parquet or Arrow reader's own message, as is.
@@ -76,15 +85,23 @@ fn decode_projected(data: Vec<u8>, rows: Option<Rows>) -> Result<ShardContents, 
             .unwrap_or_default()
     };
     let (videos, rejected) = (list(META_VIDEOS), list(META_REJECTED));
+    let stamps = list(META_INPUTS)
+        .iter()
+        .map(|h| Stamp::from_hex(h))
+        .collect();
     let rejects_file = get(META_REJECTS_FILE);
     let reject_rows = get(META_REJECT_ROWS);
     let fingerprint = get(META_FINGERPRINT);
     if let Some(why) = get(META_DATA).and_then(|sum| check_data(&data, &sum)) {
         return Err(DecodeError::Damaged(why));
     }
+    let commit_id = get(META_COMMIT)
+        .or_else(|| get(META_DATA))
+        .unwrap_or_default();
     let objects = get(META_OBJECTS)
         .and_then(|v| serde_json::from_str(&v).ok())
         .unwrap_or_default();
+    let schema = builder.schema().clone();
     let mut batches = vec![];
     if let Some(rows) = rows {
         let builder = match rows {
@@ -101,9 +118,12 @@ fn decode_projected(data: Vec<u8>, rows: Option<Rows>) -> Result<ShardContents, 
         rejected,
         rejects_file,
         reject_rows,
+        stamps,
         fingerprint,
         objects,
         batches,
+        schema,
+        commit_id,
     })
 }
 
@@ -171,6 +191,72 @@ pub(super) fn project_onto(
         .map_err(|e| RunError::Internal(e.to_string()))
 }
 
+/// The (shard, its commit id, video) settlements of `ids` in table `stage` that are not
+/// retired yet: what the source retires from every table when videos leave it (rare; reads
+/// every shard's footer).
+pub async fn settled_in(
+    store: &dyn Store,
+    stage: &str,
+    ids: &HashSet<String>,
+) -> Result<Vec<(String, String, String)>, RunError> {
+    let listed = store
+        .list(stage)
+        .await
+        .map_err(|e| store.io_error(stage, e))?;
+    let legacy = format!("{REJECTS_DIR}/{stage}-part-");
+    let rejects = store
+        .list(REJECTS_DIR)
+        .await
+        .map_err(|e| store.io_error(REJECTS_DIR, e))?;
+    let mut files: Vec<String> = listed
+        .into_iter()
+        .chain(rejects.into_iter().filter(|p| p.starts_with(&legacy)))
+        .filter(|p| p.ends_with(".parquet"))
+        .collect();
+    files.sort();
+    let retired = Retired::load(store, stage).await?;
+    let mut out = vec![];
+    for path in files {
+        let Some(data) = get_unless_moved(store, &path).await? else {
+            continue;
+        };
+        let c = decode_parquet(data, false).map_err(|e| unreadable(&path, e))?;
+        for v in c.videos.iter().chain(&c.rejected) {
+            if ids.contains(v) && !retired.is_retired(&path, &c.commit_id, v) {
+                out.push((path.clone(), c.commit_id.clone(), v.clone()));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The values of the extra columns `names` stored with video `id`'s first row in `shard` (None
+/// for a column the shard lacks): what a changed source row is compared against, to name what
+/// changed.
+pub async fn stored_extras(
+    store: &dyn Store,
+    shard: &str,
+    id: &str,
+    names: &[String],
+) -> Result<Vec<Option<String>>, RunError> {
+    let c = read_shard(store, shard, true).await?;
+    for b in &c.batches {
+        let Some(ids) = text_column(b, COL_VIDEO_ID) else {
+            continue;
+        };
+        if let Some(row) = (0..b.num_rows()).find(|&i| ids.value(i) == id) {
+            return Ok(names
+                .iter()
+                .map(|n| {
+                    let col = text_column(b, n)?;
+                    (!arrow::array::Array::is_null(&col, row)).then(|| col.value(row).to_string())
+                })
+                .collect());
+        }
+    }
+    Ok(vec![None; names.len()])
+}
+
 /// The error about a shard whose bytes do not decode; `shown` is the path as the message names it.
 fn unreadable(shown: &str, e: DecodeError) -> RunError {
     RunError::Internal(format!("{shown}: unreadable shard: {e}{DAMAGE_HINT}"))
@@ -226,6 +312,7 @@ async fn read_view(
 ) -> Result<TableView, RunError> {
     let mut view = TableView::default();
     let (files, rejects) = stage_files(store, stage_id).await?;
+    let retired = Retired::load(store.as_ref(), stage_id).await?;
     for (path, is_reject) in files {
         let Some(data) = get_unless_moved(store.as_ref(), &path).await? else {
             continue;
@@ -235,12 +322,14 @@ async fn read_view(
         if c.fingerprint.as_deref() != Some(fingerprint) {
             continue;
         }
+        let sum = c.commit_id.clone();
         if is_reject {
-            view.rejected.extend(c.videos);
+            view.rejected.extend(retired.live(&path, &sum, c.videos));
         } else {
-            view.rejected.extend(committed_rejects(&c, &rejects));
-            view.done.extend(c.videos);
-            view.batches.extend(c.batches);
+            view.rejected
+                .extend(retired.live(&path, &sum, committed_rejects(&c, &rejects)));
+            view.batches.extend(retired.filter(&path, &sum, c.batches)?);
+            view.done.extend(retired.live(&path, &sum, c.videos));
         }
     }
     Ok(view)
@@ -273,6 +362,7 @@ pub async fn for_each_batch(
 ) -> Result<(), RunError> {
     use futures::StreamExt;
     let (files, _) = stage_files(store, stage_id).await?;
+    let retired = Retired::load(store.as_ref(), stage_id).await?;
     let names: Arc<Vec<String>> = Arc::new(columns.iter().map(|c| c.to_string()).collect());
     let ahead = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
@@ -290,16 +380,18 @@ pub async fn for_each_batch(
                 })
                 .await
                 .map_err(|e| RunError::Internal(format!("{path}: decoding: {e}")))?;
-                decoded.map(Some).map_err(|e| unreadable(&path, e))
+                decoded
+                    .map(|c| Some((path.clone(), c)))
+                    .map_err(|e| unreadable(&path, e))
             }
         })
         .buffered(ahead);
     while let Some(c) = shards.next().await {
-        let Some(c) = c? else { continue };
+        let Some((path, c)) = c? else { continue };
         if c.fingerprint.as_deref() != Some(fingerprint) {
             continue;
         }
-        for b in c.batches {
+        for b in retired.filter(&path, &c.commit_id, c.batches)? {
             each(b)?;
         }
     }
@@ -323,6 +415,7 @@ pub async fn read_new_slots(
         .filter(|p| p.ends_with(".parquet") && !seen.contains(p))
         .collect();
     paths.sort();
+    let retired = Retired::load(store.as_ref(), stage_id).await?;
     for path in paths {
         seen.insert(path.clone());
         let Some(data) = get_unless_moved(store.as_ref(), &path).await? else {
@@ -331,8 +424,10 @@ pub async fn read_new_slots(
         let c = decode_parquet(data, true)
             .map_err(|e| unreadable(&format!("{}/{path}", store.location()), e))?;
         if c.fingerprint.as_deref() == Some(fingerprint) {
-            view.done.extend(c.videos);
-            view.batches.extend(c.batches);
+            view.batches
+                .extend(retired.filter(&path, &c.commit_id, c.batches)?);
+            view.done
+                .extend(retired.live(&path, &c.commit_id, c.videos));
         }
     }
     Ok(view)

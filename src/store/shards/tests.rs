@@ -37,7 +37,7 @@ async fn race_twins(store: &Arc<dyn Store>) -> u64 {
             for k in 0..60u32 {
                 let id = format!("v{:02}", (k + worker * 15) % 60);
                 if (k + worker) % 5 == 0 {
-                    w.reject(&id, &[], &StageError::data("bad", "detail"));
+                    w.reject(&id, &[], &StageError::data("bad", "detail"), None);
                 } else {
                     w.add(&rec(&id), vec![Row { worker, n: 0 }, Row { worker, n: 1 }]);
                 }
@@ -110,7 +110,7 @@ async fn a_slot_whose_rejects_shard_is_missing_gets_it_back_from_its_footer() {
     let (_dir, store) = run_dir();
     let mut w = shard_writer(store.clone(), "fp", "part-", 10, Duration::from_secs(60)).await;
     w.add(&rec("good"), vec![Row { worker: 0, n: 0 }]);
-    w.reject("bad", &[], &StageError::data("bad", "detail"));
+    w.reject("bad", &[], &StageError::data("bad", "detail"), None);
     w.flush().await.unwrap();
     let first = prior(&store, "part-").await;
     assert!(first.is_done("good") && first.is_rejected("bad"));

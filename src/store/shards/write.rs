@@ -6,21 +6,15 @@
 //! footer (`restore_rejects`, called by `load_prior`). Calls: the response cache's `publish`
 //! before each commit on an object-store run.
 
+use super::encode::{Footer, build_batch, encode_parquet};
 use super::read::{ShardContents, read_shard};
-use super::{
-    META_FINGERPRINT, META_REJECT_ROWS, META_REJECTED, META_REJECTS_FILE, REJECTS_DIR, RejectRow,
-    fields_of,
-};
+use super::retired::{self, RetiredEntry};
+use super::{REJECTS_DIR, RejectRow, fields_of};
 use crate::error::RunError;
-use crate::record::{COL_FINGERPRINT, COL_VIDEO_ID, Extras, META_STAGE, META_VIDEOS, VideoRecord};
+use crate::record::{Extras, Stamp, VideoRecord};
 use crate::store::Store;
-use crate::store::commits::{self, CommitRecord, META_OBJECTS, ObjectSum};
-use arrow::array::{ArrayRef, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, FieldRef, Schema};
-use parquet::arrow::ArrowWriter;
-use parquet::basic::Compression;
-use parquet::file::metadata::KeyValue;
-use parquet::file::properties::WriterProperties;
+use crate::store::commits::{self, CommitRecord, ObjectSum};
+use arrow::datatypes::FieldRef;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::HashSet;
@@ -34,6 +28,8 @@ struct Pending<T> {
     extra: Vec<Vec<Option<String>>>,
     rows: Vec<T>,
     videos: Vec<String>,
+    /// What each of `videos` was computed from (aligned with it).
+    stamps: Vec<Option<Stamp>>,
     /// Objects the rows refer to (frames' JPEGs), each tagged with its video.
     objects: Vec<ObjectSum>,
 }
@@ -45,6 +41,7 @@ impl<T> Pending<T> {
             extra: vec![],
             rows: vec![],
             videos: vec![],
+            stamps: vec![],
             objects: vec![],
         }
     }
@@ -54,11 +51,18 @@ impl<T> Pending<T> {
         self.extra.clear();
         self.rows.clear();
         self.videos.clear();
+        self.stamps.clear();
         self.objects.clear();
     }
 
     /// Drops the videos another worker has committed (and their rows).
     fn drop_videos(&mut self, done: &HashSet<String>) {
+        let kept: Vec<bool> = self.videos.iter().map(|v| !done.contains(v)).collect();
+        let mut i = 0;
+        self.stamps.retain(|_| {
+            i += 1;
+            kept[i - 1]
+        });
         self.videos.retain(|v| !done.contains(v));
         self.objects
             .retain(|o| o.video.as_ref().is_none_or(|v| !done.contains(v)));
@@ -79,16 +83,43 @@ impl<T> Pending<T> {
 
 /// The reject rows a slot carries in its footer, enough to write its rejects shard again.
 #[derive(Serialize, serde::Deserialize)]
-struct FooterRejects {
+pub(super) struct FooterRejects {
     extras: Vec<String>,
-    ids: Vec<String>,
+    pub(super) ids: Vec<String>,
     extra: Vec<Vec<Option<String>>>,
     rows: Vec<RejectRow>,
 }
 
 impl FooterRejects {
+    /// These rows without the videos in `gone`.
+    pub(super) fn without(mut self, gone: &HashSet<String>) -> Self {
+        let keep: Vec<bool> = self.ids.iter().map(|v| !gone.contains(v)).collect();
+        let mut at = keep.iter();
+        self.extra.retain(|_| *at.next().unwrap_or(&true));
+        let mut at = keep.iter();
+        self.rows.retain(|_| *at.next().unwrap_or(&true));
+        self.ids.retain(|v| !gone.contains(v));
+        self
+    }
+}
+
+/// The videos a slot rejected for a reason worth trying again (an external error: a timeout, a
+/// 5xx, a 429, a failed fetch), from the reject rows its footer carries.
+pub(super) fn transient_rejects(reject_rows: Option<&str>) -> HashSet<String> {
+    let Some(rows) = reject_rows.and_then(|j| serde_json::from_str::<FooterRejects>(j).ok()) else {
+        return HashSet::new();
+    };
+    rows.ids
+        .into_iter()
+        .zip(rows.rows)
+        .filter(|(_, r)| r.error_kind == crate::error::ErrorKind::External.to_string())
+        .map(|(id, _)| id)
+        .collect()
+}
+
+impl FooterRejects {
     /// The rejects shard these rows make (the same bytes whoever builds it).
-    fn shard(&self, stage: &str, fingerprint: &str) -> Result<Vec<u8>, RunError> {
+    pub(super) fn shard(&self, stage: &str, fingerprint: &str) -> Result<Vec<u8>, RunError> {
         let batch = build_batch(
             &fields_of::<RejectRow>()?,
             &self.rows,
@@ -99,10 +130,12 @@ impl FooterRejects {
         )?;
         let footer = Footer {
             videos: &self.ids,
+            stamps: vec![],
             rejected: &[],
             rejects_file: None,
             reject_rows: None,
             objects: &[],
+            commit: false,
         };
         encode_parquet(&batch, &footer, stage, fingerprint)
     }
@@ -170,6 +203,8 @@ pub struct ShardWriter<R> {
     lost: u64,
     /// A cache whose new answers are published before each commit (a run on an object store).
     cache: Option<crate::store::cache::CacheHandle>,
+    /// Stored rows this writer's next commit replaces: tombstoned right before it.
+    retiring: Vec<RetiredEntry>,
     _row: PhantomData<R>,
 }
 
@@ -234,6 +269,7 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
             others: HashSet::new(),
             lost: 0,
             cache: None,
+            retiring: vec![],
             _row: PhantomData,
         })
     }
@@ -256,6 +292,13 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
             self.rows.rows.push(r);
         }
         self.rows.videos.push(rec.video_id.clone());
+        self.rows.stamps.push(rec.lineage.stamp);
+    }
+
+    /// Retires a video's stored rows (or reject) in a committed shard: the tombstone is written
+    /// before the next commit, so the rows that replace them never sit beside them.
+    pub fn retire(&mut self, entry: RetiredEntry) {
+        self.retiring.push(entry);
     }
 
     /// Records the objects a computed video's rows refer to (its frames' JPEGs), so its commit
@@ -270,10 +313,12 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
         video_id: &str,
         extra: &[Option<String>],
         error: &crate::error::StageError,
+        stamp: Option<Stamp>,
     ) {
         self.rejects.ids.push(video_id.to_string());
         self.rejects.extra.push(extra.to_vec());
         self.rejects.videos.push(video_id.to_string());
+        self.rejects.stamps.push(stamp);
         self.rejects.rows.push(RejectRow {
             stage: self.target.stage_id.clone(),
             reason: error.reason.clone(),
@@ -287,6 +332,18 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
         self.rows.videos.len() + self.rejects.videos.len()
     }
 
+    /// Writes the tombstones of the rows the buffered videos replace (or that left the table).
+    async fn write_tombstones(&mut self) -> Result<(), RunError> {
+        if self.retiring.is_empty() {
+            return Ok(());
+        }
+        let t = &self.target;
+        let name = format!("{}{:05}", t.slot_prefix, self.next_slot);
+        retired::retire(t.store.as_ref(), &t.stage_id, &name, &self.retiring).await?;
+        self.retiring.clear();
+        Ok(())
+    }
+
     /// Videos this writer dropped because another worker committed them first.
     pub fn lost(&self) -> u64 {
         self.lost
@@ -296,7 +353,8 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
     pub async fn maybe_flush(&mut self) -> Result<(), RunError> {
         if self.rows.rows.len() >= self.max_rows
             || self.buffered_bytes >= MAX_BUFFER_BYTES
-            || (self.pending() > 0 && self.last_flush.elapsed() >= self.flush_every)
+            || ((self.pending() > 0 || !self.retiring.is_empty())
+                && self.last_flush.elapsed() >= self.flush_every)
         {
             self.flush().await?;
         }
@@ -310,6 +368,7 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
         if let (Some(c), true) = (&self.cache, self.pending() > 0) {
             c.publish().await?;
         }
+        self.write_tombstones().await?;
         while self.pending() > 0 {
             let t = &self.target;
             let io = |p: &str, e| t.store.io_error(p, e);
@@ -388,10 +447,18 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
         }
         let footer = Footer {
             videos: &self.rows.videos,
+            stamps: self
+                .rows
+                .stamps
+                .iter()
+                .chain(&self.rejects.stamps)
+                .copied()
+                .collect(),
             rejected: &self.rejects.videos,
             rejects_file: rejects.map(|(p, _, _)| p.as_str()),
             reject_rows: rejects.map(|(_, _, j)| j.as_str()),
             objects: &objects,
+            commit: true,
         };
         let bytes = encode_parquet(&batch, &footer, &t.stage_id, &t.fingerprint)?;
         let path = t.slot_path(slot);
@@ -444,118 +511,6 @@ impl<R: Serialize + DeserializeOwned + Send + 'static> ShardWriter<R> {
         }
         self.lost += dropped;
     }
-}
-
-/// `video_id`, the extra columns, the row's own columns, then `stage_fingerprint`.
-fn build_batch<R: Serialize>(
-    fields: &[FieldRef],
-    rows: &[R],
-    ids: &[String],
-    extra: &[Vec<Option<String>>],
-    extras: &Extras,
-    fingerprint: &str,
-) -> Result<RecordBatch, RunError> {
-    let inner = serde_arrow::to_record_batch(fields, &rows)
-        .map_err(|e| RunError::Internal(format!("encoding rows: {e}")))?;
-    let mut schema_fields: Vec<FieldRef> =
-        vec![Arc::new(Field::new(COL_VIDEO_ID, DataType::Utf8, false))];
-    let mut columns: Vec<ArrayRef> = vec![Arc::new(StringArray::from_iter_values(ids.iter()))];
-    for (i, name) in extras.iter().enumerate() {
-        schema_fields.push(Arc::new(Field::new(name, DataType::Utf8, true)));
-        columns.push(Arc::new(StringArray::from_iter(
-            extra.iter().map(|e| e.get(i).cloned().flatten()),
-        )));
-    }
-    for (f, c) in inner.schema().fields().iter().zip(inner.columns()) {
-        schema_fields.push(f.clone());
-        columns.push(c.clone());
-    }
-    schema_fields.push(Arc::new(Field::new(COL_FINGERPRINT, DataType::Utf8, false)));
-    columns.push(Arc::new(StringArray::from_iter_values(
-        std::iter::repeat_n(fingerprint, ids.len()),
-    )));
-    RecordBatch::try_new(Arc::new(Schema::new(schema_fields)), columns)
-        .map_err(|e| RunError::Internal(format!("building batch: {e}")))
-}
-
-/// What a shard's footer says besides its rows.
-struct Footer<'a> {
-    /// Videos this shard completes (with rows or without).
-    videos: &'a [String],
-    /// Videos this commit rejects (their rows are in `rejects_file`).
-    rejected: &'a [String],
-    rejects_file: Option<&'a str>,
-    /// `FooterRejects` as JSON.
-    reject_rows: Option<&'a str>,
-    /// The objects the commit depends on.
-    objects: &'a [ObjectSum],
-}
-
-fn encode_parquet(
-    batch: &RecordBatch,
-    footer: &Footer<'_>,
-    stage: &str,
-    fingerprint: &str,
-) -> Result<Vec<u8>, RunError> {
-    let mut meta = vec![
-        KeyValue::new(
-            META_VIDEOS.to_string(),
-            serde_json::to_string(footer.videos).unwrap_or_default(),
-        ),
-        KeyValue::new(META_STAGE.to_string(), stage.to_string()),
-        KeyValue::new(META_FINGERPRINT.to_string(), fingerprint.to_string()),
-    ];
-    if !footer.rejected.is_empty() {
-        meta.push(KeyValue::new(
-            META_REJECTED.to_string(),
-            serde_json::to_string(footer.rejected).unwrap_or_default(),
-        ));
-    }
-    if let Some(f) = footer.rejects_file {
-        meta.push(KeyValue::new(META_REJECTS_FILE.to_string(), f.to_string()));
-    }
-    if let Some(r) = footer.reject_rows {
-        meta.push(KeyValue::new(META_REJECT_ROWS.to_string(), r.to_string()));
-    }
-    if !footer.objects.is_empty() {
-        meta.push(KeyValue::new(
-            META_OBJECTS.to_string(),
-            serde_json::to_string(footer.objects).unwrap_or_default(),
-        ));
-    }
-    parquet_bytes(batch, Some(meta))
-}
-
-/// One batch as Snappy-compressed Parquet, with footer metadata when given.
-fn parquet_bytes(batch: &RecordBatch, meta: Option<Vec<KeyValue>>) -> Result<Vec<u8>, RunError> {
-    let props = WriterProperties::builder()
-        .set_compression(Compression::SNAPPY)
-        .set_key_value_metadata(meta)
-        .build();
-    let mut w = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(props))
-        .map_err(|e| RunError::Internal(format!("parquet writer: {e}")))?;
-    w.write(batch)
-        .map_err(|e| RunError::Internal(format!("parquet write: {e}")))?;
-    // The rows are all written before the footer: the footer records their BLAKE3, so every
-    // reader can tell a changed byte from a value.
-    w.flush()
-        .map_err(|e| RunError::Internal(format!("parquet write: {e}")))?;
-    // Out of the writer's buffer into the Vec, so `inner` holds every byte before the footer.
-    w.sync()
-        .map_err(|e| RunError::Internal(format!("parquet write: {e}")))?;
-    let sum = crate::store::commits::data_sum(w.inner());
-    w.append_key_value_metadata(KeyValue::new(
-        crate::store::commits::META_DATA.to_string(),
-        sum,
-    ));
-    w.into_inner()
-        .map_err(|e| RunError::Internal(format!("parquet close: {e}")))
-}
-
-/// A table that is not a stage shard (a selection, an analysis table) as Parquet bytes, for
-/// `Store::put`, which writes atomically like every shard.
-pub fn encode_table(batch: &RecordBatch) -> Result<Vec<u8>, RunError> {
-    parquet_bytes(batch, None)
 }
 
 /// Writes a committed slot's missing rejects shard from its footer (a worker killed between
