@@ -150,8 +150,11 @@ fn damaged_shards_are_named_set_aside_and_computed_again() {
     );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "analyze on a damaged shard must fail");
+    // It reads the selection first (every stage's footers), so the first damaged shard it
+    // meets may be the truncated one.
     assert!(
-        err.contains(&rel(&out, &flipped)) && err.contains("verify"),
+        (err.contains(&rel(&out, &flipped)) || err.contains(&rel(&out, &cut)))
+            && err.contains("verify"),
         "{err}"
     );
 

@@ -125,6 +125,26 @@ fn write_parquet(path: &Path, batch: &RecordBatch) -> Result<(), RunError> {
     crate::store::write_file(path, &bytes).map_err(crate::error::io(path))
 }
 
+/// The split's videos the pipeline still selects: a split is made once, and a rerun since (a
+/// video removed or changed, a threshold raised) may have taken some out; a release holds what
+/// the run selects now, as `annotate export` does, and says how many it left out.
+fn keep_selected(by_split: &mut BTreeMap<String, Vec<String>>, selected: &[String], name: &str) {
+    let mut gone = 0;
+    for ids in by_split.values_mut() {
+        let before = ids.len();
+        // `selected` is sorted (`pipeline_selection`).
+        ids.retain(|v| selected.binary_search(v).is_ok());
+        gone += before - ids.len();
+    }
+    if gone > 0 {
+        tracing::warn!(
+            split = name,
+            videos = gone,
+            "Videos of the split are no longer selected by the run (removed, changed or filtered since the split was made): left out of the release. Make the split again to rebalance it."
+        );
+    }
+}
+
 /// Writes the release folder.
 pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseReport, RunError> {
     if opts.rows_per_file == 0 {
@@ -135,7 +155,9 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
     let person = croissant::CardSettings::read(opts.card.as_deref())?;
     let run = crate::store::run::RunView::open(run_dir).await?;
     let (store, m) = (&run.store, &run.manifest);
-    let (order, by_split, split_report) = read_split(&store, &opts.split).await?;
+    let (order, mut by_split, split_report) = read_split(&store, &opts.split).await?;
+    let (selected, funnel) = crate::stages::selection::pipeline_selection(&run).await?;
+    keep_selected(&mut by_split, &selected, &opts.split);
     let inputs = read_inputs(&store, &m).await?;
     let out = &opts.out;
     clear_out(out)?;
@@ -163,7 +185,6 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
     )
     .await?;
     let tasks = tasks::write_tasks(store, m, &order, &by_split, out).await?;
-    let funnel = crate::stages::selection::pipeline_selection(&run).await?.1;
     let card = card(
         &m,
         &schema,

@@ -14,6 +14,12 @@ pub(super) struct RunTables {
     pub(super) manifest: crate::store::manifest::Manifest,
     /// The columns `--where` reads: decoded with every table, so the filter sees them.
     pub(super) filter_columns: Vec<String>,
+    /// The current selection: per video, how many stages (after the source) passed it on under
+    /// the pipeline's thresholds, and each stage's place; a stage's rows are read only for the
+    /// videos that reach it, as a clean run of today's pipeline would hold (rows a higher
+    /// threshold left behind stay stored, for a lower one, but are not analysed).
+    reach: std::collections::HashMap<String, usize>,
+    place: std::collections::HashMap<String, usize>,
 }
 
 impl RunTables {
@@ -38,11 +44,31 @@ impl RunTables {
     pub(super) fn open(run: &Path) -> Result<Self, RunError> {
         let rt = crate::runtime::tokio_runtime()?;
         let view = rt.block_on(crate::store::run::RunView::open(run))?;
+        let data = rt.block_on(crate::stages::selection::read_stages(&view, &[]))?;
+        let funnel = data.decided.funnel_all(false);
+        let mut reach: std::collections::HashMap<String, usize> = Default::default();
+        for (i, id) in data.sources.iter().enumerate() {
+            let passed = funnel
+                .kept
+                .iter()
+                .take_while(|k| k.is_valid(i) && k.value(i))
+                .count();
+            reach.insert(id.clone(), passed);
+        }
+        let place = data
+            .decided
+            .stages
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.id.clone(), i))
+            .collect();
         Ok(Self {
             rt,
             store: view.store,
             manifest: view.manifest,
             filter_columns: vec![],
+            reach,
+            place,
         })
     }
 
@@ -84,30 +110,59 @@ impl RunTables {
             .iter()
             .find(|s| s.id == id)
             .ok_or_else(|| AnalyzeError::Column(format!("no stage {id} in the manifest")))?;
+        // The selection is by video: the id is read with every table.
         let columns: Vec<&str> = columns
             .iter()
             .copied()
             .chain(self.filter_columns.iter().map(String::as_str))
+            .chain(std::iter::once(COL_VIDEO_ID))
             .collect();
         // The callback's own error, carried through the store's error type and back.
         let mut failed = None;
+        let place = self.place.get(id).copied();
         let r = self.rt.block_on(crate::store::shards::for_each_batch(
             &self.store,
             &st.id,
             &st.fingerprint,
             &columns,
-            |b| match each(b) {
-                Ok(()) => Ok(()),
-                Err(e) => {
+            |b| {
+                let b = match place {
+                    Some(p) => self.reaching(&b, p)?,
+                    None => b,
+                };
+                each(b).map_err(|e| {
                     failed = Some(e);
-                    Err(RunError::Internal("stopped".into()))
-                }
+                    RunError::Internal("stopped".into())
+                })
             },
         ));
         match (failed, r) {
             (Some(e), _) => Err(e),
             (None, r) => r.map_err(AnalyzeError::Run),
         }
+    }
+}
+
+impl RunTables {
+    /// The rows of `batch` (of the stage at `place`) whose videos reach that stage now.
+    fn reaching(&self, batch: &RecordBatch, place: usize) -> Result<RecordBatch, RunError> {
+        let Some(ids) = crate::store::shards::text_column(batch, COL_VIDEO_ID) else {
+            return Ok(batch.clone());
+        };
+        let keep: arrow::array::BooleanArray = ids
+            .iter()
+            .map(|v| {
+                Some(
+                    v.and_then(|v| self.reach.get(v))
+                        .is_some_and(|&n| n >= place),
+                )
+            })
+            .collect();
+        if keep.true_count() == batch.num_rows() {
+            return Ok(batch.clone());
+        }
+        arrow::compute::filter_record_batch(batch, &keep)
+            .map_err(|e| RunError::Internal(format!("selecting rows: {e}")))
     }
 }
 

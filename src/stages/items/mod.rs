@@ -14,9 +14,10 @@
 //! rejected row and the video goes on to the next task.
 //!
 //! The task file's text and its prompts' texts are in the fingerprint. `select`: the loop's
-//! threshold (`min_score`, default 4) and refinements (`max_rounds`, default 2); a video's rows
-//! keep every round's scores, so `benchmark::rounds::reselect` decides a new threshold with no
-//! call.
+//! threshold (`min_score`, default 4) and refinements (`max_rounds`, default 2), which decide the
+//! calls a drafted item makes, so they are in the fingerprint too when not the defaults; a
+//! video's rows keep every round's scores, so `benchmark::rounds::reselect` decides a new
+//! threshold with no call (`rethreshold`).
 
 mod as_run;
 mod drafted;
@@ -168,6 +169,12 @@ pub fn build(
     };
     // The texts decide whether items are made again, not the files' names.
     compute["task"] = json!(task.fingerprint);
+    // The loop's threshold and rounds decide which calls a drafted item makes (a clean run
+    // under a higher threshold refines more): part of what is computed, unlike a filter's
+    // threshold. Only when not the defaults, so runs made before keep their fingerprint.
+    if models.is_some() && rule != LoopRule::default() {
+        compute["loop"] = json!(rule);
+    }
     Ok(Built {
         task: crate::stages::processor_task(ItemsStage {
             cfg,
