@@ -5,7 +5,7 @@
 //! OpenAI server).
 
 use crate::fake_http::{FakeServer, Request, Response};
-use crate::judge::{err, openai_says, run_with_key};
+use crate::judge::{err, llm_fixture, openai_says, run_with_key};
 use crate::need_ffmpeg;
 use crate::util::*;
 use std::path::Path;
@@ -30,11 +30,14 @@ impl Corpus {
     }
 }
 
-fn pipeline(dir: &Path, url: &str) {
-    write(
-        &dir.join("p.toml"),
-        &format!(
-            r#"name = "rerun"
+/// The pipeline of these tests: relevance (the fake OpenAI server at `url`, keep `min_score`
+/// and up), probe, and frames (`frames` per video; none: no frames stage).
+fn pipeline_text(url: &str, min_score: u32, frames: Option<u32>) -> String {
+    let frames = frames.map_or(String::new(), |n| {
+        format!("\n[[stages]]\nid = \"frames\"\ntype = \"frames\"\ncompute = {{ count = {n} }}\n")
+    });
+    format!(
+        r#"name = "rerun"
 [output]
 flush_secs = 0
 
@@ -51,19 +54,17 @@ id = "relevance"
 type = "relevance"
 retries = 0
 compute = {{ service = "openai", model = "gpt-4o", event = "a protest turning violent" }}
-select = {{ min_score = 1 }}
+select = {{ min_score = {min_score} }}
 
 [[stages]]
 id = "probe"
 type = "probe"
+{frames}"#
+    )
+}
 
-[[stages]]
-id = "frames"
-type = "frames"
-compute = {{ count = 2 }}
-"#
-        ),
-    );
+fn pipeline(dir: &Path, url: &str) {
+    write(&dir.join("p.toml"), &pipeline_text(url, 1, Some(2)));
 }
 
 /// Runs the pipeline into `out`; the exit code must be `code`.
@@ -100,10 +101,7 @@ fn every_edit_gives_what_a_clean_run_gives_and_recomputes_only_what_it_touched()
     let server = FakeServer::start(move |r: &Request| {
         let body = String::from_utf8_lossy(&r.body);
         if body.contains("FLAKY") && f2.load(Ordering::SeqCst) {
-            return Response::json(
-                500,
-                r#"{"error":{"message":"overloaded","type":"server_error"}}"#,
-            );
+            return Response::json(500, llm_fixture("openai/error_500_server_error.json"));
         }
         openai_says("7")
     });
@@ -259,39 +257,9 @@ impl State {
             }
             .csv(),
         );
-        let frames = self.frames.map_or(String::new(), |n| {
-            format!(
-                "\n[[stages]]\nid = \"frames\"\ntype = \"frames\"\ncompute = {{ count = {n} }}\n"
-            )
-        });
         write(
             &dir.join("p.toml"),
-            &format!(
-                r#"name = "prop"
-[output]
-flush_secs = 0
-
-[services.openai]
-base_url = "{url}v1/"
-api_key_env = "VIDCURATE_TEST_OPENAI_KEY"
-
-[source]
-type = "local"
-manifest = "m.csv"
-
-[[stages]]
-id = "relevance"
-type = "relevance"
-retries = 0
-compute = {{ service = "openai", model = "gpt-4o", event = "a protest turning violent" }}
-select = {{ min_score = {} }}
-
-[[stages]]
-id = "probe"
-type = "probe"
-{frames}"#,
-                self.min_score
-            ),
+            &pipeline_text(url, self.min_score, self.frames),
         );
     }
 
@@ -426,10 +394,7 @@ fn random_edit_scripts_rerun_as_a_clean_run_does() {
         if let Some(at) = body.find("FLAKY") {
             let key = body[at..].chars().take(12).collect::<String>();
             if seen.lock().unwrap().insert(key) {
-                return Response::json(
-                    500,
-                    r#"{"error":{"message":"overloaded","type":"server_error"}}"#,
-                );
+                return Response::json(500, llm_fixture("openai/error_500_server_error.json"));
             }
         }
         let score = 1 + blake3::hash(body.as_bytes()).as_bytes()[0] % 10;

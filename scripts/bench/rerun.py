@@ -27,6 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
+# The tiny clips cluster.py's run of N videos points at (this script sits beside it).
+from cluster import tiny_clips
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("VIDCURATE_BIN", ROOT / "target/release/vidcurate"))
 
@@ -46,17 +49,6 @@ def measured(binary, args):
     if int(rc) not in (0, 3):
         sys.exit(f"{binary} {' '.join(args)} failed ({rc}):\n{p.stderr}")
     return secs, int(rss_kib) / 1024, p.stderr
-
-
-def tiny_clips(d, n=4):
-    paths = []
-    for i in range(n):
-        p = d / f"tiny{i}.mp4"
-        subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i",
-                        f"testsrc=size=64x36:rate=5:duration={0.4 + 0.2 * i}",
-                        "-pix_fmt", "yuv420p", str(p)], check=True)
-        paths.append(p)
-    return paths
 
 
 def manifest(path, ids, clips, labels):
