@@ -477,7 +477,10 @@ fn random_edit_scripts_rerun_as_a_clean_run_does() {
                 }
                 // A lower threshold sends on videos the later stages have not seen yet.
                 "threshold" => assert_eq!(c("relevance"), 0, "{why}"),
-                "title" | "description" => assert_eq!(c("probe"), 0, "{why}"),
+                // One relevance judgment; probe only if the new score lets the video through.
+                "title" | "description" => {
+                    assert!(c("relevance") <= 1 && c("probe") <= 1, "{why}")
+                }
                 "file" | "setting" => assert_eq!(c("relevance"), 0, "{why}"),
                 "added" => assert!(c("relevance") == 1 && c("probe") <= 1, "{why}"),
                 _ => {}
