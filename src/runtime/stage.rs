@@ -353,6 +353,13 @@ pub trait Source: Send + 'static {
     fn collects_once(&self) -> bool {
         false
     }
+    /// A digest of what the source lists from beyond the pipeline file (the queries a query
+    /// file expands to), for a source that collects once: the collection a ranked run's other
+    /// ranks wait for is of this pipeline and these inputs, so after a query-file edit they
+    /// wait for rank 0's new collection instead of reading the old one as complete.
+    fn inputs_digest(&self) -> String {
+        String::new()
+    }
     /// Whether the records come from a `source` table another worker commits (a rank following
     /// rank 0's collection): they are passed on, not written again.
     fn already_committed(&self) -> bool {

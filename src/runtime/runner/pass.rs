@@ -177,14 +177,19 @@ pub(super) async fn open_source(plan: &mut Plan, env: &PassEnv) -> Result<Opened
     let rank = env.rank;
     // A source that spends a quota collects once per run: on rank 0, for every rank.
     let collects_once = rank.world > 1 && plan.source.collects_once();
+    // The collection is of this pipeline and of what its source lists from (a query file):
+    // after an edit there the other ranks wait for the new collection.
+    let collection = match plan.source.inputs_digest() {
+        d if d.is_empty() => env.pin.pipeline_fingerprint.clone(),
+        d => format!("{}+{d}", env.pin.pipeline_fingerprint),
+    };
     if collects_once && rank.rank != 0 {
         plan.source = Box::new(crate::runtime::collected::CollectedSource::instead_of(
             plan.source.as_ref(),
-            &env.pin.pipeline_fingerprint,
+            &collection,
         ));
     }
-    let collect_for =
-        (collects_once && rank.rank == 0).then(|| env.pin.pipeline_fingerprint.clone());
+    let collect_for = (collects_once && rank.rank == 0).then_some(collection);
     let pre_cx = env.context(SOURCE_STAGE_ID, SOURCE_FINGERPRINT, Arc::new(vec![]));
     for_stage(SOURCE_STAGE_ID, plan.source.open(&pre_cx)).await?;
     let extras = plan.source.extras();

@@ -268,6 +268,11 @@ impl Source for YouTubeSource {
         true
     }
 
+    fn inputs_digest(&self) -> String {
+        let json = serde_json::to_vec(&self.queries).unwrap_or_default();
+        blake3::hash(&json).to_hex()[..16].to_string()
+    }
+
     /// Every query to `max_pages` pages of 50: upper bounds (a query that runs out of results
     /// stops early; a dated window over `split_above` results adds searches for its halves).
     async fn estimate(
