@@ -209,6 +209,7 @@ fn plan_stages(
             &built.compute,
         );
         prev_fp = fp.clone();
+        let input_salt = services_named(&built.compute, bcx.services);
         planned.push(PlannedStage {
             id: common.id.clone(),
             kind: common.kind.clone(),
@@ -217,10 +218,34 @@ fn plan_stages(
             max_in_flight: common.max_in_flight.unwrap_or(built.default_in_flight),
             timeout: common.timeout_secs.map(Duration::from_secs),
             retries: common.retries,
+            input_salt,
             task: built.task,
         });
     }
     Ok(planned)
+}
+
+/// The `[services.*]` a stage's settings name (any string value that is a service's name),
+/// with their base URLs: "name=url" lines, sorted.
+fn services_named(
+    compute: &serde_json::Value,
+    services: &std::collections::BTreeMap<String, crate::config::ServiceConfig>,
+) -> String {
+    fn walk(v: &serde_json::Value, out: &mut dyn FnMut(&str)) {
+        match v {
+            serde_json::Value::String(s) => out(s),
+            serde_json::Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            serde_json::Value::Object(o) => o.values().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut named = std::collections::BTreeSet::new();
+    walk(compute, &mut |s| {
+        if let Some(c) = services.get(s) {
+            named.insert(format!("{s}={}", c.base_url));
+        }
+    });
+    named.into_iter().collect::<Vec<_>>().join("\n")
 }
 
 /// A stage's id (snake_case, not reserved, not used before: `seen` holds the ids so far) and

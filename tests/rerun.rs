@@ -244,6 +244,8 @@ impl Rng {
 struct State {
     rows: Vec<(String, String, String, String)>,
     next_id: usize,
+    /// Which of the two fake servers the service's base_url points at.
+    server: usize,
     frames: Option<u32>,
     min_score: u32,
 }
@@ -311,7 +313,7 @@ fn seen_by_readers(run: &Path, tables: &[&str], min_score: u32) -> Vec<Vec<Strin
 /// One edit, applied to `s` (and the media under `dir`); its name, for the failure message.
 fn edit(s: &mut State, dir: &Path, rng: &mut Rng, clips: usize) -> &'static str {
     let pick = |rng: &mut Rng, s: &State| rng.below(s.rows.len());
-    match rng.below(10) {
+    match rng.below(11) {
         0 => {
             let i = pick(rng, s);
             s.rows[i].1 = if s.rows[i].1 == "fake" {
@@ -366,6 +368,10 @@ fn edit(s: &mut State, dir: &Path, rng: &mut Rng, clips: usize) -> &'static str 
             s.min_score = if s.min_score == 1 { 6 } else { 1 };
             "threshold"
         }
+        10 => {
+            s.server = 1 - s.server;
+            "base_url"
+        }
         8 => {
             s.frames = if s.frames.is_some() { None } else { Some(2) };
             "stage"
@@ -380,7 +386,7 @@ fn edit(s: &mut State, dir: &Path, rng: &mut Rng, clips: usize) -> &'static str 
 
 /// Property: for random scripts of one to three edits (labels, titles, descriptions, rows removed
 /// and added, files replaced, a stage's settings, a threshold, a stage added or removed, a
-/// transient failure), a rerun into the old directory and a clean run into a new one give equal
+/// transient failure, the service's base_url), a rerun into the old directory and a clean run into a new one give equal
 /// tables; a script of one edit computes only what that edit touches.
 #[test]
 fn random_edit_scripts_rerun_as_a_clean_run_does() {
@@ -388,18 +394,27 @@ fn random_edit_scripts_rerun_as_a_clean_run_does() {
     // The relevance score follows the title (so a threshold filters some); titles with FLAKY
     // fail with a 500 on their first call, then succeed (a transient reject, retried).
     let flaky_seen = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
-    let seen = flaky_seen.clone();
-    let server = FakeServer::start(move |r: &Request| {
-        let body = String::from_utf8_lossy(&r.body).to_string();
-        if let Some(at) = body.find("FLAKY") {
-            let key = body[at..].chars().take(12).collect::<String>();
-            if seen.lock().unwrap().insert(key) {
-                return Response::json(500, llm_fixture("openai/error_500_server_error.json"));
-            }
-        }
-        let score = 1 + blake3::hash(body.as_bytes()).as_bytes()[0] % 10;
-        openai_says(&score.to_string())
-    });
+    // Two servers that score alike titles differently: the service's base_url is an edit.
+    let servers: Vec<FakeServer> = (0..2u8)
+        .map(|n| {
+            let seen = flaky_seen.clone();
+            FakeServer::start(move |r: &Request| {
+                let body = String::from_utf8_lossy(&r.body).to_string();
+                if let Some(at) = body.find("FLAKY") {
+                    let key = body[at..].chars().take(12).collect::<String>();
+                    if seen.lock().unwrap().insert(key) {
+                        return Response::json(
+                            500,
+                            llm_fixture("openai/error_500_server_error.json"),
+                        );
+                    }
+                }
+                let score = 1 + blake3::hash(body.as_bytes()).as_bytes()[n as usize] % 10;
+                openai_says(&score.to_string())
+            })
+        })
+        .collect();
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
     let d = tempfile::tempdir().unwrap();
     let dir = d.path();
     let clips = 3;
@@ -417,6 +432,7 @@ fn random_edit_scripts_rerun_as_a_clean_run_does() {
         next_id: 0,
         frames: Some(2),
         min_score: 1,
+        server: 0,
     };
     for i in 0..4 {
         std::fs::copy(
@@ -431,7 +447,7 @@ fn random_edit_scripts_rerun_as_a_clean_run_does() {
             "d".into(),
         ));
     }
-    s.write(dir, &server.url());
+    s.write(dir, &urls[s.server]);
     let out = dir.join("run");
     let code = |o: &std::process::Output| o.status.code().unwrap_or(-1);
     let first = run_with_key(&dir.join("p.toml"), &out);
@@ -442,7 +458,7 @@ fn random_edit_scripts_rerun_as_a_clean_run_does() {
         let before = s.clone();
         let n = 1 + rng.below(3);
         let edits: Vec<&str> = (0..n).map(|_| edit(&mut s, dir, &mut rng, clips)).collect();
-        s.write(dir, &server.url());
+        s.write(dir, &urls[s.server]);
         let rerun = run_with_key(&dir.join("p.toml"), &out);
         let clean_dir = dir.join(format!("clean{}", k % 2));
         let _ = std::fs::remove_dir_all(&clean_dir);
@@ -482,6 +498,11 @@ fn random_edit_scripts_rerun_as_a_clean_run_does() {
                     assert!(c("relevance") <= 1 && c("probe") <= 1, "{why}")
                 }
                 "file" | "setting" => assert_eq!(c("relevance"), 0, "{why}"),
+                // Another server: every judgment again, from it.
+                "base_url" => {
+                    let received = counts(&out, "relevance")["received"].as_u64().unwrap();
+                    assert_eq!(c("relevance"), received, "{why}")
+                }
                 "added" => assert!(c("relevance") == 1 && c("probe") <= 1, "{why}"),
                 _ => {}
             }

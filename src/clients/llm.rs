@@ -338,6 +338,12 @@ impl LlmService {
             "api": self.api, "model": req.model, "prompt": req.prompt, "images": hashes,
             "temperature": req.temperature, "max_tokens": req.max_tokens, "json": req.json,
         });
+        // Another server under the same service name and model (a vLLM or llama.cpp at another
+        // address) answers differently: its answers are its own. The public APIs' own
+        // addresses stay out, so every answer cached before this stays valid.
+        if !is_public_api(&self.ep.base_url) {
+            request["base_url"] = json!(self.ep.base_url.trim_end_matches('/'));
+        }
         // Only when there is one: the keys of every answer cached before schemas stay valid.
         if let Some(sc) = &req.schema {
             request["schema"] = json!(sc.hash);
@@ -552,4 +558,15 @@ pub fn parse_answer(api: Api, body: &[u8]) -> Result<ChatAnswer, LlmError> {
             })
         }
     }
+}
+
+/// Whether `base_url` is OpenAI's or Gemini's own API (the addresses cache keys leave out).
+fn is_public_api(base_url: &str) -> bool {
+    let u = base_url.trim_end_matches('/');
+    [
+        "https://api.openai.com/v1",
+        "https://generativelanguage.googleapis.com/v1beta",
+        "https://generativelanguage.googleapis.com/v1",
+    ]
+    .contains(&u)
 }

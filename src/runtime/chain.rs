@@ -23,6 +23,10 @@ pub struct PlannedStage {
     pub max_in_flight: usize,
     pub timeout: Option<Duration>,
     pub retries: u32,
+    /// What the stage's answers come from beyond its settings: the base URLs of the services
+    /// its settings name. In each video's input digest (`runtime::rerun`), so pointing a service
+    /// at another server computes its rows again, without superseding the table.
+    pub input_salt: String,
     pub task: Box<dyn StageTask>,
 }
 

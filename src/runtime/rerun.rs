@@ -55,6 +55,15 @@ pub fn input_digest(reads: &[Slot], extras: bool, lin: &Lineage) -> u64 {
     digest(parts.iter().map(Vec::as_slice))
 }
 
+/// `input` with what a stage's answers come from beyond its settings (the base URLs of its
+/// services); unchanged when there is nothing.
+pub fn salted(input: u64, salt: &str) -> u64 {
+    if salt.is_empty() {
+        return input;
+    }
+    digest([&input.to_le_bytes(), salt.as_bytes()])
+}
+
 /// The digest of the slot a stage fills, from its id and its input digest.
 pub fn output_digest(stage_id: &str, input: u64) -> u64 {
     digest([stage_id.as_bytes(), &input.to_le_bytes()])

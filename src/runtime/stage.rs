@@ -27,6 +27,8 @@ pub struct StageContext {
     pub stage_id: String,
     /// Fingerprint of this stage's compute settings and of every stage before it.
     pub fingerprint: String,
+    /// What its answers come from beyond its settings (`PlannedStage::input_salt`).
+    pub input_salt: String,
     pub store: Arc<dyn Store>,
     /// The run directory on disk (for files that tools open by path: media, the response cache).
     pub run_dir: std::path::PathBuf,
@@ -122,6 +124,7 @@ impl StageContext {
         Ok(Self {
             stage_id: SOURCE_STAGE_ID.into(),
             fingerprint: String::new(),
+            input_salt: String::new(),
             store: Arc::new(store),
             run_dir: run_dir.to_path_buf(),
             cache: crate::store::cache::CacheHandle::new(&tmp),

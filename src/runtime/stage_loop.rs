@@ -261,6 +261,7 @@ impl<P: Processor> ProcessorTask<P> {
         rewrite: &mut std::collections::HashSet<String>,
     ) -> rerun::Settle {
         let input = rerun::input_digest(&self.0.reads(), self.0.reads_extras(), &rec.lineage);
+        let input = rerun::salted(input, &cx.input_salt);
         let stamp = Stamp {
             input,
             extras: rec.lineage.extras,

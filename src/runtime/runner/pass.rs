@@ -118,6 +118,7 @@ impl PassEnv {
         StageContext {
             stage_id: id.to_string(),
             fingerprint: fingerprint.to_string(),
+            input_salt: String::new(),
             store: self.store.clone(),
             run_dir: self.run_dir.clone(),
             cache: self.cache.clone(),
@@ -266,7 +267,8 @@ pub(super) fn spawn_chain(
             progress: progress.stage(&st.id),
             watch,
         };
-        let cx = env.context(&st.id, &st.fingerprint, extras.clone());
+        let mut cx = env.context(&st.id, &st.fingerprint, extras.clone());
+        cx.input_salt = st.input_salt.clone();
         io.watch.attach_tally(cx.tally.clone());
         order.push(st.id.clone());
         let id = st.id.clone();
