@@ -138,10 +138,10 @@ fn print_summary(report: &runner::RunReport, summaries: &[crate::plan::SummaryLi
         }
     }
     for (id, line) in summaries {
-        if let Some(text) = report.counts.get(id).map(|c| line(id, c)) {
-            if !text.is_empty() {
-                eprintln!("{text}");
-            }
+        if let Some(text) = report.counts.get(id).map(|c| line(id, c))
+            && !text.is_empty()
+        {
+            eprintln!("{text}");
         }
     }
     if report.passes > 1 {

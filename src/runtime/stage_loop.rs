@@ -72,7 +72,6 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
             watch,
         } = io;
         let (prior, mut writer) = open_stage_tables::<P::Row>(&cx, &settings).await?;
-        let mut counts = StageCounts::default();
         let limit = settings.max_in_flight.max(1);
         let mut flow = Flow::<P::Row> {
             in_flight: FuturesUnordered::new(),
@@ -80,9 +79,7 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
             input_open: true,
             downstream_open: true,
         };
-        let mut rejects = RejectLog::default();
-        // Videos whose stored rows are written again with new extra-column values.
-        let mut rewrite = std::collections::HashSet::new();
+        let mut books = Books::default();
         let mut tick = tokio::time::interval(settings.flush_every.max(Duration::from_millis(100)));
         loop {
             if !flow.input_open && flow.in_flight.is_empty() && flow.to_send.is_empty() {
@@ -100,30 +97,22 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
                 }
                 Step::Received(mut rec) => {
                     watch.received();
-                    let settle = self.settle(&mut rec, &prior, &cx, &mut writer, &mut rewrite);
+                    let settle =
+                        self.settle(&mut rec, &prior, &cx, &mut writer, &mut books.rewrite);
                     flow.in_flight
                         .push(self.start(rec, settle, &prior, &cx, &settings, &watch));
                 }
                 Step::Finished(outcome) => {
                     if let Some(rec) = self
-                        .finish(
-                            outcome,
-                            &cx,
-                            &mut writer,
-                            &mut counts,
-                            &progress,
-                            &watch,
-                            &mut rejects,
-                            &mut rewrite,
-                        )
+                        .finish(outcome, &cx, &mut writer, &progress, &watch, &mut books)
                         .await?
                     {
-                        counts.forwarded += 1;
+                        books.counts.forwarded += 1;
                         if flow.downstream_open {
                             flow.to_send.push_back(rec);
                         }
                     }
-                    watch.publish(&counts);
+                    watch.publish(&books.counts);
                     writer.maybe_flush().await?;
                 }
                 Step::Sent => {}
@@ -137,7 +126,7 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
             }
             watch.set_waiting_to_send(flow.to_send.len());
         }
-        close(writer, &cx, &rejects, &progress, &watch, counts).await
+        close(writer, &cx, &books.rejects, &progress, &watch, books.counts).await
     }
 }
 
@@ -158,6 +147,15 @@ async fn close<R: Serialize + serde::de::DeserializeOwned + Send + 'static>(
     watch.ended();
     counts.tally = cx.tally.snapshot();
     Ok(counts)
+}
+
+/// What the stage loop keeps about the videos it settles besides their rows: its counts, the reject log,
+/// and the videos whose stored rows are written again with new extra-column values.
+#[derive(Default)]
+struct Books {
+    counts: StageCounts,
+    rejects: RejectLog,
+    rewrite: std::collections::HashSet<String>,
 }
 
 /// Logs rejects the first few times per reason, then counts them: a manifest of thousands of bad
@@ -337,12 +335,11 @@ impl<P: Processor> ProcessorTask<P> {
         outcome: Outcome<P::Row>,
         cx: &StageContext,
         writer: &mut ShardWriter<P::Row>,
-        counts: &mut StageCounts,
         progress: &StageProgress,
         watch: &StageWatch,
-        rejects: &mut RejectLog,
-        rewrite: &mut std::collections::HashSet<String>,
+        books: &mut Books,
     ) -> Result<Option<VideoRecord>, RunError> {
+        let counts = &mut books.counts;
         counts.received += 1;
         let took = match &outcome {
             Outcome::Computed(_, _, took) => *took,
@@ -353,7 +350,7 @@ impl<P: Processor> ProcessorTask<P> {
             Outcome::Reused(rec, rows) => {
                 counts.reused += 1;
                 progress.inc(false);
-                if rewrite.remove(&rec.video_id) {
+                if books.rewrite.remove(&rec.video_id) {
                     writer.add(&rec, rows.clone());
                 }
                 select(&*self.0, rec, rows, &cx.extras, counts)
@@ -374,7 +371,7 @@ impl<P: Processor> ProcessorTask<P> {
                 ErrorKind::Data | ErrorKind::External => {
                     counts.rejected += 1;
                     progress.inc(true);
-                    if rejects.note(&e.reason) {
+                    if books.rejects.note(&e.reason) {
                         tracing::warn!(stage = %cx.stage_id, video_id = %rec.video_id, reason = %e.reason, detail = %e.detail, "Rejected.");
                     }
                     writer.reject(&rec.video_id, &rec.extra, &e, rec.lineage.stamp);

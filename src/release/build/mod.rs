@@ -155,10 +155,10 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
     let person = croissant::CardSettings::read(opts.card.as_deref())?;
     let run = crate::store::run::RunView::open(run_dir).await?;
     let (store, m) = (&run.store, &run.manifest);
-    let (order, mut by_split, split_report) = read_split(&store, &opts.split).await?;
+    let (order, mut by_split, split_report) = read_split(store, &opts.split).await?;
     let (selected, funnel) = crate::stages::selection::pipeline_selection(&run).await?;
     keep_selected(&mut by_split, &selected, &opts.split);
-    let inputs = read_inputs(&store, &m).await?;
+    let inputs = read_inputs(store, m).await?;
     let out = &opts.out;
     clear_out(out)?;
     let DataFiles {
@@ -186,7 +186,7 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
     .await?;
     let tasks = tasks::write_tasks(store, m, &order, &by_split, out).await?;
     let card = card(
-        &m,
+        m,
         &schema,
         &images,
         &sizes,

@@ -229,12 +229,12 @@ impl SegmentCounts {
         let (ids, grp) = (col_utf8(b, COL_VIDEO_ID)?, col_utf8(b, by)?);
         let (ids, grp) = (ids.as_string::<i32>(), grp.as_string::<i32>());
         let (idx, ts) = (col_u32(b, "frame_index")?, col_f64(b, "timestamp_secs")?);
-        for i in 0..b.num_rows() {
+        for (i, t) in ts.iter().enumerate().take(b.num_rows()) {
             let id = str_or(ids, i, "");
             let Some(d) = duration.get(id).filter(|d| **d > 0.0) else {
                 continue;
             };
-            let seg = ((ts[i] / d * 8.0) as usize).min(7);
+            let seg = ((t / d * 8.0) as usize).min(7);
             let e = self.entry(id, str_or(grp, i, "(null)"));
             e.1[seg] += 1;
             if with_text.contains(id, idx.value(i)) {
@@ -296,13 +296,13 @@ impl SegmentCounts {
                 .map(|(_, v)| *v)
                 .collect();
             let mut mean = [0f64; 8];
-            for s in 0..8 {
+            for (s, m) in mean.iter_mut().enumerate() {
                 let shares: Vec<f64> = vids
                     .iter()
                     .filter(|v| v.1[s] > 0)
                     .map(|v| f64::from(v.0[s]) / f64::from(v.1[s]))
                     .collect();
-                mean[s] = shares.iter().sum::<f64>() / shares.len().max(1) as f64;
+                *m = shares.iter().sum::<f64>() / shares.len().max(1) as f64;
             }
             // `count` is the mean share here; `share` normalises it over the 8 segments.
             out.extend(dist(g, &seg_bins, &mean));

@@ -99,10 +99,10 @@ fn decoded_readers(plan: &Plan) -> BTreeMap<String, u32> {
     let mut readers = BTreeMap::new();
     let mut feeder: Option<&str> = None;
     for s in &plan.stages {
-        if s.task.reads_decoded_frames() {
-            if let Some(f) = feeder {
-                *readers.entry(f.to_string()).or_insert(0) += 1;
-            }
+        if s.task.reads_decoded_frames()
+            && let Some(f) = feeder
+        {
+            *readers.entry(f.to_string()).or_insert(0) += 1;
         }
         if s.task.provides() == crate::record::Slot::Frames {
             feeder = Some(&s.id);

@@ -113,19 +113,19 @@ pub fn build(
     }
     for q in &queries {
         for k in ["published_after", "published_before"] {
-            if let Some(v) = q.params.get(k) {
-                if parse_time(v).is_none() {
-                    return Err(ConfigError {
-                        file: qpath.clone(),
-                        line: None,
-                        column: None,
-                        key: Some(k.into()),
-                        message: format!(
-                            "query {:?}: {k} = {v:?} is neither YYYY-MM-DD nor an RFC 3339 time",
-                            q.text
-                        ),
-                    });
-                }
+            if let Some(v) = q.params.get(k)
+                && parse_time(v).is_none()
+            {
+                return Err(ConfigError {
+                    file: qpath.clone(),
+                    line: None,
+                    column: None,
+                    key: Some(k.into()),
+                    message: format!(
+                        "query {:?}: {k} = {v:?} is neither YYYY-MM-DD nor an RFC 3339 time",
+                        q.text
+                    ),
+                });
             }
         }
     }
