@@ -144,3 +144,119 @@ fn the_dry_run_predicts_frames_and_youtube_searches() {
     let text = dry(&p, &yout);
     assert!(text.contains("(2 already in the cache: free)"), "{text}");
 }
+
+/// Calls the fake server received for `model`.
+fn calls_to(server: &FakeServer, model: &str) -> usize {
+    server
+        .requests()
+        .iter()
+        .filter(|r| {
+            let v: serde_json::Value = serde_json::from_slice(&r.0.body).unwrap_or_default();
+            v["model"] == model
+        })
+        .count()
+}
+
+/// Two paid stages: `relevance` scores a title by its first digits ("s9_3" → 9) and keeps 9
+/// and up; `second` (another model) is asked only about what `relevance` keeps.
+fn two_paid_stages(dir: &Path, url: &str, min_score: u8) -> std::path::PathBuf {
+    relevance_pipeline_with(
+        dir,
+        url,
+        "requests_per_minute = 6000\nusd_per_mtok_input = 2.5\nusd_per_mtok_output = 10.0",
+        "",
+        &format!(
+            r#"select = {{ min_score = {min_score} }}
+
+[[stages]]
+id = "second"
+type = "relevance"
+compute = {{ service = "openai", model = "gpt-4o-mini", event = "a protest turning violent" }}
+select = {{ min_score = 1 }}
+"#
+        ),
+    )
+}
+
+#[test]
+fn the_dry_run_after_an_edit_or_a_lowered_threshold_prices_exactly_what_the_run_then_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = FakeServer::start(|r: &Request| {
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+        if v["model"] == "gpt-4o-mini" {
+            return openai_says("7");
+        }
+        let title = crate::judge::title_of(&prompt_of(r));
+        let score: String = title.chars().skip(1).take_while(char::is_ascii_digit).collect();
+        openai_says(&score)
+    });
+    // 5 videos score 9, 4 score 6, 3 score 3.
+    let titles: Vec<String> = (0..12)
+        .map(|i| match i {
+            0..5 => format!("s9_{i}"),
+            5..9 => format!("s6_{i}"),
+            _ => format!("s3_{i}"),
+        })
+        .collect();
+    let t: Vec<&str> = titles.iter().map(String::as_str).collect();
+    url_manifest(dir.path(), &t);
+    let p = two_paid_stages(dir.path(), &server.url(), 9);
+    let out = dir.path().join("run");
+    let first = dry(&p, &out);
+    // Before any run the second stage is priced for every video (an upper bound).
+    assert_eq!(line(&first, "second")[4], "12", "{first}");
+    let o = run_with_key(&p, &out);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert_eq!((calls_to(&server, "gpt-4o"), calls_to(&server, "gpt-4o-mini")), (12, 5));
+
+    // Nothing changed: nothing to pay.
+    let text = dry(&p, &out);
+    assert_eq!(line(&text, "relevance")[3..5], ["12", "0"], "{text}");
+    assert_eq!(line(&text, "second")[2..5], ["5", "5", "0"], "{text}");
+
+    // A lower threshold: the second stage is priced for the 4 videos it now keeps, and
+    // relevance for none (its rows hold).
+    let p = two_paid_stages(dir.path(), &server.url(), 5);
+    let text = dry(&p, &out);
+    assert_eq!(line(&text, "relevance")[4], "0", "{text}");
+    assert_eq!(line(&text, "second")[2..5], ["9", "5", "4"], "{text}");
+    let o = run_with_key(&p, &out);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert_eq!(calls_to(&server, "gpt-4o-mini"), 5 + 4, "the calls priced are the calls made");
+
+    // A description edited: the source says so, and both stages recompute that one video.
+    let m = std::fs::read_to_string(dir.path().join("m.csv")).unwrap();
+    write(&dir.path().join("m.csv"), &m.replace("s9_0,a clip", "s9_0,another clip"));
+    let text = dry(&p, &out);
+    assert!(text.contains("source: 1 changed since the last run"), "{text}");
+    assert!(text.contains("relevance: 1 recomputed (inputs changed)"), "{text}");
+    assert_eq!(line(&text, "relevance")[4], "1", "{text}");
+    assert_eq!(line(&text, "second")[4], "1", "{text}");
+    let before = server.requests().len();
+    let o = run_with_key(&p, &out);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert_eq!(server.requests().len() - before, 2, "one call per stage");
+}
+
+#[test]
+fn with_youtube_downloads_off_nothing_after_the_download_is_priced() {
+    let fake = youtube_fake();
+    let yd = tempfile::tempdir().unwrap();
+    let p = yt_pipeline(yd.path(), &fake.server.url(), "");
+    let text = std::fs::read_to_string(&p).unwrap();
+    write(
+        &p,
+        &format!(
+            "{text}\n[[stages]]\nid = \"download\"\ntype = \"download\"\n\n[[stages]]\nid = \"probe\"\ntype = \"probe\"\n\n[[stages]]\nid = \"frames\"\ntype = \"frames\"\ncompute = {{ count = 4 }}\n"
+        ),
+    );
+    let out = yd.path().join("run");
+    let text = dry(&p, &out);
+    assert_eq!(line(&text, "download")[2], "100", "{text}");
+    assert_eq!(line(&text, "probe")[2], "0", "{text}");
+    assert_eq!(line(&text, "frames")[9], "0", "no frames are priced: {text}");
+    assert!(
+        text.contains("download: 100 of 100 videos stop here, nothing after it is priced for them: downloading from YouTube is off"),
+        "{text}"
+    );
+}

@@ -1,19 +1,21 @@
 //! `vidcurate run PIPELINE --dry-run`: what a run would call, cost and write, before it calls
 //! anything. The source says what it will fetch (a listing: exactly; a search: at most, with
 //! the days of quota it needs); each stage says what one video costs it (its model calls, with
-//! prompt size, images and output allowance; the frames it writes). The run directory, when
-//! there is one, says what is already done: videos a stage settled under the same fingerprint
-//! are free, as are the YouTube responses in the cache.
+//! prompt size, images and output allowance; the frames it writes). Which videos reach each
+//! stage, and which of them it must compute, is `reach`'s walk: a video a stage settled before
+//! from the same settings and inputs is free and goes on as its stored rows decide under
+//! today's thresholds; the YouTube responses in the cache are free too.
 //!
-//! Numbers are upper bounds where the run decides: every video is assumed to pass every
-//! `select`, no answer needs a repair, and every answer uses its whole `max_tokens`.
+//! Numbers are upper bounds where the run decides: every video a stage computes is assumed to
+//! pass its `select`, no answer needs a repair, and every answer uses its whole `max_tokens`.
 
 use crate::error::RunError;
 use crate::plan::Plan;
 use crate::runtime::runner::{self, RunOptions};
 use crate::runtime::stage::{SourceEstimate, StageContext};
+use crate::report::reach::{self, Listing};
 use crate::store::cache::ResponseCache;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 /// One stage's line.
@@ -23,8 +25,12 @@ pub struct StageLine {
     pub kind: String,
     /// Videos reaching the stage (at most).
     pub videos: u64,
-    /// Of them, settled by an earlier run under the same fingerprint.
+    /// Of them, settled by an earlier run with the same settings and inputs.
     pub free: u64,
+    /// Of those to compute, settled before from other inputs (a rerun's recomputation).
+    pub recomputed: u64,
+    /// Videos the stage refuses before computing, by reason (nothing after it is priced).
+    pub refused: BTreeMap<String, u64>,
     pub calls: u64,
     pub tokens_in: u64,
     pub tokens_out: u64,
@@ -41,6 +47,8 @@ pub struct DryRun {
     pub run_dir: std::path::PathBuf,
     pub source_kind: String,
     pub source: SourceEstimate,
+    /// The source's listing against the stored source rows.
+    pub changes: reach::SourceChanges,
     /// Source calls the response cache already holds, per method.
     pub source_cached: BTreeMap<String, u64>,
     pub stages: Vec<StageLine>,
@@ -68,8 +76,6 @@ pub async fn dry_run(mut plan: Plan, opts: &RunOptions) -> Result<DryRun, RunErr
         source,
         ..Default::default()
     };
-    // What an earlier run left: settled videos per stage (same fingerprint only), the cache.
-    let (done, sources) = prior_work(&run_dir, &plan).await?;
     let local = opts.work_dir.clone().unwrap_or_else(|| run_dir.clone());
     if let Some(cache) = ResponseCache::open_existing(&ResponseCache::path_in(&local))? {
         for s in cache.stats()? {
@@ -79,88 +85,78 @@ pub async fn dry_run(mut plan: Plan, opts: &RunOptions) -> Result<DryRun, RunErr
             }
         }
     }
-    let mut reach = match (sources, out.source.videos) {
-        // A collection that ran: its videos are known.
-        (Some(n), _) if n > 0 => n,
-        (_, Some(n)) => n,
-        (_, None) => 0,
+    let extras = plan.source.extras();
+    let listing = if plan.source.collects_once() {
+        let example = plan.source.example().unwrap_or_else(|| {
+            crate::record::VideoRecord::new("example".into(), Default::default(), vec![])
+        });
+        Listing::Stored(out.source.videos.unwrap_or(0), Box::new(example))
+    } else {
+        Listing::Listed(plan.source)
     };
-    for st in &plan.stages {
-        let est = st.task.estimate();
-        let (settled, kept) = done.get(&st.id).copied().unwrap_or((0, 0));
-        let todo = reach.saturating_sub(settled);
-        let mut line = StageLine {
-            stage: st.id.clone(),
-            kind: st.kind.clone(),
-            videos: reach,
-            free: settled.min(reach),
-            ..Default::default()
-        };
-        let mut modes = vec![];
-        for call in &est.calls {
-            let svc = plan.services.get(&call.service);
-            let prices = svc.map(|s| s.prices()).unwrap_or_default();
-            let tin = call.prompt_chars / CHARS_PER_TOKEN + call.images as u64 * TOKENS_PER_IMAGE;
-            let tout = call.max_tokens as u64;
-            line.calls += todo;
-            line.tokens_in += todo * tin;
-            line.tokens_out += todo * tout;
-            line.usd_live += prices.cost((todo * tin) as i64, (todo * tout) as i64, false);
-            line.usd_batch += prices.cost((todo * tin) as i64, (todo * tout) as i64, true);
-            let mode = svc
-                .map(|s| format!("{:?}", s.mode).to_lowercase())
-                .unwrap_or_default();
-            if !modes.contains(&mode) {
-                modes.push(mode);
-            }
-        }
-        line.mode = modes.join("+");
-        if let Some((n, bytes)) = est.frames {
-            line.frames = todo * n as u64;
-            line.disk_bytes = line.frames * bytes;
-        }
-        out.stages.push(line);
-        // Videos kept before plus the new ones (all assumed to pass).
-        reach = kept + todo;
+    let pipeline = toml::from_str(&plan.text)
+        .map_err(|e| RunError::Config(format!("{}: {e}", plan.file.display())))?;
+    let view = open_view(&run_dir).await;
+    let reach = reach::walk(&plan.stages, pipeline, listing, &extras, view, cx).await?;
+    out.changes = reach.source;
+    for (st, r) in plan.stages.iter().zip(reach.stages) {
+        out.stages.push(price(st, r, &plan.services));
     }
     Ok(out)
 }
 
-/// Per stage id, (videos settled, videos kept) by an earlier run under the plan's fingerprint,
-/// and the number of collected source videos; nothing when there is no run yet.
-async fn prior_work(
-    run_dir: &std::path::Path,
-    plan: &Plan,
-) -> Result<(HashMap<String, (u64, u64)>, Option<u64>), RunError> {
-    let mut done = HashMap::new();
+/// A stage's line: what its videos to compute cost.
+fn price(
+    st: &crate::runtime::chain::PlannedStage,
+    r: reach::StageReach,
+    services: &BTreeMap<String, crate::config::ServiceConfig>,
+) -> StageLine {
+    let est = st.task.estimate();
+    let todo = r.todo;
+    let mut line = StageLine {
+        stage: st.id.clone(),
+        kind: st.kind.clone(),
+        videos: r.videos,
+        free: r.free,
+        recomputed: r.recomputed,
+        refused: r.refused,
+        ..Default::default()
+    };
+    let mut modes = vec![];
+    for call in &est.calls {
+        let svc = services.get(&call.service);
+        let prices = svc.map(|s| s.prices()).unwrap_or_default();
+        let tin = call.prompt_chars / CHARS_PER_TOKEN + call.images as u64 * TOKENS_PER_IMAGE;
+        let tout = call.max_tokens as u64;
+        line.calls += todo;
+        line.tokens_in += todo * tin;
+        line.tokens_out += todo * tout;
+        line.usd_live += prices.cost((todo * tin) as i64, (todo * tout) as i64, false);
+        line.usd_batch += prices.cost((todo * tin) as i64, (todo * tout) as i64, true);
+        let mode = svc
+            .map(|s| format!("{:?}", s.mode).to_lowercase())
+            .unwrap_or_default();
+        if !modes.contains(&mode) {
+            modes.push(mode);
+        }
+    }
+    line.mode = modes.join("+");
+    if let Some((n, bytes)) = est.frames {
+        line.frames = todo * n as u64;
+        line.disk_bytes = line.frames * bytes;
+    }
+    line
+}
+
+/// The run directory as a reader opens it; None before the first run.
+async fn open_view(run_dir: &std::path::Path) -> Option<crate::store::run::RunView> {
     let location = run_dir.to_string_lossy().to_string();
     let local_missing =
         !crate::store::objects::is_url(&location) && !run_dir.join("manifest.json").exists();
     if local_missing {
-        return Ok((done, None));
+        return None;
     }
-    let Ok(view) = crate::store::run::RunView::open(run_dir).await else {
-        return Ok((done, None));
-    };
-    let data = crate::stages::selection::read_stages(&view, &[]).await?;
-    let (rows, _) = data.funnel_of(&data.sources, false);
-    let (_store, m) = (&view.store, &view.manifest);
-    for row in &rows {
-        let same = m.stages.iter().any(|ms| {
-            ms.id == row.stage
-                && plan
-                    .stages
-                    .iter()
-                    .any(|s| s.id == ms.id && s.fingerprint == ms.fingerprint)
-        });
-        if same {
-            done.insert(
-                row.stage.clone(),
-                ((row.done + row.rejected) as u64, row.out as u64),
-            );
-        }
-    }
-    Ok((done, Some(data.sources.len() as u64)))
+    crate::store::run::RunView::open(run_dir).await.ok()
 }
 
 fn gib(bytes: u64) -> String {
@@ -231,11 +227,43 @@ pub fn render(d: &DryRun) -> String {
     for (svc, n) in &d.cached {
         let _ = writeln!(t, "cache: {n} answers of service {svc} already paid for");
     }
+    render_changes(&mut t, d);
     let _ = writeln!(
         t,
-        "(upper bounds: every video passes every select, no repair, every answer uses max_tokens)"
+        "(upper bounds: every video computed passes its select, no repair, every answer uses max_tokens)"
     );
     t
+}
+
+/// What a rerun would compute again, and the videos a stage refuses outright.
+fn render_changes(t: &mut String, d: &DryRun) {
+    let c = &d.changes;
+    // A first run adds every video it lists: that is not a change.
+    let rerun = !c.assumed && (c.changed + c.removed > 0 || c.added < c.listed);
+    let parts: Vec<String> = [
+        (c.changed, "changed"),
+        (c.removed, "removed"),
+        (c.added, "added"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, w)| format!("{n} {w}"))
+    .collect();
+    if rerun && !parts.is_empty() {
+        let _ = writeln!(t, "source: {} since the last run", parts.join(", "));
+    }
+    for l in &d.stages {
+        if l.recomputed > 0 {
+            let _ = writeln!(t, "{}: {} recomputed (inputs changed)", l.stage, l.recomputed);
+        }
+        for (why, n) in &l.refused {
+            let _ = writeln!(
+                t,
+                "{}: {n} of {} videos stop here, nothing after it is priced for them: {why}",
+                l.stage, l.videos
+            );
+        }
+    }
 }
 
 /// What the source will fetch: its videos, its calls and their quota.

@@ -7,6 +7,7 @@ pub mod cache;
 pub mod estimate;
 pub mod plot;
 pub mod questions;
+pub mod reach;
 pub mod reference;
 
 use serde::{Deserialize, Serialize};

@@ -24,6 +24,7 @@ pub mod watch;
 
 mod retry;
 mod source_loop;
+pub use source_loop::refuse_unsafe_id;
 mod stage_loop;
 
 pub use crate::store::manifest::StageCounts;
@@ -76,6 +77,15 @@ pub trait StageTask: Send + Sync + 'static {
     /// What one video costs the stage, for `run --dry-run`.
     fn estimate(&self) -> stage::StageEstimate {
         stage::StageEstimate::default()
+    }
+    /// The slots its input digest covers (`Processor::reads`) and whether it reads the extra
+    /// columns: what `run --dry-run` compares with the stored rows, as the stage loop does.
+    fn reads(&self) -> (Vec<crate::record::Slot>, bool) {
+        (self.requires().to_vec(), false)
+    }
+    /// `Processor::refuses`: a video this stage rejects before computing anything.
+    fn refuses(&self, _rec: &crate::record::VideoRecord) -> Option<crate::error::StageError> {
+        None
     }
     /// Whether the stage reads frames as decoded (`StageContext::decoded`): the frames stage
     /// then hands its decoded frames over instead of only storing them as JPEG.

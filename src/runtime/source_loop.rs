@@ -106,7 +106,7 @@ pub async fn run_source(
 /// A record whose id cannot name a file becomes a reject (`unsafe_id`), whatever the source: the
 /// sources that know a file and line refuse such ids themselves, and this catches the rest
 /// before any stage builds a path from one.
-fn refuse_unsafe_id(item: stage::SourceItem) -> stage::SourceItem {
+pub fn refuse_unsafe_id(item: stage::SourceItem) -> stage::SourceItem {
     let rec = item?;
     match crate::record::video_id_problem(&rec.video_id) {
         None => Ok(rec),

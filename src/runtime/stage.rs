@@ -255,6 +255,13 @@ pub trait Processor: Send + Sync + 'static {
         false
     }
 
+    /// Why this stage rejects `rec` before computing anything, whatever its inputs hold (a
+    /// YouTube URL while downloads from YouTube are off); `process` returns this error first,
+    /// and `run --dry-run` prices nothing after this stage for such a video. None by default.
+    fn refuses(&self, _rec: &VideoRecord) -> Option<StageError> {
+        None
+    }
+
     /// Computes the rows of one video. Errors are classified by `StageError::kind`.
     async fn process(
         &self,
@@ -362,6 +369,11 @@ pub trait Source: Send + 'static {
     /// wait for rank 0's new collection instead of reading the old one as complete.
     fn inputs_digest(&self) -> String {
         String::new()
+    }
+    /// A record like those `run` yields, for `run --dry-run` to price the videos a search has
+    /// not found yet (whether a stage refuses them); None: a record with nothing but an id.
+    fn example(&self) -> Option<VideoRecord> {
+        None
     }
     /// Whether the records come from a `source` table another worker commits (a rank following
     /// rank 0's collection): they are passed on, not written again.

@@ -48,6 +48,12 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
     fn estimate(&self) -> stage::StageEstimate {
         self.0.estimate()
     }
+    fn reads(&self) -> (Vec<crate::record::Slot>, bool) {
+        (self.0.reads(), self.0.reads_extras())
+    }
+    fn refuses(&self, rec: &VideoRecord) -> Option<StageError> {
+        self.0.refuses(rec)
+    }
     fn reads_decoded_frames(&self) -> bool {
         self.0.reads_decoded_frames()
     }

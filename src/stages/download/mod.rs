@@ -393,6 +393,16 @@ impl Processor for DownloadStage {
         Slot::Media
     }
 
+    fn refuses(&self, rec: &VideoRecord) -> Option<StageError> {
+        let url = rec.source.url.as_deref().filter(|_| rec.media.is_none())?;
+        (is_youtube(url) && !self.cfg.youtube).then(|| {
+            StageError::data(
+                "youtube_download_off",
+                "downloading from YouTube is off: set compute.youtube = true in the download stage if YouTube's terms allow it for your use",
+            )
+        })
+    }
+
     async fn process(
         &self,
         rec: &VideoRecord,
@@ -414,13 +424,10 @@ impl Processor for DownloadStage {
                 "the source gave neither a file nor a URL",
             ));
         };
+        if let Some(e) = self.refuses(rec) {
+            return Err(e);
+        }
         if is_youtube(url) {
-            if !self.cfg.youtube {
-                return Err(StageError::data(
-                    "youtube_download_off",
-                    "downloading from YouTube is off: set compute.youtube = true in the download stage if YouTube's terms allow it for your use",
-                ));
-            }
             return self.ytdlp(url, rec, cx).await.map(|d| vec![d]);
         }
         let extra: Vec<&str> = self.cfg.yt_dlp_hosts.iter().map(String::as_str).collect();

@@ -378,6 +378,16 @@ impl Decided {
         }
     }
 
+    /// Whether the stored rows of stage `stage` for video `id` go on under the pipeline's
+    /// thresholds: None when the stage holds no rows for it (or is not in the run).
+    pub fn goes_on(&self, stage: &str, id: &str) -> Option<bool> {
+        let st = self.stages.iter().find(|s| s.id == stage)?;
+        let p = self.ids.position(id)? as usize;
+        st.done
+            .value(p)
+            .then(|| st.before.as_ref().is_none_or(|k| k.value(p)))
+    }
+
     /// The funnel over every source video.
     pub fn funnel_all(&self, after: bool) -> Funnel {
         self.funnel(BooleanBuffer::new_set(self.ids.len()), after)

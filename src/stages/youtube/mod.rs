@@ -268,6 +268,18 @@ impl Source for YouTubeSource {
         true
     }
 
+    fn example(&self) -> Option<crate::record::VideoRecord> {
+        let source = SourceInfo {
+            url: Some("https://www.youtube.com/watch?v=example".into()),
+            ..Default::default()
+        };
+        Some(crate::record::VideoRecord::new(
+            "example".into(),
+            source,
+            vec![None; self.extras().len()],
+        ))
+    }
+
     fn inputs_digest(&self) -> String {
         let json = serde_json::to_vec(&self.queries).unwrap_or_default();
         blake3::hash(&json).to_hex()[..16].to_string()

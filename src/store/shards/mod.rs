@@ -20,7 +20,7 @@ mod write;
 mod tests;
 
 pub use encode::encode_table;
-pub use prior::{Prior, load_prior};
+pub use prior::{Prior, load_prior, peek_prior};
 pub use read::{
     DAMAGE_HINT, DecodeError, TableView, decode_parquet, footer_value, for_each_batch,
     get_unless_moved, project_columns, read_new_slots, read_table, read_table_columns, settled_in,

@@ -287,6 +287,30 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
     slot_prefix: &str,
     keep: Arc<dyn Fn(&str) -> bool + Send + Sync>,
 ) -> Result<Prior<R>, RunError> {
+    gather(store, stage_id, fingerprint, slot_prefix, keep, true).await
+}
+
+/// What a run would find settled, as `load_prior` lists it, for every video, without writing
+/// anything: shards of other settings, damaged shards and missing records are passed over, not
+/// set aside or repaired (`run --dry-run`).
+pub async fn peek_prior(
+    store: &Arc<dyn Store>,
+    stage_id: &str,
+    fingerprint: &str,
+) -> Result<Prior<serde_json::Value>, RunError> {
+    gather(store, stage_id, fingerprint, "", Arc::new(|_: &str| true), false).await
+}
+
+/// `load_prior`'s listing; with `repair` it also sets aside what must not be read and writes
+/// what a crash left unwritten.
+async fn gather<R: Serialize + DeserializeOwned>(
+    store: &Arc<dyn Store>,
+    stage_id: &str,
+    fingerprint: &str,
+    slot_prefix: &str,
+    keep: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+    repair: bool,
+) -> Result<Prior<R>, RunError> {
     let mut prior = Prior {
         store: store.clone(),
         shards: vec![],
@@ -302,7 +326,10 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
     let own_slots = format!("{stage_id}/{slot_prefix}");
     let (files, rejects) = stage_files(store, stage_id).await?;
     let retired = Retired::load(store.as_ref(), stage_id).await?;
-    let mut unrecorded = forget_missing(store.as_ref(), stage_id, &files).await?;
+    let mut unrecorded = match repair {
+        true => forget_missing(store.as_ref(), stage_id, &files).await?,
+        false => HashSet::new(),
+    };
     for (path, is_reject) in files {
         let Some(data) = get_unless_moved(store.as_ref(), &path).await? else {
             continue;
@@ -312,14 +339,20 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
         let sum = unrecorded
             .remove(&path)
             .then(|| commits::ObjectSum::of(&path, &data, None));
-        let Some(contents) = decode_or_set_aside(store.as_ref(), &path, data).await? else {
+        let contents = match repair {
+            true => decode_or_set_aside(store.as_ref(), &path, data).await?,
+            false => decode_parquet(data, false).ok(),
+        };
+        let Some(contents) = contents else {
             continue;
         };
         if let Some(object) = sum.filter(|_| contents.fingerprint.as_deref() == Some(fingerprint)) {
             write_missing_record(store.as_ref(), stage_id, &path, object, &contents).await?;
         }
         if contents.fingerprint.as_deref() != Some(fingerprint) {
-            set_aside_superseded(store.as_ref(), stage_id, &path, contents).await?;
+            if repair {
+                set_aside_superseded(store.as_ref(), stage_id, &path, contents).await?;
+            }
             continue;
         }
         if let Some(n) = part_number(&path).filter(|_| path.starts_with(&own_slots)) {
@@ -327,7 +360,7 @@ pub async fn load_prior<R: Serialize + DeserializeOwned>(
         }
         let sum = contents.commit_id.clone();
         let live = |v: &String| keep(v) && !retired.is_retired(&path, &sum, v);
-        if !is_reject {
+        if !is_reject && repair {
             restore_rejects(store.as_ref(), &contents, stage_id, &rejects).await?;
         }
         prior.add_committed(&path, &contents, is_reject, &rejects, live);
