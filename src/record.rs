@@ -486,6 +486,22 @@ pub fn digest<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
     u64::from_le_bytes(h.finalize().as_bytes()[..8].try_into().unwrap_or_default())
 }
 
+/// What a reviewer of a drafted item saw: its level, question, options and answer, as a digest
+/// (16 hex). A review applies to the draft it was made of; an item drafted again under the same
+/// id (ids come from video, level and place) waits for a new review.
+pub fn draft_digest(level: &str, question: &str, options: &[String], answer: &str) -> String {
+    let mut parts: Vec<&[u8]> = vec![level.as_bytes(), question.as_bytes(), answer.as_bytes()];
+    parts.extend(options.iter().map(|o| o.as_bytes()));
+    format!("{:016x}", digest(parts))
+}
+
+impl QuestionItem {
+    /// `draft_digest` of this item.
+    pub fn draft(&self) -> String {
+        draft_digest(&self.level, &self.question, &self.options, &self.answer)
+    }
+}
+
 impl VideoRecord {
     /// A record with only the source's part filled.
     pub fn new(video_id: String, source: SourceInfo, extra: Vec<Option<String>>) -> Self {

@@ -397,7 +397,14 @@ pub(super) async fn import_items(
     let (rows, changed) =
         crate::benchmark::review::merge_reviews(read_reviews(store).await?, fresh);
     report.changed = changed;
-    let decided = decide(&rows, rule, &mut report.pending);
+    // Reviews of an earlier draft of an item stay as history; only the current draft's decide.
+    let current: Vec<ItemReview> = rows
+        .iter()
+        .filter(|r| drafted.get(r.item_id.as_str()).is_some_and(|(_, d)| r.is_of(d)))
+        .cloned()
+        .collect();
+    report.superseded = rows.len() - current.len();
+    let decided = decide(&current, rule, &mut report.pending);
     report.reviews = rows.len();
     let senior = match rule {
         Rule::Reviewer(s) => Some(s.as_str()),
@@ -424,7 +431,7 @@ pub(super) async fn import_items(
 /// The checked reviews of one exported task, classed against the drafted item; what is kept
 /// out (a task without a known item, a review that does not check) goes to the report's
 /// problems, a cancelled annotation to its count.
-fn reviews_of_task(
+pub(super) fn reviews_of_task(
     t: &Value,
     drafted: &HashMap<&str, (&String, &QuestionItem)>,
     levels: &[String],
@@ -455,12 +462,39 @@ fn reviews_of_task(
         ));
         return vec![];
     };
+    if shown_draft(&t["data"]).is_some_and(|shown| shown != d.draft()) {
+        report.problems.push(problem(
+            Some(id.into()),
+            "data.question",
+            "the item was drafted again after this task was exported (its question, options, answer or level differ): export the items again and review the new draft",
+        ));
+        return vec![];
+    }
     let (cancelled, problems) = (&mut report.cancelled, &mut report.problems);
     crate::benchmark::review::task_reviews(t, id, cancelled, problems, |who, result| {
         let mut r = review_of(d, result, levels, who, video)?;
         r.edit_class = edit_class(d, &r, minor_at).into();
+        r.drafted = Some(d.draft());
         Ok(r)
     })
+}
+
+/// The draft an exported task showed (`record::draft_digest` of its level, question, options
+/// and answer); None for a task without a question.
+fn shown_draft(data: &Value) -> Option<String> {
+    let question = data["question"].as_str()?;
+    let text = |k: &str| data[k].as_str().unwrap_or_default().to_string();
+    let options: Vec<String> = (0..)
+        .map(|i| data[format!("option_{}", letter(i).to_lowercase())].as_str())
+        .take_while(Option::is_some)
+        .map(|o| o.unwrap_or_default().to_string())
+        .collect();
+    Some(crate::record::draft_digest(
+        &text("level"),
+        question,
+        &options,
+        &text("answer"),
+    ))
 }
 
 /// The report as text.
@@ -469,6 +503,12 @@ pub fn render(r: &ItemImportReport) -> String {
         "{} item reviews stored ({} new or replaced), {} items decided ({}), {} cancelled (kept out)\n",
         r.reviews, r.changed, r.all.decided, r.rule, r.cancelled
     );
+    if r.superseded > 0 {
+        s += &format!(
+            "{} reviews are of an earlier draft of their item: kept as history, not decided (export the items again)\n",
+            r.superseded
+        );
+    }
     s += &crate::benchmark::review::render_problems(&r.problems, &r.pending);
     s += &format!(
         "\n{:<26} {:>7} {:>8} {:>9} {:>6} {:>9} {:>8} {:>10} {:>8} {:>11} {:>7}\n",

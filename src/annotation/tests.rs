@@ -184,3 +184,53 @@ fn bad_item_reviews_name_their_fields() {
         ["question", "level"]
     );
 }
+
+/// An exported task of `d` as Label Studio gives it back, with one accepting annotation.
+fn task_of(d: &crate::record::QuestionItem) -> Value {
+    let mut data = json!({
+        "item_id": d.item_id, "level": d.level, "question": d.question, "answer": d.answer,
+    });
+    for (i, o) in d.options.iter().enumerate() {
+        data[format!("option_{}", crate::benchmark::formats::letter(i).to_lowercase())] = json!(o);
+    }
+    json!({
+        "id": 7,
+        "data": data,
+        "annotations": [{
+            "id": 1, "completed_by": {"email": "r1@example.org"},
+            "updated_at": "2026-12-01T00:00:00Z",
+            "result": results(&[("decision", &["accept"])]),
+        }],
+    })
+}
+
+#[test]
+fn a_review_applies_to_the_draft_it_was_made_of() {
+    let levels = vec!["observable_evidence".to_string()];
+    let d = drafted();
+    let video = "v".to_string();
+    let import = |task: &Value, now: &crate::record::QuestionItem| {
+        let drafted = std::collections::HashMap::from([(now.item_id.as_str(), (&video, now))]);
+        let mut report = Default::default();
+        let rows = super::items::reviews_of_task(task, &drafted, &levels, 0.5, &mut report);
+        (rows, report)
+    };
+    let (rows, report) = import(&task_of(&d), &d);
+    assert_eq!(rows.len(), 1, "{:?}", report.problems);
+    assert!(rows[0].is_of(&d));
+    // The same id drafted again with another question: the stored review is not of it, and an
+    // export of the old draft imported now is kept out, saying why.
+    let mut again = d.clone();
+    again.question = "Which colour is on the left?".into();
+    assert!(!rows[0].is_of(&again));
+    let (rows, report) = import(&task_of(&d), &again);
+    assert!(rows.is_empty());
+    assert_eq!(report.problems.len(), 1);
+    assert!(report.problems[0].reason.contains("drafted again"), "{:?}", report.problems);
+    // A review stored before drafts were recorded applies as it did.
+    let legacy = crate::benchmark::review::items::ItemReview {
+        drafted: None,
+        ..Default::default()
+    };
+    assert!(legacy.is_of(&again));
+}

@@ -43,6 +43,17 @@ pub struct ItemReview {
     pub edit_class: String,
     /// The decided row: the rule and the reviewers it was decided from.
     pub decided_by: Option<String>,
+    /// The draft reviewed (`record::draft_digest`); None in reviews imported before drafts were
+    /// recorded, which apply to the item as it is.
+    #[serde(default)]
+    pub drafted: Option<String>,
+}
+
+impl ItemReview {
+    /// Whether this review is of `item` as drafted now (not of an earlier draft of its id).
+    pub fn is_of(&self, item: &QuestionItem) -> bool {
+        self.drafted.as_deref().is_none_or(|d| d == item.draft())
+    }
 }
 
 /// One level's (or all levels') review shares.
@@ -74,6 +85,10 @@ pub struct ItemImportReport {
     pub reviews: usize,
     pub changed: usize,
     pub cancelled: usize,
+    /// Stored reviews of an earlier draft of their item (or of an item no longer drafted):
+    /// kept as history, not decided.
+    #[serde(default)]
+    pub superseded: usize,
     pub problems: Vec<ItemProblem>,
     /// Items whose reviewers disagree and no senior decided (the rule's name for them).
     pub pending: Vec<String>,

@@ -115,7 +115,8 @@ pub(super) async fn write_questions(
                 let b = blind.get(&it.item_id);
                 let mut row = released_item(it, v, split, language.clone(), b);
                 if reviewed {
-                    let Some(d) = decided.get(&it.item_id) else {
+                    // A review of an earlier draft of this id is not a review of this one.
+                    let Some(d) = decided.get(&it.item_id).filter(|d| d.is_of(it)) else {
                         w.unreviewed += 1;
                         continue;
                     };
