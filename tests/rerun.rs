@@ -224,7 +224,7 @@ fn every_edit_gives_what_a_clean_run_gives_and_recomputes_only_what_it_touched()
 }
 
 /// A small deterministic generator (xorshift64*), so a failing script can be replayed by seed.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -234,7 +234,7 @@ impl Rng {
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
-    fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
 }

@@ -42,6 +42,7 @@ mod overlap;
 mod questions;
 mod release;
 mod rerun;
+mod rerun_dataset;
 mod resume;
 mod s3faults;
 mod shots;

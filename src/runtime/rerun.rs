@@ -71,9 +71,10 @@ pub fn output_digest(stage_id: &str, input: u64) -> u64 {
 
 /// The lineage a source's record starts with, and the stamp of its `source` row: the row's
 /// content and the media file (`input`), and its extra columns (`extras`). The `Source` slot
-/// leaves out where a search found the video (`provenance`), which no stage reads, and the
-/// file's path and size (the `Media` slot's), and takes the extra columns a stage reads as
-/// title and description.
+/// is what stages read of the row: its title and description (the prompts; an extra column
+/// of that name stands in for a missing one) and its URL (the download). A fixed publish time
+/// or view count changes the row, not what a stage read. A stage that comes to read another
+/// field of the row adds it here.
 pub fn source_lineage(rec: &mut VideoRecord, extras: &[String]) -> Stamp {
     let values: Vec<Vec<u8>> = rec
         .extra
@@ -81,23 +82,21 @@ pub fn source_lineage(rec: &mut VideoRecord, extras: &[String]) -> Stamp {
         .map(|v| v.as_deref().map_or(vec![0xff], |s| s.as_bytes().to_vec()))
         .collect();
     let extras_digest = digest(values.iter().map(Vec::as_slice));
-    let text = |name: &str| {
-        extras
-            .iter()
-            .position(|n| n == name)
-            .and_then(|i| rec.extra.get(i).cloned().flatten())
-            .unwrap_or_default()
+    let text = |own: &Option<String>, name: &str| {
+        let extra = || {
+            extras
+                .iter()
+                .position(|n| n == name)
+                .and_then(|i| rec.extra.get(i).cloned().flatten())
+        };
+        own.clone().or_else(extra).unwrap_or_default()
     };
-    // The file's path and size are the media's (`Slot::Media`), not what a metadata reader reads.
-    let info = crate::record::SourceInfo {
-        provenance: vec![],
-        path: None,
-        size_bytes: None,
-        ..rec.source.clone()
-    };
-    let info_json = serde_json::to_vec(&info).unwrap_or_default();
-    let (t, d) = (text("title"), text("description"));
-    let source = digest([info_json.as_slice(), t.as_bytes(), d.as_bytes()]);
+    let (t, d) = (
+        text(&rec.source.title, "title"),
+        text(&rec.source.description, "description"),
+    );
+    let url = rec.source.url.clone().unwrap_or_default();
+    let source = digest([t.as_bytes(), d.as_bytes(), url.as_bytes()]);
     let media = rec
         .media
         .as_ref()
