@@ -27,6 +27,9 @@ pub(crate) struct YouTubeFake {
     refuse: Arc<AtomicBool>,
     /// Answer the next videos.list with a 503 backendError (a transient failure).
     fail_next_videos: Arc<AtomicBool>,
+    /// Each query finds its own share of a page's videos (by a hash of the query and the id),
+    /// so that queries added or removed change what a collection finds.
+    pub(crate) by_query: Arc<AtomicBool>,
 }
 
 /// search.list: page 1 without a token, page 2 for `CBkQAA` (both real captures; the video
@@ -52,10 +55,12 @@ pub(crate) fn youtube_fake() -> YouTubeFake {
     let quota_after = Arc::new(AtomicUsize::new(usize::MAX));
     let refuse = Arc::new(AtomicBool::new(true));
     let fail_next_videos = Arc::new(AtomicBool::new(false));
-    let (qa, rf, fv) = (
+    let by_query = Arc::new(AtomicBool::new(false));
+    let (qa, rf, fv, bq) = (
         quota_after.clone(),
         refuse.clone(),
         fail_next_videos.clone(),
+        by_query.clone(),
     );
     let server = FakeServer::start(move |r: &Request| {
         if r.query.get("key").map(String::as_str) != Some(KEY) {
@@ -87,11 +92,20 @@ pub(crate) fn youtube_fake() -> YouTubeFake {
                     ok_calls.fetch_add(1, Ordering::SeqCst);
                     return Response::json(200, page.to_string());
                 }
-                match r.query.get("pageToken").map(String::as_str) {
+                let mut page = match r.query.get("pageToken").map(String::as_str) {
                     None => p1.clone(),
                     Some("CBkQAA") => p2.clone(),
                     Some(other) => panic!("unexpected page token {other}"),
+                };
+                if bq.load(Ordering::SeqCst) {
+                    let q = r.query.get("q").cloned().unwrap_or_default();
+                    let items = page["items"].as_array_mut().unwrap();
+                    items.retain(|it| {
+                        let id = it["id"]["videoId"].as_str().unwrap_or_default();
+                        blake3::hash(format!("{q}/{id}").as_bytes()).as_bytes()[0] % 3 == 0
+                    });
                 }
+                page
             }
             "/youtube/v3/videos" if fv.swap(false, Ordering::SeqCst) => {
                 return Response::json(
@@ -142,6 +156,7 @@ pub(crate) fn youtube_fake() -> YouTubeFake {
         quota_after,
         refuse,
         fail_next_videos,
+        by_query,
     }
 }
 
