@@ -43,6 +43,7 @@ mod questions;
 mod release;
 mod rerun;
 mod rerun_dataset;
+mod rerun_review;
 mod rerun_youtube;
 mod resume;
 mod s3faults;
