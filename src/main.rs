@@ -145,7 +145,27 @@ fn message(e: &RunError) -> String {
     out
 }
 
+/// A reader that closed early (`vidcurate queries FILE | head -1`) is not an error: a command
+/// whose printing finds the pipe closed stops quietly with exit 0, as `head`'s caller expects,
+/// instead of panicking with a backtrace. Every other panic is reported as before.
+fn quiet_on_closed_stdout() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        report(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     init_logs();
     vidcurate::tls::ensure_provider();

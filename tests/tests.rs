@@ -15,6 +15,7 @@ mod book;
 mod browser;
 mod budget;
 mod caption;
+mod cli_pipe;
 mod cluster;
 mod config;
 mod croissant;
