@@ -80,6 +80,7 @@ pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
         &bcx,
     )?;
     let stages = plan_stages(&src, &raw.stages, source.provides(), &bcx)?;
+    check_one_event(&src, &stages)?;
     let batch_services = bcx
         .llm
         .lock()
@@ -282,6 +283,42 @@ fn check_stage(
 }
 
 /// Every slot a stage reads is filled by the source or a stage before it.
+/// Every stage that names the risk event (relevance, committee) names the same one: a
+/// pipeline judges one event, and a copy made for a new domain that kept an old event in one
+/// stage stops here instead of judging half its videos against the wrong event.
+fn check_one_event(src: &SourceText, stages: &[PlannedStage]) -> Result<(), ConfigError> {
+    let mut first: Option<(&str, String)> = None;
+    for (i, st) in stages.iter().enumerate() {
+        let name = match &st.compute["event"] {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Object(o) => match o.get("name") {
+                Some(serde_json::Value::String(s)) => s.clone(),
+                _ => continue,
+            },
+            _ => continue,
+        };
+        match &first {
+            None => first = Some((&st.id, name)),
+            Some((id, other)) if other.trim() != name.trim() => {
+                let at = vec![
+                    Seg::Key("stages".into()),
+                    Seg::Index(i),
+                    Seg::Key("compute".into()),
+                ];
+                return Err(src.error_at(
+                    &at,
+                    format!(
+                        "stage {:?} judges the event {name:?}, stage {id:?} judges {other:?}: a pipeline judges one event (point both at the same query file with `queries = ...`)",
+                        st.id
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
 fn check_requires(
     src: &SourceText,
     common: &StageCommon,

@@ -199,3 +199,44 @@ fn language_settings_that_cannot_be_used_exit_2_at_their_key() {
     let (code, _) = validate(&stage("{ languages = [\"EN\", \"zh\"], min_chars = 10 }"));
     assert_eq!(code, 0);
 }
+
+/// One risk event per pipeline: a stage naming an event its query file does not, or two stages
+/// naming different events, stop at the key (issue 58: a copied pipeline's leftover event).
+#[test]
+fn a_pipeline_judges_one_event() {
+    let arson = Path::new(env!("CARGO_MANIFEST_DIR")).join("queries/arson.toml");
+    let q = arson.to_str().unwrap();
+    let services = "[services.openai]\nbase_url = \"http://127.0.0.1:9/v1/\"\napi_key_env = \"K\"\n";
+    let relevance = |compute: &str| {
+        format!("[[stages]]\nid = \"relevance\"\ntype = \"relevance\"\ncompute = {{ service = \"openai\", model = \"m\", {compute} }}\n")
+    };
+    let committee = |compute: &str| {
+        format!("[[stages]]\nid = \"probe\"\ntype = \"probe\"\n[[stages]]\nid = \"frames\"\ntype = \"frames\"\n[[stages]]\nid = \"committee\"\ntype = \"committee\"\ncompute = {{ {compute}, members = [{{ service = \"openai\", model = \"m\" }}] }}\n")
+    };
+    let (code, err) = validate(&format!(
+        "{HEAD}{services}{}",
+        relevance(&format!("queries = \"{q}\", event = \"a flood\""))
+    ));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("stages[0].compute.event") && err.contains("is not the event of"),
+        "{err}"
+    );
+    let (code, err) = validate(&format!(
+        "{HEAD}{services}{}{}",
+        relevance(&format!("queries = \"{q}\"")),
+        committee("event = \"a flood\"")
+    ));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("stages[3].compute")
+            && err.contains("\"committee\" judges the event \"a flood\""),
+        "{err}"
+    );
+    let (code, err) = validate(&format!(
+        "{HEAD}{services}{}{}",
+        relevance(&format!("queries = \"{q}\"")),
+        committee(&format!("queries = \"{q}\""))
+    ));
+    assert_eq!(code, 0, "{err}");
+}

@@ -45,7 +45,12 @@ pub struct Member {
 pub struct CommitteeConfig {
     /// The committee (the paper: five VLMs).
     pub members: Vec<Member>,
-    /// Fills `[risk event]`.
+    /// Fills `[risk event]`: the `[event]` name of this query file (relative to the pipeline
+    /// file), as the relevance stage reads it...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queries: Option<std::path::PathBuf>,
+    /// ... or inline (both: they must name the same event).
+    #[serde(default)]
     pub event: String,
     /// The question; `[risk event]` is replaced by the event. Default: the standardized
     /// visual-only question above. Part of the fingerprint (as a hash).
@@ -232,7 +237,18 @@ pub fn build(
     select_at: &[Seg],
     bcx: &BuildCx,
 ) -> Result<Built, ConfigError> {
-    let (cfg, mut compute): (CommitteeConfig, _) = compute_settings(common, compute_at, bcx)?;
+    let (mut cfg, mut compute): (CommitteeConfig, _) =
+        compute_settings(common, compute_at, bcx)?;
+    let inline = Some(cfg.event.as_str()).filter(|e| !e.is_empty());
+    let (event, _) =
+        super::model_inputs::risk_event(inline, cfg.queries.as_deref(), compute_at, bcx)?;
+    // What decides the votes is the event, not where it was written: a pipeline that moves it
+    // into the query file keeps its fingerprint.
+    cfg.event = event;
+    compute["event"] = cfg.event.clone().into();
+    if let Some(c) = compute.as_object_mut() {
+        c.remove("queries");
+    }
     let prompt = cfg.prompt.as_deref().unwrap_or(COMMITTEE_PROMPT);
     compute["prompt"] = serde_json::Value::Null;
     compute["prompt_blake3"] = super::model_inputs::text_hash(prompt).into();

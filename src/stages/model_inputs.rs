@@ -107,6 +107,52 @@ pub fn stage_service(
     bcx.llm_service(name, &crate::config::key_at(compute_at, "service"), common)
 }
 
+/// The risk event a stage names: inline (`event`), the `[event]` table of a query file
+/// (`queries`, relative to the pipeline file), or both when they name the same event. One
+/// source of truth: a pipeline copied for another domain cannot keep judging by a leftover
+/// inline event while its query file names a new one. Returns the name and the file's table.
+pub fn risk_event(
+    event: Option<&str>,
+    queries: Option<&std::path::Path>,
+    compute_at: &[Seg],
+    bcx: &BuildCx,
+) -> Result<(String, Option<crate::config::queries::EventText>), ConfigError> {
+    let key = |k: &str| crate::config::key_at(compute_at, k);
+    let table = match queries {
+        Some(q) => {
+            let (qf, _) = crate::config::queries::QueryFile::load(&bcx.resolve(q))?;
+            let e = qf.event.ok_or_else(|| {
+                bcx.src
+                    .error_at(&key("queries"), format!("{}: no [event] table", q.display()))
+            })?;
+            Some(e)
+        }
+        None => None,
+    };
+    let name = match (event, &table) {
+        (Some(n), Some(t)) if n.trim() != t.name.trim() => {
+            return Err(bcx.src.error_at(
+                &key("event"),
+                format!(
+                    "{n:?} is not the event of {} ({:?}): give one of `event` and `queries`",
+                    queries.unwrap_or(std::path::Path::new("")).display(),
+                    t.name
+                ),
+            ));
+        }
+        (Some(n), _) => n.to_string(),
+        (None, Some(t)) => t.name.clone(),
+        (None, None) => String::new(),
+    };
+    if name.trim().is_empty() {
+        return Err(bcx.src.error_at(
+            compute_at,
+            "give the risk event: `queries = \"../queries/<domain>.toml\"` (its [event] name) or `event = \"a protest turning violent\"`",
+        ));
+    }
+    Ok((name, table))
+}
+
 /// A stage's prompt: the file `path` names (relative to the pipeline file), or `default`.
 pub fn prompt_text(
     path: &Option<PathBuf>,

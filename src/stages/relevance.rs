@@ -10,7 +10,6 @@
 //! rejected with the reason. `select = { min_score = 9 }` (the paper's threshold).
 
 use super::model_inputs::{RELEVANCE_PROMPT, ask_validated, stage_service, title_description};
-use crate::config::queries::QueryFile;
 use crate::config::{ConfigError, Seg, StageCommon};
 use crate::engines::minilm::{MiniLm, MiniLmError, cosine};
 use crate::error::{ErrorKind, StageError};
@@ -122,35 +121,24 @@ pub struct Event {
 impl RelevanceConfig {
     /// The event: inline, or the `[event]` table of the query file (inline descriptions first).
     fn event(&self, at: &[Seg], bcx: &BuildCx) -> Result<Event, ConfigError> {
+        let (name, table) = super::model_inputs::risk_event(
+            self.event.as_deref(),
+            self.queries.as_deref(),
+            at,
+            bcx,
+        )?;
         let mut ev = Event {
-            name: String::new(),
+            name,
             positive: self.positive.clone(),
             negative: self.negative.clone(),
         };
-        if let Some(q) = &self.queries {
-            let (qf, _) = QueryFile::load(&bcx.resolve(q))?;
-            let Some(e) = qf.event else {
-                return Err(bcx.src.error_at(
-                    &crate::config::key_at(at, "queries"),
-                    format!("{}: no [event] table", q.display()),
-                ));
-            };
-            ev.name = e.name;
+        if let Some(t) = table {
             if ev.positive.is_empty() {
-                ev.positive = e.positive;
+                ev.positive = t.positive;
             }
             if ev.negative.is_empty() {
-                ev.negative = e.negative;
+                ev.negative = t.negative;
             }
-        }
-        if let Some(n) = &self.event {
-            ev.name = n.clone();
-        }
-        if ev.name.trim().is_empty() {
-            return Err(bcx.src.error_at(
-                at,
-                "give the risk event: `event = \"a protest turning violent\"` or `queries = \"../queries/<domain>.toml\"`",
-            ));
         }
         Ok(ev)
     }
