@@ -141,6 +141,18 @@ fn grouped_stratified_splits_of_the_selected_videos() {
         err.contains("no column `domain`") && err.contains("label"),
         "{err}"
     );
+    // A source column that is empty for every video (a local source has no channels): exit 2,
+    // not 120 groups of one that protect nothing.
+    for (flag, says) in [("--group", "grouped"), ("--stratify", "stratified")] {
+        let o = split(&run, &[flag, "channel_id"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("{flag} channel_id: the column is empty for every video"))
+                && err.contains(&format!("nothing would be {says}")),
+            "{err}"
+        );
+    }
     let o = split(&run, &["--ratios", "70/30", "--names", "a,b,c"]);
     assert_eq!(o.status.code(), Some(2));
     // --dedup without a dedup stage says what to add.

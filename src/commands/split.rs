@@ -13,7 +13,7 @@ use crate::release::split::{SplitOptions, split};
 /// the counts.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  vidcurate split data/runs/demo --stratify label --group channel_id\n  vidcurate split data/runs/x --ratios 80/20 --names train,test --stratify domain,label --seed 7\n  vidcurate split data/runs/fakesv --from-column split            (the dataset's own splits)\n  vidcurate split data/runs/fakesv --stratify label,category --balanced-test 60   (MVFNDB's category-test-split)"
+    after_help = "Examples:\n  vidcurate split data/runs/riskcue-protest --stratify label --group channel_id\n  vidcurate split data/runs/x --ratios 80/20 --names train,test --stratify domain,label --seed 7\n  vidcurate split data/runs/fakesv --from-column split            (the dataset's own splits)\n  vidcurate split data/runs/fakesv --stratify label,category --balanced-test 60   (MVFNDB's category-test-split)"
 )]
 pub struct Args {
     /// A run directory or object-store URL (s3://bucket/prefix, …).

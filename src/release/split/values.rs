@@ -90,6 +90,8 @@ pub(super) fn source_values(
     staged: &StageValues,
 ) -> Result<HashMap<String, (String, Option<String>)>, RunError> {
     let mut out = HashMap::new();
+    let wanted: Vec<&String> = opts.stratify.iter().chain(opts.group.iter()).collect();
+    let mut filled = vec![false; wanted.len()];
     for b in batches {
         let ids = text_column(b, "video_id")
             .ok_or_else(|| RunError::Internal("source shard without video_id".into()))?;
@@ -110,6 +112,9 @@ pub(super) fn source_values(
             })?;
             cols.push(col);
         }
+        for (f, col) in filled.iter_mut().zip(&cols) {
+            *f = *f || col.iter().flatten().any(|v| !v.trim().is_empty());
+        }
         let (strat, group) = cols.split_at(opts.stratify.len());
         for i in 0..b.num_rows() {
             let value = |a: &StringArray| (!a.is_null(i)).then(|| a.value(i).to_string());
@@ -124,6 +129,20 @@ pub(super) fn source_values(
                 .filter(|v| !v.trim().is_empty());
             out.insert(ids.value(i).to_string(), (stratum, g));
         }
+    }
+    // A column with no value anywhere would stratify nothing, or make every video a group of
+    // its own: no leakage protection, and nothing said.
+    if let Some((c, _)) = wanted.iter().zip(&filled).find(|(_, f)| !**f) {
+        let what = if opts.group.as_ref() == Some(*c) {
+            "--group"
+        } else {
+            "--stratify"
+        };
+        return Err(RunError::Config(format!(
+            "{what} {c}: the column is empty for every video of the run, so nothing would be {}: use a column with values ({})",
+            if what == "--group" { "grouped" } else { "stratified" },
+            columns.join(", ")
+        )));
     }
     Ok(out)
 }
