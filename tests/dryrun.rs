@@ -260,3 +260,65 @@ fn with_youtube_downloads_off_nothing_after_the_download_is_priced() {
         "{text}"
     );
 }
+
+/// The `search.list` bound a dry run prints.
+fn search_bound(text: &str) -> usize {
+    let l = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("search.list"))
+        .unwrap_or_else(|| panic!("no search.list line: {text}"));
+    l.split_whitespace().nth(3).unwrap().parse().unwrap()
+}
+
+/// Query files with per-group pages, dated windows, and windows the fake reports over
+/// `split_above` (longer than 3 days: 600 results): the dry run's bound is at least the searches
+/// the collection then makes, and equal to them where no window is split.
+#[test]
+fn the_search_bound_covers_windows_group_pages_and_split_windows() {
+    let cases = [
+        (
+            "pages per group",
+            "[[groups]]\ntemplate = \"{spot} surfing\"\ncross = { spot = [\"a\", \"b\"] }\nparams = { max_pages = 1 }\n[[groups]]\ntemplate = \"{spot} waves\"\ncross = { spot = [\"c\"] }\n",
+            "",
+            true,
+        ),
+        (
+            "dated windows",
+            "params = { published_after = \"2024-01-01\", published_before = \"2024-01-07\", window_days = 2 }\n[[groups]]\ntemplate = \"{spot} surfing\"\ncross = { spot = [\"a\", \"b\"] }\n",
+            "max_pages = 1\nsplit_above = 1000000",
+            true,
+        ),
+        (
+            "split windows",
+            "params = { published_after = \"2024-01-01\", published_before = \"2024-03-01\", window_days = 30 }\n[[groups]]\ntemplate = \"{spot} surfing\"\ncross = { spot = [\"a\"] }\n",
+            "max_pages = 1",
+            false,
+        ),
+    ];
+    for (what, groups, source, exact) in cases {
+        let fake = youtube_fake();
+        let d = tempfile::tempdir().unwrap();
+        let p = yt_pipeline(d.path(), &fake.server.url(), "search_calls_per_day = 100000");
+        write(
+            &d.path().join("queries/surf.toml"),
+            &format!("domain = \"surfing\"\nkind = \"micro\"\n{groups}"),
+        );
+        let text = std::fs::read_to_string(&p).unwrap();
+        let text = text.replace("max_pages = 2\n", &format!("max_pages = 2\n{source}\n"));
+        let text = text.replace("max_pages = 2\nmax_pages = 1", "max_pages = 1");
+        write(&p, &text);
+        let out = d.path().join("run");
+        let dry_text = dry(&p, &out);
+        let bound = search_bound(&dry_text);
+        let o = run_yt(&p, &out, KEY);
+        // 3: the fake's videos.list leaves one id out (a deleted video).
+        assert!([0, 3].contains(&o.status.code().unwrap()), "{what}: {}", err(&o));
+        let made = fake.server.count("/search");
+        assert!(made <= bound, "{what}: {made} searches made, bound {bound}\n{dry_text}");
+        if exact {
+            assert_eq!(made, bound, "{what}: {dry_text}");
+        } else {
+            assert!(made > 2, "{what}: the windows were split ({made} searches)");
+        }
+    }
+}

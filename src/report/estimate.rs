@@ -290,4 +290,10 @@ fn render_source(t: &mut String, d: &DryRun) {
     if let Some(days) = s.quota_days {
         let _ = writeln!(t, "  quota: {days:.2} days at the configured daily limits");
     }
+    if let Some((calls, days)) = s.unsplit {
+        let _ = writeln!(
+            t,
+            "  (the bound splits every dated window over split_above; with none split: {calls} searches, {days:.2} days)"
+        );
+    }
 }

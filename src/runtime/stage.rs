@@ -323,6 +323,9 @@ pub struct SourceEstimate {
     pub calls: Vec<(String, u64, u64)>,
     /// Days of quota the calls need at the configured daily limits.
     pub quota_days: Option<f64>,
+    /// Where `calls` is a worst case that splits windows: the search calls and days when none
+    /// is split (exact when every page is there).
+    pub unsplit: Option<(u64, f64)>,
     /// How the numbers were reached.
     pub note: String,
 }

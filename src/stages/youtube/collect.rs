@@ -4,13 +4,13 @@
 //! answers (cached or fresh); writes the stream's items and `collection/provenance.parquet`;
 //! calls `YouTubeClient::search` and `videos`.
 
-use super::{YouTubeSource, fmt_time, parse_time, video_info};
+use super::bound::{Window, initial_windows, pages_of};
+use super::{YouTubeSource, fmt_time, video_info};
 use crate::clients::youtube::{YouTubeClient, YtError};
 use crate::config::queries::Query;
 use crate::error::{RunError, StageError};
 use crate::record::{Provenance, VideoRecord};
 use crate::runtime::stage::{SourceItem, SourceReject, StageContext};
-use chrono::{DateTime, Utc};
 use google_youtube3::api::Video;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -30,36 +30,6 @@ fn api_name(k: &str) -> Option<&'static str> {
         "location_radius" => "locationRadius",
         _ => return None,
     })
-}
-
-type Window = Option<(DateTime<Utc>, DateTime<Utc>)>;
-
-/// The query's date range cut into `window_days` pieces (or one piece, or no range at all).
-fn initial_windows(q: &Query) -> Vec<Window> {
-    let after = q.params.get("published_after").and_then(|v| parse_time(v));
-    let before = q.params.get("published_before").and_then(|v| parse_time(v));
-    let days = q
-        .params
-        .get("window_days")
-        .and_then(|d| d.parse::<i64>().ok())
-        .filter(|d| *d > 0);
-    match (after, before) {
-        (Some(a), Some(b)) if a < b => match days {
-            Some(d) => {
-                let mut out = vec![];
-                let mut t = a;
-                while t < b {
-                    let e = (t + chrono::Duration::days(d)).min(b);
-                    out.push(Some((t, e)));
-                    t = e;
-                }
-                out
-            }
-            None => vec![Some((a, b))],
-        },
-        // One open end: sent as is, never split.
-        _ => vec![None],
-    }
 }
 
 /// Where the hits go: per video, in the order videos were first found; the ids waiting for
@@ -160,12 +130,7 @@ impl YouTubeSource {
     ) -> Result<bool, RunError> {
         let n = self.queries.len();
         for (qi, q) in self.queries.iter().enumerate() {
-            let pages = q
-                .params
-                .get("max_pages")
-                .and_then(|p| p.parse().ok())
-                .unwrap_or(self.cfg.max_pages)
-                .max(1);
+            let pages = pages_of(q, self.cfg.max_pages);
             let mut qr = QueryRun {
                 qi,
                 n,

@@ -23,6 +23,7 @@
 //! Here: the settings, `build`, the `Source` impl and the source row of a videos.list item;
 //! `collect` is the collection loop (queries, date windows, batches, provenance).
 
+mod bound;
 mod collect;
 
 use crate::clients::youtube::{ClientSettings, QuotaConfig, YouTubeClient, parse_duration};
@@ -224,6 +225,32 @@ pub fn video_info(v: &Video) -> SourceInfo {
     }
 }
 
+impl YouTubeSource {
+    /// Quota units of `searches` search calls and as many videos.list calls (each search page
+    /// finds at most 50 videos, one videos.list call's worth).
+    fn units(&self, searches: u64) -> (u64, u64) {
+        let q = &self.cfg.quota;
+        let search = if q.search_bucket {
+            0
+        } else {
+            searches * q.search_cost
+        };
+        (search, searches * q.videos_cost)
+    }
+
+    /// Days of quota `searches` need at the configured daily limits.
+    fn quota_days(&self, searches: u64) -> f64 {
+        let q = &self.cfg.quota;
+        let (s, l) = self.units(searches);
+        let unit_days = (s + l) as f64 / q.units_per_day.max(1) as f64;
+        if q.search_bucket {
+            unit_days.max(searches as f64 / q.search_calls_per_day.max(1) as f64)
+        } else {
+            unit_days
+        }
+    }
+}
+
 #[async_trait]
 impl Source for YouTubeSource {
     fn provides(&self) -> &'static [Slot] {
@@ -285,48 +312,42 @@ impl Source for YouTubeSource {
         blake3::hash(&json).to_hex()[..16].to_string()
     }
 
-    /// Every query to `max_pages` pages of 50: upper bounds (a query that runs out of results
-    /// stops early; a dated window over `split_above` results adds searches for its halves).
+    /// Every query's windows to their last page (`bound`): exact when every page is there and
+    /// no window is over `split_above`; the bound takes every dated window over it.
     async fn estimate(
         &mut self,
         _cx: &StageContext,
     ) -> Result<crate::runtime::stage::SourceEstimate, RunError> {
-        let q = &self.cfg.quota;
-        let searches = self.queries.len() as u64 * self.cfg.max_pages as u64;
-        let videos = searches * 50;
-        let lists = videos.div_ceil(50);
-        let (search_units, list_units) = (
-            if q.search_bucket {
-                0
-            } else {
-                searches * q.search_cost
-            },
-            lists * q.videos_cost,
-        );
-        let unit_days = (search_units + list_units) as f64 / q.units_per_day.max(1) as f64;
-        let days = if q.search_bucket {
-            unit_days.max(searches as f64 / q.search_calls_per_day.max(1) as f64)
-        } else {
-            unit_days
+        let c = &self.cfg;
+        let s = bound::searches(&self.queries, c.max_pages, c.split_above, c.min_window_hours);
+        let days = |searches: u64| self.quota_days(searches);
+        let (search_units, list_units) = self.units(s.at_most);
+        let pages = self.queries.iter().map(|q| bound::pages_of(q, c.max_pages));
+        let pages = pages.max().unwrap_or(c.max_pages);
+        let windows = match s.windows as usize {
+            n if n == self.queries.len() => String::new(),
+            n => format!(" in {n} date windows"),
         };
         Ok(crate::runtime::stage::SourceEstimate {
-            videos: Some(videos),
+            videos: Some(s.at_most * 50),
             at_most: true,
             calls: vec![
-                ("search.list".into(), searches, search_units),
-                ("videos.list".into(), lists, list_units),
+                ("search.list".into(), s.at_most, search_units),
+                ("videos.list".into(), s.at_most, list_units),
             ],
-            quota_days: Some(days),
+            quota_days: Some(days(s.at_most)),
+            unsplit: (s.unsplit < s.at_most).then(|| (s.unsplit, days(s.unsplit))),
             note: format!(
-                "{} queries x up to {} pages of 50{}",
+                "{} queries{windows} x up to {} pages of 50{}",
                 self.queries.len(),
-                self.cfg.max_pages,
-                if q.search_bucket {
-                    format!(", {} searches a day", q.search_calls_per_day)
+                pages,
+                if c.quota.search_bucket {
+                    format!(", {} searches a day", c.quota.search_calls_per_day)
                 } else {
-                    format!(", {} units a day", q.units_per_day)
+                    format!(", {} units a day", c.quota.units_per_day)
                 }
             ),
         })
     }
+
 }
