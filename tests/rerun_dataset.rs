@@ -196,7 +196,7 @@ fn random_dataset_edit_scripts_rerun_as_a_clean_run_does() {
     let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
     let d = tempfile::tempdir().unwrap();
     let dir = d.path();
-    let mut rng = Rng(0xda7a_5e7);
+    let mut rng = Rng(0x0da7_a5e7);
     let mut s = Ds {
         rows: vec![],
         next_id: 0,

@@ -102,7 +102,7 @@ pub(crate) fn youtube_fake() -> YouTubeFake {
                     let items = page["items"].as_array_mut().unwrap();
                     items.retain(|it| {
                         let id = it["id"]["videoId"].as_str().unwrap_or_default();
-                        blake3::hash(format!("{q}/{id}").as_bytes()).as_bytes()[0] % 3 == 0
+                        blake3::hash(format!("{q}/{id}").as_bytes()).as_bytes()[0].is_multiple_of(3)
                     });
                 }
                 page
