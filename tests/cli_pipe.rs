@@ -17,7 +17,10 @@ fn into_closed_pipe(args: &[&str], cwd: &Path) -> (Option<i32>, String) {
         .stdout(writer)
         .output()
         .unwrap();
-    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -32,7 +35,12 @@ fn printing_commands_exit_0_quietly_into_a_closed_pipe() {
     write(&p, &pipeline("dir = \"media\"", "{ count = 2 }", ""));
     let run = dir.join("run");
     let o = run_into(&p, &run, dir);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let queries = repo.join("queries/arson.toml");
     let (p, r, q) = (

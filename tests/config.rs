@@ -206,12 +206,17 @@ fn language_settings_that_cannot_be_used_exit_2_at_their_key() {
 fn a_pipeline_judges_one_event() {
     let arson = Path::new(env!("CARGO_MANIFEST_DIR")).join("queries/arson.toml");
     let q = arson.to_str().unwrap();
-    let services = "[services.openai]\nbase_url = \"http://127.0.0.1:9/v1/\"\napi_key_env = \"K\"\n";
+    let services =
+        "[services.openai]\nbase_url = \"http://127.0.0.1:9/v1/\"\napi_key_env = \"K\"\n";
     let relevance = |compute: &str| {
-        format!("[[stages]]\nid = \"relevance\"\ntype = \"relevance\"\ncompute = {{ service = \"openai\", model = \"m\", {compute} }}\n")
+        format!(
+            "[[stages]]\nid = \"relevance\"\ntype = \"relevance\"\ncompute = {{ service = \"openai\", model = \"m\", {compute} }}\n"
+        )
     };
     let committee = |compute: &str| {
-        format!("[[stages]]\nid = \"probe\"\ntype = \"probe\"\n[[stages]]\nid = \"frames\"\ntype = \"frames\"\n[[stages]]\nid = \"committee\"\ntype = \"committee\"\ncompute = {{ {compute}, members = [{{ service = \"openai\", model = \"m\" }}] }}\n")
+        format!(
+            "[[stages]]\nid = \"probe\"\ntype = \"probe\"\n[[stages]]\nid = \"frames\"\ntype = \"frames\"\n[[stages]]\nid = \"committee\"\ntype = \"committee\"\ncompute = {{ {compute}, members = [{{ service = \"openai\", model = \"m\" }}] }}\n"
+        )
     };
     let (code, err) = validate(&format!(
         "{HEAD}{services}{}",

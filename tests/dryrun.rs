@@ -187,7 +187,11 @@ fn the_dry_run_after_an_edit_or_a_lowered_threshold_prices_exactly_what_the_run_
             return openai_says("7");
         }
         let title = crate::judge::title_of(&prompt_of(r));
-        let score: String = title.chars().skip(1).take_while(char::is_ascii_digit).collect();
+        let score: String = title
+            .chars()
+            .skip(1)
+            .take_while(char::is_ascii_digit)
+            .collect();
         openai_says(&score)
     });
     // 5 videos score 9, 4 score 6, 3 score 3.
@@ -207,7 +211,13 @@ fn the_dry_run_after_an_edit_or_a_lowered_threshold_prices_exactly_what_the_run_
     assert_eq!(line(&first, "second")[4], "12", "{first}");
     let o = run_with_key(&p, &out);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    assert_eq!((calls_to(&server, "gpt-4o"), calls_to(&server, "gpt-4o-mini")), (12, 5));
+    assert_eq!(
+        (
+            calls_to(&server, "gpt-4o"),
+            calls_to(&server, "gpt-4o-mini")
+        ),
+        (12, 5)
+    );
 
     // Nothing changed: nothing to pay.
     let text = dry(&p, &out);
@@ -222,14 +232,27 @@ fn the_dry_run_after_an_edit_or_a_lowered_threshold_prices_exactly_what_the_run_
     assert_eq!(line(&text, "second")[2..5], ["9", "5", "4"], "{text}");
     let o = run_with_key(&p, &out);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    assert_eq!(calls_to(&server, "gpt-4o-mini"), 5 + 4, "the calls priced are the calls made");
+    assert_eq!(
+        calls_to(&server, "gpt-4o-mini"),
+        5 + 4,
+        "the calls priced are the calls made"
+    );
 
     // A description edited: the source says so, and both stages recompute that one video.
     let m = std::fs::read_to_string(dir.path().join("m.csv")).unwrap();
-    write(&dir.path().join("m.csv"), &m.replace("s9_0,a clip", "s9_0,another clip"));
+    write(
+        &dir.path().join("m.csv"),
+        &m.replace("s9_0,a clip", "s9_0,another clip"),
+    );
     let text = dry(&p, &out);
-    assert!(text.contains("source: 1 changed since the last run"), "{text}");
-    assert!(text.contains("relevance: 1 recomputed (inputs changed)"), "{text}");
+    assert!(
+        text.contains("source: 1 changed since the last run"),
+        "{text}"
+    );
+    assert!(
+        text.contains("relevance: 1 recomputed (inputs changed)"),
+        "{text}"
+    );
     assert_eq!(line(&text, "relevance")[4], "1", "{text}");
     assert_eq!(line(&text, "second")[4], "1", "{text}");
     let before = server.requests().len();
@@ -254,7 +277,11 @@ fn with_youtube_downloads_off_nothing_after_the_download_is_priced() {
     let text = dry(&p, &out);
     assert_eq!(line(&text, "download")[2], "100", "{text}");
     assert_eq!(line(&text, "probe")[2], "0", "{text}");
-    assert_eq!(line(&text, "frames")[9], "0", "no frames are priced: {text}");
+    assert_eq!(
+        line(&text, "frames")[9],
+        "0",
+        "no frames are priced: {text}"
+    );
     assert!(
         text.contains("download: 100 of 100 videos stop here, nothing after it is priced for them: downloading from YouTube is off"),
         "{text}"
@@ -298,7 +325,11 @@ fn the_search_bound_covers_windows_group_pages_and_split_windows() {
     for (what, groups, source, exact) in cases {
         let fake = youtube_fake();
         let d = tempfile::tempdir().unwrap();
-        let p = yt_pipeline(d.path(), &fake.server.url(), "search_calls_per_day = 100000");
+        let p = yt_pipeline(
+            d.path(),
+            &fake.server.url(),
+            "search_calls_per_day = 100000",
+        );
         write(
             &d.path().join("queries/surf.toml"),
             &format!("domain = \"surfing\"\nkind = \"micro\"\n{groups}"),
@@ -312,9 +343,16 @@ fn the_search_bound_covers_windows_group_pages_and_split_windows() {
         let bound = search_bound(&dry_text);
         let o = run_yt(&p, &out, KEY);
         // 3: the fake's videos.list leaves one id out (a deleted video).
-        assert!([0, 3].contains(&o.status.code().unwrap()), "{what}: {}", err(&o));
+        assert!(
+            [0, 3].contains(&o.status.code().unwrap()),
+            "{what}: {}",
+            err(&o)
+        );
         let made = fake.server.count("/search");
-        assert!(made <= bound, "{what}: {made} searches made, bound {bound}\n{dry_text}");
+        assert!(
+            made <= bound,
+            "{what}: {made} searches made, bound {bound}\n{dry_text}"
+        );
         if exact {
             assert_eq!(made, bound, "{what}: {dry_text}");
         } else {

@@ -169,7 +169,15 @@ fn split_and_release(run: &Path, dir: &Path, why: &str) -> (Vec<String>, Vec<Str
     let rel = run.with_extension("release");
     let _ = std::fs::remove_dir_all(&rel);
     let o = std::process::Command::new(bin())
-        .args(["release", r, "--split", "published", "--frames", "none", "--out"])
+        .args([
+            "release",
+            r,
+            "--split",
+            "published",
+            "--frames",
+            "none",
+            "--out",
+        ])
         .arg(&rel)
         .current_dir(dir)
         .output()
@@ -231,13 +239,19 @@ fn random_dataset_edit_scripts_rerun_as_a_clean_run_does() {
             snapshot(&clean_dir, TABLES, VOLATILE),
         );
         for (i, t) in TABLES.iter().enumerate() {
-            assert_eq!(a[i], b[i], "table {t} differs from a clean run's after {why}");
+            assert_eq!(
+                a[i], b[i],
+                "table {t} differs from a clean run's after {why}"
+            );
         }
         if n == 1 {
             let c = |stage: &str| counts(&out, stage)["computed"].as_u64().unwrap_or(0);
             match edits[0] {
                 // What relevance reads did not change: no call.
-                "label fixed" | "row removed" | "publish time fixed" | "split lists swapped"
+                "label fixed"
+                | "row removed"
+                | "publish time fixed"
+                | "split lists swapped"
                 | "threshold" => assert_eq!(c("relevance"), 0, "{why}"),
                 "title" | "row added" => assert_eq!(c("relevance"), 1, "{why}"),
                 _ => {}

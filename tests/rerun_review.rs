@@ -71,7 +71,14 @@ fn a_redrafted_item_waits_for_a_new_review() {
     write(&reviews, &accepted(&tasks).to_string());
     let import = || {
         vidcurate(
-            &["annotate", "import", r, reviews.to_str().unwrap(), "--rule", "single"],
+            &[
+                "annotate",
+                "import",
+                r,
+                reviews.to_str().unwrap(),
+                "--rule",
+                "single",
+            ],
             dir,
         )
     };
@@ -103,12 +110,23 @@ fn a_redrafted_item_waits_for_a_new_review() {
     let o = run_with_key(&p, &run_dir);
     assert!(o.status.success(), "{}", err(&o));
     let o = run(
-        &["release", r, "--out", rel.to_str().unwrap(), "--frames", "none"],
+        &[
+            "release",
+            r,
+            "--out",
+            rel.to_str().unwrap(),
+            "--frames",
+            "none",
+        ],
         dir,
     );
     assert!(o.status.success(), "{}", err(&o));
     let after = released(&rel);
-    assert_eq!(after.len(), n - 2, "the redrafts wait for review: {after:?}");
+    assert_eq!(
+        after.len(),
+        n - 2,
+        "the redrafts wait for review: {after:?}"
+    );
     assert!(redrafted.iter().all(|id| !after.contains_key(id)));
     assert!(after.values().all(|r| r["question"] != old));
     let card = std::fs::read_to_string(rel.join("README.md")).unwrap();

@@ -146,7 +146,10 @@ fn random_query_file_edits_rerun_as_a_clean_run_does() {
             snapshot(&clean_dir, TABLES, VOLATILE),
         );
         for (i, t) in TABLES.iter().enumerate() {
-            assert_eq!(a[i], b[i], "table {t} differs from a clean run's after {why}");
+            assert_eq!(
+                a[i], b[i],
+                "table {t} differs from a clean run's after {why}"
+            );
         }
         assert_eq!(
             table_rows(&out.join("collection"), VOLATILE),
@@ -161,5 +164,8 @@ fn random_query_file_edits_rerun_as_a_clean_run_does() {
             assert_eq!(searched, 0, "{why}");
         }
     }
-    assert!(sizes.len() >= 3, "the edits changed what was found: {sizes:?}");
+    assert!(
+        sizes.len() >= 3,
+        "the edits changed what was found: {sizes:?}"
+    );
 }

@@ -148,8 +148,9 @@ fn grouped_stratified_splits_of_the_selected_videos() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{err}");
         assert!(
-            err.contains(&format!("{flag} channel_id: the column is empty for every video"))
-                && err.contains(&format!("nothing would be {says}")),
+            err.contains(&format!(
+                "{flag} channel_id: the column is empty for every video"
+            )) && err.contains(&format!("nothing would be {says}")),
             "{err}"
         );
     }

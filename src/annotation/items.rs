@@ -400,7 +400,11 @@ pub(super) async fn import_items(
     // Reviews of an earlier draft of an item stay as history; only the current draft's decide.
     let current: Vec<ItemReview> = rows
         .iter()
-        .filter(|r| drafted.get(r.item_id.as_str()).is_some_and(|(_, d)| r.is_of(d)))
+        .filter(|r| {
+            drafted
+                .get(r.item_id.as_str())
+                .is_some_and(|(_, d)| r.is_of(d))
+        })
         .cloned()
         .collect();
     report.superseded = rows.len() - current.len();

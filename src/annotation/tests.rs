@@ -191,7 +191,10 @@ fn task_of(d: &crate::record::QuestionItem) -> Value {
         "item_id": d.item_id, "level": d.level, "question": d.question, "answer": d.answer,
     });
     for (i, o) in d.options.iter().enumerate() {
-        data[format!("option_{}", crate::benchmark::formats::letter(i).to_lowercase())] = json!(o);
+        data[format!(
+            "option_{}",
+            crate::benchmark::formats::letter(i).to_lowercase()
+        )] = json!(o);
     }
     json!({
         "id": 7,
@@ -226,7 +229,11 @@ fn a_review_applies_to_the_draft_it_was_made_of() {
     let (rows, report) = import(&task_of(&d), &again);
     assert!(rows.is_empty());
     assert_eq!(report.problems.len(), 1);
-    assert!(report.problems[0].reason.contains("drafted again"), "{:?}", report.problems);
+    assert!(
+        report.problems[0].reason.contains("drafted again"),
+        "{:?}",
+        report.problems
+    );
     // A review stored before drafts were recorded applies as it did.
     let legacy = crate::benchmark::review::items::ItemReview {
         drafted: None,

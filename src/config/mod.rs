@@ -5,9 +5,11 @@
 //! tagged enums would buffer the table and lose the line. Instead we track the key path with
 //! `serde_path_to_error` and look the path up in a span-keeping parse of the same text.
 
+mod keys;
 pub mod queries;
 pub mod taxonomy;
 mod unknown;
+pub use keys::{KeysFn, keys_of};
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;

@@ -11,9 +11,9 @@
 
 use crate::error::RunError;
 use crate::plan::Plan;
+use crate::report::reach::{self, Listing};
 use crate::runtime::runner::{self, RunOptions};
 use crate::runtime::stage::{SourceEstimate, StageContext};
-use crate::report::reach::{self, Listing};
 use crate::store::cache::ResponseCache;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -254,7 +254,11 @@ fn render_changes(t: &mut String, d: &DryRun) {
     }
     for l in &d.stages {
         if l.recomputed > 0 {
-            let _ = writeln!(t, "{}: {} recomputed (inputs changed)", l.stage, l.recomputed);
+            let _ = writeln!(
+                t,
+                "{}: {} recomputed (inputs changed)",
+                l.stage, l.recomputed
+            );
         }
         for (why, n) in &l.refused {
             let _ = writeln!(

@@ -3,10 +3,10 @@
 //! the binary, so the book cannot drift from it. `vidcurate reference` writes the pages;
 //! `tests/book.rs` fails when the checked-in ones differ from what the binary writes.
 
-use crate::config::{OutputConfig, RawPipeline, RuntimeConfig, ServiceConfig, StageCommon};
+use crate::config::{
+    OutputConfig, RawPipeline, RuntimeConfig, ServiceConfig, StageCommon, keys_of,
+};
 use crate::stages::{Release, SOURCE_KINDS, STAGE_KINDS};
-use serde::de::{DeserializeOwned, Visitor};
-use std::cell::Cell;
 use std::fmt::Write as _;
 
 /// One generated page: its file name under the reference folder and its text.
@@ -83,8 +83,9 @@ fn stage_types_page() -> String {
     let mut out = format!("{GENERATED}\n\n# Source and stage types\n\n");
     out.push_str(
         "What a pipeline file's tables accept, read from the configuration types and the stage \
-         registry (`vidcurate list-stages` prints the types too). What each type's `compute` \
-         and `select` settings mean, with examples: [Pipeline files](pipeline-files.md).\n\n\
+         registry (`vidcurate list-stages` prints the types too), with every key of every type \
+         at the end. What each type's `compute` and `select` settings mean, with examples: \
+         [Sources](sources.md) and [Stages](stages.md).\n\n\
          ## Pipeline file keys\n\n| table | keys |\n|---|---|\n",
     );
     for (table, keys) in [
@@ -119,6 +120,8 @@ fn stage_types_page() -> String {
     for k in STAGE_KINDS {
         let select = if k.reselect.is_some() {
             "yes: `vidcurate rethreshold` re-decides them"
+        } else if k.keys.iter().any(|(t, _)| *t == "select") {
+            "yes: the stage reads them as it computes"
         } else {
             "none (a `select` table is refused)"
         };
@@ -130,7 +133,35 @@ fn stage_types_page() -> String {
             released(k.release)
         );
     }
+    keys_section(&mut out);
     out
+}
+
+/// Every key of every source and stage type, table by table, read from their settings types.
+fn keys_section(out: &mut String) {
+    out.push_str(
+        "
+## The keys of each type
+
+Every key each table of a type accepts (a key the type          does not know is an error naming the closest ones). What they mean and their defaults:          [Sources](sources.md), [Stages](stages.md) and the pages it links.
+",
+    );
+    let kinds = SOURCE_KINDS
+        .iter()
+        .map(|k| ("source", k.name, k.keys))
+        .chain(STAGE_KINDS.iter().map(|k| ("stage", k.name, k.keys)));
+    for (what, name, tables) in kinds {
+        let _ = writeln!(out, "\n### {what} `{name}`\n");
+        for (table, keys) in tables {
+            let keys: Vec<String> = keys().iter().map(|k| format!("`{k}`")).collect();
+            let listed = if keys.is_empty() {
+                "none".to_string()
+            } else {
+                keys.join(", ")
+            };
+            let _ = writeln!(out, "- `{table}`: {listed}");
+        }
+    }
 }
 
 /// Text safe inside a Markdown table cell.
@@ -152,40 +183,6 @@ fn released(r: Release) -> String {
     }
 }
 
-/// The keys a configuration struct accepts, as serde's derive names them (renames applied).
-pub fn keys_of<T: DeserializeOwned>() -> &'static [&'static str] {
-    let seen = Cell::new(&[][..]);
-    let _ = T::deserialize(FieldNames(&seen));
-    seen.get()
-}
-
-/// A deserializer that only records the field list a derived struct asks for, then stops.
-struct FieldNames<'a>(&'a Cell<&'static [&'static str]>);
-
-impl<'de> serde::Deserializer<'de> for FieldNames<'_> {
-    type Error = serde::de::value::Error;
-
-    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
-        Err(serde::de::Error::custom("not a struct"))
-    }
-
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        _: &'static str,
-        fields: &'static [&'static str],
-        _: V,
-    ) -> Result<V::Value, Self::Error> {
-        self.0.set(fields);
-        Err(serde::de::Error::custom("fields recorded"))
-    }
-
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
-        option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
-        ignored_any
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,6 +196,30 @@ mod tests {
         );
         assert!(!keys.contains(&"kind"), "the rename applies: {keys:?}");
         assert_eq!(keys_of::<RuntimeConfig>().len(), 4);
+    }
+
+    #[test]
+    fn every_type_lists_its_keys() {
+        for k in STAGE_KINDS {
+            assert_eq!(
+                k.keys.first().map(|(t, _)| *t),
+                Some("compute"),
+                "{}",
+                k.name
+            );
+            // A kind with thresholds lists them.
+            if k.reselect.is_some() {
+                assert!(k.keys.iter().any(|(t, _)| *t == "select"), "{}", k.name);
+            }
+        }
+        let page = stage_types_page();
+        assert!(
+            page.contains("### stage `relevance`\n\n- `compute`: `service`, `model`, `max_tokens`"),
+            "{page}"
+        );
+        assert!(page.contains("- `select`: `min_score`"), "{page}");
+        assert!(page.contains("- `source.quota`: `search_bucket`"), "{page}");
+        assert_eq!(SOURCE_KINDS.iter().filter(|k| k.keys.is_empty()).count(), 0);
     }
 
     #[test]

@@ -85,6 +85,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     reselect: None,
     summary: None,
     release: crate::stages::Release::PerVideo,
+    keys: &[("compute", crate::config::keys_of::<CaptionConfig>)],
 };
 
 /// The schema of a structured caption answer.

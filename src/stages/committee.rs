@@ -229,6 +229,11 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     reselect: Some(reselect),
     summary: None,
     release: crate::stages::Release::Columns(&["yes_votes", "no_votes"]),
+    keys: &[
+        ("compute", crate::config::keys_of::<CommitteeConfig>),
+        ("compute.members", crate::config::keys_of::<Member>),
+        ("select", crate::config::keys_of::<CommitteeSelect>),
+    ],
 };
 
 pub fn build(
@@ -237,8 +242,7 @@ pub fn build(
     select_at: &[Seg],
     bcx: &BuildCx,
 ) -> Result<Built, ConfigError> {
-    let (mut cfg, mut compute): (CommitteeConfig, _) =
-        compute_settings(common, compute_at, bcx)?;
+    let (mut cfg, mut compute): (CommitteeConfig, _) = compute_settings(common, compute_at, bcx)?;
     let inline = Some(cfg.event.as_str()).filter(|e| !e.is_empty());
     let (event, _) =
         super::model_inputs::risk_event(inline, cfg.queries.as_deref(), compute_at, bcx)?;

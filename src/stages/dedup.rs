@@ -39,6 +39,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     reselect: None,
     summary: None,
     release: crate::stages::Release::Skip,
+    keys: &[("compute", crate::config::keys_of::<DedupConfig>)],
 };
 
 impl super::PlainStage for DedupConfig {

@@ -137,6 +137,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     reselect: None,
     summary: None,
     release: crate::stages::Release::Frames,
+    keys: &[("compute", crate::config::keys_of::<FramesConfig>)],
 };
 
 impl super::PlainStage for FramesConfig {

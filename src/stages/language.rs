@@ -102,6 +102,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     reselect: None,
     summary: None,
     release: crate::stages::Release::PerVideo,
+    keys: &[("compute", crate::config::keys_of::<LanguageConfig>)],
 };
 
 impl super::PlainStage for LanguageConfig {

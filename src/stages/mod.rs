@@ -1,6 +1,7 @@
 //! The stage registry: every `type` a pipeline file may name, and how each is built.
 //! Adding a stage: a new `stages/<name>.rs` with a `pub const KIND: StageKind` (name, about,
-//! build; `reselect` if it has thresholds), a `mod` line and one line in `STAGE_KINDS`; a new
+//! build; `reselect` if it has thresholds; `keys`, its settings types, which the generated
+//! reference lists), a `mod` line and one line in `STAGE_KINDS`; a new
 //! `Slot` in `record.rs` if it fills one. A kind without thresholds implements `PlainStage` on
 //! its settings and names `build_plain::<ItsConfig>` as its build. Sources are listed once, in
 //! `SOURCE_KINDS`. Nothing else names stage or source kinds: the runner, `rethreshold`, the CLI
@@ -124,6 +125,9 @@ pub struct StageKind {
     pub summary: Option<fn(stage_id: &str, counts: &StageCounts) -> String>,
     /// What `vidcurate release` takes from the stage's table.
     pub release: Release,
+    /// The keys of its tables (`compute`, `select`, nested ones such as `compute.members`),
+    /// for the generated reference.
+    pub keys: &'static [(&'static str, crate::config::KeysFn)],
 }
 
 /// How a stage's table enters a release (one row per video).
@@ -313,6 +317,9 @@ pub struct SourceKind {
     pub build: SourceBuildFn,
     /// A line for the run summary from the source's counts (empty: nothing to say).
     pub summary: Option<fn(stage_id: &str, counts: &StageCounts) -> String>,
+    /// The keys of its tables (`[source]`, nested ones such as `[source.quota]`), for the
+    /// generated reference.
+    pub keys: &'static [(&'static str, crate::config::KeysFn)],
 }
 
 pub type SourceBuildFn =
@@ -325,18 +332,27 @@ pub const SOURCE_KINDS: &[SourceKind] = &[
         about: "a folder of video files, or a CSV/JSONL manifest with extra columns carried through",
         build: local::build,
         summary: None,
+        keys: &[("source", crate::config::keys_of::<local::LocalConfig>)],
     },
     SourceKind {
         name: "dataset",
         about: "an existing dataset's annotation files (FakeSV data.json, MultiHateClip TSVs and text.json): its labels mapped, events, splits and folds (computed, or from its published id lists), media from a folder or a URL template",
         build: dataset::build,
         summary: Some(dataset::summary),
+        keys: &[("source", crate::config::keys_of::<dataset::DatasetConfig>)],
     },
     SourceKind {
         name: "youtube",
         about: "a query file -> YouTube Data API search and videos.list: one row per video with provenance (quota-aware, cached)",
         build: youtube::build,
         summary: None,
+        keys: &[
+            ("source", crate::config::keys_of::<youtube::YouTubeConfig>),
+            (
+                "source.quota",
+                crate::config::keys_of::<crate::clients::youtube::QuotaConfig>,
+            ),
+        ],
     },
 ];
 

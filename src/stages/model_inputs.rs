@@ -122,8 +122,10 @@ pub fn risk_event(
         Some(q) => {
             let (qf, _) = crate::config::queries::QueryFile::load(&bcx.resolve(q))?;
             let e = qf.event.ok_or_else(|| {
-                bcx.src
-                    .error_at(&key("queries"), format!("{}: no [event] table", q.display()))
+                bcx.src.error_at(
+                    &key("queries"),
+                    format!("{}: no [event] table", q.display()),
+                )
             })?;
             Some(e)
         }

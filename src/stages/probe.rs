@@ -30,6 +30,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     reselect: None,
     summary: None,
     release: crate::stages::Release::PerVideo,
+    keys: &[("compute", crate::config::keys_of::<ProbeConfig>)],
 };
 
 impl super::PlainStage for ProbeConfig {

@@ -221,6 +221,10 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     reselect: Some(crate::stages::reselect::<QualitySelect>),
     summary: None,
     release: crate::stages::Release::PerVideo,
+    keys: &[
+        ("compute", crate::config::keys_of::<QualityConfig>),
+        ("select", crate::config::keys_of::<QualitySelect>),
+    ],
 };
 
 pub fn build(

@@ -171,6 +171,10 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     reselect: Some(crate::stages::reselect::<RelevanceSelect>),
     summary: None,
     release: crate::stages::Release::PerVideo,
+    keys: &[
+        ("compute", crate::config::keys_of::<RelevanceConfig>),
+        ("select", crate::config::keys_of::<RelevanceSelect>),
+    ],
 };
 
 pub fn build(

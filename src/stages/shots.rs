@@ -69,6 +69,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     reselect: None,
     summary: None,
     release: crate::stages::Release::Columns(&["shots_in_video"]),
+    keys: &[("compute", crate::config::keys_of::<ShotsConfig>)],
 };
 
 impl super::PlainStage for ShotsConfig {

@@ -103,6 +103,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     reselect: None,
     summary: Some(summary),
     release: crate::stages::Release::Transcript,
+    keys: &[("compute", crate::config::keys_of::<TranscriptConfig>)],
 };
 
 fn summary(stage_id: &str, counts: &crate::runtime::StageCounts) -> String {

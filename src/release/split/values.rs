@@ -140,7 +140,11 @@ pub(super) fn source_values(
         };
         return Err(RunError::Config(format!(
             "{what} {c}: the column is empty for every video of the run, so nothing would be {}: use a column with values ({})",
-            if what == "--group" { "grouped" } else { "stratified" },
+            if what == "--group" {
+                "grouped"
+            } else {
+                "stratified"
+            },
             columns.join(", ")
         )));
     }

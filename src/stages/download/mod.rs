@@ -118,6 +118,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     reselect: None,
     summary: None,
     release: crate::stages::Release::Columns(&["url", "blake3", "size_bytes", "content_type"]),
+    keys: &[("compute", crate::config::keys_of::<DownloadConfig>)],
 };
 
 pub fn build(

@@ -118,6 +118,14 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     reselect: None,
     summary: None,
     release: crate::stages::Release::Skip,
+    keys: &[
+        ("compute", crate::config::keys_of::<ItemsConfig>),
+        (
+            "compute.drafter, refiner, judge",
+            crate::config::keys_of::<ModelRef>,
+        ),
+        ("select", crate::config::keys_of::<LoopRule>),
+    ],
 };
 
 pub fn build(

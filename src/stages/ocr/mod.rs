@@ -98,6 +98,7 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     reselect: None,
     summary: Some(summary),
     release: crate::stages::Release::Text,
+    keys: &[("compute", crate::config::keys_of::<OcrConfig>)],
 };
 
 /// The run summary's line: how much work reuse saved (and, verifying, whether it was exact),

@@ -213,6 +213,10 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     reselect: Some(crate::stages::reselect::<PrescreenSelect>),
     summary: Some(summary),
     release: crate::stages::Release::PerVideo,
+    keys: &[
+        ("compute", crate::config::keys_of::<PrescreenConfig>),
+        ("select", crate::config::keys_of::<PrescreenSelect>),
+    ],
 };
 
 pub fn build(

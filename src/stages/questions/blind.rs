@@ -121,6 +121,10 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     reselect: Some(crate::stages::reselect::<BlindSelect>),
     summary: None,
     release: crate::stages::Release::Skip,
+    keys: &[
+        ("compute", crate::config::keys_of::<BlindConfig>),
+        ("select", crate::config::keys_of::<BlindSelect>),
+    ],
 };
 
 pub fn build(

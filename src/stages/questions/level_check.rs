@@ -96,6 +96,10 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     reselect: Some(crate::stages::reselect::<LevelCheckSelect>),
     summary: None,
     release: crate::stages::Release::Skip,
+    keys: &[
+        ("compute", crate::config::keys_of::<LevelCheckConfig>),
+        ("select", crate::config::keys_of::<LevelCheckSelect>),
+    ],
 };
 
 pub fn build(

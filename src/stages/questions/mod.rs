@@ -156,6 +156,10 @@ pub const KIND: crate::stages::StageKind = crate::stages::StageKind {
     reselect: Some(crate::stages::reselect::<QuestionsSelect>),
     summary: Some(summary),
     release: crate::stages::Release::Skip,
+    keys: &[
+        ("compute", crate::config::keys_of::<QuestionsConfig>),
+        ("select", crate::config::keys_of::<QuestionsSelect>),
+    ],
 };
 
 /// Answer-position balance of the items kept in this invocation: the share of each correct

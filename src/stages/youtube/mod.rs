@@ -319,7 +319,12 @@ impl Source for YouTubeSource {
         _cx: &StageContext,
     ) -> Result<crate::runtime::stage::SourceEstimate, RunError> {
         let c = &self.cfg;
-        let s = bound::searches(&self.queries, c.max_pages, c.split_above, c.min_window_hours);
+        let s = bound::searches(
+            &self.queries,
+            c.max_pages,
+            c.split_above,
+            c.min_window_hours,
+        );
         let days = |searches: u64| self.quota_days(searches);
         let (search_units, list_units) = self.units(s.at_most);
         let pages = self.queries.iter().map(|q| bound::pages_of(q, c.max_pages));
@@ -349,5 +354,4 @@ impl Source for YouTubeSource {
             ),
         })
     }
-
 }

@@ -298,7 +298,15 @@ pub async fn peek_prior(
     stage_id: &str,
     fingerprint: &str,
 ) -> Result<Prior<serde_json::Value>, RunError> {
-    gather(store, stage_id, fingerprint, "", Arc::new(|_: &str| true), false).await
+    gather(
+        store,
+        stage_id,
+        fingerprint,
+        "",
+        Arc::new(|_: &str| true),
+        false,
+    )
+    .await
 }
 
 /// `load_prior`'s listing; with `repair` it also sets aside what must not be read and writes
