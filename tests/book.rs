@@ -1,6 +1,7 @@
 //! The book in docs/ and the README: the generated reference pages equal what the binary
-//! writes, every internal link and anchor resolves, the README stays short, and the guide's
-//! runnable commands run on the demo as written.
+//! writes, every internal link and anchor resolves, the README stays short, the guide's
+//! runnable commands run on the demo as written, and the costs the book states are what the
+//! dry run prints (`CLAIMS`).
 
 use crate::util::{bin, make_corpus};
 use std::collections::{BTreeMap, BTreeSet};
@@ -273,6 +274,108 @@ fn copy_dir(from: &Path, to: &Path) {
             copy_dir(&p, &dest);
         } else {
             std::fs::copy(&p, &dest).unwrap();
+        }
+    }
+}
+
+/// A number the book states and the dry run that must print it.
+struct Claim {
+    page: &'static str,
+    /// What the page says (whitespace as in prose: line breaks match spaces).
+    says: &'static str,
+    /// The pipeline file, and an edit of it (from, to) for a setting the page names.
+    pipeline: &'static str,
+    edit: (&'static str, &'static str),
+    /// A query file the claim is about (written as `queries/claim.toml`, the pipeline's own
+    /// query file pointed at it), if not the shipped one.
+    queries: Option<&'static str>,
+    /// What `run --dry-run` must print (whitespace collapsed).
+    prints: &'static [&'static str],
+}
+
+const YEAR_IN_WINDOWS: &str = "domain = \"arson\"\nkind = \"micro\"\n[event]\nname = \"arson\"\npositive = [\"a fire set\"]\nnegative = [\"a lecture\"]\n[[groups]]\ntemplate = \"{place} arson\"\ncross = { place = [\"a\", \"b\", \"c\"] }\nparams = { published_after = \"2023-01-01\", published_before = \"2024-01-01\", window_days = 30, max_pages = 4 }\n";
+
+const CLAIMS: &[Claim] = &[
+    Claim {
+        page: "reference/sources.md",
+        says: "crash file needs 0.60 days of quota at `max_pages = 1` (60 searches)",
+        pipeline: "pipelines/riskcue-car_crash.toml",
+        edit: ("max_pages = 4", "max_pages = 1"),
+        queries: None,
+        prints: &["search.list at most 60 calls", "quota: 0.60 days"],
+    },
+    Claim {
+        page: "reference/sources.md",
+        says: "2.40 days at `max_pages = 4` (240 searches",
+        pipeline: "pipelines/riskcue-car_crash.toml",
+        edit: ("", ""),
+        queries: None,
+        prints: &["search.list at most 240 calls", "quota: 2.40 days"],
+    },
+    Claim {
+        page: "reference/sources.md",
+        says: "a year in 30-day windows at 4 pages: 156 searches unsplit, at most 2,901 split",
+        pipeline: "pipelines/riskcue-arson.toml",
+        edit: ("", ""),
+        queries: Some(YEAR_IN_WINDOWS),
+        prints: &[
+            "search.list at most 2901 calls",
+            "with none split: 156 searches",
+        ],
+    },
+];
+
+fn collapsed(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The numbers the book states about what a run costs are what `run --dry-run` prints.
+#[test]
+fn the_numbers_the_book_states_are_what_the_dry_run_prints() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    for d in ["pipelines", "queries"] {
+        copy_dir(&repo().join(d), &root.join(d));
+    }
+    for (i, c) in CLAIMS.iter().enumerate() {
+        let page = collapsed(&std::fs::read_to_string(book_src().join(c.page)).unwrap());
+        assert!(
+            page.contains(c.says),
+            "{}: no longer says {:?}",
+            c.page,
+            c.says
+        );
+        let mut text = std::fs::read_to_string(repo().join(c.pipeline)).unwrap();
+        if !c.edit.0.is_empty() {
+            assert!(text.contains(c.edit.0), "{}: {:?}", c.pipeline, c.edit.0);
+            text = text.replace(c.edit.0, c.edit.1);
+        }
+        if let Some(q) = c.queries {
+            std::fs::write(root.join("queries/claim.toml"), q).unwrap();
+            let own = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("queries = "))
+                .unwrap()
+                .to_string();
+            text = text.replace(&own, "\"../queries/claim.toml\"");
+        }
+        let p = root.join(format!("pipelines/claim{i}.toml"));
+        std::fs::write(&p, text).unwrap();
+        let o = Command::new(bin())
+            .args(["run", p.to_str().unwrap(), "--dry-run", "--out"])
+            .arg(root.join(format!("run{i}")))
+            .current_dir(root)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let out = collapsed(&String::from_utf8_lossy(&o.stdout));
+        for want in c.prints {
+            assert!(
+                out.contains(want),
+                "{} says {:?}, but the dry run prints no {want:?}:\n{out}",
+                c.page,
+                c.says
+            );
         }
     }
 }
