@@ -11,6 +11,14 @@ use vidcurate::commands::{
 };
 use vidcurate::error::{Exit, RunError};
 
+/// `--version`: the version and the commit it was built from (`build.rs`).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("VIDCURATE_COMMIT"),
+    ")"
+);
+
 /// Build video benchmark dataset splits from a pipeline file.
 ///
 /// A pipeline file (TOML, see pipelines/) names a source of videos and an ordered list of stages.
@@ -26,7 +34,7 @@ use vidcurate::error::{Exit, RunError};
 #[derive(Parser)]
 #[command(
     name = "vidcurate",
-    version,
+    version = VERSION,
     about,
     long_about,
     after_help = "Logs: set RUST_LOG (e.g. RUST_LOG=debug). Examples:\n  vidcurate validate pipelines/demo.toml\n  vidcurate run pipelines/demo.toml --out data/runs/demo\n  vidcurate list-stages\n  vidcurate queries queries/protest.toml\n  YOUTUBE_API_KEY=... vidcurate run pipelines/riskcue-protest.toml\n  vidcurate rethreshold data/runs/demo --set relevance.min_score=5\n  vidcurate cache stats data/runs/riskcue-protest"

@@ -245,3 +245,24 @@ fn a_pipeline_judges_one_event() {
     ));
     assert_eq!(code, 0, "{err}");
 }
+
+/// `--version` names the commit the binary was built from (issue 59: an image says which clone
+/// it came from).
+#[test]
+fn the_version_names_the_commit_it_was_built_from() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let o = run(&["--version"], repo);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        out.starts_with(&format!("vidcurate {} (commit ", env!("CARGO_PKG_VERSION"))),
+        "{out}"
+    );
+    let git = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(repo)
+        .output()
+        .expect("git: the suite runs in a clone");
+    assert!(git.status.success());
+    let commit = String::from_utf8_lossy(&git.stdout).trim().to_string();
+    assert!(out.contains(&format!("(commit {commit})")), "{out} is not of {commit}");
+}

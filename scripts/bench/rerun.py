@@ -71,11 +71,20 @@ def one_size(binary, d, n, clips):
     # The edit script: a label fixed, a row removed, a row added.
     ids = [i for i in ids if i != n // 2] + [n]
     manifest(d / "m.csv", ids, clips, {1: "real"})
+    # The dry run before the edited rerun walks every video down the chain (issue 58).
+    t_dry, rss_dry = dry_run(binary, run)
     t_edit, rss_edit, said = measured(binary, run)
     lines = [l for l in said.splitlines() if l.startswith(("source:", "probe:"))]
     return {"videos": n, "first_run_secs": t_make, "rerun_no_edit_secs": t_same,
             "rerun_no_edit_rss_mib": rss_same, "rerun_edit_secs": t_edit,
-            "rerun_edit_rss_mib": rss_edit, "said": lines}
+            "rerun_edit_rss_mib": rss_edit, "said": lines,
+            "dry_run_secs": t_dry, "dry_run_rss_mib": rss_dry}
+
+
+def dry_run(binary, run):
+    """Time and peak RSS of `run --dry-run` over the run directory."""
+    secs, rss, _ = measured(binary, run[:-1] + ["--dry-run"])
+    return secs, rss
 
 
 def main():
@@ -101,7 +110,8 @@ def main():
                       f"rerun, no edit {r['rerun_no_edit_secs']:.2f} s, "
                       f"{r['rerun_no_edit_rss_mib']:.0f} MiB; after an edit "
                       f"{r['rerun_edit_secs']:.2f} s, {r['rerun_edit_rss_mib']:.0f} MiB "
-                      f"{r['said']}", flush=True)
+                      f"{r['said']}; dry run before it {r['dry_run_secs']:.2f} s, "
+                      f"{r['dry_run_rss_mib']:.0f} MiB", flush=True)
             if a.base:
                 ratio = row["base"]["rerun_no_edit_secs"] / row["this"]["rerun_no_edit_secs"]
                 print(f"      no-edit rerun: base / this = {ratio:.2f} "
