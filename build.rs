@@ -24,10 +24,10 @@ fn main() {
     // The commit moves with HEAD and the branch it names. Only files that exist are named: a
     // missing one would run this script (and rebuild the crate) on every build.
     let mut watch = vec![".git/HEAD".to_string(), ".git/packed-refs".to_string()];
-    if let Ok(head) = std::fs::read_to_string(".git/HEAD") {
-        if let Some(r) = head.strip_prefix("ref: ") {
-            watch.push(format!(".git/{}", r.trim()));
-        }
+    if let Ok(head) = std::fs::read_to_string(".git/HEAD")
+        && let Some(r) = head.strip_prefix("ref: ")
+    {
+        watch.push(format!(".git/{}", r.trim()));
     }
     for p in watch.iter().filter(|p| Path::new(p).exists()) {
         println!("cargo:rerun-if-changed={p}");
