@@ -227,6 +227,17 @@ pub struct RuntimeConfig {
     pub decoded_frames_mib: usize,
 }
 
+impl RuntimeConfig {
+    /// `cpu_threads`, else the number of cores.
+    pub fn threads(&self) -> usize {
+        self.cpu_threads.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2)
+        })
+    }
+}
+
 impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {

@@ -68,7 +68,9 @@ const TOKENS_PER_IMAGE: u64 = 260;
 
 pub async fn dry_run(mut plan: Plan, opts: &RunOptions) -> Result<DryRun, RunError> {
     let run_dir = runner::run_dir(&plan, opts);
-    let cx = StageContext::detached(&run_dir)?;
+    let mut cx = StageContext::detached(&run_dir)?;
+    // The listing hashes files without ids, as the run's does: on as many threads.
+    cx.cpu = crate::runtime::stage::CpuPool::new(plan.runtime.threads());
     let source = plan.source.estimate(&cx).await?;
     let mut out = DryRun {
         run_dir: run_dir.clone(),

@@ -55,12 +55,7 @@ pub(super) async fn open_pass(plan: &Plan, opts: &RunOptions) -> Result<PassEnv,
     ranks::pin(store.as_ref(), &pin, &rank, opts.repin).await?;
     let cancel = CancellationToken::new();
     spawn_ctrl_c(cancel.clone());
-    let threads = plan.runtime.cpu_threads.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2)
-    });
-    let cpu = CpuPool::new(threads);
+    let cpu = CpuPool::new(plan.runtime.threads());
     let decoded = crate::runtime::decoded::DecodedFrames::new(
         plan.runtime.decoded_frames_mib << 20,
         decoded_readers(plan),
