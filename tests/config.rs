@@ -264,5 +264,8 @@ fn the_version_names_the_commit_it_was_built_from() {
         .expect("git: the suite runs in a clone");
     assert!(git.status.success());
     let commit = String::from_utf8_lossy(&git.stdout).trim().to_string();
-    assert!(out.contains(&format!("(commit {commit})")), "{out} is not of {commit}");
+    assert!(
+        out.contains(&format!("(commit {commit})")),
+        "{out} is not of {commit}"
+    );
 }
