@@ -429,16 +429,6 @@ fn blind_and_level_checks_flag_items_and_rethreshold_drops_without_calls() {
         let prompt = prompt_of(r);
         match v["response_format"]["json_schema"]["name"].as_str() {
             Some("caption") => openai_structured(r#"{"caption": "Colour bars."}"#),
-            // Asked of another model (a redraft), the internal item is asked another way.
-            Some("question_items") if v["model"] == "gpt-4o" => {
-                let mut redrafted = internal(4);
-                redrafted["question"] = json!("What is this clip, as a whole, made to be?");
-                openai_structured(&items(vec![
-                    observable(),
-                    redrafted,
-                    beyond("Test cards let viewers tune their sets."),
-                ]))
-            }
             Some("question_items") => openai_structured(&items(vec![
                 observable(),
                 internal(4),

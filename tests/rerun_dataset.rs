@@ -66,6 +66,7 @@ impl Ds {
             );
         }
         let host = ["a.example.org", "b.example.org"][self.url];
+        let openai = crate::judge::openai_service(url);
         write(
             &dir.join("p.toml"),
             &format!(
@@ -73,10 +74,7 @@ impl Ds {
 [output]
 flush_secs = 0
 
-[services.openai]
-base_url = "{url}v1/"
-api_key_env = "VIDCURATE_TEST_OPENAI_KEY"
-
+{openai}
 [source]
 type = "dataset"
 format = "fakesv"

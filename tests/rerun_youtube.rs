@@ -34,6 +34,7 @@ impl Yt {
                 spots.join(", ")
             ),
         );
+        let openai = crate::judge::openai_service(llm);
         write(
             &dir.join("p.toml"),
             &format!(
@@ -45,10 +46,7 @@ flush_secs = 0
 base_url = "{yt}"
 api_key_env = "VIDCURATE_TEST_YT_KEY"
 
-[services.openai]
-base_url = "{llm}v1/"
-api_key_env = "VIDCURATE_TEST_OPENAI_KEY"
-
+{openai}
 [source]
 type = "youtube"
 queries = "queries/surf.toml"
