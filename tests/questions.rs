@@ -442,11 +442,8 @@ fn blind_and_level_checks_flag_items_and_rethreshold_drops_without_calls() {
                         llm_fixture("openai/chat_completion_json_schema_refusal.json"),
                     );
                 }
-                let level = if prompt.contains("present itself as") {
-                    "beyond_clip_reasoning"
-                } else {
-                    "beyond_clip_reasoning"
-                };
+                // Every item is checked as beyond-clip reasoning, whatever it asks.
+                let level = "beyond_clip_reasoning";
                 openai_structured(&json!({ "level": level }).to_string())
             }
             None => {
@@ -675,7 +672,7 @@ fn questions_over_gemini_mark_near_duplicates_and_report_letter_balance() {
         "What is shown on screen throughout the clip?"
     );
     let sim: f64 = dup["nearest_similarity"].parse().unwrap();
-    assert!(sim >= 0.8 && sim < 1.0, "{sim}");
+    assert!((0.8..1.0).contains(&sim), "{sim}");
     // The other video's items are all unlike each other.
     let others: Vec<f64> = rows
         .iter()
@@ -964,7 +961,7 @@ fn a_question_release_loads_with_datasets_and_scores_as_numpy_does() {
         let shown: Vec<String> = serde_json::from_value(v["options"].clone()).unwrap();
         // Mostly the right letter (option (i + r) mod 4 shows at letter i), so that some items
         // are right under every rotation.
-        let k = if lcg(&mut seed) % 10 == 0 {
+        let k = if lcg(&mut seed).is_multiple_of(10) {
             (lcg(&mut seed) % 4) as usize
         } else {
             ((answers[id] + 4 - r) % 4) as usize

@@ -458,10 +458,9 @@ impl SourceText {
             if let Some(name) = msg
                 .strip_prefix("unknown field `")
                 .and_then(|r| r.split('`').next())
+                && path.last() != Some(&Seg::Key(name.to_string()))
             {
-                if path.last() != Some(&Seg::Key(name.to_string())) {
-                    path.push(Seg::Key(name.to_string()));
-                }
+                path.push(Seg::Key(name.to_string()));
             }
             self.error_at(&path, msg)
         })

@@ -26,7 +26,7 @@ use crate::stages::BuildCx;
 use async_trait::async_trait;
 use image::RgbImage;
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
+use std::path::Path;
 
 /// `compute` settings of a `shots` stage.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -131,15 +131,15 @@ pub fn cuts(scores: &[(f64, f64)], threshold: f64, min_shot: f64) -> Vec<f64> {
     cuts
 }
 
-fn detect(path: &PathBuf, cfg: &ShotsConfig, fps: f64) -> Result<Vec<(f64, f64)>, StageError> {
+fn detect(path: &Path, cfg: &ShotsConfig, fps: f64) -> Result<Vec<(f64, f64)>, StageError> {
     let mut prev: Option<Vec<[f32; 3]>> = None;
     let mut scores = vec![];
     ffmpeg::sample_small(path, fps, cfg.side, |t, img: &RgbImage| {
         let hsv: Vec<[f32; 3]> = img.pixels().map(|p| hsv_cv(p.0)).collect();
-        if let Some(p) = &prev {
-            if p.len() == hsv.len() {
-                scores.push((t, content_score(p, &hsv)));
-            }
+        if let Some(p) = &prev
+            && p.len() == hsv.len()
+        {
+            scores.push((t, content_score(p, &hsv)));
         }
         prev = Some(hsv);
     })?;
