@@ -21,7 +21,10 @@ APT_PKGS=(libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresam
   # Prometheus: tests/metrics.rs scrapes two ranks' `run --metrics` endpoints with it
   prometheus
   # Chromium: tests/browser.rs opens the analysis report in it (headless) and measures the labels
-  chromium)
+  chromium
+  # podman (with runc) and mmdebstrap: tests/image.rs builds the image with scripts/image.sh,
+  # which makes its Debian bases with mmdebstrap where no image registry can be reached
+  podman runc mmdebstrap)
 
 missing=()
 for p in "${APT_PKGS[@]}"; do

@@ -202,6 +202,17 @@ impl Cluster {
 
 /// `sbatch --parsable` with the repository's array script; the job id.
 fn sbatch(c: &Cluster, work: &Path, array: &str, args: &[&str]) -> String {
+    sbatch_env(c, work, array, args, &[])
+}
+
+/// `sbatch` with more environment for the tasks (the script's VIDCURATE_IMAGE, say).
+fn sbatch_env(
+    c: &Cluster,
+    work: &Path,
+    array: &str,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/slurm/array.sbatch");
     let bin_dir = bin().parent().unwrap().to_path_buf();
     let path = format!(
@@ -224,7 +235,8 @@ fn sbatch(c: &Cluster, work: &Path, array: &str, args: &[&str]) -> String {
         .args(args)
         .current_dir(work)
         .env("PATH", path)
-        .env("RUST_LOG", "warn");
+        .env("RUST_LOG", "warn")
+        .envs(env.iter().map(|(k, v)| (k, v)));
     s3_env(&mut cmd);
     let o = cmd.output().unwrap();
     assert!(
@@ -311,8 +323,24 @@ fn an_array_job_with_a_cancelled_and_resubmitted_task_equals_a_local_run() {
     assert!(rank_line("0").contains("complete"), "{text}");
     assert!(!rank_line("1").contains("complete"), "{text}");
 
-    // As the script's comment says: only that index, with the world size.
-    let again = sbatch(&cluster, work, "1", &[p_s, &url, "3"]);
+    // As the script's comment says: only that index, with the world size; and as a site that
+    // runs containers does, in the image scripts/image.sh builds (tests/image.rs), by podman.
+    let image = crate::image::podman_image();
+    // Without our binary on the task's PATH: the task can only have run in the container.
+    let env = image.map(|(name, flags)| {
+        vec![
+            ("VIDCURATE_IMAGE", name),
+            ("VIDCURATE_PODMAN_ARGS", flags),
+            ("PATH", std::env::var("PATH").unwrap_or_default()),
+        ]
+    });
+    let again = sbatch_env(
+        &cluster,
+        work,
+        "1",
+        &[p_s, &url, "3"],
+        &env.unwrap_or_default(),
+    );
     cluster.wait_done(&again);
     let (code, text) = status(&url, work);
     assert_eq!(code, Some(0), "{text}");

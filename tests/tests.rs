@@ -28,6 +28,7 @@ mod evaluate_tasks;
 mod frames;
 mod harness;
 mod harness_tasks;
+mod image;
 mod items;
 mod judge;
 mod language;

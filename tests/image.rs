@@ -1,0 +1,373 @@
+//! The container image, built from this clone by scripts/image.sh (the Containerfile) with the
+//! podman scripts/setup.sh installs, and run as users run it: the README's demo in one `podman
+//! run` gives the tables the native binary gives over the same inputs; three containers started
+//! as a Kubernetes Indexed Job starts them (JOB_COMPLETION_INDEX, --world 3), one killed and
+//! started again, write one run on S3 that equals a single local process; the image runs as a
+//! non-root user, names the commit it was built from, and holds no key and no path of the
+//! machine that built it. `VIDCURATE_TESTS_WITHOUT_CONTAINERS=1` skips these tests (with a note).
+
+use crate::cluster::{bucket, corpus, download, moto_endpoint, store};
+use crate::need_ffmpeg;
+use crate::util::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+use vidcurate::store::Store;
+
+const DEMO_TABLES: &[&str] = &[
+    "source",
+    "relevance",
+    "probe",
+    "frames",
+    "ocr_regions",
+    "ocr_videos",
+    "shots",
+    "prescreen",
+    "rejects",
+];
+/// Times and paths: what may differ between two machines' runs of the same inputs (the source's
+/// `path` is the clip's absolute path on each).
+const VOLATILE: &[&str] = &["rejected_at", "latency_ms", "cost_usd", "path"];
+
+struct Image {
+    engine: String,
+    /// The --ulimit flags this machine needs (scripts/image.sh --run-flags).
+    flags: Vec<String>,
+    /// A key that was in the build's environment, which no layer may hold.
+    secret: String,
+}
+
+impl Image {
+    fn command(&self) -> Command {
+        let mut c = Command::new(&self.engine);
+        c.arg("run").arg("--rm").args(&self.flags);
+        c
+    }
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn skip() -> bool {
+    let off = std::env::var_os("VIDCURATE_TESTS_WITHOUT_CONTAINERS").is_some_and(|v| v == "1");
+    if off {
+        eprintln!("skipped: VIDCURATE_TESTS_WITHOUT_CONTAINERS=1");
+    }
+    off
+}
+
+fn shown(o: &Output) -> String {
+    format!(
+        "{:?}\n{}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Builds the image once for this test binary, as a user would: `scripts/image.sh`, with keys
+/// in the environment (the build must not take them in).
+fn image() -> &'static Image {
+    static I: OnceLock<Image> = OnceLock::new();
+    I.get_or_init(|| {
+        let engine = std::env::var("VIDCURATE_ENGINE").unwrap_or_else(|_| "podman".into());
+        let secret = format!("sk-image-test-{}", u64::from(std::process::id()) * 7919);
+        let o = Command::new(repo().join("scripts/image.sh"))
+            .env("VIDCURATE_ENGINE", &engine)
+            .env("OPENAI_API_KEY", &secret)
+            .env("AWS_SECRET_ACCESS_KEY", &secret)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "scripts/image.sh: {}", shown(&o));
+        let f = Command::new(repo().join("scripts/image.sh"))
+            .arg("--run-flags")
+            .env("VIDCURATE_ENGINE", &engine)
+            .output()
+            .unwrap();
+        assert!(f.status.success(), "image.sh --run-flags: {}", shown(&f));
+        let flags = String::from_utf8_lossy(&f.stdout)
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        Image {
+            engine,
+            flags,
+            secret,
+        }
+    })
+}
+
+/// The image and the `podman run` flags this machine needs, for other tests that run it (the
+/// Slurm array's container line); None where the container tests are skipped.
+pub(crate) fn podman_image() -> Option<(String, String)> {
+    if skip() {
+        return None;
+    }
+    let img = image();
+    Some(("localhost/vidcurate:latest".into(), img.flags.join(" ")))
+}
+
+/// Lets the image's user (uid 1000) read `dir` and write where it must.
+fn open_up(dir: &Path) {
+    let s = Command::new("chmod")
+        .args(["-R", "a+rwX"])
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(s.success());
+}
+
+#[test]
+fn the_demo_in_one_podman_run_equals_the_native_binary() {
+    need_ffmpeg!();
+    if skip() {
+        return;
+    }
+    let img = image();
+    let d = tempfile::tempdir().unwrap();
+    let inside = d.path().join("demo");
+    std::fs::create_dir(&inside).unwrap();
+    // The README's third way, as root runs it: an empty folder, the image makes the rest.
+    let o = img
+        .command()
+        .args(["--user", "0:0", "-v"])
+        .arg(format!("{}:/work:Z", inside.display()))
+        .args(["--entrypoint", "vidcurate-demo", "vidcurate:latest"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "vidcurate-demo: {}", shown(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("demo: done"));
+    assert!(inside.join("data/releases/demo/README.md").exists());
+
+    // The native binary over a copy of the same inputs.
+    let native = d.path().join("native");
+    for part in ["pipelines", "queries", "data/demo"] {
+        let to = native.join(part);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        let s = Command::new("cp")
+            .arg("-r")
+            .arg(inside.join(part))
+            .arg(&to)
+            .status()
+            .unwrap();
+        assert!(s.success());
+    }
+    let o = run(&["run", "pipelines/demo.toml", "-q"], &native);
+    assert_eq!(o.status.code(), Some(3), "native demo: {}", shown(&o));
+    let got = snapshot_from(&inside.join("data/runs/demo"), DEMO_TABLES, "/work");
+    let want = snapshot_from(
+        &native.join("data/runs/demo"),
+        DEMO_TABLES,
+        &native.display().to_string(),
+    );
+    // 12 clips, 4 of them talk the relevance judge filters, a rotated phone clip.
+    assert_eq!(want[2].len(), 9, "probe rows: {:?}", want[2]);
+    for (i, t) in DEMO_TABLES.iter().chain(&["jpegs"]).enumerate() {
+        assert_eq!(
+            got[i], want[i],
+            "table {t}: the image's run differs from the native one"
+        );
+    }
+}
+
+/// A run's snapshot with `root` (where it read its inputs) written as `<inputs>`: a reject's
+/// detail names the file it could not read.
+fn snapshot_from(run: &Path, tables: &[&str], root: &str) -> Vec<Vec<String>> {
+    let mut all = crate::util::snapshot(run, tables, VOLATILE);
+    for rows in &mut all {
+        for r in rows.iter_mut() {
+            *r = r.replace(root, "<inputs>");
+        }
+    }
+    all
+}
+
+/// One worker container as a Kubernetes Indexed Job's pod: the index in JOB_COMPLETION_INDEX,
+/// the world in --world, scratch inside the container (an emptyDir: a retry starts empty).
+fn pod(img: &Image, dir: &Path, url: &str, index: u32, name: &str) -> Command {
+    let mut c = img.command();
+    c.args(["--name", name, "--network", "host", "-v"])
+        .arg(format!("{}:/etc/vidcurate:ro", dir.display()))
+        .args(["-w", "/etc/vidcurate"])
+        .args(["-e", &format!("JOB_COMPLETION_INDEX={index}")])
+        .args([
+            "-e",
+            "AWS_ACCESS_KEY_ID=testing",
+            "-e",
+            "AWS_SECRET_ACCESS_KEY=testing",
+        ])
+        .args([
+            "-e",
+            "AWS_DEFAULT_REGION=us-east-1",
+            "-e",
+            "AWS_ALLOW_HTTP=true",
+        ])
+        .args(["-e", &format!("AWS_ENDPOINT_URL={}", moto_endpoint())])
+        .args(["-e", "RUST_LOG=warn", "vidcurate:latest"])
+        .args(["run", "p.toml", "--out", url, "--world", "3", "-q"])
+        .args(["--work-dir", "/tmp/scratch"]);
+    c
+}
+
+fn finished(c: std::process::Child) {
+    let o = c.wait_with_output().unwrap();
+    // 3: the corpus holds broken files, rejected as in a single run.
+    assert!(
+        matches!(o.status.code(), Some(0) | Some(3)),
+        "worker: {}",
+        shown(&o)
+    );
+}
+
+#[test]
+fn three_indexed_job_pods_on_s3_equal_one_local_process_with_one_killed_and_retried() {
+    need_ffmpeg!();
+    if skip() {
+        return;
+    }
+    let img = image();
+    let d = tempfile::tempdir().unwrap();
+    let inputs = d.path().join("in");
+    let p = corpus(&inputs);
+    open_up(d.path());
+    let reference = d.path().join("ref");
+    let o = run_into(&p, &reference, &inputs);
+    assert_eq!(o.status.code(), Some(3), "{}", shown(&o));
+    let tables = ["source", "probe", "frames", "rejects"];
+    let want = snapshot_from(&reference, &tables, &inputs.display().to_string());
+
+    let url = bucket("image");
+    let tag = std::process::id();
+    let names: Vec<String> = (0..4)
+        .map(|i| format!("vidcurate-test-{tag}-{i}"))
+        .collect();
+    let s3 = store(&url);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut killed = pod(img, &inputs, &url, 1, &names[1]).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let listed = rt.block_on(s3.list("frames")).unwrap();
+        if listed.iter().any(|f| f.starts_with("frames/r0001-part-")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "index 1 wrote no frames shard");
+        assert!(
+            killed.try_wait().unwrap().is_none(),
+            "index 1 ended before it could be killed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let k = Command::new(&img.engine)
+        .args(["kill", &names[1]])
+        .output()
+        .unwrap();
+    assert!(k.status.success(), "kill: {}", shown(&k));
+    killed.wait().unwrap();
+    // Kubernetes' per-index retry: a new pod with the same index and an empty scratch.
+    let pods = vec![
+        pod(img, &inputs, &url, 0, &names[0])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+        pod(img, &inputs, &url, 2, &names[2])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+        pod(img, &inputs, &url, 1, &names[3])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ];
+    for c in pods {
+        finished(c);
+    }
+
+    let got_dir = d.path().join("from-s3");
+    download(&url, &got_dir);
+    let got = snapshot_from(&got_dir, &tables, "/etc/vidcurate");
+    for (i, t) in tables.iter().chain(&["jpegs"]).enumerate() {
+        assert_eq!(
+            got[i], want[i],
+            "table {t} differs from the single local run"
+        );
+    }
+    let o = crate::cluster::s3_env(Command::new(bin()).args(["status", &url]))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{}", shown(&o));
+    assert!(out.contains("every rank is complete"), "{out}");
+}
+
+#[test]
+fn the_image_runs_as_a_user_names_its_commit_and_holds_no_key_or_build_path() {
+    if skip() {
+        return;
+    }
+    let img = image();
+    let o = img
+        .command()
+        .args(["--entrypoint", "id", "vidcurate:latest", "-u"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", shown(&o));
+    let uid = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    assert_ne!(uid, "0", "the image's user is root");
+
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_string();
+    let o = img
+        .command()
+        .args(["vidcurate:latest", "--version"])
+        .output()
+        .unwrap();
+    let version = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", shown(&o));
+    assert!(
+        version.contains(&format!("(commit {head})")),
+        "{version} does not name {head}"
+    );
+
+    // Every layer and the config, as the engine saves them, uncompressed.
+    let d = tempfile::tempdir().unwrap();
+    let saved = d.path().join("saved");
+    let o = Command::new(&img.engine)
+        .args(["save", "--format", "docker-dir", "-o"])
+        .arg(&saved)
+        .arg("vidcurate:latest")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "save: {}", shown(&o));
+    let home = std::env::var("HOME").unwrap_or_default();
+    let mut needles = vec![img.secret.clone(), repo().display().to_string()];
+    for p in [".cargo", ".rustup"] {
+        needles.push(format!("{home}/{p}"));
+    }
+    for n in &needles {
+        let g = Command::new("grep")
+            .args(["-r", "-a", "-l", "-F", "-e", n])
+            .arg(&saved)
+            .output()
+            .unwrap();
+        let hits = String::from_utf8_lossy(&g.stdout);
+        assert!(
+            g.status.code() == Some(1),
+            "the image holds {:?}: {hits}",
+            if n == &img.secret {
+                "a key from the build's environment"
+            } else {
+                n.as_str()
+            }
+        );
+    }
+}
