@@ -66,8 +66,8 @@ builder() {
   sysroot=$(rustc --print sysroot)
   ver=$(rustc --version | awk '{print $2}')
   local tag=localhost/vidcurate-builder:bookworm-rust$ver
-  # The toolchain's bin and lib only (its docs are most of its size). CARGO_HOME as in the
-  # official rust image, where the Containerfile's cargo cache is mounted.
+  # The toolchain's bin and lib only (its docs are most of its size), in /usr/local/rust, which
+  # the Containerfile's build stage puts on PATH.
   have_image "$tag" || debian_image "$tag" --include=ca-certificates,gcc,libc6-dev \
     --customize-hook="mkdir -p \"\$1/usr/local/rust\" \"\$1/usr/local/cargo\" && cp -a '$sysroot/bin' '$sysroot/lib' \"\$1/usr/local/rust/\"" >&2
   echo "$tag"
@@ -112,7 +112,8 @@ else
   tar --exclude=./target --exclude=./data --exclude=./docs/book --exclude=./.git -cf - . | tar -xf - -C "$CTX"
 fi
 if command -v cargo >/dev/null; then
-  cargo vendor --quiet --locked --versioned-dirs "$CTX/vendor" >/dev/null
+  cargo vendor --quiet --locked --versioned-dirs "$CTX/vendor" >/dev/null \
+    || { echo "image: cargo vendor failed here; the build fetches the crates itself" >&2; rm -rf "$CTX/vendor"; }
 fi
 if [ -d data/models ]; then cp -al data/models/. "$CTX/data/models/" 2>/dev/null || cp -a data/models/. "$CTX/data/models/"; fi
 YTDLP_VERSION=$(sed -n 's/^YTDLP_VERSION=//p' scripts/setup.sh)
