@@ -5,7 +5,8 @@
 # munge and slurm-wlm (a real Slurm for the array-job test; the test starts the daemons),
 # prometheus (the metrics endpoint's test scrapes with it), chromium (the report's browser test),
 # yt-dlp and moto's S3 server (tests), the dataset readers (release tests), pyarrow (tests prove pyarrow reads our Parquet), Pillow
-# (the corpus generator measures drawn text with the same font), and
+# (the corpus generator measures drawn text with the same font), llama.cpp's server (xllamacpp: the
+# model-stage tests against a real server), and
 # mdBook (the book in docs/), and the OCR models with ONNX Runtime (scripts/fetch_models.sh).
 # Safe to run again: every step checks before it installs.
 set -euo pipefail
@@ -97,6 +98,17 @@ if [ "$("$LSV/bin/python" -c 'import label_studio; print(label_studio.__version_
   echo "setup: installing label-studio==$LS_VERSION into $LSV"
   "$PY" -m venv "$LSV"
   "$LSV/bin/pip" install -q "label-studio==$LS_VERSION"
+fi
+
+# A real OpenAI-compatible server for the model-stage tests (tests/llama.rs): llama.cpp's server
+# as xllamacpp's wheel embeds it (built for AVX2, no compiling here), and gguf, with which the
+# test writes its own tiny random-weight model. Pinned, own venv.
+LLAMA=data/venv-llama
+LLAMA_PKGS=('xllamacpp==2026.10.11549' 'gguf==0.19.0')
+if ! "$LLAMA/bin/python" -c "import xllamacpp, gguf, importlib.metadata as m, sys; sys.exit(m.version('xllamacpp') != '2026.10.11549')" 2>/dev/null; then
+  echo "setup: installing ${LLAMA_PKGS[*]} into $LLAMA"
+  "$PY" -m venv "$LLAMA"
+  "$LLAMA/bin/pip" install -q --only-binary=:all: "${LLAMA_PKGS[@]}"
 fi
 
 # Models and ONNX Runtime (PyPI wheels, checksummed) for the OCR stage.

@@ -34,6 +34,7 @@ mod judge;
 mod language;
 mod layers;
 mod layers_shape;
+mod llama;
 mod metrics;
 mod ocr;
 mod ocr_decoded;

@@ -1,0 +1,234 @@
+//! The model stages against a real OpenAI-compatible server: llama.cpp's server (the xllamacpp
+//! wheel scripts/setup.sh installs in data/venv-llama) on 127.0.0.1, serving a tiny random-weight
+//! model the test writes itself (tests/llama/make_model.py). What is tested is the protocol, not
+//! the answers: a random model's plain answers are no score, so relevance sends its one reminder
+//! and rejects each video with the raw answer kept; and the server killed with -9 mid-run and
+//! started again on its port: the run waits, retries, and ends with the tables of a run that was
+//! never interrupted.
+
+use crate::judge::{relevance_pipeline_with, run_with_key, url_manifest};
+use crate::util::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn python() -> PathBuf {
+    let p = repo().join("data/venv-llama/bin/python");
+    assert!(
+        p.exists(),
+        "{} is missing: run ./scripts/setup.sh (it installs llama.cpp's server, xllamacpp, for these tests)",
+        p.display()
+    );
+    p
+}
+
+/// The tiny model, written into `dir`.
+fn model(dir: &Path) -> PathBuf {
+    let m = dir.join("tiny.gguf");
+    let o = Command::new(python())
+        .arg(repo().join("tests/llama/make_model.py"))
+        .arg(&m)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "make_model.py: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    m
+}
+
+/// llama.cpp's server on 127.0.0.1:`port`; killed (-9) when dropped. Its log is in `log`.
+struct Llama {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Llama {
+    fn start(model: &Path, port: u16, log: &Path) -> Llama {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let child = Command::new(python())
+            .arg(repo().join("tests/llama/serve.py"))
+            .arg(model)
+            .arg(port.to_string())
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        let mut s = Llama {
+            child,
+            port,
+            log: log.to_path_buf(),
+        };
+        s.wait_healthy();
+        s
+    }
+
+    /// Until /health answers 200 (it answers 503 while the model loads).
+    fn wait_healthy(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if get(self.port, "/health").is_some_and(|(code, _)| code == 200) {
+                return;
+            }
+            if let Some(st) = self.child.try_wait().unwrap() {
+                panic!("llama.cpp's server exited ({st}): {}", self.log_text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "llama.cpp's server not healthy: {}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/", self.port)
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Requests the server has finished, by its own log.
+    fn answered(&self) -> usize {
+        self.log_text().matches("stop processing").count()
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Llama {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A plain HTTP/1.0 GET: the status code and body, or None when nothing answers.
+fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    Some((code, body))
+}
+
+fn titles(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("clip{i:03}")).collect()
+}
+
+/// A relevance pipeline over `n` titles against the server at `url`, `rpm` requests a minute.
+fn relevance(dir: &Path, url: &str, n: usize, rpm: u32) -> PathBuf {
+    let t = titles(n);
+    url_manifest(dir, &t.iter().map(String::as_str).collect::<Vec<_>>());
+    relevance_pipeline_with(
+        dir,
+        url,
+        &format!("timeout_secs = 10\nrequests_per_minute = {rpm}"),
+        "",
+        "retries = 6",
+    )
+}
+
+#[test]
+fn relevance_over_llama_cpp_reminds_once_then_rejects_with_the_raw_answer() {
+    let d = tempfile::tempdir().unwrap();
+    let m = model(d.path());
+    let server = Llama::start(&m, free_port(), &d.path().join("server.log"));
+    let p = relevance(d.path(), &server.url(), 4, 6000);
+    let out = d.path().join("run");
+    let o = run_with_key(&p, &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    let rejects = table_rows_file_all(&out.join("rejects"));
+    assert_eq!(rejects.len(), 4, "{rejects:?}");
+    for r in &rejects {
+        assert_eq!(r["reason"], "unparseable_score", "{r:?}");
+        assert!(!r["detail"].is_empty(), "the raw answer is kept: {r:?}");
+    }
+    // Two answers per video: the first and the one after the reminder.
+    assert_eq!(server.answered(), 8, "{}", server.log_text());
+}
+
+#[test]
+fn llama_cpp_killed_mid_run_and_started_again_gives_the_uninterrupted_tables() {
+    let d = tempfile::tempdir().unwrap();
+    let m = model(d.path());
+    let n = 120;
+    let volatile = ["rejected_at", "latency_ms", "cost_usd"];
+
+    let calm_dir = d.path().join("calm");
+    std::fs::create_dir(&calm_dir).unwrap();
+    let calm = Llama::start(&m, free_port(), &calm_dir.join("server.log"));
+    let p = relevance(&calm_dir, &calm.url(), n, 6000);
+    let o = run_with_key(&p, &calm_dir.join("run"));
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    drop(calm);
+
+    let dir = d.path().join("killed");
+    std::fs::create_dir(&dir).unwrap();
+    let port = free_port();
+    let log = dir.join("server.log");
+    let mut server = Llama::start(&m, port, &log);
+    // 1200 requests a minute: the run lasts about 12 s, long enough to kill the server in it.
+    let p = relevance(&dir, &server.url(), n, 1200);
+    let run = run_command(&p, &dir.join("run"))
+        .env("VIDCURATE_TEST_OPENAI_KEY", crate::judge::OPENAI_KEY)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while server.answered() < 40 {
+        assert!(Instant::now() < deadline, "{}", server.log_text());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    server.kill();
+    std::thread::sleep(Duration::from_secs(2));
+    let server = Llama::start(&m, port, &log);
+    let o = run.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("no answer (timeout or connection error)"),
+        "the run never met the dead server: {err}"
+    );
+    // Every answer that arrived was kept: two per video in all, over both lives of the server
+    // (one more where the kill took an answer on its way).
+    let answered = server.answered();
+    assert!(
+        (2 * n..=2 * n + 1).contains(&answered),
+        "{answered} answers for {n} videos"
+    );
+    for t in ["relevance", "rejects"] {
+        assert_eq!(
+            table_rows(&dir.join("run").join(t), &volatile),
+            table_rows(&calm_dir.join("run").join(t), &volatile),
+            "{t}: a run through a killed server differs from one without"
+        );
+    }
+    drop(server);
+}
