@@ -232,3 +232,52 @@ fn llama_cpp_killed_mid_run_and_started_again_gives_the_uninterrupted_tables() {
     }
     drop(server);
 }
+
+#[test]
+fn a_vision_stage_pointed_at_a_text_only_model_rejects_each_video_once_naming_the_service() {
+    crate::need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let m = model(dir);
+    let server = Llama::start(&m, free_port(), &dir.join("server.log"));
+    let mut csv = String::from("path,id,label\n");
+    std::fs::create_dir_all(dir.join("v")).unwrap();
+    for i in 0..3 {
+        plain_clip(&dir.join(format!("v/c{i}.mp4")), 1.0, "160x90");
+        csv += &format!("v/c{i}.mp4,clip{i},fake\n");
+    }
+    write(&dir.join("m.csv"), &csv);
+    let root = env!("CARGO_MANIFEST_DIR");
+    let service = format!(
+        "[services.vlm]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 6000",
+        server.url()
+    );
+    let p = dir.join("p.toml");
+    let ask = format!(
+        "\n[[stages]]\nid = \"emotion\"\ntype = \"ask\"\nretries = 6\ncompute = {{ service = \"vlm\", model = \"tiny\", prompt = \"{root}/pipelines/prompts/mvfndb-emotion.txt\", schema = \"{root}/pipelines/schemas/mvfndb-emotion.json\", max_images = 2 }}\n"
+    );
+    write(
+        &p,
+        &(pipeline("manifest = \"m.csv\"", "{ count = 2 }", &service) + &ask),
+    );
+    let out = dir.join("run");
+    let o = run_with_key(&p, &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    let rejects = table_rows_file_all(&out.join("rejects"));
+    assert_eq!(rejects.len(), 3, "{rejects:?}");
+    for r in &rejects {
+        assert_eq!(r["reason"], "images_not_supported", "{r:?}");
+        assert!(
+            r["detail"].contains("service `vlm`") && r["detail"].contains("takes no images"),
+            "{r:?}"
+        );
+    }
+    // One request per video: a refusal no retry can change is not retried.
+    let asked = server
+        .log_text()
+        .matches("image input is not supported")
+        .count();
+    assert!(!err.contains("Retrying"), "{err}");
+    assert!(asked <= 3, "{asked} refusals for 3 videos");
+}

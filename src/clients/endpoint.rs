@@ -207,6 +207,13 @@ impl Endpoint {
                 "request_refused",
                 self.scrub(&format!("{status}: {why}")),
             )),
+            Class::NoImages(why) => Err(StageError::data(
+                "images_not_supported",
+                self.scrub(&format!(
+                    "service `{}`: the model takes no images ({status}: {why}); point this stage at a vision model",
+                    self.name
+                )),
+            )),
         }
     }
 
@@ -242,11 +249,14 @@ impl Endpoint {
     }
 }
 
+#[derive(Debug)]
 enum Class {
     /// With the wait the server asked for, in seconds (unchecked).
     Retry(String, Option<f64>),
     Fatal(String),
     Reject(String),
+    /// Images sent to a model that reads none: no retry can change that answer.
+    NoImages(String),
 }
 
 /// A wait a server asked for, in seconds, made safe to sleep on: a negative or non-number value
@@ -329,6 +339,12 @@ fn classify(status: u16, err: &Value) -> Class {
         });
         return Class::Fatal(why(r));
     }
+    // llama.cpp's server answers images sent to a model without a vision projector with a 500
+    // (`image input is not supported`, tests/fixtures/llm/llamacpp): retried, it would be a
+    // storm of the same refusal.
+    if message.contains("image input is not supported") {
+        return Class::NoImages(message);
+    }
     if status == 429 || status >= 500 || status == 408 {
         return Class::Retry(
             why(if code.is_empty() {
@@ -349,6 +365,7 @@ fn classify(status: u16, err: &Value) -> Class {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn retry_hints_from_both_apis() {
@@ -359,6 +376,39 @@ mod tests {
         assert_eq!(retry_hint(&o), Some(0.006));
         let g: Value = serde_json::from_str(r#"{"error":{"details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"1.5s"}]}}"#).unwrap();
         assert_eq!(retry_hint(&g), Some(1.5));
+    }
+
+    /// llama.cpp's server, as recorded (tests/fixtures/llm/llamacpp): what it refuses for good
+    /// is not retried; what a moment may change is.
+    #[test]
+    fn llama_cpp_refusals_are_classified_by_their_bodies() {
+        let body = |name: &str| -> Value {
+            let p = format!(
+                "{}/tests/fixtures/llm/llamacpp/{name}",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+        };
+        let img = classify(500, &body("error_500_image_not_supported.json"));
+        assert!(
+            matches!(&img, Class::NoImages(m) if m.starts_with("image input is not supported")),
+            "{img:?}"
+        );
+        let ctx = classify(400, &body("error_400_exceed_context_size.json"));
+        assert!(
+            matches!(&ctx, Class::Reject(m) if m.starts_with("exceed_context_size_error: request (2019 tokens) exceeds")),
+            "{ctx:?}"
+        );
+        let files = classify(404, &body("error_404_files.json"));
+        assert!(
+            matches!(&files, Class::Reject(m) if m.starts_with("not_found_error")),
+            "{files:?}"
+        );
+        let loading = classify(
+            503,
+            &json!({"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}),
+        );
+        assert!(matches!(loading, Class::Retry(..)), "{loading:?}");
     }
 
     #[test]
