@@ -4,7 +4,9 @@
 //! the answers: a random model's plain answers are no score, so relevance sends its one reminder
 //! and rejects each video with the raw answer kept; and the server killed with -9 mid-run and
 //! started again on its port: the run waits, retries, and ends with the tables of a run that was
-//! never interrupted.
+//! never interrupted; an `ask` (vision) stage pointed at the text-only model rejects each video
+//! once, naming the service; batch mode against a server with no batch interface stops at once
+//! and says so.
 
 use crate::judge::{relevance_pipeline_with, run_with_key, url_manifest};
 use crate::util::*;
@@ -280,4 +282,43 @@ fn a_vision_stage_pointed_at_a_text_only_model_rejects_each_video_once_naming_th
         .count();
     assert!(!err.contains("Retrying"), "{err}");
     assert!(asked <= 3, "{asked} refusals for 3 videos");
+}
+
+#[test]
+fn batch_mode_against_a_server_without_a_batch_api_stops_at_once_and_says_so() {
+    let d = tempfile::tempdir().unwrap();
+    let m = model(d.path());
+    let server = Llama::start(&m, free_port(), &d.path().join("server.log"));
+    let t = titles(3);
+    url_manifest(d.path(), &t.iter().map(String::as_str).collect::<Vec<_>>());
+    let p = relevance_pipeline_with(
+        d.path(),
+        &server.url(),
+        "mode = \"batch\"\nbatch_poll_secs = 1",
+        "",
+        "",
+    );
+    let mut run = run_command(&p, &d.path().join("run"))
+        .env("VIDCURATE_TEST_OPENAI_KEY", crate::judge::OPENAI_KEY)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Not a hang: the first upload's 404 ends it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while run.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = run.kill();
+            panic!("a batch run against a server without /v1/files still runs after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = run.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("openai file upload was refused: 404: not_found_error")
+            && err.contains("no batch interface: set mode = \"live\""),
+        "{err}"
+    );
 }

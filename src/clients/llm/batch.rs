@@ -113,10 +113,20 @@ impl LlmService {
                     .and_then(|s| self.ep.asked_wait(Some(s))),
             )),
             Err(e) if e.kind == ErrorKind::Config => Err(e),
+            // A 404 here is a server with no batch interface at all (llama.cpp's, Ollama's).
             Err(e) => Err(StageError::new(
                 ErrorKind::Config,
                 "batch_refused",
-                format!("{} {what} was refused: {}", self.name, e.detail),
+                format!(
+                    "{} {what} was refused: {}{}",
+                    self.name,
+                    e.detail,
+                    if status == 404 {
+                        "; this server has no batch interface: set mode = \"live\" on the service"
+                    } else {
+                        ""
+                    }
+                ),
             )),
         }
     }
