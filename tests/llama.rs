@@ -6,7 +6,7 @@
 //! started again on its port: the run waits, retries, and ends with the tables of a run that was
 //! never interrupted; an `ask` (vision) stage pointed at the text-only model rejects each video
 //! once, naming the service; batch mode against a server with no batch interface stops at once
-//! and says so.
+//! and says so; a prompt past the server's context is rejected once with the server's reason.
 
 use crate::judge::{relevance_pipeline_with, run_with_key, url_manifest};
 use crate::util::*;
@@ -55,6 +55,11 @@ struct Llama {
 
 impl Llama {
     fn start(model: &Path, port: u16, log: &Path) -> Llama {
+        Self::start_with(model, port, log, &[])
+    }
+
+    /// With more of serve.py's arguments (`--ctx N`).
+    fn start_with(model: &Path, port: u16, log: &Path, args: &[&str]) -> Llama {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -64,6 +69,7 @@ impl Llama {
             .arg(repo().join("tests/llama/serve.py"))
             .arg(model)
             .arg(port.to_string())
+            .args(args)
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
@@ -321,4 +327,36 @@ fn batch_mode_against_a_server_without_a_batch_api_stops_at_once_and_says_so() {
             && err.contains("no batch interface: set mode = \"live\""),
         "{err}"
     );
+}
+
+#[test]
+fn a_prompt_past_the_context_is_rejected_once_with_the_servers_reason() {
+    let d = tempfile::tempdir().unwrap();
+    let m = model(d.path());
+    // 128 tokens of context (llama.cpp rounds it up to 256): less than the relevance prompt.
+    let server = Llama::start_with(
+        &m,
+        free_port(),
+        &d.path().join("server.log"),
+        &["--ctx", "128"],
+    );
+    let p = relevance(d.path(), &server.url(), 3, 6000);
+    let out = d.path().join("run");
+    let o = run_with_key(&p, &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        !err.contains("Retrying"),
+        "a prompt too long is not retried: {err}"
+    );
+    let rejects = table_rows_file_all(&out.join("rejects"));
+    assert_eq!(rejects.len(), 3, "{rejects:?}");
+    for r in &rejects {
+        assert_eq!(r["reason"], "request_refused", "{r:?}");
+        assert!(
+            r["detail"].starts_with("400: exceed_context_size_error: request (")
+                && r["detail"].contains("exceeds the available context size (256 tokens)"),
+            "{r:?}"
+        );
+    }
 }
