@@ -269,3 +269,46 @@ fn the_version_names_the_commit_it_was_built_from() {
         "{out} is not of {commit}"
     );
 }
+
+/// A stage that shows the model the video, with `max_images = 0`, stops at the key: it used to
+/// plan, then reject every video at run time ("no sampled frames to show the model"), after the
+/// earlier stages' calls were paid (issue 60: tried with a text-only model).
+#[test]
+fn a_vision_stage_without_images_stops_at_its_key() {
+    let services =
+        "[services.openai]\nbase_url = \"http://127.0.0.1:9/v1/\"\napi_key_env = \"K\"\n";
+    let frames = "[[stages]]\nid = \"probe\"\ntype = \"probe\"\n[[stages]]\nid = \"frames\"\ntype = \"frames\"\n";
+    let root = env!("CARGO_MANIFEST_DIR");
+    let ask = format!(
+        "service = \"openai\", model = \"m\", prompt = \"{root}/pipelines/prompts/mvfndb-emotion.txt\", schema = \"{root}/pipelines/schemas/mvfndb-emotion.json\", "
+    );
+    let one = "service = \"openai\", model = \"m\", ".to_string();
+    for (kind, extra) in [
+        ("quality", one.clone()),
+        ("caption", one.clone()),
+        ("questions", one),
+        ("ask", ask),
+        (
+            "committee",
+            "event = \"arson\", members = [{ service = \"openai\", model = \"m\" }], ".into(),
+        ),
+    ] {
+        let stage = |n: u32| {
+            format!(
+                "{HEAD}{services}{frames}[[stages]]\nid = \"s\"\ntype = \"{kind}\"\ncompute = {{ {extra}max_images = {n} }}\n"
+            )
+        };
+        let (code, err) = validate(&stage(0));
+        assert_eq!(code, 2, "{kind}: {err}");
+        assert!(
+            err.contains("bad.toml:17:") && err.contains("stages[2].compute.max_images"),
+            "{kind}: {err}"
+        );
+        assert!(
+            err.contains("max_images must be at least 1"),
+            "{kind}: {err}"
+        );
+        let (code, err) = validate(&stage(1));
+        assert_eq!(code, 0, "{kind}: {err}");
+    }
+}

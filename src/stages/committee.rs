@@ -260,6 +260,7 @@ pub fn build(
     if cfg.members.is_empty() {
         return Err(bcx.src.error_at(compute_at, "a committee needs members"));
     }
+    super::model_inputs::images_at_least_one(cfg.max_images, compute_at, bcx)?;
     let mut calls = vec![];
     for (i, m) in cfg.members.iter().enumerate() {
         let mut at = crate::config::key_at(compute_at, "members");

@@ -236,11 +236,7 @@ pub fn build<P: Preset>(
         SchemaFrom::Builtin(s) => Some(s),
         SchemaFrom::None => None,
     };
-    if s.max_images == 0 {
-        return Err(bcx
-            .src
-            .error_at(&at("max_images"), "max_images must be at least 1"));
-    }
+    super::model_inputs::images_at_least_one(s.max_images, compute_at, bcx)?;
     let svc = bcx.llm_service(s.service, &at("service"), common)?;
     let call = Call {
         svc,

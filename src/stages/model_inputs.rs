@@ -107,6 +107,22 @@ pub fn stage_service(
     bcx.llm_service(name, &crate::config::key_at(compute_at, "service"), common)
 }
 
+/// `max_images` of a stage that shows the model the video: 0 would reject every video at run
+/// time ("no sampled frames"), after the run was paid for up to this stage.
+pub fn images_at_least_one(
+    max_images: usize,
+    compute_at: &[Seg],
+    bcx: &BuildCx,
+) -> Result<(), ConfigError> {
+    if max_images == 0 {
+        return Err(bcx.src.error_at(
+            &crate::config::key_at(compute_at, "max_images"),
+            "max_images must be at least 1: this stage shows the model the video's frames",
+        ));
+    }
+    Ok(())
+}
+
 /// The risk event a stage names: inline (`event`), the `[event]` table of a query file
 /// (`queries`, relative to the pipeline file), or both when they name the same event. One
 /// source of truth: a pipeline copied for another domain cannot keep judging by a leftover

@@ -237,6 +237,7 @@ pub fn build(
     // The rubric prompt's full text is hashed: a new text redoes the stage.
     compute["prompt_blake3"] = super::model_inputs::text_hash(QUALITY_PROMPT).into();
     let select: QualitySelect = crate::stages::select_settings(common, select_at, bcx)?;
+    super::model_inputs::images_at_least_one(cfg.max_images, compute_at, bcx)?;
     let svc = stage_service(bcx, common, compute_at, &cfg.service)?;
     Ok(Built {
         task: crate::stages::processor_task(QualityStage {

@@ -105,6 +105,7 @@ pub(super) fn drafted_models(
     bcx: &BuildCx,
 ) -> Result<Models, ConfigError> {
     let at = |k: &str| crate::config::key_at(compute_at, k);
+    crate::stages::model_inputs::images_at_least_one(cfg.max_images, compute_at, bcx)?;
     let mut callers = vec![];
     for (k, m) in given {
         let Some(m) = m else {

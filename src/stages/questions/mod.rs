@@ -275,6 +275,7 @@ pub fn build(
     if let Some(o) = compute.as_object_mut() {
         o.remove("task");
     }
+    super::model_inputs::images_at_least_one(cfg.max_images, compute_at, bcx)?;
     let svc = bcx.llm_service(&cfg.service, &at("service"), common)?;
     let rules = ItemRules {
         max_length_ratio: cfg.max_length_ratio,
