@@ -1,12 +1,17 @@
 //! The model stages against a real OpenAI-compatible server: llama.cpp's server (the xllamacpp
 //! wheel scripts/setup.sh installs in data/venv-llama) on 127.0.0.1, serving a tiny random-weight
-//! model the test writes itself (tests/llama/make_model.py). What is tested is the protocol, not
-//! the answers: a random model's plain answers are no score, so relevance sends its one reminder
-//! and rejects each video with the raw answer kept; and the server killed with -9 mid-run and
-//! started again on its port: the run waits, retries, and ends with the tables of a run that was
-//! never interrupted; an `ask` (vision) stage pointed at the text-only model rejects each video
-//! once, naming the service; batch mode against a server with no batch interface stops at once
-//! and says so; a prompt past the server's context is rejected once with the server's reason.
+//! model the test writes itself (tests/llama/make_model.py), with a tiny vision projector
+//! (make_mmproj.py) where images are wanted. What is tested is the protocol, not the answers:
+//! - relevance: a random model's plain answers are no score, so relevance sends its one reminder
+//!   and rejects each video with the raw answer kept;
+//! - the server killed with -9 mid-run and started again on its port: the run waits, retries,
+//!   and ends with the tables of a run that was never interrupted;
+//! - structured output: the server's grammar holds a random model to the `ask` stage's schema
+//!   (frames and all) and to the judge's of `evaluate --judge`: every answer passes our check at
+//!   once, and the judge's second evaluate is answered from its cache;
+//! - refusals: an `ask` (vision) stage pointed at the text-only model rejects each video once,
+//!   naming the service; batch mode against a server with no batch interface stops at once and
+//!   says so; a prompt past the server's context is rejected once with the server's reason.
 
 use crate::judge::{relevance_pipeline_with, run_with_key, url_manifest};
 use crate::util::*;
@@ -41,6 +46,23 @@ fn model(dir: &Path) -> PathBuf {
     assert!(
         o.status.success(),
         "make_model.py: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    m
+}
+
+/// The tiny model's vision projector (tests/llama/make_mmproj.py), written into `dir`: with it
+/// the server takes images.
+fn mmproj(dir: &Path) -> PathBuf {
+    let m = dir.join("tiny-mmproj.gguf");
+    let o = Command::new(python())
+        .arg(repo().join("tests/llama/make_mmproj.py"))
+        .arg(&m)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "make_mmproj.py: {}",
         String::from_utf8_lossy(&o.stderr)
     );
     m
@@ -241,13 +263,9 @@ fn llama_cpp_killed_mid_run_and_started_again_gives_the_uninterrupted_tables() {
     drop(server);
 }
 
-#[test]
-fn a_vision_stage_pointed_at_a_text_only_model_rejects_each_video_once_naming_the_service() {
-    crate::need_ffmpeg!();
-    let d = tempfile::tempdir().unwrap();
-    let dir = d.path();
-    let m = model(dir);
-    let server = Llama::start(&m, free_port(), &dir.join("server.log"));
+/// Three clips under `dir` and a pipeline over them whose last stage, `stage` (TOML), calls the
+/// service `vlm`: the server at `url`.
+fn clips_pipeline(dir: &Path, url: &str, stage: &str) -> PathBuf {
     let mut csv = String::from("path,id,label\n");
     std::fs::create_dir_all(dir.join("v")).unwrap();
     for i in 0..3 {
@@ -255,19 +273,37 @@ fn a_vision_stage_pointed_at_a_text_only_model_rejects_each_video_once_naming_th
         csv += &format!("v/c{i}.mp4,clip{i},fake\n");
     }
     write(&dir.join("m.csv"), &csv);
-    let root = env!("CARGO_MANIFEST_DIR");
     let service = format!(
-        "[services.vlm]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 6000",
-        server.url()
+        "[services.vlm]\nbase_url = \"{url}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 6000"
     );
     let p = dir.join("p.toml");
-    let ask = format!(
-        "\n[[stages]]\nid = \"emotion\"\ntype = \"ask\"\nretries = 6\ncompute = {{ service = \"vlm\", model = \"tiny\", prompt = \"{root}/pipelines/prompts/mvfndb-emotion.txt\", schema = \"{root}/pipelines/schemas/mvfndb-emotion.json\", max_images = 2 }}\n"
-    );
     write(
         &p,
-        &(pipeline("manifest = \"m.csv\"", "{ count = 2 }", &service) + &ask),
+        &(pipeline("manifest = \"m.csv\"", "{ count = 2 }", &service) + stage),
     );
+    p
+}
+
+/// MVFNDB's emotion question (an `ask` stage) of the server at `url`, two frames a video.
+fn ask_pipeline(dir: &Path, url: &str) -> PathBuf {
+    let root = env!("CARGO_MANIFEST_DIR");
+    clips_pipeline(
+        dir,
+        url,
+        &format!(
+            "\n[[stages]]\nid = \"emotion\"\ntype = \"ask\"\nretries = 6\ncompute = {{ service = \"vlm\", model = \"tiny\", prompt = \"{root}/pipelines/prompts/mvfndb-emotion.txt\", schema = \"{root}/pipelines/schemas/mvfndb-emotion.json\", max_images = 2 }}\n"
+        ),
+    )
+}
+
+#[test]
+fn a_vision_stage_pointed_at_a_text_only_model_rejects_each_video_once_naming_the_service() {
+    crate::need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let m = model(dir);
+    let server = Llama::start(&m, free_port(), &dir.join("server.log"));
+    let p = ask_pipeline(dir, &server.url());
     let out = dir.join("run");
     let o = run_with_key(&p, &out);
     let err = String::from_utf8_lossy(&o.stderr);
@@ -359,4 +395,119 @@ fn a_prompt_past_the_context_is_rejected_once_with_the_servers_reason() {
             "{r:?}"
         );
     }
+}
+
+#[test]
+fn a_vision_stage_gets_schema_valid_answers_from_the_servers_grammar() {
+    crate::need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let m = model(dir);
+    let proj = mmproj(dir);
+    let server = Llama::start_with(
+        &m,
+        free_port(),
+        &dir.join("server.log"),
+        &["--ctx", "2048", "--mmproj", proj.to_str().unwrap()],
+    );
+    let (code, models) = get(server.port, "/v1/models").unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        models.contains(r#""input_modalities":["text","image""#),
+        "{models}"
+    );
+    let p = ask_pipeline(dir, &server.url());
+    let out = dir.join("run");
+    let o = run_with_key(&p, &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(table_rows_file_all(&out.join("rejects")).is_empty());
+    let rows = table_rows_file_all(&out.join("emotion"));
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    for r in &rows {
+        // A random model's answer, valid only because the server's grammar held it to the
+        // schema (integers in 1..9, a reason of at most 400 characters): no repair was asked.
+        assert_eq!(r["attempts"], "1", "{r:?}");
+        let a: serde_json::Value = serde_json::from_str(&r["answer"]).unwrap();
+        for k in ["arousal", "dominance"] {
+            let v = a[k].as_i64().unwrap_or_else(|| panic!("{k} in {a}"));
+            assert!((1..=9).contains(&v), "{a}");
+        }
+        assert!(a["reason"].as_str().unwrap().chars().count() <= 400, "{a}");
+        assert_eq!(a.as_object().unwrap().len(), 3, "{a}");
+    }
+    // The frames went with each question (the text-only server refuses them, above).
+    assert!(rows.iter().all(|r| r["images"] == "2"), "{rows:?}");
+    assert_eq!(server.answered(), 3, "{}", server.log_text());
+}
+
+/// `evaluate --judge` of the release `rel` by the judge file `judge`, `--json`: the report.
+fn evaluate(rel: &Path, judge: &Path) -> serde_json::Value {
+    let o = Command::new(bin())
+        .arg("evaluate")
+        .arg(rel)
+        .arg(rel.join("predictions.jsonl"))
+        .arg("--judge")
+        .arg(judge)
+        .arg("--json")
+        .current_dir(rel)
+        .env("RUST_LOG", "warn")
+        .env("VIDCURATE_TEST_OPENAI_KEY", crate::judge::OPENAI_KEY)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn the_judge_of_evaluate_gets_schema_valid_verdicts_and_pays_once() {
+    let d = tempfile::tempdir().unwrap();
+    let m = model(d.path());
+    let server = Llama::start_with(
+        &m,
+        free_port(),
+        &d.path().join("server.log"),
+        &["--ctx", "4096"],
+    );
+    let rel = d.path().join("rel");
+    crate::evaluate_tasks::py(&["make", rel.to_str().unwrap(), "31"]);
+    let judge = d.path().join("judge.toml");
+    // Sampled, two samples a call (seeds 0 and 1): a random model at temperature 0 repeats
+    // itself inside the `reason` string until max_tokens; sampled, it closes the string.
+    write(
+        &judge,
+        &format!(
+            "[services.judge]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 6000\n\n[judge]\nservice = \"judge\"\nmodel = \"tiny\"\nsamples = 2\ntemperature = 1.0\nmax_tokens = 2048\n",
+            server.url()
+        ),
+    );
+    let report = evaluate(&rel, &judge);
+    let tasks = report["tasks"].as_array().unwrap();
+    let calls: u64 = tasks
+        .iter()
+        .map(|t| t["judge_calls"].as_u64().unwrap())
+        .sum();
+    let judged: Vec<_> = tasks.iter().filter(|t| t["judge_calls"] != 0).collect();
+    assert_eq!(
+        judged.len(),
+        2,
+        "the hit-rate and the ratings tasks: {report}"
+    );
+    for t in &judged {
+        // Every verdict the grammar shaped passed our own schema check at the first answer.
+        assert_eq!(t["unjudged"], serde_json::json!({}), "{t}");
+        assert_eq!(t["unjudged_items"], serde_json::json!({}), "{t}");
+        assert!(!t["self_agreement"].as_object().unwrap().is_empty(), "{t}");
+    }
+    assert!(calls > 50, "{report}");
+    assert_eq!(
+        server.answered() as u64,
+        calls,
+        "one answer a call, no repair"
+    );
+
+    // Again: every verdict from the judge's cache, not one request, the same report.
+    assert_eq!(evaluate(&rel, &judge), report);
+    assert_eq!(server.answered() as u64, calls);
 }
