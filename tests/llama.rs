@@ -297,6 +297,80 @@ fn ask_pipeline(dir: &Path, url: &str) -> PathBuf {
 }
 
 #[test]
+fn a_server_that_never_comes_back_ends_the_rest_as_rejects_naming_the_service() {
+    let d = tempfile::tempdir().unwrap();
+    let m = model(d.path());
+    let n = 60;
+    let mut server = Llama::start(&m, free_port(), &d.path().join("server.log"));
+    let t = titles(n);
+    url_manifest(d.path(), &t.iter().map(String::as_str).collect::<Vec<_>>());
+    // 1200 requests a minute: the run lasts about 6 s; two retries a call.
+    let p = relevance_pipeline_with(
+        d.path(),
+        &server.url(),
+        "timeout_secs = 5\nrequests_per_minute = 1200",
+        "",
+        "retries = 2",
+    );
+    let out = d.path().join("run");
+    let run = run_command(&p, &out)
+        .env("VIDCURATE_TEST_OPENAI_KEY", crate::judge::OPENAI_KEY)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while server.answered() < 40 {
+        assert!(Instant::now() < deadline, "{}", server.log_text());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    server.kill();
+    let answered = server.answered();
+    let started = Instant::now();
+    let o = run.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the run should end once its retries are spent: {:?}",
+        started.elapsed()
+    );
+    let rejects = table_rows_file_all(&out.join("rejects"));
+    assert_eq!(rejects.len(), n, "every video ends, one way or the other");
+    let (gone, judged): (Vec<_>, Vec<_>) = rejects
+        .iter()
+        .partition(|r| r["reason"] == "service_unavailable");
+    for r in &gone {
+        assert_eq!(
+            r["detail"], "openai: no answer (timeout or connection error)",
+            "{r:?}"
+        );
+    }
+    assert!(judged.iter().all(|r| r["reason"] == "unparseable_score"));
+    assert!(!gone.is_empty() && judged.len() * 2 <= answered);
+
+    // Every answer that arrived was kept: the server back and the run again in the same
+    // directory ask only what never came (one more where the kill took an answer on its way).
+    let port = server.port;
+    let server = Llama::start(&m, port, &d.path().join("again.log"));
+    let o = run_with_key(&p, &out);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let asked = server.answered();
+    assert!(
+        (2 * n - answered..=2 * n - answered + 1).contains(&asked),
+        "{asked} asked again after {answered} of {} answers",
+        2 * n
+    );
+    let rejects = table_rows_file_all(&out.join("rejects"));
+    assert_eq!(rejects.len(), n);
+    assert!(rejects.iter().all(|r| r["reason"] == "unparseable_score"));
+}
+
+#[test]
 fn a_vision_stage_pointed_at_a_text_only_model_rejects_each_video_once_naming_the_service() {
     crate::need_ffmpeg!();
     let d = tempfile::tempdir().unwrap();
