@@ -5,162 +5,22 @@
 //! - relevance: a random model's plain answers are no score, so relevance sends its one reminder
 //!   and rejects each video with the raw answer kept;
 //! - the server killed with -9 mid-run and started again on its port: the run waits, retries,
-//!   and ends with the tables of a run that was never interrupted;
+//!   and ends with the tables of a run that was never interrupted; killed for good, the run
+//!   ends within its retries, naming the service, and a rerun asks only what never came;
 //! - structured output: the server's grammar holds a random model to the `ask` stage's schema
 //!   (frames and all) and to the judge's of `evaluate --judge`: every answer passes our check at
 //!   once, and the judge's second evaluate is answered from its cache;
 //! - refusals: an `ask` (vision) stage pointed at the text-only model rejects each video once,
 //!   naming the service; batch mode against a server with no batch interface stops at once and
-//!   says so; a prompt past the server's context is rejected once with the server's reason.
+//!   says so; a prompt past the server's context is rejected once with the server's reason;
+//!   and `run --dry-run` warns of the vision stage from the server's model list.
 
 use crate::judge::{relevance_pipeline_with, run_with_key, url_manifest};
+use crate::llama_server::{Llama, get, mmproj, model};
 use crate::util::*;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn python() -> PathBuf {
-    let p = repo().join("data/venv-llama/bin/python");
-    assert!(
-        p.exists(),
-        "{} is missing: run ./scripts/setup.sh (it installs llama.cpp's server, xllamacpp, for these tests)",
-        p.display()
-    );
-    p
-}
-
-/// The tiny model, written into `dir`.
-fn model(dir: &Path) -> PathBuf {
-    let m = dir.join("tiny.gguf");
-    let o = Command::new(python())
-        .arg(repo().join("tests/llama/make_model.py"))
-        .arg(&m)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "make_model.py: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    m
-}
-
-/// The tiny model's vision projector (tests/llama/make_mmproj.py), written into `dir`: with it
-/// the server takes images.
-fn mmproj(dir: &Path) -> PathBuf {
-    let m = dir.join("tiny-mmproj.gguf");
-    let o = Command::new(python())
-        .arg(repo().join("tests/llama/make_mmproj.py"))
-        .arg(&m)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "make_mmproj.py: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    m
-}
-
-/// llama.cpp's server on 127.0.0.1:`port`; killed (-9) when dropped. Its log is in `log`.
-struct Llama {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl Llama {
-    fn start(model: &Path, port: u16, log: &Path) -> Llama {
-        Self::start_with(model, port, log, &[])
-    }
-
-    /// With more of serve.py's arguments (`--ctx N`).
-    fn start_with(model: &Path, port: u16, log: &Path, args: &[&str]) -> Llama {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .unwrap();
-        let child = Command::new(python())
-            .arg(repo().join("tests/llama/serve.py"))
-            .arg(model)
-            .arg(port.to_string())
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .unwrap();
-        let mut s = Llama {
-            child,
-            port,
-            log: log.to_path_buf(),
-        };
-        s.wait_healthy();
-        s
-    }
-
-    /// Until /health answers 200 (it answers 503 while the model loads).
-    fn wait_healthy(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if get(self.port, "/health").is_some_and(|(code, _)| code == 200) {
-                return;
-            }
-            if let Some(st) = self.child.try_wait().unwrap() {
-                panic!("llama.cpp's server exited ({st}): {}", self.log_text());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "llama.cpp's server not healthy: {}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/", self.port)
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Requests the server has finished, by its own log.
-    fn answered(&self) -> usize {
-        self.log_text().matches("stop processing").count()
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Llama {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// A plain HTTP/1.0 GET: the status code and body, or None when nothing answers.
-fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let code = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
-    Some((code, body))
-}
 
 fn titles(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("clip{i:03}")).collect()
@@ -370,6 +230,23 @@ fn a_server_that_never_comes_back_ends_the_rest_as_rejects_naming_the_service() 
     assert!(rejects.iter().all(|r| r["reason"] == "unparseable_score"));
 }
 
+/// `run --dry-run` of `p`: what it prints.
+fn dry_run(p: &Path, out: &Path) -> String {
+    let o = run_command(p, out)
+        .arg("--dry-run")
+        .env("VIDCURATE_TEST_OPENAI_KEY", crate::judge::OPENAI_KEY)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    text
+}
+
 #[test]
 fn a_vision_stage_pointed_at_a_text_only_model_rejects_each_video_once_naming_the_service() {
     crate::need_ffmpeg!();
@@ -379,6 +256,13 @@ fn a_vision_stage_pointed_at_a_text_only_model_rejects_each_video_once_naming_th
     let server = Llama::start(&m, free_port(), &dir.join("server.log"));
     let p = ask_pipeline(dir, &server.url());
     let out = dir.join("run");
+    // The dry run asks the server's model list first, and says what the run would do.
+    let dry = dry_run(&p, &out);
+    assert!(
+        dry.contains("warning: stage `emotion` sends frames to `tiny` of service `vlm`, whose model list says it takes text only: every video would be rejected (images_not_supported)"),
+        "{dry}"
+    );
+    assert_eq!(server.answered(), 0, "the dry run asks no model");
     let o = run_with_key(&p, &out);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(3), "{err}");
@@ -492,6 +376,7 @@ fn a_vision_stage_gets_schema_valid_answers_from_the_servers_grammar() {
     );
     let p = ask_pipeline(dir, &server.url());
     let out = dir.join("run");
+    assert!(!dry_run(&p, &out).contains("warning"));
     let o = run_with_key(&p, &out);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");

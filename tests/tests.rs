@@ -35,6 +35,7 @@ mod language;
 mod layers;
 mod layers_shape;
 mod llama;
+mod llama_server;
 mod metrics;
 mod ocr;
 mod ocr_decoded;

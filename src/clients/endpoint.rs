@@ -365,7 +365,6 @@ fn classify(status: u16, err: &Value) -> Class {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn retry_hints_from_both_apis() {
@@ -404,10 +403,7 @@ mod tests {
             matches!(&files, Class::Reject(m) if m.starts_with("not_found_error")),
             "{files:?}"
         );
-        let loading = classify(
-            503,
-            &json!({"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}),
-        );
+        let loading = classify(503, &body("error_503_loading.json"));
         assert!(matches!(loading, Class::Retry(..)), "{loading:?}");
     }
 

@@ -13,6 +13,7 @@
 //! every message.
 
 mod batch;
+mod models;
 mod settle;
 
 pub use settle::import;

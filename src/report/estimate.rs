@@ -1,10 +1,11 @@
 //! `vidcurate run PIPELINE --dry-run`: what a run would call, cost and write, before it calls
-//! anything. The source says what it will fetch (a listing: exactly; a search: at most, with
-//! the days of quota it needs); each stage says what one video costs it (its model calls, with
-//! prompt size, images and output allowance; the frames it writes). Which videos reach each
-//! stage, and which of them it must compute, is `reach`'s walk: a video a stage settled before
-//! from the same settings and inputs is free and goes on as its stored rows decide under
-//! today's thresholds; the YouTube responses in the cache are free too.
+//! anything but the free model lists of the services behind vision stages (`modalities`). The
+//! source says what it will fetch (a listing: exactly; a search: at most, with the days of
+//! quota it needs); each stage says what one video costs it (its model calls, with prompt size,
+//! images and output allowance; the frames it writes). Which videos reach each stage, and which
+//! of them it must compute, is `reach`'s walk: a video a stage settled before from the same
+//! settings and inputs is free and goes on as its stored rows decide under today's thresholds;
+//! the YouTube responses in the cache are free too.
 //!
 //! Numbers are upper bounds where the run decides: every video a stage computes is assumed to
 //! pass its `select`, no answer needs a repair, and every answer uses its whole `max_tokens`.
@@ -54,6 +55,8 @@ pub struct DryRun {
     pub stages: Vec<StageLine>,
     /// Cached answers per service (what is already paid for).
     pub cached: BTreeMap<String, i64>,
+    /// What the services' model lists say the run cannot do (`modalities`).
+    pub warnings: Vec<String>,
 }
 
 impl DryRun {
@@ -100,6 +103,8 @@ pub async fn dry_run(mut plan: Plan, opts: &RunOptions) -> Result<DryRun, RunErr
         .map_err(|e| RunError::Config(format!("{}: {e}", plan.file.display())))?;
     let view = open_view(&run_dir).await;
     let reach = reach::walk(&plan.stages, pipeline, listing, &extras, view, cx).await?;
+    out.warnings =
+        crate::report::modalities::text_only_warnings(&plan.stages, &plan.services).await;
     out.changes = reach.source;
     for (st, r) in plan.stages.iter().zip(reach.stages) {
         out.stages.push(price(st, r, &plan.services));
@@ -174,7 +179,7 @@ pub fn render(d: &DryRun) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "dry run into {} (nothing is called)",
+        "dry run into {} (nothing is paid for: no model is called)",
         d.run_dir.display()
     );
     render_source(&mut t, d);
@@ -230,6 +235,9 @@ pub fn render(d: &DryRun) -> String {
         let _ = writeln!(t, "cache: {n} answers of service {svc} already paid for");
     }
     render_changes(&mut t, d);
+    for w in &d.warnings {
+        let _ = writeln!(t, "warning: {w}");
+    }
     let _ = writeln!(
         t,
         "(upper bounds: every video computed passes its select, no repair, every answer uses max_tokens)"

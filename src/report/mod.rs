@@ -5,6 +5,7 @@
 pub mod analyze;
 pub mod cache;
 pub mod estimate;
+pub mod modalities;
 pub mod plot;
 pub mod questions;
 pub mod reach;
