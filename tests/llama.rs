@@ -39,6 +39,23 @@ fn relevance(dir: &Path, url: &str, n: usize, rpm: u32) -> PathBuf {
     )
 }
 
+/// Starts the run of `p` into `out`, and kills the server (-9) once it has answered `answers`
+/// requests: the run, still going.
+fn kill_after(p: &Path, out: &Path, server: &mut Llama, answers: usize) -> std::process::Child {
+    let run = run_command(p, out)
+        .env("VIDCURATE_TEST_OPENAI_KEY", crate::judge::OPENAI_KEY)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while server.answered() < answers {
+        assert!(Instant::now() < deadline, "{}", server.log_text());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    server.kill();
+    run
+}
+
 #[test]
 fn relevance_over_llama_cpp_reminds_once_then_rejects_with_the_raw_answer() {
     let d = tempfile::tempdir().unwrap();
@@ -86,17 +103,7 @@ fn llama_cpp_killed_mid_run_and_started_again_gives_the_uninterrupted_tables() {
     let mut server = Llama::start(&m, port, &log);
     // 1200 requests a minute: the run lasts about 12 s, long enough to kill the server in it.
     let p = relevance(&dir, &server.url(), n, 1200);
-    let run = run_command(&p, &dir.join("run"))
-        .env("VIDCURATE_TEST_OPENAI_KEY", crate::judge::OPENAI_KEY)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while server.answered() < 40 {
-        assert!(Instant::now() < deadline, "{}", server.log_text());
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    server.kill();
+    let run = kill_after(&p, &dir.join("run"), &mut server, 40);
     std::thread::sleep(Duration::from_secs(2));
     let server = Llama::start(&m, port, &log);
     let o = run.wait_with_output().unwrap();
@@ -173,17 +180,7 @@ fn a_server_that_never_comes_back_ends_the_rest_as_rejects_naming_the_service() 
         "retries = 2",
     );
     let out = d.path().join("run");
-    let run = run_command(&p, &out)
-        .env("VIDCURATE_TEST_OPENAI_KEY", crate::judge::OPENAI_KEY)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while server.answered() < 40 {
-        assert!(Instant::now() < deadline, "{}", server.log_text());
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    server.kill();
+    let run = kill_after(&p, &out, &mut server, 40);
     let answered = server.answered();
     let started = Instant::now();
     let o = run.wait_with_output().unwrap();

@@ -25,35 +25,27 @@ pub(crate) fn python() -> PathBuf {
 
 /// The tiny model, written into `dir`.
 pub(crate) fn model(dir: &Path) -> PathBuf {
-    let m = dir.join("tiny.gguf");
-    let o = Command::new(python())
-        .arg(repo().join("tests/llama/make_model.py"))
-        .arg(&m)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "make_model.py: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    m
+    written_by("make_model.py", dir.join("tiny.gguf"))
 }
 
-/// The tiny model's vision projector (tests/llama/make_mmproj.py), written into `dir`: with it
-/// the server takes images.
+/// The tiny model's vision projector, written into `dir`: with it the server takes images.
 pub(crate) fn mmproj(dir: &Path) -> PathBuf {
-    let m = dir.join("tiny-mmproj.gguf");
+    written_by("make_mmproj.py", dir.join("tiny-mmproj.gguf"))
+}
+
+/// `file`, as tests/llama/`script` writes it.
+fn written_by(script: &str, file: PathBuf) -> PathBuf {
     let o = Command::new(python())
-        .arg(repo().join("tests/llama/make_mmproj.py"))
-        .arg(&m)
+        .arg(repo().join("tests/llama").join(script))
+        .arg(&file)
         .output()
         .unwrap();
     assert!(
         o.status.success(),
-        "make_mmproj.py: {}",
+        "{script}: {}",
         String::from_utf8_lossy(&o.stderr)
     );
-    m
+    file
 }
 
 /// llama.cpp's server on 127.0.0.1:`port`; killed (-9) when dropped. Its log is in `log`.
