@@ -83,6 +83,26 @@ pub(crate) fn bucket(name: &str) -> String {
     format!("s3://{name}/runs/demo")
 }
 
+/// Until rank 1 of the run at `url` has committed a frames shard (at most `secs`), with the
+/// process that runs it still going: the moment to kill it.
+pub(crate) fn wait_for_first_frames(url: &str, rank1: &mut std::process::Child, secs: u64) {
+    let s3 = store(url);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let listed = rt.block_on(s3.list("frames")).unwrap();
+        if listed.iter().any(|f| f.starts_with("frames/r0001-part-")) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "rank 1 wrote no frames shard");
+        assert!(
+            rank1.try_wait().unwrap().is_none(),
+            "rank 1 ended before it could be killed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 pub(crate) fn s3_env(c: &mut Command) -> &mut Command {
     c.env("AWS_ACCESS_KEY_ID", "testing")
         .env("AWS_SECRET_ACCESS_KEY", "testing")
@@ -210,19 +230,7 @@ fn four_ranks_on_s3_equal_one_local_process_even_with_kills_and_twins() {
     let s3 = store(&url);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut killed = worker(&p, &url, 1, 4, &work("1a")).spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let listed = rt.block_on(s3.list("frames")).unwrap();
-        if listed.iter().any(|f| f.starts_with("frames/r0001-part-")) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "rank 1 wrote no frames shard");
-        assert!(
-            killed.try_wait().unwrap().is_none(),
-            "rank 1 ended before it could be killed"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_first_frames(&url, &mut killed, 120);
     killed.kill().unwrap(); // SIGKILL
     killed.wait().unwrap();
     // status names the killed rank (its last run never ended) and those never started.

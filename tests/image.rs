@@ -6,14 +6,12 @@
 //! non-root user, names the commit it was built from, and holds no key and no path of the
 //! machine that built it. `VIDCURATE_TESTS_WITHOUT_CONTAINERS=1` skips these tests (with a note).
 
-use crate::cluster::{bucket, corpus, download, moto_endpoint, store};
+use crate::cluster::{bucket, corpus, download, moto_endpoint, wait_for_first_frames};
 use crate::need_ffmpeg;
 use crate::util::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
-use vidcurate::store::Store;
 
 const DEMO_TABLES: &[&str] = &[
     "source",
@@ -244,22 +242,8 @@ fn three_indexed_job_pods_on_s3_equal_one_local_process_with_one_killed_and_retr
     let names: Vec<String> = (0..4)
         .map(|i| format!("vidcurate-test-{tag}-{i}"))
         .collect();
-    let s3 = store(&url);
-    let rt = tokio::runtime::Runtime::new().unwrap();
     let mut killed = pod(img, &inputs, &url, 1, &names[1]).spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let listed = rt.block_on(s3.list("frames")).unwrap();
-        if listed.iter().any(|f| f.starts_with("frames/r0001-part-")) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "index 1 wrote no frames shard");
-        assert!(
-            killed.try_wait().unwrap().is_none(),
-            "index 1 ended before it could be killed"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_first_frames(&url, &mut killed, 300);
     let k = Command::new(&img.engine)
         .args(["kill", &names[1]])
         .output()
