@@ -73,7 +73,37 @@ fn relevance_over_llama_cpp_reminds_once_then_rejects_with_the_raw_answer() {
         assert!(!r["detail"].is_empty(), "the raw answer is kept: {r:?}");
     }
     // Two answers per video: the first and the one after the reminder.
-    assert_eq!(server.answered(), 8, "{}", server.log_text());
+    let log = server.log_text();
+    assert_eq!(server.answered(), 8, "{log}");
+    // The answers' `usage` was read: the tokens the cache holds are those the server generated,
+    // by its own log ("eval time = ... / N tokens" a request).
+    let generated: u64 = log
+        .lines()
+        .filter(|l| l.contains(" eval time =") && !l.contains("prompt eval time"))
+        .map(|l| {
+            let after = l.split(" ms /").nth(1).unwrap_or_else(|| panic!("{l}"));
+            after
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    let o = run(&["cache", "stats", out.to_str().unwrap()], d.path());
+    let text = String::from_utf8_lossy(&o.stdout);
+    let row: Vec<&str> = text
+        .lines()
+        .find(|l| l.starts_with("openai"))
+        .unwrap_or_else(|| panic!("{text}"))
+        .split_whitespace()
+        .collect();
+    let (tokens_in, tokens_out): (u64, u64) = (row[6].parse().unwrap(), row[7].parse().unwrap());
+    assert!(
+        generated > 0 && tokens_out == generated,
+        "{generated}: {text}"
+    );
+    assert!(tokens_in > 8 * 50, "{text}");
 }
 
 #[test]
