@@ -458,15 +458,34 @@ fn the_judge_of_evaluate_gets_schema_valid_verdicts_and_pays_once() {
     );
     let rel = d.path().join("rel");
     crate::evaluate_tasks::py(&["make", rel.to_str().unwrap(), "31"]);
-    let judge = d.path().join("judge.toml");
-    // Sampled, two samples a call (seeds 0 and 1): a random model at temperature 0 repeats
-    // itself inside the `reason` string until max_tokens; sampled, it closes the string.
-    write(
-        &judge,
-        &format!(
-            "[services.judge]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 6000\n\n[judge]\nservice = \"judge\"\nmodel = \"tiny\"\nsamples = 2\ntemperature = 1.0\nmax_tokens = 2048\n",
-            server.url()
-        ),
+    let judge_file = |name: &str, settings: &str| {
+        let f = d.path().join(name);
+        write(
+            &f,
+            &format!(
+                "[services.judge]\nbase_url = \"{}v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 6000\n\n[judge]\nservice = \"judge\"\nmodel = \"tiny\"\n{settings}\n",
+                server.url()
+            ),
+        );
+        f
+    };
+    // At temperature 0 a random model repeats itself inside the `reason` string until
+    // max_tokens: every verdict is cut, repaired once, cut again, and counted as such.
+    let greedy = judge_file("greedy.toml", "max_tokens = 48");
+    let cut = evaluate(&rel, &greedy);
+    for t in cut["tasks"].as_array().unwrap() {
+        let calls = t["judge_calls"].as_u64().unwrap();
+        let by_code = t["unjudged"].as_object().unwrap();
+        if calls > 0 {
+            assert_eq!(by_code.len(), 1, "{t}");
+            assert_eq!(by_code["cut_at_max_tokens"].as_u64(), Some(calls), "{t}");
+        }
+    }
+    let asked = server.answered();
+    // Sampled, two samples a call (seeds 0 and 1), room to close the string: it closes it.
+    let judge = judge_file(
+        "judge.toml",
+        "samples = 2\ntemperature = 1.0\nmax_tokens = 2048",
     );
     let report = evaluate(&rel, &judge);
     let tasks = report["tasks"].as_array().unwrap();
@@ -488,12 +507,12 @@ fn the_judge_of_evaluate_gets_schema_valid_verdicts_and_pays_once() {
     }
     assert!(calls > 50, "{report}");
     assert_eq!(
-        server.answered() as u64,
+        (server.answered() - asked) as u64,
         calls,
         "one answer a call, no repair"
     );
 
     // Again: every verdict from the judge's cache, not one request, the same report.
     assert_eq!(evaluate(&rel, &judge), report);
-    assert_eq!(server.answered() as u64, calls);
+    assert_eq!((server.answered() - asked) as u64, calls);
 }

@@ -16,7 +16,7 @@
 use crate::clients::llm::{ChatRequest, LlmService};
 use crate::config::{ServiceConfig, ServiceMode, SourceText};
 use crate::error::{ErrorKind, RunError, StageError};
-use crate::stages::model_inputs::{ask_validated_in, text_hash};
+use crate::stages::model_inputs::{ask_validated_in, cut_at_max_tokens, text_hash};
 use crate::stages::one;
 use crate::stages::structured::{OutputSchema, SchemaProblem};
 use crate::store::cache::ResponseCache;
@@ -259,7 +259,7 @@ impl Judge {
                 &self.svc,
                 req.clone(),
                 (&self.cache, "judge"),
-                "unjudged",
+                "invalid_answer",
                 parse,
                 |p| format!("Your previous answer was invalid: {p}. Reply with only the JSON object the schema describes."),
             )
@@ -268,7 +268,13 @@ impl Judge {
         match got {
             Ok(a) => Ok(a.value),
             Err(e) if e.kind == ErrorKind::Data => {
-                Ok(Verdict::Unjudged(format!("{}: {}", e.reason, e.detail)))
+                // The report counts unjudged verdicts by this code: say which fix they need.
+                let code = if cut_at_max_tokens(&e) {
+                    "cut_at_max_tokens"
+                } else {
+                    &e.reason
+                };
+                Ok(Verdict::Unjudged(format!("{code}: {}", e.detail)))
             }
             Err(e) => Err(e),
         }

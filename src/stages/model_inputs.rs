@@ -249,6 +249,12 @@ pub async fn ask_validated<T, E: std::fmt::Display>(
     ask_validated_in(svc, req, (&cache, &cx.stage_id), reason, parse, repair).await
 }
 
+/// Whether `ask_validated`'s error is an answer the model was still writing at `max_tokens`
+/// (the fix is a larger `max_tokens`, not another prompt).
+pub fn cut_at_max_tokens(e: &StageError) -> bool {
+    e.detail.ends_with("(finish: length)")
+}
+
 /// `ask_validated` through a response cache and a stage name of the caller's.
 pub async fn ask_validated_in<T, E: std::fmt::Display>(
     svc: &crate::clients::llm::LlmService,
