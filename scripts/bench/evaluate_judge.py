@@ -67,7 +67,9 @@ def main():
     args = [a.bin, "evaluate", rel, os.path.join(rel, "predictions.jsonl"), "--judge", judge,
             "--judge-cache", os.path.join(tmp, "cache.sqlite")]
     d = subprocess.run(args + ["--dry-run"], env=env, capture_output=True, text=True, check=True).stdout
-    estimated = int(d.split(": ")[1].split(" ")[0])
+    # "judge MODEL on SERVICE: N calls, ..." (after the line naming the split scored).
+    line = next(l for l in d.splitlines() if l.startswith("judge "))
+    estimated = int(line.split(": ")[1].split(" ")[0])
     state.reset()
     t0 = time.perf_counter()
     o = subprocess.run(args + ["--json"], env=env, capture_output=True, text=True)
