@@ -156,11 +156,7 @@ impl Endpoint {
         &self,
         r: reqwest::RequestBuilder,
     ) -> Result<(u16, Option<f64>, reqwest::header::HeaderMap, Vec<u8>), EndpointError> {
-        let r = match (&self.key, self.auth) {
-            (Some(k), Auth::Bearer) => r.bearer_auth(k),
-            (Some(k), Auth::GoogApiKey) => r.header("x-goog-api-key", k),
-            (None, _) => r,
-        };
+        let r = self.authorised(r);
         let _in_flight = crate::runtime::metrics::call_started(&self.name);
         let resp = r.timeout(self.timeout).send().await.map_err(|e| {
             crate::runtime::metrics::call_answered(&self.name, None);
@@ -179,6 +175,15 @@ impl Endpoint {
             .await
             .map_err(|e| EndpointError::Send(e.without_url()))?;
         Ok((status, retry_after, headers, bytes.to_vec()))
+    }
+
+    /// `r` with the key, as this service takes it (none where no key is set).
+    pub fn authorised(&self, r: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match (&self.key, self.auth) {
+            (Some(k), Auth::Bearer) => r.bearer_auth(k),
+            (Some(k), Auth::GoogApiKey) => r.header("x-goog-api-key", k),
+            (None, _) => r,
+        }
     }
 
     /// A non-200 answer: why to retry it and the wait its body asks for, or the error that ends

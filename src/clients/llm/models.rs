@@ -16,11 +16,7 @@ impl LlmService {
             return None;
         }
         let url = format!("{}models", self.ep.base_url);
-        let r = self.ep.http.get(url).timeout(timeout);
-        let r = match &self.ep.key {
-            Some(k) => r.bearer_auth(k),
-            None => r,
-        };
+        let r = self.ep.authorised(self.ep.http.get(url).timeout(timeout));
         let resp = r.send().await.ok()?;
         if !resp.status().is_success() {
             return None;
