@@ -41,9 +41,11 @@ pub struct Args {
     /// No progress bars (log lines are still written to stderr).
     #[arg(long, short)]
     pub quiet: bool,
-    /// Call nothing: print what the run would do and cost, per stage and in total (YouTube
+    /// Pay for nothing: print what the run would do and cost, per stage and in total (YouTube
     /// calls and days of quota, model calls, tokens and USD live and in batch mode, frames
-    /// and disk), counting what the run directory and its cache already hold as free.
+    /// and disk), counting what the run directory and its cache already hold as free. It only
+    /// asks the model list of each service a stage sends frames to, and warns where it says
+    /// the model takes text only.
     #[arg(long)]
     pub dry_run: bool,
     #[command(flatten)]
