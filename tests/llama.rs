@@ -16,7 +16,7 @@
 //!   and `run --dry-run` warns of the vision stage from the server's model list.
 
 use crate::judge::{relevance_pipeline_with, run_with_key, url_manifest};
-use crate::llama_server::{Llama, get, mmproj, model};
+use crate::llama_server::{Llama, get, mmproj, model, tiny_server};
 use crate::util::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -59,8 +59,7 @@ fn kill_after(p: &Path, out: &Path, server: &mut Llama, answers: usize) -> std::
 #[test]
 fn relevance_over_llama_cpp_reminds_once_then_rejects_with_the_raw_answer() {
     let d = tempfile::tempdir().unwrap();
-    let m = model(d.path());
-    let server = Llama::start(&m, free_port(), &d.path().join("server.log"));
+    let server = tiny_server(d.path(), &[]);
     let p = relevance(d.path(), &server.url(), 4, 6000);
     let out = d.path().join("run");
     let o = run_with_key(&p, &out);
@@ -279,8 +278,7 @@ fn a_vision_stage_pointed_at_a_text_only_model_rejects_each_video_once_naming_th
     crate::need_ffmpeg!();
     let d = tempfile::tempdir().unwrap();
     let dir = d.path();
-    let m = model(dir);
-    let server = Llama::start(&m, free_port(), &dir.join("server.log"));
+    let server = tiny_server(dir, &[]);
     let p = ask_pipeline(dir, &server.url());
     let out = dir.join("run");
     // The dry run asks the server's model list first, and says what the run would do.
@@ -314,8 +312,7 @@ fn a_vision_stage_pointed_at_a_text_only_model_rejects_each_video_once_naming_th
 #[test]
 fn batch_mode_against_a_server_without_a_batch_api_stops_at_once_and_says_so() {
     let d = tempfile::tempdir().unwrap();
-    let m = model(d.path());
-    let server = Llama::start(&m, free_port(), &d.path().join("server.log"));
+    let server = tiny_server(d.path(), &[]);
     let t = titles(3);
     url_manifest(d.path(), &t.iter().map(String::as_str).collect::<Vec<_>>());
     let p = relevance_pipeline_with(
@@ -353,14 +350,8 @@ fn batch_mode_against_a_server_without_a_batch_api_stops_at_once_and_says_so() {
 #[test]
 fn a_prompt_past_the_context_is_rejected_once_with_the_servers_reason() {
     let d = tempfile::tempdir().unwrap();
-    let m = model(d.path());
     // 128 tokens of context (llama.cpp rounds it up to 256): less than the relevance prompt.
-    let server = Llama::start_with(
-        &m,
-        free_port(),
-        &d.path().join("server.log"),
-        &["--ctx", "128"],
-    );
+    let server = tiny_server(d.path(), &["--ctx", "128"]);
     let p = relevance(d.path(), &server.url(), 3, 6000);
     let out = d.path().join("run");
     let o = run_with_key(&p, &out);
@@ -387,14 +378,8 @@ fn a_vision_stage_gets_schema_valid_answers_from_the_servers_grammar() {
     crate::need_ffmpeg!();
     let d = tempfile::tempdir().unwrap();
     let dir = d.path();
-    let m = model(dir);
     let proj = mmproj(dir);
-    let server = Llama::start_with(
-        &m,
-        free_port(),
-        &dir.join("server.log"),
-        &["--ctx", "2048", "--mmproj", proj.to_str().unwrap()],
-    );
+    let server = tiny_server(dir, &["--ctx", "2048", "--mmproj", proj.to_str().unwrap()]);
     let (code, models) = get(server.port, "/v1/models").unwrap();
     assert_eq!(code, 200);
     assert!(
@@ -449,13 +434,7 @@ fn evaluate(rel: &Path, judge: &Path) -> serde_json::Value {
 #[test]
 fn the_judge_of_evaluate_gets_schema_valid_verdicts_and_pays_once() {
     let d = tempfile::tempdir().unwrap();
-    let m = model(d.path());
-    let server = Llama::start_with(
-        &m,
-        free_port(),
-        &d.path().join("server.log"),
-        &["--ctx", "4096"],
-    );
+    let server = tiny_server(d.path(), &["--ctx", "4096"]);
     let rel = d.path().join("rel");
     crate::evaluate_tasks::py(&["make", rel.to_str().unwrap(), "31"]);
     let judge_file = |name: &str, settings: &str| {

@@ -28,6 +28,13 @@ pub(crate) fn model(dir: &Path) -> PathBuf {
     written_by("make_model.py", dir.join("tiny.gguf"))
 }
 
+/// llama.cpp's server on a free port serving the tiny model, written into `dir` (its log:
+/// `dir`/server.log), with serve.py's `args` (`--ctx N`, `--mmproj FILE`).
+pub(crate) fn tiny_server(dir: &Path, args: &[&str]) -> Llama {
+    let m = model(dir);
+    Llama::start_with(&m, crate::util::free_port(), &dir.join("server.log"), args)
+}
+
 /// The tiny model's vision projector, written into `dir`: with it the server takes images.
 pub(crate) fn mmproj(dir: &Path) -> PathBuf {
     written_by("make_mmproj.py", dir.join("tiny-mmproj.gguf"))
