@@ -19,6 +19,8 @@ APT_PKGS=(libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresam
   munge slurm-wlm
   # CJK font for the OCR bench strips (scripts/bench/make_images.py --real)
   fonts-wqy-microhei
+  # b3sum and xxhsum: the peers scripts/bench/media_move.py hashes a moved corpus with
+  b3sum xxhash
   # Prometheus: tests/metrics.rs scrapes two ranks' `run --metrics` endpoints with it
   prometheus
   # Chromium: tests/browser.rs opens the analysis report in it (headless) and measures the labels

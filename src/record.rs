@@ -195,6 +195,13 @@ pub struct Provenance {
 pub struct MediaFile {
     pub path: String,
     pub size_bytes: u64,
+    /// BLAKE3 of the bytes (64 hex digits), when a source listed the file: what the stages that
+    /// read the media read, wherever the file lies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blake3: Option<String>,
+    /// The source read the file in this invocation to know it (new, copied, moved or touched).
+    #[serde(skip)]
+    pub hashed: bool,
 }
 
 /// Facts about the media, from the `probe` stage.
@@ -427,7 +434,7 @@ pub struct VideoRecord {
 
 /// Digests of what a record's slots hold, so a rerun tells a stored row whose inputs changed from
 /// one it may reuse. A slot's digest is of its lineage, not of its rows: the source's digests are
-/// of what it read (the row, the media file's size and modification time), and a stage's slot
+/// of what it read (the row, the media file's bytes), and a stage's slot
 /// digest is of the stage and its input digest, so a frame rewritten under the same path still
 /// changes what OCR read.
 #[derive(Debug, Clone, Default)]

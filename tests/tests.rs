@@ -47,6 +47,8 @@ mod questions;
 mod release;
 mod rerun;
 mod rerun_dataset;
+mod rerun_media;
+mod rerun_ranks;
 mod rerun_review;
 mod rerun_youtube;
 mod resume;

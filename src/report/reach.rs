@@ -138,7 +138,8 @@ pub async fn walk(
     while let Some(item) = stream.next().await {
         match crate::runtime::refuse_unsafe_id(item?) {
             Ok(mut rec) => {
-                let stamp = rerun::source_lineage(&mut rec, extras);
+                let stored = source_prior.as_ref().and_then(|p| p.stamp(&rec.video_id));
+                let stamp = rerun::source_lineage_since(&mut rec, extras, stored);
                 listed.insert(id_key(&rec.video_id));
                 out.source.listed += 1;
                 compare_row(&mut out.source, source_prior.as_ref(), &rec.video_id, stamp);

@@ -2,7 +2,7 @@
 //! for a video an earlier run settled.
 //!
 //! The source gives each record its lineage (`record::Lineage`): a digest of the row it read, of
-//! the media file (size and modification time), and of the extra columns. A stage's input digest
+//! the media file's bytes (its BLAKE3, wherever the file lies), and of the extra columns. A stage's input digest
 //! is of the slots it reads (`Processor::reads`), and the slot it fills gets a digest of the stage
 //! and that input, so a change flows to exactly the stages downstream of what changed. A stored
 //! row whose input digest differs is recomputed; one whose extra columns alone differ is written
@@ -31,6 +31,12 @@ pub mod tally {
     pub const REWRITTEN: &str = "rerun_rewritten";
     /// Videos rejected for a transient error, tried again.
     pub const RETRIED: &str = "rerun_retried";
+    /// Media files of known videos read again because their stat changed (copied, moved,
+    /// touched); whether their bytes changed is counted apart (`changed (file)`).
+    pub const REHASHED: &str = "rerun_rehashed";
+    /// Source rows written again only for a new path (the same bytes elsewhere): nothing after
+    /// the source computes.
+    pub const MOVED: &str = "rerun_moved";
 }
 
 /// The digest of what a stage that reads `reads` (and the extra columns, with `extras`) reads
@@ -97,12 +103,7 @@ pub fn source_lineage(rec: &mut VideoRecord, extras: &[String]) -> Stamp {
     );
     let url = rec.source.url.clone().unwrap_or_default();
     let source = digest([t.as_bytes(), d.as_bytes(), url.as_bytes()]);
-    let media = rec
-        .media
-        .as_ref()
-        .map(|m| media_digest(&m.path, m.size_bytes));
-    let row_json = serde_json::to_vec(&rec.source).unwrap_or_default();
-    let media_bytes = media.map(u64::to_le_bytes).unwrap_or_default();
+    let media = rec.media.as_ref().map(media_digest);
     let mut lin = Lineage {
         extras: extras_digest,
         ..Default::default()
@@ -112,7 +113,7 @@ pub fn source_lineage(rec: &mut VideoRecord, extras: &[String]) -> Stamp {
         lin.set(Slot::Media, m);
     }
     let stamp = Stamp {
-        input: digest([row_json.as_slice(), &media_bytes]),
+        input: row_input(&rec.source, media),
         extras: extras_digest,
     };
     lin.stamp = Some(stamp);
@@ -120,10 +121,37 @@ pub fn source_lineage(rec: &mut VideoRecord, extras: &[String]) -> Stamp {
     stamp
 }
 
-/// A media file as its readers see it: path, size and modification time (a file replaced under
-/// the same name and size still gets a new time). Hashing the bytes of every file on every
-/// rerun would cost a full read of the corpus.
-fn media_digest(path: &str, size: u64) -> u64 {
+/// `source_lineage`, for a video whose source row was stamped `stored`: where the run directory
+/// was written by a version that knew a file by its path, size and modification time, and
+/// that file is as it was then, the record keeps that digest, so upgrading recomputes nothing;
+/// a file moved or touched since is known by its bytes from then on.
+pub fn source_lineage_since(
+    rec: &mut VideoRecord,
+    extras: &[String],
+    stored: Option<Stamp>,
+) -> Stamp {
+    let stamp = source_lineage(rec, extras);
+    let (Some(stored), Some(m)) = (stored, rec.media.as_ref()) else {
+        return stamp;
+    };
+    if stored == stamp {
+        return stamp;
+    }
+    let legacy = legacy_media_digest(&m.path, m.size_bytes);
+    if row_input(&rec.source, Some(legacy)) != stored.input {
+        return stamp;
+    }
+    rec.lineage.set(Slot::Media, legacy);
+    let stamp = Stamp {
+        input: stored.input,
+        extras: stamp.extras,
+    };
+    rec.lineage.stamp = Some(stamp);
+    stamp
+}
+
+/// How versions before content digests knew a media file: path, size and modification time.
+fn legacy_media_digest(path: &str, size: u64) -> u64 {
     let modified = std::fs::metadata(path)
         .and_then(|m| m.modified())
         .ok()
@@ -134,6 +162,22 @@ fn media_digest(path: &str, size: u64) -> u64 {
         &size.to_le_bytes(),
         &modified.to_le_bytes(),
     ])
+}
+
+/// The digest a `source` row's stamp holds of the row and its media file.
+pub fn row_input(row: &crate::record::SourceInfo, media: Option<u64>) -> u64 {
+    let row_json = serde_json::to_vec(row).unwrap_or_default();
+    let media_bytes = media.map(u64::to_le_bytes).unwrap_or_default();
+    digest([row_json.as_slice(), &media_bytes])
+}
+
+/// A media file as its readers see it: its bytes, whatever its path or times. A file no source
+/// hashed (none lists one today) is known by its path and size.
+pub fn media_digest(m: &crate::record::MediaFile) -> u64 {
+    match &m.blake3 {
+        Some(sum) => digest([b"blake3".as_slice(), sum.as_bytes()]),
+        None => digest([m.path.as_bytes(), &m.size_bytes.to_le_bytes()]),
+    }
 }
 
 /// What a stage does with a video, given what earlier runs settled.
@@ -269,8 +313,10 @@ pub fn summary_line(id: &str, counts: &StageCounts) -> Option<String> {
         .filter_map(|k| k.strip_prefix(tally::CHANGED)?.strip_prefix(':'))
         .collect();
     let mut parts = vec![];
+    // After files were read again, "0 changed" is said too: a corpus found the same is the news.
+    let rehashed = n(tally::REHASHED) > 0;
     let mut say = |count: u64, what: String| {
-        if count > 0 {
+        if count > 0 || rehashed && what.starts_with("changed") {
             parts.push(format!("{count} {what}"));
         }
     };
@@ -279,6 +325,7 @@ pub fn summary_line(id: &str, counts: &StageCounts) -> Option<String> {
     } else {
         format!("changed ({})", fields.join(", "))
     };
+    say(n(tally::REHASHED), "re-hashed (moved or touched)".into());
     say(n(tally::CHANGED), changed);
     say(n(tally::REMOVED), "removed".into());
     say(n(tally::ADDED), "added".into());
@@ -288,6 +335,10 @@ pub fn summary_line(id: &str, counts: &StageCounts) -> Option<String> {
         "rewritten (extra columns changed)".into(),
     );
     say(n(tally::RETRIED), "retried (transient rejects)".into());
+    say(
+        n(tally::MOVED),
+        "moved (same bytes, new path: rows rewritten)".into(),
+    );
     (!parts.is_empty()).then(|| format!("{id}: {}", parts.join(", ")))
 }
 

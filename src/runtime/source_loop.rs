@@ -98,6 +98,11 @@ pub async fn run_source(
     }
     if ended && !cancel.is_cancelled() && !table.committed_elsewhere {
         table.retire_unlisted(&cx, &tables).await?;
+        // A complete listing knows which files the run still has: the digests of the others
+        // (a moved corpus's old paths) need not be kept.
+        if let Err(e) = cx.media_digests.compact() {
+            tracing::warn!(error = %e, "Could not compact the media digests (cache/media): they are read again next time.");
+        }
     }
     let collected_for = collect_for.as_deref().filter(|_| ended);
     table.close(&cx, collected_for, &progress, &watch).await
@@ -115,6 +120,18 @@ pub fn refuse_unsafe_id(item: stage::SourceItem) -> stage::SourceItem {
             extra: rec.extra,
             error: crate::error::StageError::data("unsafe_id", why),
         }),
+    }
+}
+
+/// On a terminal, the source's bar says how much media it has read to know files by their bytes
+/// (a new, copied or touched corpus is read once; an unchanged one is not).
+fn note_hashing(cx: &StageContext, progress: &StageProgress) {
+    let (files, bytes) = cx.media_digests.hashed();
+    if let (Some(bar), true) = (&progress.bar, files > 0) {
+        bar.set_message(format!(
+            "{files} media files read ({:.1} GiB)",
+            bytes as f64 / (1u64 << 30) as f64
+        ));
     }
 }
 
@@ -161,6 +178,7 @@ impl SourceTable {
         self.counts.received += 1;
         watch.received();
         watch.finished(None);
+        note_hashing(cx, progress);
         match item {
             Ok(rec) => {
                 if !self.forward(rec, cx, output, progress, watch).await? {
@@ -209,7 +227,8 @@ impl SourceTable {
         progress: &StageProgress,
         watch: &StageWatch,
     ) -> Result<bool, RunError> {
-        rerun::source_lineage(&mut rec, &cx.extras);
+        let stored = self.prior.stamp(&rec.video_id);
+        rerun::source_lineage_since(&mut rec, &cx.extras, stored);
         if self.committed_elsewhere {
             self.counts.reused += 1;
         } else if self.store_row(&rec, cx).await? {
@@ -254,7 +273,8 @@ impl SourceTable {
     ) -> Result<(), RunError> {
         match item {
             Ok(mut rec) => {
-                rerun::source_lineage(&mut rec, &cx.extras);
+                let stored = self.prior.stamp(&rec.video_id);
+                rerun::source_lineage_since(&mut rec, &cx.extras, stored);
                 self.store_row(&rec, cx).await?;
             }
             Err(rej) => {
@@ -274,21 +294,28 @@ impl SourceTable {
             extras: 0,
         });
         let replaced = if self.prior.is_done(id) {
+            if rec.media.as_ref().is_some_and(|m| m.hashed) {
+                cx.tally.add(rerun::tally::REHASHED, 1);
+            }
             let stored = self.prior.stamp(id);
             if stored == Some(stamp) {
                 return Ok(false);
             }
             let old = self.prior.take(id).await?;
             let fields = match (stored, old.first()) {
-                (Some(_), Some(old)) => self.what_changed(id, old, rec, cx).await?,
+                (Some(s), Some(old)) => self.what_changed(id, (old, s), rec, cx).await?,
                 // A row of a version before stamps: compared as it stands.
                 (None, Some(old)) if *old == rec.source => return Ok(false),
                 (None, Some(old)) => rerun::changed_fields(old, &rec.source),
                 (_, None) => vec![],
             };
-            cx.tally.add(rerun::tally::CHANGED, 1);
-            for f in fields {
-                cx.tally.add(&format!("{}:{f}", rerun::tally::CHANGED), 1);
+            if fields == ["path"] {
+                cx.tally.add(rerun::tally::MOVED, 1);
+            } else {
+                cx.tally.add(rerun::tally::CHANGED, 1);
+                for f in fields {
+                    cx.tally.add(&format!("{}:{f}", rerun::tally::CHANGED), 1);
+                }
             }
             Some(why::SOURCE_CHANGED)
         } else if self.prior.is_rejected(id) {
@@ -311,17 +338,22 @@ impl SourceTable {
         Ok(true)
     }
 
-    /// The names of what differs between the stored row and `rec`: its fields, its extra
-    /// columns (read back from the stored shard: only changed rows pay for it), or `file` when
-    /// only the media file is new.
+    /// The names of what differs between the stored row (with its stamp) and `rec`: its fields,
+    /// its extra columns (read back from the stored shard: only changed rows pay for it), and
+    /// `file` when the media's bytes are new (the stored row with today's media digest is not
+    /// what was stamped; a move alone changes only `path`).
     async fn what_changed(
         &self,
         id: &str,
-        old: &SourceInfo,
+        (old, stored): (&SourceInfo, Stamp),
         rec: &VideoRecord,
         cx: &StageContext,
     ) -> Result<Vec<String>, RunError> {
         let mut fields = rerun::changed_fields(old, &rec.source);
+        let media = rec.lineage.slot(crate::record::Slot::Media);
+        if media.is_some() && rerun::row_input(old, media) != stored.input {
+            fields.push("file".into());
+        }
         if let Some((shard, _)) = self.prior.shard_of(id) {
             let stored = shards::stored_extras(cx.store.as_ref(), shard, id, &cx.extras).await?;
             for (i, name) in cx.extras.iter().enumerate() {
@@ -333,6 +365,7 @@ impl SourceTable {
         if fields.is_empty() {
             fields.push("file".into());
         }
+        fields.dedup();
         Ok(fields)
     }
 

@@ -50,6 +50,8 @@ pub struct StageContext {
     pub objects: ObjectLog,
     /// Frames decoded by an earlier stage of this pass, for a later one that reads pixels.
     pub decoded: crate::runtime::decoded::DecodedFrames,
+    /// The content digests of the media files a source lists, kept by their stat.
+    pub media_digests: crate::store::media_digests::MediaDigests,
 }
 
 /// The objects stored per video while it computes (see `StageContext::objects`).
@@ -136,6 +138,7 @@ impl StageContext {
             local_media: Default::default(),
             objects: Default::default(),
             decoded: Default::default(),
+            media_digests: crate::store::media_digests::MediaDigests::read_only(run_dir),
         })
     }
 

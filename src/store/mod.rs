@@ -14,6 +14,7 @@ pub mod commits;
 pub mod filter;
 pub mod gc;
 pub mod manifest;
+pub mod media_digests;
 pub mod objects;
 pub mod run;
 pub mod shards;

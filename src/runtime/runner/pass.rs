@@ -42,6 +42,7 @@ pub(super) struct PassEnv {
     chain_pos: BTreeMap<String, u32>,
     local_media: crate::runtime::stage::LocalMedia,
     decoded: crate::runtime::decoded::DecodedFrames,
+    media_digests: crate::store::media_digests::MediaDigests,
 }
 
 /// Opens the run directory, checks the store and the pin, and sets up what the stages share.
@@ -73,6 +74,10 @@ pub(super) async fn open_pass(plan: &Plan, opts: &RunOptions) -> Result<PassEnv,
         .chain(plan.stages.iter().map(|s| s.id.clone()))
         .zip(0u32..)
         .collect();
+    let digests_dir = run_dir.join(crate::store::media_digests::DIR);
+    let media_digests =
+        crate::store::media_digests::MediaDigests::open(&run_dir, &rank.shard_prefix())
+            .map_err(crate::error::io(&digests_dir))?;
     Ok(PassEnv {
         _opened: opened,
         store,
@@ -85,6 +90,7 @@ pub(super) async fn open_pass(plan: &Plan, opts: &RunOptions) -> Result<PassEnv,
         chain_pos,
         local_media: Default::default(),
         decoded,
+        media_digests,
     })
 }
 
@@ -125,6 +131,7 @@ impl PassEnv {
             local_media: self.local_media.clone(),
             objects: Default::default(),
             decoded: self.decoded.clone(),
+            media_digests: self.media_digests.clone(),
         }
     }
 

@@ -345,7 +345,7 @@ impl Source for DatasetSource {
     }
 
     fn run(self: Box<Self>, cx: StageContext) -> SourceStream {
-        let cpu = cx.cpu.clone();
+        let (cpu, digests) = (cx.cpu.clone(), cx.media_digests.clone());
         let this = *self;
         // Every rank lists every row: one rank's counts are the run's.
         if cx.rank.rank == 0 {
@@ -357,8 +357,8 @@ impl Source for DatasetSource {
         let mut seen = HashMap::new();
         futures::stream::iter(this.entries)
             .map(move |(e, published)| {
-                let cpu = cpu.clone();
-                async move { (identify(cpu, e).await, published) }
+                let (cpu, digests) = (cpu.clone(), digests.clone());
+                async move { (identify(cpu, digests, e).await, published) }
             })
             .buffered(cx.cpu.threads().max(2))
             .map(move |(e, published)| {

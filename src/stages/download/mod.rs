@@ -448,6 +448,8 @@ impl Processor for DownloadStage {
         rec.media = rows.pop().map(|d| MediaFile {
             path: d.path,
             size_bytes: d.size_bytes,
+            blake3: d.blake3,
+            hashed: false,
         });
     }
 }

@@ -2,10 +2,12 @@
 //!
 //! Reads: the folder or manifest. Writes: the `source` table (path, size) and the records' extra
 //! columns: every manifest column other than the path and id columns (label, domain, language...)
-//! is carried through to every output table. Calls: nothing external. Video id: the manifest's id
-//! column, else the first 16 hex digits of the file's BLAKE3 content hash (so renaming a file keeps
-//! its id and its finished work). Rejects: manifest lines without a path, missing files, URLs
-//! (fetched by a download stage, not by this source), duplicate ids.
+//! is carried through to every output table. Calls: nothing external. Caches: each file's BLAKE3
+//! by its stat (`store::media_digests`), so an unchanged corpus is not read again. Video id: the
+//! manifest's id column, else the first 16 hex digits of the file's BLAKE3 (so renaming a file
+//! keeps its id and its finished work). Rejects: manifest lines without a path, missing files,
+//! files changed while read, URLs (fetched by a download stage, not by this source), duplicate
+//! ids.
 
 mod manifest;
 
@@ -82,6 +84,8 @@ pub(crate) struct Entry {
     pub(crate) description: Option<String>,
     pub(crate) extra: Vec<Option<String>>,
     pub(crate) problem: Option<StageError>,
+    /// The file's content digest, once identified.
+    pub(crate) known: Option<crate::store::media_digests::Known>,
 }
 
 impl Entry {
@@ -215,13 +219,6 @@ pub(crate) fn source_columns() -> Result<Vec<String>, RunError> {
     Ok(fields.iter().map(|f| f.name().clone()).collect())
 }
 
-/// First 16 hex digits of the BLAKE3 hash of the file's bytes.
-pub fn content_id(path: &Path) -> std::io::Result<String> {
-    let mut h = blake3::Hasher::new();
-    h.update_reader(std::fs::File::open(path)?)?;
-    Ok(h.finalize().to_hex()[..16].to_string())
-}
-
 #[async_trait]
 impl Source for LocalSource {
     fn provides(&self) -> &'static [Slot] {
@@ -284,7 +281,7 @@ impl Source for LocalSource {
     }
 
     fn run(self: Box<Self>, cx: StageContext) -> SourceStream {
-        let cpu = cx.cpu.clone();
+        let (cpu, digests) = (cx.cpu.clone(), cx.media_digests.clone());
         // Hash in parallel, keep the listing order, then drop duplicates in order.
         let this = *self;
         let from_manifest = this.layout.is_some();
@@ -296,7 +293,8 @@ impl Source for LocalSource {
             },
             None => Box::new(this.entries.into_iter()),
         };
-        let hashed = futures::stream::iter(entries).map(move |e| identify(cpu.clone(), e));
+        let hashed =
+            futures::stream::iter(entries).map(move |e| identify(cpu.clone(), digests.clone(), e));
         // Id hash → where it was first listed: 12 bytes a video, whatever the manifest holds.
         let mut seen: HashMap<u64, u32> = HashMap::new();
         hashed
@@ -307,40 +305,43 @@ impl Source for LocalSource {
     }
 }
 
-/// Gives an entry listed without an id its content id (hashed on the CPU pool), or the problem
-/// its file has (missing, unreadable). Entries with a problem, or with an id and an existing
-/// file, are left as they are.
-pub(crate) async fn identify(cpu: crate::runtime::stage::CpuPool, e: Entry) -> Entry {
-    if e.problem.is_some() || e.id.is_some() && e.path.as_ref().is_some_and(|p| p.is_file()) {
-        return e;
-    }
+/// Gives an entry with a file its content digest (kept, when the file's stat is unchanged since:
+/// `StageContext::media_digests`; else read on the CPU pool) and, when listed
+/// without an id, its content id: the first 16 hex digits of that BLAKE3. A file that is missing,
+/// unreadable, or changed while it was read becomes the entry's problem, naming where it was
+/// listed. Entries with a problem or only a URL are left as they are.
+pub(crate) async fn identify(
+    cpu: crate::runtime::stage::CpuPool,
+    digests: crate::store::media_digests::MediaDigests,
+    e: Entry,
+) -> Entry {
     let mut e = e;
-    let Some(path) = e.path.clone() else { return e };
-    let size_ok = std::fs::metadata(&path).map(|m| m.is_file());
-    match size_ok {
-        Ok(true) => match cpu
-            .run(move || {
-                content_id(&path).map_err(|err| StageError::data("unreadable", err.to_string()))
-            })
-            .await
-        {
-            Ok(id) => e.id = Some(id),
-            Err(err) => {
-                e.problem = Some(StageError::data(
-                    "unreadable",
-                    format!("{}: {}", e.origin, err.detail),
-                ))
-            }
-        },
-        _ => {
-            e.problem = Some(StageError::data(
-                "missing_file",
-                format!(
+    let Some(path) = e.path.clone().filter(|_| e.problem.is_none()) else {
+        return e;
+    };
+    // One key per file, however it was written in the listing.
+    let path = path.canonicalize().unwrap_or(path);
+    e.path = Some(path.clone());
+    let known = match digests.kept(&path) {
+        Ok(Some(k)) => Ok(k),
+        Ok(None) => cpu.run(move || digests.read(&path)).await,
+        Err(e) => Err(e),
+    };
+    match known {
+        Ok(known) => {
+            e.id.get_or_insert_with(|| known.blake3[..16].to_string());
+            e.known = Some(known);
+        }
+        Err(err) => {
+            let detail = match err.reason.as_str() {
+                "missing_file" => format!(
                     "{}: {} does not exist or is not a file",
                     e.origin,
-                    path.display()
+                    e.path.as_deref().unwrap_or(Path::new("")).display()
                 ),
-            ))
+                _ => format!("{}: {}", e.origin, err.detail),
+            };
+            e.problem = Some(StageError { detail, ..err });
         }
     }
     e
@@ -391,14 +392,15 @@ fn record_of(id: String, e: Entry) -> VideoRecord {
         return VideoRecord::new(id, info, e.extra);
     }
     let path = e.path.expect("no problem implies a path or a URL");
-    let abs = path.canonicalize().unwrap_or(path);
-    let size = std::fs::metadata(&abs).map(|m| m.len()).unwrap_or(0);
-    let path = abs.display().to_string();
-    (info.path, info.size_bytes) = (Some(path.clone()), Some(size));
+    let known = e.known.expect("an identified file has its digest");
+    let path = path.display().to_string();
+    (info.path, info.size_bytes) = (Some(path.clone()), Some(known.size));
     let mut rec = VideoRecord::new(id, info, e.extra);
     rec.media = Some(MediaFile {
         path,
-        size_bytes: size,
+        size_bytes: known.size,
+        blake3: Some(known.blake3),
+        hashed: known.hashed,
     });
     rec
 }
