@@ -390,3 +390,82 @@ fn a_datasets_own_splits_and_the_balanced_category_test_split() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// A split made before videos left the run (issue 66): the dry run names the videos a manifest
+/// edit removes, `status` names the split and the command that makes it again, `release` says
+/// in its summary and its card how many it left out; the split made again by that command is
+/// current.
+#[test]
+fn a_split_older_than_the_run_is_named_until_it_is_made_again() {
+    need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    plain_clip(&d.path().join("c.mp4"), 0.6, "64x36");
+    let csv = |skip: &[usize]| {
+        let mut s = String::from("path,id,label\n");
+        for i in (0..6).filter(|i| !skip.contains(i)) {
+            s += &format!("c.mp4,v{i},{}\n", if i % 2 == 0 { "fake" } else { "real" });
+        }
+        s
+    };
+    write(&d.path().join("m.csv"), &csv(&[]));
+    let run = run_manifest(d.path(), PROBE, 0);
+    let o = split(
+        &run,
+        &["--ratios", "50/50", "--names", "a,b", "--name", "s"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let status = |want: i32| {
+        let o = Command::new(bin())
+            .arg("status")
+            .arg(&run)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(want));
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    assert!(!status(0).contains("split `s`"));
+
+    write(&d.path().join("m.csv"), &csv(&[1, 4]));
+    let dry = Command::new(bin())
+        .args(["run", "p.toml", "--out", run.to_str().unwrap(), "--dry-run"])
+        .current_dir(d.path())
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&dry.stdout).to_string() + &String::from_utf8_lossy(&dry.stderr);
+    assert!(said.contains("source: leaving the run: v1, v4"), "{said}");
+    run_manifest(d.path(), PROBE, 0);
+    let said = status(0);
+    let again = format!(
+        "vidcurate split {} --ratios 50/50 --names a,b --name s",
+        run.display()
+    );
+    assert!(
+        said.contains(&format!(
+            "split `s`: 2 of its 6 videos are no longer selected by the run"
+        )) && said.contains(&format!("Make it again: {again}")),
+        "{said}"
+    );
+    let rel = d.path().join("rel");
+    let o = Command::new(bin())
+        .arg("release")
+        .arg(&run)
+        .args(["--split", "s", "--out", rel.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("left out: 2 videos of split `s`"), "{out}");
+    let card = std::fs::read_to_string(rel.join("README.md")).unwrap();
+    assert!(
+        card.contains("2 videos of split `s` are no longer selected"),
+        "{card}"
+    );
+
+    // The command status printed makes it current.
+    let args: Vec<&str> = again.split(' ').skip(1).collect();
+    let o = Command::new(bin()).args(&args).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(read_split(&run, "s").len(), 4);
+    assert!(!status(0).contains("split `s`"));
+}

@@ -33,5 +33,11 @@ pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
         r.columns.len(),
         r.out.join("README.md").display()
     );
+    if r.left_out > 0 {
+        println!(
+            "left out: {} videos of split `{}` that the run no longer selects (removed, changed or filtered since the split was made): make the split again to rebalance (`vidcurate status` prints the command)",
+            r.left_out, a.opts.split
+        );
+    }
     Ok(crate::error::Exit::Done)
 }

@@ -22,9 +22,29 @@ pub struct Args {
     pub opts: SplitOptions,
 }
 
-pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
+pub fn run(mut a: Args) -> Result<crate::error::Exit, RunError> {
+    a.opts.command = Some(command_line());
     let r = crate::runtime::tokio_runtime()?.block_on(split(&a.run_dir, &a.opts))?;
     print!("{}", r.render());
     println!("split: {}", r.file);
     Ok(crate::error::Exit::Done)
+}
+
+/// This invocation as a user would type it again (`vidcurate`, then the arguments, quoted for a
+/// POSIX shell where they need it).
+fn command_line() -> String {
+    let quote = |a: String| {
+        let plain = !a.is_empty()
+            && a.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-./=,:@%+/".contains(&b));
+        if plain {
+            a
+        } else {
+            format!("'{}'", a.replace('\'', "'\\''"))
+        }
+    };
+    std::iter::once("vidcurate".to_string())
+        .chain(std::env::args().skip(1).map(quote))
+        .collect::<Vec<_>>()
+        .join(" ")
 }

@@ -39,6 +39,8 @@ pub struct Status {
     pub ranks: Vec<RankStatus>,
     /// Per table, the videos whose rows reruns retired, by reason (`store::shards::retired`).
     pub retired: std::collections::BTreeMap<String, std::collections::BTreeMap<String, u64>>,
+    /// Stored splits holding videos the run no longer selects.
+    pub stale_splits: Vec<crate::release::split::stale::StaleSplit>,
 }
 
 pub async fn status(run: &Path) -> Result<Status, RunError> {
@@ -51,10 +53,13 @@ pub async fn status(run: &Path) -> Result<Status, RunError> {
     let world = pin.as_ref().map_or(1, |p| p.world.max(1));
     let data = read_stages(&view, &[]).await?;
     let retired = crate::store::shards::retired::all_counts(store.as_ref()).await?;
+    let shown = run.display().to_string();
+    let stale_splits = crate::release::split::stale::stale_splits(&view, &shown).await?;
     let mut out = Status {
         pin,
         ranks: vec![],
         retired,
+        stale_splits,
     };
     for r in 0..world {
         let rank = Rank {
@@ -127,6 +132,9 @@ pub fn render(s: &Status) -> String {
     for (table, why) in &s.retired {
         let parts: Vec<String> = why.iter().map(|(w, n)| format!("{n} {w}")).collect();
         t += &format!("retired from {table} by reruns: {}\n", parts.join(", "));
+    }
+    for st in &s.stale_splits {
+        t += &crate::release::split::stale::render(st);
     }
     let todo: Vec<String> = s
         .ranks

@@ -262,6 +262,17 @@ fn render_changes(t: &mut String, d: &DryRun) {
     if rerun && !parts.is_empty() {
         let _ = writeln!(t, "source: {} since the last run", parts.join(", "));
     }
+    if rerun && !c.removed_ids.is_empty() {
+        // Named, so a query-file or manifest edit that drops more than meant is seen before.
+        const SHOWN: usize = 20;
+        let ids = &c.removed_ids;
+        let more = match ids.len().saturating_sub(SHOWN) {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
+        let shown = ids[..ids.len().min(SHOWN)].join(", ");
+        let _ = writeln!(t, "source: leaving the run: {shown}{more}");
+    }
     for l in &d.stages {
         if l.recomputed > 0 {
             let _ = writeln!(

@@ -32,6 +32,8 @@ pub struct SourceChanges {
     pub changed: u64,
     pub added: u64,
     pub removed: u64,
+    /// The ids of the removed videos, sorted.
+    pub removed_ids: Vec<String>,
     /// Listed records the source rejects (a missing file, an unmapped label).
     pub rejected: u64,
 }
@@ -149,7 +151,12 @@ pub async fn walk(
         }
     }
     if let Some(p) = &source_prior {
-        out.source.removed = p.settled_keys().filter(|k| !listed.contains(k)).count() as u64;
+        let gone: HashSet<u64> = p.settled_keys().filter(|k| !listed.contains(k)).collect();
+        out.source.removed = gone.len() as u64;
+        let mut ids: Vec<String> = p.ids_of(&gone).await?.into_iter().map(|v| v.0).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        out.source.removed_ids = ids;
     }
     Ok(out)
 }

@@ -90,6 +90,8 @@ pub struct ReleaseReport {
     pub splits: Vec<(String, usize)>,
     pub columns: Vec<String>,
     pub files: usize,
+    /// Videos of the split the run no longer selects, left out.
+    pub left_out: usize,
 }
 
 /// The frame order of each perturbation variant (RiskCue §3.4), as indices into the frames.
@@ -127,8 +129,8 @@ fn write_parquet(path: &Path, batch: &RecordBatch) -> Result<(), RunError> {
 
 /// The split's videos the pipeline still selects: a split is made once, and a rerun since (a
 /// video removed or changed, a threshold raised) may have taken some out; a release holds what
-/// the run selects now, as `annotate export` does, and says how many it left out.
-fn keep_selected(by_split: &mut BTreeMap<String, Vec<String>>, selected: &[String], name: &str) {
+/// the run selects now, as `annotate export` does. Returns how many it left out.
+fn keep_selected(by_split: &mut BTreeMap<String, Vec<String>>, selected: &[String]) -> usize {
     let mut gone = 0;
     for ids in by_split.values_mut() {
         let before = ids.len();
@@ -136,13 +138,17 @@ fn keep_selected(by_split: &mut BTreeMap<String, Vec<String>>, selected: &[Strin
         ids.retain(|v| selected.binary_search(v).is_ok());
         gone += before - ids.len();
     }
-    if gone > 0 {
-        tracing::warn!(
-            split = name,
-            videos = gone,
-            "Videos of the split are no longer selected by the run (removed, changed or filtered since the split was made): left out of the release. Make the split again to rebalance it."
-        );
+    gone
+}
+
+/// The card's note on a split made before videos left the run's selection.
+fn stale_note(gone: usize, split: &str) -> String {
+    if gone == 0 {
+        return String::new();
     }
+    format!(
+        "\n## A split older than the run\n\n{gone} videos of split `{split}` are no longer selected by the run (removed, changed or filtered since the split was made) and are not in this release, so the splits' shares may be off their targets. Make the split again (`vidcurate status RUN` prints the command) and release again to rebalance them.\n"
+    )
 }
 
 /// Writes the release folder.
@@ -157,7 +163,7 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
     let (store, m) = (&run.store, &run.manifest);
     let (order, mut by_split, split_report) = read_split(store, &opts.split).await?;
     let (selected, funnel) = crate::stages::selection::pipeline_selection(&run).await?;
-    keep_selected(&mut by_split, &selected, &opts.split);
+    let left_out = keep_selected(&mut by_split, &selected);
     let inputs = read_inputs(store, m).await?;
     let out = &opts.out;
     clear_out(out)?;
@@ -203,7 +209,7 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
         opts,
     );
     let avail = crate::release::availability::write_manifest(&run, &order, &by_split, out).await?;
-    let card = card + &availability(&avail);
+    let card = card + &availability(&avail) + &stale_note(left_out, &opts.split);
     let readme = out.join("README.md");
     std::fs::write(&readme, card).map_err(crate::error::io(&readme))?;
     // Last: it lists the checksum of every file written above.
@@ -223,6 +229,7 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
         splits: sizes.into_iter().map(|(s, n, _)| (s, n)).collect(),
         columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
         files,
+        left_out,
     })
 }
 

@@ -16,6 +16,7 @@
 
 mod duplicates;
 mod modes;
+pub mod stale;
 #[cfg(test)]
 mod tests;
 mod values;
@@ -83,6 +84,10 @@ pub struct SplitOptions {
     /// has); the rest are split over the other names by their --ratios.
     #[arg(long, value_parser = modes::parse_per_cell, conflicts_with_all = ["group", "dedup", "drop_duplicates"])]
     pub balanced_test: Option<modes::PerCell>,
+    /// The command line that asked for this split, kept in NAME.json: what `status` tells to run
+    /// again once the run's selection has moved on.
+    #[arg(skip)]
+    pub command: Option<String>,
 }
 
 /// Split shares, summing to 1 (an alias, so the command line takes them as one value).
@@ -233,6 +238,9 @@ pub struct SplitReport {
     pub missing_left_out: Vec<String>,
     /// The largest |videos − target| over the cells.
     pub max_deviation: f64,
+    /// The command line that made it (`vidcurate split …`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
     #[serde(skip)]
     pub file: String,
 }
@@ -436,6 +444,7 @@ fn report(opts: &SplitOptions, items: &[Item], placed: &[usize], run_dir: &Path)
         dropped_duplicates: vec![],
         missing_left_out: vec![],
         max_deviation,
+        command: opts.command.clone(),
         file: format!("{}/splits/{}.parquet", run_dir.display(), opts.name),
     }
 }

@@ -216,6 +216,7 @@ mod tests {
             from_column: None,
             leave_out_missing: false,
             balanced_test: None,
+            command: None,
         };
         let (placed, names) = from_column(&items, &values, "split", &opts).unwrap();
         assert_eq!(names, ["train", "test", "fold9"]);
