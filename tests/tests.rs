@@ -47,6 +47,7 @@ mod questions;
 mod release;
 mod rerun;
 mod rerun_dataset;
+mod rerun_held;
 mod rerun_media;
 mod rerun_ranks;
 mod rerun_review;

@@ -32,25 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(os.environ.get("VIDCURATE_BIN", ROOT / "target/release/vidcurate"))
-
-
-def measured(cmd):
-    """Wall time, peak RSS (MiB) and stderr of one command, waited for by a fresh Python (so
-    ru_maxrss is this child's alone)."""
-    code = ("import resource,subprocess,sys;"
-            "p=subprocess.run(sys.argv[1:],stdout=subprocess.DEVNULL,stderr=subprocess.PIPE);"
-            "sys.stderr.buffer.write(p.stderr[-4000:]);"
-            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.returncode)")
-    t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-c", code] + [str(c) for c in cmd],
-                       capture_output=True, text=True)
-    secs = time.perf_counter() - t0
-    rss_kib, rc = p.stdout.split()
-    if int(rc) not in (0, 3):
-        sys.exit(f"{' '.join(map(str, cmd))} failed ({rc}):\n{p.stderr}")
-    return secs, int(rss_kib) / 1024, p.stderr
+# Time and peak RSS of one command, as the rerun bench measures them (this script sits beside it).
+from rerun import BIN, measured
 
 
 def tiny_clip(path):
@@ -93,7 +76,7 @@ def peer(cmd, files):
     t0 = time.perf_counter()
     rss = 0.0
     for k in range(0, len(files), 5000):
-        _, r, _ = measured(cmd + files[k:k + 5000])
+        _, r, _ = measured(cmd[0], cmd[1:] + files[k:k + 5000])
         rss = max(rss, r)
     return time.perf_counter() - t0, rss
 
@@ -106,12 +89,12 @@ def one_corpus(name, d, make):
     run = d / "run"
     p = d / "p.toml"
     p.write_text(pipeline.format("media"))
-    args = [BIN, "run", p, "--out", run, "-q"]
-    t_first, _, _ = measured(args)
-    t_same, rss_same, _ = measured(args)
+    args = ["run", str(p), "--out", str(run), "-q"]
+    t_first, _, _ = measured(BIN, args)
+    t_same, rss_same, _ = measured(BIN, args)
     media.rename(moved)
     p.write_text(pipeline.format("moved"))
-    t_move, rss_move, said = measured(args)
+    t_move, rss_move, said = measured(BIN, args)
     c = counts(run)
     files = sorted(str(f) for f in moved.iterdir())
     size = sum(os.path.getsize(f) for f in files)

@@ -10,6 +10,10 @@ one after the other:
   title     demo001's title and description rewritten
   removed   demo003's row taken out of the manifest
   file      demo004's file replaced by demo005's
+  touched   every video's modification time set to now (issue 66)
+  copied    the whole folder copied elsewhere (`cp -r`), the old one removed (issue 66)
+  title-out demo002 retitled as a cooking lesson: relevance drops it, its later rows are held
+  title-in  demo002's title back: its held rows come back uncomputed
 
 After each it reruns into the first directory, runs a clean run into a new one, and compares every
 table (as pyarrow reads the folders: every column but times) and the `analyze --by label` tables.
@@ -111,9 +115,49 @@ def main():
             shutil.copy(v / "demo005.mp4", v / "demo004.mp4")
             return _r
 
+        def touched(r):
+            for v in (tmp / "data/demo/videos").iterdir():
+                os.utime(v)
+            return r
+
+        def copied(r):
+            # Everything the run reads, elsewhere; the rerun still writes into `out`.
+            nonlocal tmp, manifest, pipeline
+            moved = tmp.parent / (tmp.name + "-moved")
+            shutil.rmtree(moved, ignore_errors=True)
+            moved.mkdir()
+            for d in ("data", "pipelines", "queries"):
+                subprocess.run(["cp", "-r", str(tmp / d), str(moved / d)], check=True)
+            shutil.rmtree(tmp / "data/demo")
+            moves.append(moved)
+            tmp, manifest = moved, moved / "data/demo/manifest.csv"
+            pipeline = str(moved / "pipelines/demo.toml")
+            return r
+
+        titles = {}
+
+        def title_out(r):
+            for x in r:
+                if x["id"] == "demo002":
+                    titles["demo002"] = (x["title"], x["description"])
+                    x["title"] = "A quiet cooking lesson in a studio kitchen"
+                    x["description"] = "Chopping onions, slowly, for beginners"
+            return r
+
+        def title_in(r):
+            for x in r:
+                if x["id"] == "demo002":
+                    x["title"], x["description"] = titles["demo002"]
+            return r
+
+        moves = []
         for name, change in [("label", label), ("title", title), ("removed", removed),
-                             ("file", file)]:
-            edit_manifest(manifest, change)
+                             ("file", file), ("touched", touched), ("copied", copied),
+                             ("title-out", title_out), ("title-in", title_in)]:
+            if change is copied:
+                copied(None)
+            else:
+                edit_manifest(manifest, change)
             said = run(["run", pipeline, "--out", str(out), "-q"], tmp)
             clean = tmp / f"clean-{name}"
             run(["run", pipeline, "--out", str(clean), "-q"], tmp)
@@ -123,7 +167,8 @@ def main():
                 differ.append("analyze")
             lines = [l for l in said.splitlines() if ": " in l and l.split(":")[0] in
                      ["source"] + TABLES and any(w in l for w in
-                     ("changed", "removed", "added", "recomputed", "rewritten", "retried"))]
+                     ("changed", "removed", "added", "recomputed", "rewritten", "retried",
+                      "re-hashed", "moved", "restored"))]
             computed = [l.split()[0] + "=" + l.split()[2] for l in said.splitlines()
                         if l.split() and l.split()[0] in TABLES + ["source"]
                         and len(l.split()) == 7 and l.split()[2].isdigit() and l.split()[2] != "0"]
@@ -132,6 +177,8 @@ def main():
             print(f"{name:8} | {'; '.join(lines) or '(nothing said)'} | computed: "
                   f"{', '.join(computed) or 'nothing'} | {verdict}", flush=True)
             bad += bool(differ)
+        for m in moves:
+            shutil.rmtree(m, ignore_errors=True)
     sys.exit(1 if bad else 0)
 
 

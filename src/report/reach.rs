@@ -250,7 +250,7 @@ fn settle_down(
                     .and_then(|d| d.goes_on(&st.id, &rec.video_id))
                     .unwrap_or(true)
             }
-            Settle::RejectedBefore => {
+            Settle::RejectedBefore | Settle::RestoreReject { .. } => {
                 line.free += 1;
                 false
             }

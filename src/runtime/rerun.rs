@@ -34,6 +34,9 @@ pub mod tally {
     /// Media files of known videos read again because their stat changed (copied, moved,
     /// touched); whether their bytes changed is counted apart (`changed (file)`).
     pub const REHASHED: &str = "rerun_rehashed";
+    /// Stage rows (or rejects) held apart that the selection sends to the stage again: written
+    /// back into the table, uncomputed.
+    pub const RESTORED: &str = "rerun_restored";
     /// Source rows written again only for a new path (the same bytes elsewhere): nothing after
     /// the source computes.
     pub const MOVED: &str = "rerun_moved";
@@ -185,9 +188,16 @@ pub fn media_digest(m: &crate::record::MediaFile) -> u64 {
 pub enum Settle {
     /// Its stored rows hold.
     Reuse,
-    /// Its stored rows hold, but carry old extra-column values: written again, retiring these
-    /// (in the shard at this path, of this commit).
-    Rewrite { shard: (String, String) },
+    /// Its stored rows hold, but carry old extra-column values, or are held apart (the selection
+    /// had stopped sending the video here): written again, retiring these (in the shard at this
+    /// path, of this commit) for `why`.
+    Rewrite {
+        shard: (String, String),
+        why: &'static str,
+    },
+    /// Rejected before for what it is, with the same inputs, and that reject is held apart:
+    /// recorded in the table again, uncomputed, retiring the held one.
+    RestoreReject { shard: (String, String) },
     /// Computed (again): `replaces` names the stored settlement it retires, and why.
     Compute {
         replaces: Option<((String, String), &'static str)>,
@@ -218,7 +228,18 @@ pub fn decide<R: serde::Serialize + serde::de::DeserializeOwned>(
             };
         }
         if extras_changed {
-            return Settle::Rewrite { shard: shard() };
+            let why = why::EXTRAS_CHANGED;
+            return Settle::Rewrite {
+                shard: shard(),
+                why,
+            };
+        }
+        if prior.is_held(id) {
+            let why = why::RESTORED;
+            return Settle::Rewrite {
+                shard: shard(),
+                why,
+            };
         }
         return Settle::Reuse;
     }
@@ -229,6 +250,8 @@ pub fn decide<R: serde::Serialize + serde::de::DeserializeOwned>(
             why::INPUTS_CHANGED
         } else if extras_changed {
             why::EXTRAS_CHANGED
+        } else if prior.is_held(id) {
+            return Settle::RestoreReject { shard: shard() };
         } else {
             return Settle::RejectedBefore;
         };
@@ -242,6 +265,8 @@ pub fn decide<R: serde::Serialize + serde::de::DeserializeOwned>(
 /// The tally key a decision counts under, if it is a change.
 pub fn tally_of(s: &Settle) -> Option<&'static str> {
     match s {
+        Settle::Rewrite { why: w, .. } if *w == why::RESTORED => Some(tally::RESTORED),
+        Settle::RestoreReject { .. } => Some(tally::RESTORED),
         Settle::Rewrite { .. } => Some(tally::REWRITTEN),
         Settle::Compute {
             replaces: Some((_, w)),
@@ -335,6 +360,10 @@ pub fn summary_line(id: &str, counts: &StageCounts) -> Option<String> {
         "rewritten (extra columns changed)".into(),
     );
     say(n(tally::RETRIED), "retried (transient rejects)".into());
+    say(
+        n(tally::RESTORED),
+        "restored (held rows, selected again: uncomputed)".into(),
+    );
     say(
         n(tally::MOVED),
         "moved (same bytes, new path: rows rewritten)".into(),

@@ -14,6 +14,8 @@ use std::time::Duration;
 pub(super) enum Outcome<R> {
     Reused(VideoRecord, Vec<R>),
     RejectedBefore,
+    /// A reject held apart, recorded in the table again as it was (`Settle::RestoreReject`).
+    Restored(VideoRecord, StageError),
     /// With the compute time (set by the stage loop, for the stall detector).
     Computed(VideoRecord, Result<Vec<R>, StageError>, Option<Duration>),
 }

@@ -52,6 +52,29 @@ pub struct StageContext {
     pub decoded: crate::runtime::decoded::DecodedFrames,
     /// The content digests of the media files a source lists, kept by their stat.
     pub media_digests: crate::store::media_digests::MediaDigests,
+    /// The settlements of videos the pass did not send to each stage, for the runner to hold
+    /// apart once the pass is complete.
+    pub unsent: Unsent,
+}
+
+/// Per stage, the (video, shard, commit) settlements its stage loop was not sent this pass.
+#[derive(Clone, Default)]
+pub struct Unsent(
+    Arc<std::sync::Mutex<std::collections::BTreeMap<String, Vec<(String, String, String)>>>>,
+);
+
+impl Unsent {
+    pub fn add(&self, stage: &str, settled: Vec<(String, String, String)>) {
+        if settled.is_empty() {
+            return;
+        }
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.entry(stage.to_string()).or_default().extend(settled);
+    }
+
+    pub fn take(&self) -> std::collections::BTreeMap<String, Vec<(String, String, String)>> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 /// The objects stored per video while it computes (see `StageContext::objects`).
@@ -139,6 +162,7 @@ impl StageContext {
             objects: Default::default(),
             decoded: Default::default(),
             media_digests: crate::store::media_digests::MediaDigests::read_only(run_dir),
+            unsent: Default::default(),
         })
     }
 

@@ -103,6 +103,7 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
                 }
                 Step::Received(mut rec) => {
                     watch.received();
+                    books.sent.insert(crate::record::id_key(&rec.video_id));
                     let settle =
                         self.settle(&mut rec, &prior, &cx, &mut writer, &mut books.rewrite);
                     flow.in_flight
@@ -131,6 +132,13 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
                 Step::Tick => writer.maybe_flush().await?,
             }
             watch.set_waiting_to_send(flow.to_send.len());
+        }
+        // Only a single process holds rows apart (ranks share the tables: nothing compacts them).
+        if !cx.cancel.is_cancelled() && !cx.rank.explicit {
+            let unsent = prior.unsent_visible(&books.sent);
+            if !unsent.is_empty() {
+                cx.unsent.add(&cx.stage_id, prior.ids_of(&unsent).await?);
+            }
         }
         close(writer, &cx, &books.rejects, &progress, &watch, books.counts).await
     }
@@ -162,6 +170,9 @@ struct Books {
     counts: StageCounts,
     rejects: RejectLog,
     rewrite: std::collections::HashSet<String>,
+    /// Keys of the videos this pass sent to the stage: the earlier settlements of the others
+    /// are held apart at the end of a complete pass.
+    sent: std::collections::HashSet<u64>,
 }
 
 /// Logs rejects the first few times per reason, then counts them: a manifest of thousands of bad
@@ -278,10 +289,11 @@ impl<P: Processor> ProcessorTask<P> {
             cx.tally.add(key, 1);
         }
         let replaced = match &settle {
-            rerun::Settle::Rewrite { shard } => {
+            rerun::Settle::Rewrite { shard, why } => {
                 rewrite.insert(rec.video_id.clone());
-                Some((shard.clone(), why::EXTRAS_CHANGED))
+                Some((shard.clone(), *why))
             }
+            rerun::Settle::RestoreReject { shard } => Some((shard.clone(), why::RESTORED)),
             rerun::Settle::Compute { replaces } => replaces.clone(),
             _ => None,
         };
@@ -321,6 +333,23 @@ impl<P: Processor> ProcessorTask<P> {
             })
         } else if settle == rerun::Settle::RejectedBefore {
             Box::pin(futures::future::ready(Outcome::RejectedBefore))
+        } else if let rerun::Settle::RestoreReject { .. } = settle {
+            let prior = prior.clone();
+            Box::pin(async move {
+                match prior.reject_of(&rec.video_id).await {
+                    Ok(Some((reason, detail))) => {
+                        Outcome::Restored(rec, StageError::data(reason, detail))
+                    }
+                    Ok(None) => {
+                        let why = "a held reject without its reject row";
+                        Outcome::Computed(rec, Err(StageError::internal("prior_shard", why)), None)
+                    }
+                    Err(e) => {
+                        let err = StageError::internal("prior_shard", e.to_string());
+                        Outcome::Computed(rec, Err(err), None)
+                    }
+                }
+            })
         } else {
             watch.started_computing();
             let (p, cx, settings) = (self.0.clone(), cx.clone(), settings.clone());
@@ -364,6 +393,12 @@ impl<P: Processor> ProcessorTask<P> {
             Outcome::RejectedBefore => {
                 counts.rejected_before += 1;
                 progress.inc(true);
+                None
+            }
+            Outcome::Restored(rec, e) => {
+                counts.rejected_before += 1;
+                progress.inc(true);
+                writer.reject(&rec.video_id, &rec.extra, &e, rec.lineage.stamp);
                 None
             }
             Outcome::Computed(rec, Ok(rows), _) => {

@@ -43,6 +43,7 @@ pub(super) struct PassEnv {
     local_media: crate::runtime::stage::LocalMedia,
     decoded: crate::runtime::decoded::DecodedFrames,
     media_digests: crate::store::media_digests::MediaDigests,
+    unsent: crate::runtime::stage::Unsent,
 }
 
 /// Opens the run directory, checks the store and the pin, and sets up what the stages share.
@@ -91,6 +92,7 @@ pub(super) async fn open_pass(plan: &Plan, opts: &RunOptions) -> Result<PassEnv,
         local_media: Default::default(),
         decoded,
         media_digests,
+        unsent: Default::default(),
     })
 }
 
@@ -132,6 +134,7 @@ impl PassEnv {
             objects: Default::default(),
             decoded: self.decoded.clone(),
             media_digests: self.media_digests.clone(),
+            unsent: self.unsent.clone(),
         }
     }
 
@@ -345,6 +348,23 @@ pub(super) fn remove_local_media(env: &PassEnv) {
     }
 }
 
+/// After a complete pass of a single process: each stage's rows of videos the pass did not send
+/// it (the selection moved on) are held apart from the table's files (`store::shards::held`).
+async fn hold_unsent(env: &PassEnv) -> Result<(), RunError> {
+    for (stage, settled) in env.unsent.take() {
+        let n =
+            crate::store::shards::held::hold(env.store.as_ref(), &stage, &settled, "held").await?;
+        if n > 0 {
+            tracing::info!(
+                stage = %stage,
+                videos = n,
+                "Held apart the rows of videos the selection no longer sends to this stage (under _held/: a lowered threshold takes them back uncomputed)."
+            );
+        }
+    }
+    Ok(())
+}
+
 /// After a complete pass of a single process: the shards holding rows this pass retired are
 /// written again without them (`store::shards::compact`), so the tables' files are what a clean
 /// run writes. Ranks share the tables; there the tombstones alone keep the readers right.
@@ -352,6 +372,7 @@ pub(super) async fn compact_tables(env: &PassEnv, tables: &[String]) -> Result<(
     if env.rank.explicit {
         return Ok(());
     }
+    hold_unsent(env).await?;
     for t in tables {
         let n = crate::store::shards::compact::compact(env.store.as_ref(), t).await?;
         if n > 0 {

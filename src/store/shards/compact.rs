@@ -66,10 +66,8 @@ async fn rewrite(
     gone: &HashSet<String>,
 ) -> Result<(), RunError> {
     let io = |p: &str, e| store.io_error(p, e);
-    let live = |v: &&String| !gone.contains(*v);
-    let videos: Vec<String> = c.videos.iter().filter(live).cloned().collect();
-    let rejected: Vec<String> = c.rejected.iter().filter(live).cloned().collect();
-    if videos.is_empty() && rejected.is_empty() {
+    let live = |v: &String| !gone.contains(v);
+    if !c.videos.iter().chain(&c.rejected).any(live) {
         // The record first: a record without its shard reads as a lost shard.
         let record = commits::record_path(path);
         let _ = store.delete(&record).await;
@@ -79,6 +77,30 @@ async fn rewrite(
         }
         return Ok(());
     }
+    let stale_rejects = c.rejects_file.clone();
+    let written = write_part(store, stage, &c, gone, path, c.rejects_file.as_deref()).await?;
+    // The slot no longer names it.
+    if let Some(r) = stale_rejects.filter(|_| !written) {
+        let _ = store.delete(&r).await;
+    }
+    Ok(())
+}
+
+/// Writes `c` without the videos in `gone` as a committed shard at `path` (its rejects, if any
+/// are left, at `rejects_path`: first), then its commit record. Whether a rejects shard was
+/// written. Compaction writes a shard again in place; holding copies part of one elsewhere.
+pub(super) async fn write_part(
+    store: &dyn Store,
+    stage: &str,
+    c: &ShardContents,
+    gone: &HashSet<String>,
+    path: &str,
+    rejects_path: Option<&str>,
+) -> Result<bool, RunError> {
+    let io = |p: &str, e| store.io_error(p, e);
+    let live = |v: &&String| !gone.contains(*v);
+    let videos: Vec<String> = c.videos.iter().filter(live).cloned().collect();
+    let rejected: Vec<String> = c.rejected.iter().filter(live).cloned().collect();
     let stamp_at = |i: usize| c.stamps.get(i).copied().flatten();
     let stamps: Vec<Option<Stamp>> = c
         .videos
@@ -89,7 +111,7 @@ async fn rewrite(
         .map(|(i, _)| stamp_at(i))
         .collect();
     let fp = c.fingerprint.clone().unwrap_or_default();
-    let rejects = live_rejects(&c, gone, stage, &fp)?;
+    let rejects = live_rejects(c, gone, stage, &fp, rejects_path)?;
     let mut objects: Vec<ObjectSum> = c
         .objects
         .iter()
@@ -116,7 +138,7 @@ async fn rewrite(
         commit: true,
     };
     let bytes = encode_parquet(&batch, &footer, stage, &fp)?;
-    let stale_rejects = c.rejects_file.clone().filter(|_| rejects.is_none());
+    let written = rejects.is_some();
     if let Some((rpath, rbytes, _)) = rejects {
         store.put(&rpath, rbytes).await.map_err(|e| io(&rpath, e))?;
     }
@@ -131,22 +153,19 @@ async fn rewrite(
     commits::write_record(store, &record)
         .await
         .map_err(|e| io(&commits::record_path(path), e))?;
-    // The slot no longer names it.
-    if let Some(r) = stale_rejects {
-        let _ = store.delete(&r).await;
-    }
-    Ok(())
+    Ok(written)
 }
 
-/// The slot's rejects shard without the videos in `gone`: (path, bytes, rows as JSON), None when
-/// no reject is left.
+/// The slot's rejects shard without the videos in `gone`, to be written at `to`: (path, bytes,
+/// rows as JSON), None when no reject is left.
 fn live_rejects(
     c: &ShardContents,
     gone: &HashSet<String>,
     stage: &str,
     fp: &str,
+    to: Option<&str>,
 ) -> Result<Option<(String, Vec<u8>, String)>, RunError> {
-    let (Some(file), Some(json)) = (&c.rejects_file, &c.reject_rows) else {
+    let (Some(file), Some(json), Some(to)) = (&c.rejects_file, &c.reject_rows, to) else {
         return Ok(None);
     };
     let rows: FooterRejects = serde_json::from_str(json)
@@ -157,5 +176,5 @@ fn live_rejects(
     }
     let json = serde_json::to_string(&rows)
         .map_err(|e| RunError::Internal(format!("reject rows: {e}")))?;
-    Ok(Some((file.clone(), rows.shard(stage, fp)?, json)))
+    Ok(Some((to.to_string(), rows.shard(stage, fp)?, json)))
 }

@@ -11,6 +11,7 @@
 
 pub mod compact;
 mod encode;
+pub mod held;
 mod prior;
 mod read;
 pub mod retired;

@@ -197,6 +197,36 @@ impl<R: Serialize + DeserializeOwned> Prior<R> {
         self.done.keys().chain(self.rejected.keys()).copied()
     }
 
+    /// The keys of the settled videos not in `sent` whose settlement is in a shard readers of
+    /// the table's folder see (not a held copy): what a complete pass that did not send them
+    /// here holds apart (`held::hold`).
+    pub fn unsent_visible(&self, sent: &HashSet<u64>) -> HashSet<u64> {
+        let visible = |idx: u32| !super::held::is_held(&self.shards[idx as usize]);
+        let done = self.done.iter().map(|(k, i)| (*k, *i));
+        let rejected = self.rejected.iter().map(|(k, r)| (*k, r.shard));
+        done.chain(rejected)
+            .filter(|(k, idx)| !sent.contains(k) && visible(*idx))
+            .map(|(k, _)| k)
+            .collect()
+    }
+
+    /// Whether the video's settlement is a held copy (`held`): its rows, or its reject, go back
+    /// into the table when a stage is sent it again.
+    pub fn is_held(&self, id: &str) -> bool {
+        self.shard_of(id)
+            .is_some_and(|(p, _)| super::held::is_held(p))
+    }
+
+    /// The reject an earlier run recorded for this video (reason, detail), from its shard's
+    /// footer; None when it has none there.
+    pub async fn reject_of(&self, id: &str) -> Result<Option<(String, String)>, RunError> {
+        let Some((path, _)) = self.shard_of(id) else {
+            return Ok(None);
+        };
+        let c = read_shard(self.store.as_ref(), path, false).await?;
+        Ok(super::write::reject_row_of(c.reject_rows.as_deref(), id))
+    }
+
     /// The ids of the settled videos whose keys are in `keys`, with their shards and the shards'
     /// commit ids, read back from the footers of the shards that hold them: the rare path
     /// (videos that left the source), so the ids are not held for every video.

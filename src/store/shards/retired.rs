@@ -32,6 +32,11 @@ pub mod why {
     pub const RETRIED: &str = "transient_reject_retried";
     pub const NOW_REJECTED: &str = "now_rejected_by_source";
     pub const NOW_LISTED: &str = "now_listed_by_source";
+    /// The run's selection no longer sends the video to the stage: its rows are held apart
+    /// (`shards::held`).
+    pub const HELD: &str = "held_not_selected";
+    /// Sent to the stage again: its held rows are back in the table, uncomputed.
+    pub const RESTORED: &str = "restored_selected_again";
 }
 
 /// One video's rows (or reject) of one shard, retired.

@@ -103,6 +103,14 @@ impl FooterRejects {
     }
 }
 
+/// The reject row (reason, detail) a slot's footer carries for `id`.
+pub(super) fn reject_row_of(reject_rows: Option<&str>, id: &str) -> Option<(String, String)> {
+    let rows = serde_json::from_str::<FooterRejects>(reject_rows?).ok()?;
+    let at = rows.ids.iter().position(|v| v == id)?;
+    let r = rows.rows.get(at)?;
+    Some((r.reason.clone(), r.detail.clone()))
+}
+
 /// The videos a slot rejected for a reason worth trying again (an external error: a timeout, a
 /// 5xx, a 429, a failed fetch), from the reject rows its footer carries.
 pub(super) fn transient_rejects(reject_rows: Option<&str>) -> HashSet<String> {
