@@ -33,7 +33,7 @@ impl Corpus {
 
 /// The pipeline of these tests: relevance (the fake OpenAI server at `url`, keep `min_score`
 /// and up), probe, and frames (`frames` per video; none: no frames stage).
-fn pipeline_text(url: &str, min_score: u32, frames: Option<u32>) -> String {
+pub(crate) fn pipeline_text(url: &str, min_score: u32, frames: Option<u32>) -> String {
     let frames = frames.map_or(String::new(), |n| {
         format!("\n[[stages]]\nid = \"frames\"\ntype = \"frames\"\ncompute = {{ count = {n} }}\n")
     });
@@ -73,10 +73,6 @@ fn run_ok(dir: &Path, out: &Path, code: i32) -> String {
     let o = run_with_key(&dir.join("p.toml"), out);
     assert_eq!(o.status.code(), Some(code), "{}", err(&o));
     err(&o)
-}
-
-fn computed(out: &Path, stage: &str) -> u64 {
-    counts(out, stage)["computed"].as_u64().unwrap()
 }
 
 /// After an edit: the rerun into `out` against a clean run into a new folder.

@@ -13,39 +13,11 @@ use std::path::Path;
 const TABLES: &[&str] = &["source", "relevance", "probe", "frames", "rejects"];
 const VOLATILE: &[&str] = &["rejected_at", "latency_ms", "cost_usd"];
 
+/// Relevance (keep `min_score` and up), probe, and two frames a video.
 fn pipeline(dir: &Path, url: &str, min_score: u32) {
     write(
         &dir.join("p.toml"),
-        &format!(
-            r#"name = "held"
-[output]
-flush_secs = 0
-
-[services.openai]
-base_url = "{url}v1/"
-api_key_env = "VIDCURATE_TEST_OPENAI_KEY"
-
-[source]
-type = "local"
-manifest = "m.csv"
-
-[[stages]]
-id = "relevance"
-type = "relevance"
-retries = 0
-compute = {{ service = "openai", model = "gpt-4o", event = "a protest turning violent" }}
-select = {{ min_score = {min_score} }}
-
-[[stages]]
-id = "probe"
-type = "probe"
-
-[[stages]]
-id = "frames"
-type = "frames"
-compute = {{ count = 2 }}
-"#
-        ),
+        &crate::rerun::pipeline_text(url, min_score, Some(2)),
     );
 }
 
@@ -87,10 +59,6 @@ fn rerun_equals_clean(dir: &Path, out: &Path, step: &str) -> String {
     let v = run(&["verify", out.to_str().unwrap()], dir);
     assert_eq!(v.status.code(), Some(0), "{step}: {}", err(&v));
     err(&o)
-}
-
-fn computed(out: &Path, stage: &str) -> u64 {
-    counts(out, stage)["computed"].as_u64().unwrap()
 }
 
 #[test]

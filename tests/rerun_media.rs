@@ -55,10 +55,6 @@ fn rerun_equals_clean(p: &Path, out: &Path, step: &str) -> String {
     err(&o)
 }
 
-fn computed(out: &Path, stage: &str) -> u64 {
-    counts(out, stage)["computed"].as_u64().unwrap()
-}
-
 #[test]
 fn a_corpus_touched_or_copied_elsewhere_computes_nothing_and_other_bytes_are_found() {
     need_ffmpeg!();

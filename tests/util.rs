@@ -320,6 +320,11 @@ pub fn counts(run_dir: &Path, stage: &str) -> serde_json::Value {
     m["invocations"].as_array().unwrap().last().unwrap()["counts"][stage].clone()
 }
 
+/// How many videos `stage` computed in the last invocation.
+pub fn computed(run_dir: &Path, stage: &str) -> u64 {
+    counts(run_dir, stage)["computed"].as_u64().unwrap()
+}
+
 /// The rows of every Parquet file of a table folder, as column → value maps.
 pub fn table_rows_file_all(dir: &Path) -> Vec<std::collections::BTreeMap<String, String>> {
     let Ok(rd) = std::fs::read_dir(dir) else {

@@ -16,17 +16,10 @@
 use super::compact::write_part;
 use super::read::{decode_parquet, get_unless_moved};
 use super::retired::{self, Retired, RetiredEntry, why};
+use super::{HELD_DIR, is_held};
 use crate::error::RunError;
 use crate::store::Store;
 use std::collections::{BTreeMap, HashSet};
-
-/// The folder of held copies, in a table's folder and in `rejects/`.
-pub const HELD_DIR: &str = "_held";
-
-/// Whether a shard path is a held copy.
-pub fn is_held(path: &str) -> bool {
-    path.split('/').any(|p| p == HELD_DIR)
-}
 
 /// Where the held copy of `path` (a table's shard or a rejects shard) goes: beside the folder's
 /// files, under `_held/`, named for what it holds (`tag`), so that no two copies take one name.

@@ -50,6 +50,13 @@ pub const META_INPUTS: &str = "vidcurate.inputs";
 /// slot number taken again after settings changed): what a tombstone names with the path.
 pub const META_COMMIT: &str = "vidcurate.commit";
 pub const REJECTS_DIR: &str = "rejects";
+/// The folder of held copies (`held`), in a table's folder and in `rejects/`.
+pub const HELD_DIR: &str = "_held";
+
+/// Whether a shard path is a held copy (`held`).
+pub fn is_held(path: &str) -> bool {
+    path.split('/').any(|p| p == HELD_DIR)
+}
 pub const SUPERSEDED_DIR: &str = "_superseded";
 
 /// One row of the rejects table.

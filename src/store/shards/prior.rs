@@ -201,7 +201,7 @@ impl<R: Serialize + DeserializeOwned> Prior<R> {
     /// the table's folder see (not a held copy): what a complete pass that did not send them
     /// here holds apart (`held::hold`).
     pub fn unsent_visible(&self, sent: &HashSet<u64>) -> HashSet<u64> {
-        let visible = |idx: u32| !super::held::is_held(&self.shards[idx as usize]);
+        let visible = |idx: u32| !super::is_held(&self.shards[idx as usize]);
         let done = self.done.iter().map(|(k, i)| (*k, *i));
         let rejected = self.rejected.iter().map(|(k, r)| (*k, r.shard));
         done.chain(rejected)
@@ -213,8 +213,7 @@ impl<R: Serialize + DeserializeOwned> Prior<R> {
     /// Whether the video's settlement is a held copy (`held`): its rows, or its reject, go back
     /// into the table when a stage is sent it again.
     pub fn is_held(&self, id: &str) -> bool {
-        self.shard_of(id)
-            .is_some_and(|(p, _)| super::held::is_held(p))
+        self.shard_of(id).is_some_and(|(p, _)| super::is_held(p))
     }
 
     /// The reject an earlier run recorded for this video (reason, detail), from its shard's
