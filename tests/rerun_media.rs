@@ -60,14 +60,7 @@ fn a_corpus_touched_or_copied_elsewhere_computes_nothing_and_other_bytes_are_fou
     need_ffmpeg!();
     let d = tempfile::tempdir().unwrap();
     let dir = d.path().join("in");
-    std::fs::create_dir_all(dir.join("v")).unwrap();
-    for i in 0..4 {
-        plain_clip(
-            &dir.join(format!("v/c{i}.mp4")),
-            0.6 + 0.2 * i as f64,
-            "64x36",
-        );
-    }
+    small_clips(&dir, 4);
     let p = pipeline(&dir);
     let out = d.path().join("run");
     let o = run_into(&p, &out, &dir);

@@ -167,6 +167,15 @@ pub fn plain_clip(path: &Path, secs: f64, size: &str) {
     ]);
 }
 
+/// `n` clips `dir/v/c{i}.mp4` of 64x36, 0.6 s and 0.2 s longer each (so no two are alike).
+pub fn small_clips(dir: &Path, n: usize) {
+    std::fs::create_dir_all(dir.join("v")).unwrap();
+    for i in 0..n {
+        let path = dir.join(format!("v/c{i}.mp4"));
+        plain_clip(&path, 0.6 + 0.2 * i as f64, "64x36");
+    }
+}
+
 pub fn run(args: &[&str], cwd: &Path) -> Output {
     Command::new(bin())
         .args(args)
