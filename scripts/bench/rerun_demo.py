@@ -16,7 +16,8 @@ one after the other:
   title-in  demo002's title back: its held rows come back uncomputed
 
 After each it reruns into the first directory, runs a clean run into a new one, and compares every
-table (as pyarrow reads the folders: every column but times) and the `analyze --by label` tables.
+table (as pyarrow reads the folders: every column but times; the inputs' folder in a value, such
+as a reject's detail naming its file, read as `<inputs>`) and the `analyze --by label` tables.
 It prints, per edit, the summary lines the rerun said, what it computed per stage, and whether the
 tables equal the clean run's. Exit 1 when any differs.
 
@@ -49,13 +50,24 @@ def run(args, cwd):
     return p.stderr
 
 
+# The folders the inputs were read from: a path in a value is compared as `<inputs>/...` (a
+# reject's detail names the file it could not read, as it was named when it was rejected).
+ROOTS = []
+
+
 def rows(run_dir, table):
     path = Path(run_dir) / table
     if not path.exists():
         return []
     t = ds.dataset(str(path), format="parquet").to_table()
     keep = [c for c in t.schema.names if c not in VOLATILE]
-    return sorted(repr(sorted(r.items())) for r in t.select(keep).to_pylist())
+    out = []
+    for r in t.select(keep).to_pylist():
+        text = repr(sorted(r.items()))
+        for root in ROOTS:
+            text = text.replace(root, "<inputs>")
+        out.append(text)
+    return sorted(out)
 
 
 def analysis(run_dir, cwd):
@@ -91,6 +103,7 @@ def main():
         os.symlink(ROOT / "data/models", tmp / "data/models")
         manifest = tmp / "data/demo/manifest.csv"
         pipeline = str(tmp / "pipelines/demo.toml")
+        ROOTS.append(str(tmp))
         out = tmp / "run"
         run(["run", pipeline, "--out", str(out), "-q"], tmp)
 
@@ -130,6 +143,7 @@ def main():
                 subprocess.run(["cp", "-r", str(tmp / d), str(moved / d)], check=True)
             shutil.rmtree(tmp / "data/demo")
             moves.append(moved)
+            ROOTS.insert(0, str(moved))
             tmp, manifest = moved, moved / "data/demo/manifest.csv"
             pipeline = str(moved / "pipelines/demo.toml")
             return r

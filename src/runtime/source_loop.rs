@@ -339,7 +339,8 @@ impl SourceTable {
     }
 
     /// The names of what differs between the stored row (with its stamp) and `rec`: its fields,
-    /// its extra columns (read back from the stored shard: only changed rows pay for it), and
+    /// its extra columns (read back from the stored shard: only rows whose extras changed pay
+    /// for it), and
     /// `file` when the media's bytes are new (the stored row with today's media digest is not
     /// what was stamped; a move alone changes only `path`).
     async fn what_changed(
@@ -354,7 +355,10 @@ impl SourceTable {
         if media.is_some() && rerun::row_input(old, media) != stored.input {
             fields.push("file".into());
         }
-        if let Some((shard, _)) = self.prior.shard_of(id) {
+        // Which extra columns changed is read back only when their digest says some did: a
+        // moved corpus rewrites every row, and reading a shard per row would be quadratic.
+        let extras_changed = rec.lineage.stamp.is_some_and(|s| s.extras != stored.extras);
+        if let Some((shard, _)) = self.prior.shard_of(id).filter(|_| extras_changed) {
             let stored = shards::stored_extras(cx.store.as_ref(), shard, id, &cx.extras).await?;
             for (i, name) in cx.extras.iter().enumerate() {
                 if stored.get(i) != rec.extra.get(i) {
