@@ -234,7 +234,7 @@ pub fn decide<R: serde::Serialize + serde::de::DeserializeOwned>(
                 why,
             };
         }
-        if prior.is_held(id) {
+        if held(prior, id) {
             let why = why::RESTORED;
             return Settle::Rewrite {
                 shard: shard(),
@@ -250,7 +250,7 @@ pub fn decide<R: serde::Serialize + serde::de::DeserializeOwned>(
             why::INPUTS_CHANGED
         } else if extras_changed {
             why::EXTRAS_CHANGED
-        } else if prior.is_held(id) {
+        } else if held(prior, id) {
             return Settle::RestoreReject { shard: shard() };
         } else {
             return Settle::RejectedBefore;
@@ -260,6 +260,14 @@ pub fn decide<R: serde::Serialize + serde::de::DeserializeOwned>(
         };
     }
     Settle::Compute { replaces: None }
+}
+
+/// Whether the video's settlement is a held copy (`store::shards::held`): its rows, or its
+/// reject, go back into the table when the stage is sent it again.
+fn held<R: serde::Serialize + serde::de::DeserializeOwned>(prior: &Prior<R>, id: &str) -> bool {
+    prior
+        .shard_of(id)
+        .is_some_and(|(p, _)| crate::store::shards::is_held(p))
 }
 
 /// The tally key a decision counts under, if it is a change.

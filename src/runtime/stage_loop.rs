@@ -333,10 +333,11 @@ impl<P: Processor> ProcessorTask<P> {
             })
         } else if settle == rerun::Settle::RejectedBefore {
             Box::pin(futures::future::ready(Outcome::RejectedBefore))
-        } else if let rerun::Settle::RestoreReject { .. } = settle {
-            let prior = prior.clone();
+        } else if let rerun::Settle::RestoreReject { shard } = settle {
+            let store = cx.store.clone();
             Box::pin(async move {
-                match prior.reject_of(&rec.video_id).await {
+                let held = shards::held::held_reject(store.as_ref(), &shard.0, &rec.video_id);
+                match held.await {
                     Ok(Some((reason, detail))) => {
                         Outcome::Restored(rec, StageError::data(reason, detail))
                     }
@@ -408,42 +409,59 @@ impl<P: Processor> ProcessorTask<P> {
                 writer.add_objects(cx.objects.take(&rec.video_id));
                 select(&*self.0, rec, rows, &cx.extras, counts)
             }
-            Outcome::Computed(rec, Err(e), _) => match e.kind {
-                ErrorKind::Data | ErrorKind::External => {
-                    counts.rejected += 1;
-                    progress.inc(true);
-                    if books.rejects.note(&e.reason) {
-                        tracing::warn!(stage = %cx.stage_id, video_id = %rec.video_id, reason = %e.reason, detail = %e.detail, "Rejected.");
-                    }
-                    writer.reject(&rec.video_id, &rec.extra, &e, rec.lineage.stamp);
-                    // What it stored is referred to by no row.
-                    cx.objects.take(&rec.video_id);
-                    None
+            Outcome::Computed(rec, Err(e), _) => {
+                return self.failed(rec, e, cx, writer, progress, books).await;
+            }
+        })
+    }
+
+    /// A video whose computation failed: a reject for what it is or for a service (recorded), a
+    /// request deferred to a batch (nothing written), or an error that stops the run.
+    async fn failed(
+        &self,
+        rec: VideoRecord,
+        e: StageError,
+        cx: &StageContext,
+        writer: &mut ShardWriter<P::Row>,
+        progress: &StageProgress,
+        books: &mut Books,
+    ) -> Result<Option<VideoRecord>, RunError> {
+        let counts = &mut books.counts;
+        Ok(match e.kind {
+            ErrorKind::Data | ErrorKind::External => {
+                counts.rejected += 1;
+                progress.inc(true);
+                if books.rejects.note(&e.reason) {
+                    tracing::warn!(stage = %cx.stage_id, video_id = %rec.video_id, reason = %e.reason, detail = %e.detail, "Rejected.");
                 }
-                ErrorKind::Deferred => {
-                    // Neither done nor rejected: nothing is written, and the next pass (after
-                    // the batch is answered) computes it from the cache.
-                    counts.deferred += 1;
-                    progress.inc(false);
-                    None
-                }
-                ErrorKind::Config => {
-                    // A refused key, a missing tool: no other video would fare better.
-                    writer.flush().await?;
-                    return Err(RunError::Config(format!(
-                        "stage {}: {} (at video {})",
-                        cx.stage_id, e.detail, rec.video_id
-                    )));
-                }
-                ErrorKind::Internal => {
-                    // Keep what is finished, then stop the run.
-                    writer.flush().await?;
-                    return Err(RunError::Internal(format!(
-                        "stage {} failed on video {}: {e}",
-                        cx.stage_id, rec.video_id
-                    )));
-                }
-            },
+                writer.reject(&rec.video_id, &rec.extra, &e, rec.lineage.stamp);
+                // What it stored is referred to by no row.
+                cx.objects.take(&rec.video_id);
+                None
+            }
+            ErrorKind::Deferred => {
+                // Neither done nor rejected: nothing is written, and the next pass (after
+                // the batch is answered) computes it from the cache.
+                counts.deferred += 1;
+                progress.inc(false);
+                None
+            }
+            ErrorKind::Config => {
+                // A refused key, a missing tool: no other video would fare better.
+                writer.flush().await?;
+                return Err(RunError::Config(format!(
+                    "stage {}: {} (at video {})",
+                    cx.stage_id, e.detail, rec.video_id
+                )));
+            }
+            ErrorKind::Internal => {
+                // Keep what is finished, then stop the run.
+                writer.flush().await?;
+                return Err(RunError::Internal(format!(
+                    "stage {} failed on video {}: {e}",
+                    cx.stage_id, rec.video_id
+                )));
+            }
         })
     }
 }

@@ -77,6 +77,17 @@ pub async fn hold(
     Ok(tombstones.len() as u64)
 }
 
+/// The reject (reason, detail) a held shard's footer records for `id`: what a stage that is
+/// sent the video again records anew, uncomputed.
+pub async fn held_reject(
+    store: &dyn Store,
+    shard: &str,
+    id: &str,
+) -> Result<Option<(String, String)>, RunError> {
+    let c = super::read::read_shard(store, shard, false).await?;
+    Ok(super::write::reject_row_of(c.reject_rows.as_deref(), id))
+}
+
 /// Writes the rows and rejects of `videos` of shard `shard` (commit `sum`) as a held copy.
 async fn copy_held(
     store: &dyn Store,

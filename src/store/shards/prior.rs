@@ -210,22 +210,6 @@ impl<R: Serialize + DeserializeOwned> Prior<R> {
             .collect()
     }
 
-    /// Whether the video's settlement is a held copy (`held`): its rows, or its reject, go back
-    /// into the table when a stage is sent it again.
-    pub fn is_held(&self, id: &str) -> bool {
-        self.shard_of(id).is_some_and(|(p, _)| super::is_held(p))
-    }
-
-    /// The reject an earlier run recorded for this video (reason, detail), from its shard's
-    /// footer; None when it has none there.
-    pub async fn reject_of(&self, id: &str) -> Result<Option<(String, String)>, RunError> {
-        let Some((path, _)) = self.shard_of(id) else {
-            return Ok(None);
-        };
-        let c = read_shard(self.store.as_ref(), path, false).await?;
-        Ok(super::write::reject_row_of(c.reject_rows.as_deref(), id))
-    }
-
     /// The ids of the settled videos whose keys are in `keys`, with their shards and the shards'
     /// commit ids, read back from the footers of the shards that hold them: the rare path
     /// (videos that left the source), so the ids are not held for every video.
