@@ -71,7 +71,7 @@ fn a_threshold_raised_then_lowered_shows_readers_a_clean_run_and_costs_nothing()
     });
     let d = tempfile::tempdir().unwrap();
     let dir = d.path();
-    small_clips(&dir, 4);
+    small_clips(dir, 4);
     // A broken file that scores low: its probe reject is held and comes back too.
     std::fs::write(dir.join("v/broken.mp4"), b"not a video").unwrap();
     let mut csv = String::from("id,path,label,title\n");

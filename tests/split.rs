@@ -441,9 +441,8 @@ fn a_split_older_than_the_run_is_named_until_it_is_made_again() {
         run.display()
     );
     assert!(
-        said.contains(&format!(
-            "split `s`: 2 of its 6 videos are no longer selected by the run"
-        )) && said.contains(&format!("Make it again: {again}")),
+        said.contains("split `s`: 2 of its 6 videos are no longer selected by the run")
+            && said.contains(&format!("Make it again: {again}")),
         "{said}"
     );
     let rel = d.path().join("rel");

@@ -57,14 +57,15 @@ pub struct StageContext {
     pub unsent: Unsent,
 }
 
-/// Per stage, the (video, shard, commit) settlements its stage loop was not sent this pass.
+/// One settlement: (video, shard, the shard's commit id).
+pub type Settlement = (String, String, String);
+
+/// Per stage, the settlements its stage loop was not sent this pass.
 #[derive(Clone, Default)]
-pub struct Unsent(
-    Arc<std::sync::Mutex<std::collections::BTreeMap<String, Vec<(String, String, String)>>>>,
-);
+pub struct Unsent(Arc<std::sync::Mutex<std::collections::BTreeMap<String, Vec<Settlement>>>>);
 
 impl Unsent {
-    pub fn add(&self, stage: &str, settled: Vec<(String, String, String)>) {
+    pub fn add(&self, stage: &str, settled: Vec<Settlement>) {
         if settled.is_empty() {
             return;
         }
@@ -72,7 +73,7 @@ impl Unsent {
         m.entry(stage.to_string()).or_default().extend(settled);
     }
 
-    pub fn take(&self) -> std::collections::BTreeMap<String, Vec<(String, String, String)>> {
+    pub fn take(&self) -> std::collections::BTreeMap<String, Vec<Settlement>> {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }

@@ -146,13 +146,13 @@ pub fn build(
             "give exactly one of `dir` (a folder of videos) or `manifest` (CSV or JSONL)",
         ));
     }
-    if let Some(m) = &manifest {
-        if !matches!(manifest_ext(m).as_str(), "csv" | "jsonl" | "ndjson") {
-            return Err(bcx.src.error_at(
-                &crate::config::key_at(at, "manifest"),
-                format!("{}: a manifest must end in .csv or .jsonl", m.display()),
-            ));
-        }
+    if let Some(m) = &manifest
+        && !matches!(manifest_ext(m).as_str(), "csv" | "jsonl" | "ndjson")
+    {
+        return Err(bcx.src.error_at(
+            &crate::config::key_at(at, "manifest"),
+            format!("{}: a manifest must end in .csv or .jsonl", m.display()),
+        ));
     }
     let json = serde_json::to_value(&cfg).unwrap_or_default();
     Ok((
