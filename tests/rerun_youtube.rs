@@ -167,3 +167,52 @@ fn random_query_file_edits_rerun_as_a_clean_run_does() {
         "the edits changed what was found: {sizes:?}"
     );
 }
+
+/// The dry run before a query-file edit names the videos only the removed query found, and
+/// the run that follows drops exactly those.
+#[test]
+fn the_dry_run_names_the_videos_a_removed_query_takes_out() {
+    let fake = youtube_fake();
+    fake.by_query.store(true, Ordering::SeqCst);
+    let llm = FakeServer::start(|_: &Request| openai_says("7"));
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let mut s = Yt {
+        spots: vec!["pipeline", "nazare", "uluwatu"],
+        max_pages: 2,
+        min_score: 1,
+    };
+    let (yt, url) = (fake.server.url(), llm.url());
+    s.write(dir, &yt, &url);
+    let out = dir.join("run");
+    let first = run(dir, &out);
+    assert_eq!(first.status.code(), Some(0), "{}", err(&first));
+    let before: std::collections::BTreeSet<String> = column(&out.join("source"), "video_id")
+        .into_iter()
+        .collect();
+    s.spots.retain(|p| *p != "nazare");
+    s.write(dir, &yt, &url);
+    let dry = run_command(&dir.join("p.toml"), &out)
+        .arg("--dry-run")
+        .env("VIDCURATE_TEST_YT_KEY", KEY)
+        .env("VIDCURATE_TEST_OPENAI_KEY", crate::judge::OPENAI_KEY)
+        .output()
+        .unwrap();
+    assert_eq!(dry.status.code(), Some(0), "{}", err(&dry));
+    let said = String::from_utf8_lossy(&dry.stdout).to_string();
+    let rerun = run(dir, &out);
+    assert_eq!(rerun.status.code(), Some(0), "{}", err(&rerun));
+    let after: std::collections::BTreeSet<String> = column(&out.join("source"), "video_id")
+        .into_iter()
+        .collect();
+    let gone: Vec<String> = before.difference(&after).cloned().collect();
+    assert!(
+        !gone.is_empty(),
+        "the removed query found videos of its own"
+    );
+    assert!(
+        said.contains(&format!("source: leaving the run: {}", gone.join(", "))),
+        "the dry run names {gone:?}:\n{said}"
+    );
+    assert!(said.contains(&format!("{} removed", gone.len())), "{said}");
+}

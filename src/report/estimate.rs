@@ -95,7 +95,11 @@ pub async fn dry_run(mut plan: Plan, opts: &RunOptions) -> Result<DryRun, RunErr
         let example = plan.source.example().unwrap_or_else(|| {
             crate::record::VideoRecord::new("example".into(), Default::default(), vec![])
         });
-        Listing::Stored(out.source.videos.unwrap_or(0), Box::new(example))
+        Listing::Stored(
+            out.source.videos.unwrap_or(0),
+            Box::new(example),
+            plan.source,
+        )
     } else {
         Listing::Listed(plan.source)
     };

@@ -72,9 +72,10 @@ pub enum Listing {
     /// The source's own listing (files, a dataset), opened.
     Listed(Box<dyn Source>),
     /// The stored `source` rows: a source that spends a quota (its searches are priced apart;
-    /// the videos they would add are not known without them). When none are stored, this many
-    /// stand-ins like this record: the most its searches can find.
-    Stored(u64, Box<VideoRecord>),
+    /// the videos they would add are not known without them), less those it could no longer
+    /// list (`Source::could_list`). When none are stored, this many stand-ins like this
+    /// record: the most its searches can find.
+    Stored(u64, Box<VideoRecord>, Box<dyn Source>),
 }
 
 /// `n` stand-ins like `rec` down the chain, each computed everywhere unless refused.
@@ -119,11 +120,13 @@ pub async fn walk(
     }
     let mut stream = match (listing, &view) {
         (Listing::Listed(source), _) => source.run(cx),
-        (Listing::Stored(n, rec), Some(v)) => match stored_records(v, extras).await? {
-            rows if rows.is_empty() => return Ok(assumed(&steps, n, rec, extras)),
-            rows => futures::stream::iter(rows).boxed(),
-        },
-        (Listing::Stored(n, rec), None) => return Ok(assumed(&steps, n, rec, extras)),
+        (Listing::Stored(n, rec, source), Some(v)) => {
+            match stored_records(v, extras, source.as_ref()).await? {
+                None => return Ok(assumed(&steps, n, rec, extras)),
+                Some(rows) => futures::stream::iter(rows).boxed(),
+            }
+        }
+        (Listing::Stored(n, rec, _), None) => return Ok(assumed(&steps, n, rec, extras)),
     };
     let (decided, source_prior) = match view {
         Some(v) => {
@@ -161,12 +164,20 @@ pub async fn walk(
     Ok(out)
 }
 
-/// The stored `source` rows as the records a rerun would pass on.
-async fn stored_records(view: &RunView, extras: &[String]) -> Result<Vec<SourceResult>, RunError> {
+/// The stored `source` rows as the records a rerun would pass on (None: nothing stored), less
+/// those `source` could no longer list.
+async fn stored_records(
+    view: &RunView,
+    extras: &[String],
+    source: &dyn Source,
+) -> Result<Option<Vec<SourceResult>>, RunError> {
     let table =
         crate::store::shards::read_table(&view.store, SOURCE_STAGE_ID, SOURCE_FINGERPRINT, true)
             .await?;
     let rows = table.rows::<crate::record::SourceInfo>()?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
     let columns: Vec<_> = extras
         .iter()
         .map(|name| table.column(name).unwrap_or_default())
@@ -174,12 +185,12 @@ async fn stored_records(view: &RunView, extras: &[String]) -> Result<Vec<SourceR
     let records: Vec<SourceResult> = rows
         .into_iter()
         .filter_map(|(id, infos)| {
-            let info = infos.into_iter().next()?;
+            let info = infos.into_iter().next().filter(|i| source.could_list(i))?;
             let extra = columns.iter().map(|c| c.get(&id).cloned()).collect();
             Some(Ok(Ok(VideoRecord::new(id, info, extra))))
         })
         .collect();
-    Ok(records)
+    Ok(Some(records))
 }
 
 type SourceResult = Result<crate::runtime::stage::SourceItem, RunError>;

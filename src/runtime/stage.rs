@@ -388,6 +388,12 @@ pub trait Source: Send + 'static {
     fn total(&self) -> Option<u64>;
     /// Yields the videos. Must stop promptly when `cx.cancel` fires.
     fn run(self: Box<Self>, cx: StageContext) -> SourceStream;
+    /// Whether a stored `source` row is one today's inputs could list again, for a source that
+    /// collects once (false: a video only queries the query file no longer expands to found):
+    /// the dry run names those as leaving the run, as the run itself would drop them.
+    fn could_list(&self, _stored: &crate::record::SourceInfo) -> bool {
+        true
+    }
     /// Whether a ranked run collects once, on rank 0, for every rank (a source that spends an
     /// API quota); the other ranks then read its committed table. Cheap sources (local files)
     /// are listed by every rank.

@@ -307,6 +307,15 @@ impl Source for YouTubeSource {
         ))
     }
 
+    fn could_list(&self, stored: &SourceInfo) -> bool {
+        // A row without provenance was not found by a search: nothing says it leaves.
+        stored.provenance.is_empty()
+            || stored
+                .provenance
+                .iter()
+                .any(|p| self.queries.iter().any(|q| q.text == p.query))
+    }
+
     fn inputs_digest(&self) -> String {
         let json = serde_json::to_vec(&self.queries).unwrap_or_default();
         blake3::hash(&json).to_hex()[..16].to_string()
