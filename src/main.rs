@@ -183,3 +183,189 @@ fn main() -> ExitCode {
     }
     ExitCode::from(exit_code(&r))
 }
+
+/// Every command line the book, the README and the binary's own messages show parses as the
+/// binary parses it, placeholders (`RUN`, `{}`, `$DIR`) filled: a hint that names a wrong
+/// argument count or a flag that is gone fails here, not in front of a user.
+#[cfg(test)]
+mod shown_commands {
+    use super::Cli;
+    use clap::Parser;
+    use std::path::{Path, PathBuf};
+
+    fn files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                files(&p, ext, out);
+            } else if p.extension().is_some_and(|x| x == ext) {
+                out.push(p);
+            }
+        }
+    }
+
+    /// Shell words up to the first unquoted `|`, `>`, `;`, `&` or ` #`: quotes group, and go.
+    fn words(cmd: &str) -> Vec<String> {
+        let (mut out, mut cur, mut quote, mut any) = (vec![], String::new(), None, false);
+        for c in cmd.chars() {
+            match (quote, c) {
+                (None, '"' | '\'') => (quote, any) = (Some(c), true),
+                (Some(q), c) if c == q => quote = None,
+                (None, '|' | '>' | ';' | '&') => break,
+                (None, '#') if !any && cur.is_empty() => break,
+                (None, c) if c.is_whitespace() => {
+                    if any || !cur.is_empty() {
+                        out.push(std::mem::take(&mut cur));
+                    }
+                    any = false;
+                }
+                (_, c) => cur.push(c),
+            }
+        }
+        if any || !cur.is_empty() {
+            out.push(cur);
+        }
+        out
+    }
+
+    /// The arguments of each `vidcurate ...` line of a page's shell blocks (continuations
+    /// joined, environment assignments before it skipped), with its line number.
+    fn in_markdown(text: &str) -> Vec<(usize, Vec<String>)> {
+        let (mut shell, mut out, mut acc) = (false, vec![], String::new());
+        for (n, line) in text.lines().enumerate() {
+            let t = line.trim();
+            if let Some(lang) = t.strip_prefix("```") {
+                shell = !shell && matches!(lang, "sh" | "bash" | "console" | "shell");
+                continue;
+            }
+            if !shell {
+                continue;
+            }
+            acc.push_str(t.trim_end_matches('\\'));
+            acc.push(' ');
+            if t.ends_with('\\') {
+                continue;
+            }
+            let cmd = std::mem::take(&mut acc);
+            let ws: Vec<String> = words(cmd.trim_start().trim_start_matches("$ "))
+                .into_iter()
+                .skip_while(|w| w.contains('=') && !w.starts_with('-'))
+                .collect();
+            if ws.first().is_some_and(|w| w.ends_with("vidcurate")) {
+                out.push((n + 1, ws[1..].to_vec()));
+            }
+        }
+        out
+    }
+
+    /// Backquoted `vidcurate ...` in the sources that are whole commands: after the command's
+    /// name comes an argument (`RUN`, `{}`), not a flag the text is naming (`release --out`).
+    fn in_rust(text: &str) -> Vec<(usize, Vec<String>)> {
+        let mut out = vec![];
+        for (n, line) in text.lines().enumerate() {
+            for span in line.split('`').skip(1).step_by(2) {
+                let Some(rest) = span.strip_prefix("vidcurate ") else {
+                    continue;
+                };
+                let ws = words(rest);
+                let name = |w: &&String| w.chars().all(|c| c.is_ascii_lowercase() || c == '-');
+                let after_name = ws.iter().find(|w| !name(w) || w.starts_with('-'));
+                if after_name.is_some_and(|w| is_placeholder(w)) && !rest.contains('…') {
+                    out.push((n + 1, ws));
+                }
+            }
+        }
+        out
+    }
+
+    fn is_placeholder(w: &str) -> bool {
+        w.starts_with('{')
+            || w.starts_with('$')
+            || w.starts_with('<')
+            || (w.len() > 1 && w.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+    }
+
+    /// The words clap sees, placeholders filled: `[optional parts]` dropped, `a|b` the first.
+    fn filled(ws: &[String]) -> Vec<String> {
+        let mut out = vec!["vidcurate".to_string()];
+        let mut optional = 0;
+        for w in ws {
+            optional += w.starts_with('[') as i32;
+            if optional > 0 {
+                optional -= w.ends_with(']') as i32;
+                continue;
+            }
+            out.push(if is_placeholder(w) {
+                "x".into()
+            } else {
+                w.clone()
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn every_command_line_shown_parses() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut shown = vec![];
+        let mut pages = vec![root.join("README.md")];
+        files(&root.join("docs/src"), "md", &mut pages);
+        for p in pages {
+            for (n, c) in in_markdown(&std::fs::read_to_string(&p).unwrap()) {
+                shown.push((format!("{}:{n}", p.display()), c));
+            }
+        }
+        let mut sources = vec![];
+        files(&root.join("src"), "rs", &mut sources);
+        // This file's own format strings are not commands.
+        for p in sources.into_iter().filter(|p| !p.ends_with("main.rs")) {
+            for (n, c) in in_rust(&std::fs::read_to_string(&p).unwrap()) {
+                shown.push((format!("{}:{n}", p.display()), c));
+            }
+        }
+        let mut bad = vec![];
+        for (at, ws) in &shown {
+            if let Err(e) = Cli::try_parse_from(filled(ws)) {
+                use clap::error::ErrorKind::{DisplayHelp, DisplayVersion};
+                if !matches!(e.kind(), DisplayHelp | DisplayVersion) {
+                    bad.push(format!("{at}: `vidcurate {}`: {}", ws.join(" "), e.kind()));
+                }
+            }
+        }
+        assert!(
+            shown.len() > 100,
+            "only {} command lines found",
+            shown.len()
+        );
+        let n = shown.len();
+        assert!(
+            bad.is_empty(),
+            "{} of {n} shown commands do not parse:\n{}",
+            bad.len(),
+            bad.join("\n")
+        );
+    }
+
+    #[test]
+    fn placeholders_are_filled_and_optional_parts_dropped() {
+        let ws = words("rehydrate RELEASE [--out DIR] {} $RUN --where \"a > 'b c'\" | head # x");
+        assert_eq!(
+            filled(&ws),
+            [
+                "vidcurate",
+                "rehydrate",
+                "x",
+                "x",
+                "x",
+                "--where",
+                "a > 'b c'"
+            ]
+        );
+        let md = "```sh\nKEY=1 vidcurate run p.toml \\\n  --dry-run | head # c\nls\n```\n```toml\nvidcurate = 1\n```\n";
+        let want: Vec<String> = vec!["run".into(), "p.toml".into(), "--dry-run".into()];
+        assert_eq!(in_markdown(md), [(3, want)]);
+        assert!(
+            in_rust("say `vidcurate release --out` and `vidcurate batch import {} F`").len() == 1
+        );
+    }
+}

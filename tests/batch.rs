@@ -558,7 +558,13 @@ fn offline_mode_exports_requests_and_imports_results() {
     let out = dir.path().join("run");
     let o = run_with_key(&p, &out);
     assert_eq!(o.status.code(), Some(4), "{}", err(&o));
-    assert!(err(&o).contains("vidcurate batch export"), "{}", err(&o));
+    // The hint names the run and the waiting stage: both commands paste as printed.
+    let hint = err(&o);
+    let r = out.display();
+    for cmd in ["export", "import"] {
+        let want = format!("`vidcurate batch {cmd} {r} relevance ");
+        assert!(hint.contains(&want), "no {want:?} in {hint}");
+    }
     assert_eq!(server.requests().len(), 0, "offline mode sends nothing");
     let req = dir.path().join("requests.jsonl");
     let o = run(

@@ -105,11 +105,19 @@ pub async fn run(
             return Ok(report);
         }
         if !pass.offline.is_empty() {
+            // Named when one stage waits, so the two commands can be pasted as they are.
+            let waiting: Vec<&str> = (report.counts.iter())
+                .filter(|(_, c)| c.deferred > 0)
+                .map(|(s, _)| s.as_str())
+                .collect();
+            let stage = match waiting[..] {
+                [one] => one,
+                _ => "STAGE",
+            };
+            let run = report.run_dir.display();
             return Err(RunError::Stopped(format!(
-                "{deferred} videos wait for answers of an offline-mode service ({}): write the requests with `vidcurate batch export {} STAGE > requests.jsonl`, answer them (e.g. `vllm run-batch -i requests.jsonl -o results.jsonl -m MODEL`), read them back with `vidcurate batch import {} results.jsonl`, and rerun",
+                "{deferred} videos wait for answers of an offline-mode service ({}): write the requests with `vidcurate batch export {run} {stage} > requests.jsonl`, answer them (e.g. `vllm run-batch -i requests.jsonl -o results.jsonl -m MODEL`), read them back with `vidcurate batch import {run} {stage} results.jsonl`, and rerun",
                 pass.offline.join(", "),
-                report.run_dir.display(),
-                report.run_dir.display()
             )));
         }
         if pass.settled.answered + pass.settled.errors == 0 {
