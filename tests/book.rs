@@ -379,3 +379,120 @@ fn the_numbers_the_book_states_are_what_the_dry_run_prints() {
         }
     }
 }
+
+/// The fenced blocks of a page in `lang`, with the line each starts on.
+fn blocks(text: &str, lang: &str) -> Vec<(usize, String)> {
+    let (mut out, mut cur): (Vec<(usize, String)>, Option<(usize, String)>) = (vec![], None);
+    for (n, line) in text.lines().enumerate() {
+        let t = line.trim_start();
+        match (&mut cur, t.strip_prefix("```")) {
+            (None, Some(l)) if l == lang => cur = Some((n + 1, String::new())),
+            (Some(_), Some(_)) => out.extend(cur.take()),
+            (Some((_, b)), None) => {
+                b.push_str(line);
+                b.push('\n');
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Every key a query file takes, as the parser's own types serialize them (a new field does not
+/// compile here until it is added, and then fails until the page shows it).
+fn query_file_keys() -> BTreeSet<String> {
+    use vidcurate::config::queries::{EventText, Group, QueryFile};
+    let v = |s: &str| toml::Value::String(s.into());
+    let map = |k: &str| BTreeMap::from([(k.to_string(), v("x"))]);
+    let full = QueryFile {
+        domain: "d".into(),
+        kind: "micro".into(),
+        event: Some(EventText {
+            name: "n".into(),
+            positive: vec!["p".into()],
+            negative: vec!["n".into()],
+        }),
+        params: map("order"),
+        exclude: vec!["e".into()],
+        groups: vec![Group {
+            name: Some("g".into()),
+            template: "{x}".into(),
+            rows: vec![map("x")],
+            cross: BTreeMap::from([("y".to_string(), vec![v("y")])]),
+            skip: vec![map("x")],
+            limit: Some(1),
+            exclude: vec!["e".into()],
+            params: map("order"),
+        }],
+    };
+    fn keys(prefix: &str, t: &toml::Table, out: &mut BTreeSet<String>) {
+        for (k, val) in t {
+            let at = format!("{prefix}{k}");
+            match val {
+                // Tables of the user's own names (params, cross, rows) stop at their key.
+                toml::Value::Table(sub) if !["params", "cross"].contains(&k.as_str()) => {
+                    keys(&format!("{at}."), sub, out)
+                }
+                toml::Value::Array(a) if k == "groups" => {
+                    keys(&format!("{at}."), a[0].as_table().unwrap(), out)
+                }
+                _ => {}
+            }
+            out.insert(at);
+        }
+    }
+    let mut out = BTreeSet::new();
+    keys("", &toml::Table::try_from(&full).unwrap(), &mut out);
+    out
+}
+
+/// The query-file page's example expands with `vidcurate queries` as it stands, and shows
+/// every key the parser takes.
+#[test]
+fn the_query_file_example_expands_and_shows_every_key() {
+    let page = book_src().join("reference/query-files.md");
+    let text = std::fs::read_to_string(&page).unwrap();
+    let examples = blocks(&text, "toml");
+    assert_eq!(examples.len(), 1, "{}: one example", page.display());
+    let (line, example) = &examples[0];
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("example.toml");
+    std::fs::write(&file, example).unwrap();
+    let o = Command::new(bin())
+        .arg("queries")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}:{line}: `vidcurate queries` on the example: {}",
+        page.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let shown: BTreeSet<String> = {
+        let mut s = BTreeSet::new();
+        fn walk(prefix: &str, t: &toml::Table, s: &mut BTreeSet<String>) {
+            for (k, v) in t {
+                let at = format!("{prefix}{k}");
+                match v {
+                    toml::Value::Table(sub) => walk(&format!("{at}."), sub, s),
+                    toml::Value::Array(a) if a.iter().all(|x| x.is_table()) && k == "groups" => {
+                        for g in a {
+                            walk(&format!("{at}."), g.as_table().unwrap(), s);
+                        }
+                    }
+                    _ => {}
+                }
+                s.insert(at);
+            }
+        }
+        walk("", &toml::from_str(example).unwrap(), &mut s);
+        s
+    };
+    let missing: Vec<_> = query_file_keys().difference(&shown).cloned().collect();
+    assert!(
+        missing.is_empty(),
+        "{}:{line}: the example does not show {missing:?}",
+        page.display()
+    );
+}
