@@ -213,8 +213,23 @@ fn a_release_carries_valid_croissant_whose_records_are_its_rows() {
     assert!(card.contains("Per kept video (4): "), "{card}");
     assert!(card.contains("Per kept item (12): "), "{card}");
 
-    // The checksums hold the folder: a changed file is named, so is a missing one.
+    // The checksums hold the folder: a changed file is named, so is a missing one, by the
+    // library and by `vidcurate verify RELEASE`.
     integrity::verify(&rel).unwrap();
+    let verify = || {
+        std::process::Command::new(bin())
+            .arg("verify")
+            .arg(&rel)
+            .output()
+            .unwrap()
+    };
+    let o = verify();
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let said = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        said.contains(&format!("{} files as released", files.len())),
+        "{said}"
+    );
     let shard = rel.join(files.iter().find(|f| f.starts_with("questions/")).unwrap());
     let mut bytes = std::fs::read(&shard).unwrap();
     bytes.push(b'\n');
@@ -225,6 +240,15 @@ fn a_release_carries_valid_croissant_whose_records_are_its_rows() {
         "{e}"
     );
     assert!(e.to_string().contains("changed after release"), "{e}");
+    let o = verify();
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    let said = String::from_utf8_lossy(&o.stdout).to_string();
+    let name = shard.strip_prefix(&rel).unwrap().display().to_string();
+    assert!(
+        said.contains(&format!("{name}: changed after release")),
+        "{said}"
+    );
+    assert!(err(&o).contains("1 of "), "{}", err(&o));
     std::fs::remove_file(rel.join("README.md")).unwrap();
     integrity::refresh(&rel).unwrap();
     integrity::verify(&rel).unwrap();

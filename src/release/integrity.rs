@@ -66,10 +66,25 @@ pub fn sha256_file(path: &Path) -> std::io::Result<String> {
         .collect::<String>())
 }
 
+/// Whether `dir` is a release folder (a local folder with `croissant.json` and no run manifest).
+pub fn is_release(dir: &Path) -> bool {
+    dir.join(CROISSANT_FILE).is_file() && !dir.join("manifest.json").exists()
+}
+
 /// Checks every FileObject `croissant.json` lists against its `sha256`; the first file that
 /// changed or is missing is the error.
 pub fn verify(release: &Path) -> Result<(), IntegrityError> {
+    match check(release)?.1.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Every FileObject `croissant.json` lists against its `sha256`: how many were checked, and
+/// each file that changed or is missing (`vidcurate verify RELEASE` lists them all).
+pub fn check(release: &Path) -> Result<(usize, Vec<IntegrityError>), IntegrityError> {
     let (path, doc) = read(release)?;
+    let (mut checked, mut found) = (0, vec![]);
     for obj in distribution(&path, &doc)? {
         if obj["@type"] != FILE_OBJECT {
             continue;
@@ -83,23 +98,22 @@ pub fn verify(release: &Path) -> Result<(), IntegrityError> {
                 });
             }
         };
+        checked += 1;
         let file = release.join(rel);
-        let actual = match sha256_file(&file) {
-            Ok(s) => s,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(IntegrityError::Missing { file: rel.into() });
-            }
-            Err(e) => return Err(io_at(&file)(e)),
-        };
-        if actual != expected {
-            return Err(IntegrityError::Changed {
+        match sha256_file(&file) {
+            Ok(actual) if actual == expected => {}
+            Ok(actual) => found.push(IntegrityError::Changed {
                 file: rel.into(),
                 expected: expected.into(),
                 actual,
-            });
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                found.push(IntegrityError::Missing { file: rel.into() })
+            }
+            Err(e) => return Err(io_at(&file)(e)),
         }
     }
-    Ok(())
+    Ok((checked, found))
 }
 
 /// The files `croissant.json` lists (their `contentUrl`s, relative to the release).
