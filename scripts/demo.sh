@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Quick start, command 1: installs what is missing, builds vidcurate, makes the synthetic demo
-# corpus and runs pipelines/demo.toml end to end, offline. Safe to run again: a second run
-# reuses everything already done.
+# Quick start, command 1: installs what the demo needs and is missing (scripts/setup.sh --demo:
+# not the test suite's tools), builds vidcurate, makes the synthetic demo corpus and runs
+# pipelines/demo.toml end to end, offline. Safe to run again: a second run reuses everything
+# already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
-command -v cargo >/dev/null || { echo "demo: cargo not found: install Rust (rustup) first" >&2; exit 1; }
+# shellcheck source=lib/rust_version.sh
+. scripts/lib/rust_version.sh
+require_rust demo || exit 1
+./scripts/setup.sh --demo
 cargo build --release --locked
 python3 scripts/make_demo_corpus.py data/demo
 # The demo's ids are fixed (demo000...): a regenerated corpus needs a fresh run directory.

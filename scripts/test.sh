@@ -2,7 +2,9 @@
 # Quick start, command 2: installs what is missing, then runs the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v cargo >/dev/null || { echo "test: cargo not found: install Rust (rustup) first" >&2; exit 1; }
+# shellcheck source=lib/rust_version.sh
+. scripts/lib/rust_version.sh
+require_rust test || exit 1
 ./scripts/setup.sh --system
 # On a fresh clone the build is most of the set-up time, and the Python installs below mostly
 # wait on downloads: build beside them. A build error is reported by `cargo test` itself.
