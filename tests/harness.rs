@@ -324,7 +324,8 @@ fn exported_harnesses_score_as_evaluate_and_follow_vlmevalkits_loader() {
         assert_eq!(circ["group_sizes"], serde_json::json!([4]));
     }
 
-    // VLMEvalKit shows frames as images: a release without frames cannot be exported for it.
+    // VLMEvalKit shows frames as images: a release without frames cannot be exported for it,
+    // and asking for both exports writes neither (the folder still verifies).
     let bare = dir.path().join("bare");
     let o = run(
         &[
@@ -334,9 +335,13 @@ fn exported_harnesses_score_as_evaluate_and_follow_vlmevalkits_loader() {
             bare.to_str().unwrap(),
             "--frames",
             "none",
-            "--harness",
-            "vlmevalkit",
         ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let both = ["--for", "lmms-eval", "--for", "vlmevalkit"];
+    let o = run(
+        &[&["harness", bare.to_str().unwrap()][..], &both].concat(),
         dir.path(),
     );
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
@@ -345,6 +350,14 @@ fn exported_harnesses_score_as_evaluate_and_follow_vlmevalkits_loader() {
         "{}",
         err(&o)
     );
+    assert!(!bare.join("harness").exists(), "nothing written");
+    let o = run(&["verify", bare.to_str().unwrap()], dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let o = run(
+        &["harness", bare.to_str().unwrap(), "--for", "lmms-eval"],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", err(&o));
 
     // A file changed after release: the export refuses it and names the file.
     let shard = std::fs::read_dir(rel.join("questions"))

@@ -12,6 +12,7 @@ mod availability;
 mod bad_input;
 mod batch;
 mod book;
+mod book_blocks;
 mod browser;
 mod budget;
 mod caption;

@@ -379,3 +379,17 @@ pub fn reference_run(p: &Path, dir: &Path, tables: &[&str], skip: &[&str]) -> Ve
     );
     snapshot(&reference, tables, skip)
 }
+
+/// A copy of a folder tree (files and folders only).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let dest = to.join(p.file_name().unwrap());
+        if p.is_dir() {
+            copy_dir(&p, &dest);
+        } else {
+            std::fs::copy(&p, &dest).unwrap();
+        }
+    }
+}

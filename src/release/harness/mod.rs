@@ -91,6 +91,11 @@ pub fn export(release: &Path, harnesses: &[Harness]) -> Result<Vec<PathBuf>, Run
             release.display()
         )));
     }
+    // Every export's refusal before any writes: a second one failing must not leave the first
+    // written and the folder's checksums stale.
+    if harnesses.contains(&Harness::Vlmevalkit) && !questions.is_empty() {
+        vlmevalkit::check(release, &questions)?;
+    }
     let mut written = vec![];
     let mut done = vec![];
     for h in harnesses {

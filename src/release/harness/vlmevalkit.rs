@@ -71,6 +71,39 @@ pub(super) fn write(release: &Path, name: &str, items: &[Item]) -> Result<Vec<Pa
     Ok(written)
 }
 
+/// What would stop `write` half-way, checked before any harness writes a file: an item whose
+/// video has no frames in the release, or a split past the circular indices.
+pub(super) fn check(release: &Path, items: &[Item]) -> Result<(), RunError> {
+    let frames = read_frames(release)?;
+    if let Some(it) = items
+        .iter()
+        .find(|i| frames.get(&i.video_id).is_none_or(|f| f.is_empty()))
+    {
+        return Err(no_frames(release, &it.video_id));
+    }
+    for split in super::first_seen(items, |i| &i.split) {
+        let n = items.iter().filter(|i| i.split == split).count();
+        if n >= CIRCULAR_OFFSET {
+            return Err(too_many(n));
+        }
+    }
+    Ok(())
+}
+
+fn no_frames(release: &Path, video_id: &str) -> RunError {
+    RunError::Config(format!(
+        "{}: video {video_id} has no frames in the release; VLMEvalKit shows frames as images \
+         (release with --frames paths or --frames bytes, or export --for lmms-eval alone)",
+        release.join("data").display(),
+    ))
+}
+
+fn too_many(n: usize) -> RunError {
+    RunError::Config(format!(
+        "{n} items: VLMEvalKit's circular indices allow under {CIRCULAR_OFFSET}"
+    ))
+}
+
 /// Writes `<name>.tsv` and its CircularEval copy `<name>_CIRC.tsv` of `items`.
 fn write_split(
     release: &Path,
@@ -79,10 +112,7 @@ fn write_split(
     frames: &HashMap<String, Vec<Frame>>,
 ) -> Result<Vec<PathBuf>, RunError> {
     if items.len() >= CIRCULAR_OFFSET {
-        return Err(RunError::Config(format!(
-            "{} items: VLMEvalKit's circular indices allow under {CIRCULAR_OFFSET}",
-            items.len()
-        )));
+        return Err(too_many(items.len()));
     }
     let width = items.iter().map(|i| i.options.len()).max().unwrap_or(0);
     let letters: Vec<char> = ('A'..='Z').take(width).collect();
@@ -92,14 +122,7 @@ fn write_split(
         let fs = frames
             .get(&it.video_id)
             .filter(|f| !f.is_empty())
-            .ok_or_else(|| {
-                RunError::Config(format!(
-                    "{}: video {} has no frames in the release; VLMEvalKit shows frames as images \
-                 (release with --frames paths or --frames bytes)",
-                    release.join("data").display(),
-                    it.video_id
-                ))
-            })?;
+            .ok_or_else(|| no_frames(release, &it.video_id))?;
         let imgs = images(release, fs)?;
         let paths: Vec<String> = (0..fs.len())
             .map(|k| format!("{}_{k:05}.jpg", super::ident(&it.video_id)))
