@@ -73,12 +73,10 @@ pub fn plan_text(file: &Path, text: String) -> Result<Plan, ConfigError> {
     };
     check_settings(&src, &raw)?;
     let source_kind = source_kind(&src, &raw.source)?;
-    let (source, source_settings) = stages::build_source(
-        &source_kind,
-        &raw.source,
-        &[Seg::Key("source".into())],
-        &bcx,
-    )?;
+    let source_at = [Seg::Key("source".into())];
+    let (source, source_settings) =
+        stages::build_source(&source_kind, &raw.source, &source_at, &bcx)
+            .map_err(|e| at_naming_key(e, &raw.source, &source_at, &bcx))?;
     let stages = plan_stages(&src, &raw.stages, source.provides(), &bcx)?;
     check_one_event(&src, &stages)?;
     let batch_services = bcx
@@ -193,6 +191,7 @@ fn plan_stages(
         let key = |k: &str| crate::config::key_at(&at, k);
         let built =
             stages::build_stage(&common, &key("compute"), &key("select"), bcx).map_err(|e| {
+                let e = at_naming_key(e, table, &at, bcx);
                 // An error without a position is about the stage as a whole: point at its type.
                 if e.line.is_none() {
                     src.error_at(&key("type"), e.message)
@@ -224,6 +223,37 @@ fn plan_stages(
         });
     }
     Ok(planned)
+}
+
+/// An error about a whole other file (a query, task or taxonomy file that cannot be read) is
+/// put at the key of `table` (at `at`) that names that file, with the path it resolved to: the
+/// user edits the key, not the file it could not find.
+fn at_naming_key(e: ConfigError, table: &toml::Table, at: &[Seg], bcx: &BuildCx) -> ConfigError {
+    if e.line.is_some() || e.file == bcx.src.file {
+        return e;
+    }
+    fn find(v: &toml::Value, at: Vec<Seg>, hit: &dyn Fn(&str) -> bool) -> Option<Vec<Seg>> {
+        match v {
+            toml::Value::String(s) if hit(s) => Some(at),
+            toml::Value::Table(t) => t
+                .iter()
+                .find_map(|(k, v)| find(v, crate::config::key_at(&at, k), hit)),
+            toml::Value::Array(a) => a.iter().enumerate().find_map(|(i, v)| {
+                let mut at = at.clone();
+                at.push(Seg::Index(i));
+                find(v, at, hit)
+            }),
+            _ => None,
+        }
+    }
+    let hit = |s: &str| bcx.resolve(std::path::Path::new(s)) == e.file;
+    let whole = toml::Value::Table(table.clone());
+    match find(&whole, at.to_vec(), &hit) {
+        Some(key) => bcx
+            .src
+            .error_at(&key, format!("{}: {}", e.file.display(), e.message)),
+        None => e,
+    }
 }
 
 /// The `[services.*]` a stage's settings name (any string value that is a service's name),

@@ -312,3 +312,91 @@ fn a_vision_stage_without_images_stops_at_its_key() {
         assert_eq!(code, 0, "{kind}: {err}");
     }
 }
+
+/// Every key of a shipped pipeline that names a file (a query, task, taxonomy or prompt file),
+/// pointed at a file that is not there: exit 2 naming that key and the path it tried (issue 67:
+/// a stage's missing `queries` was reported at `stages[0].type`, without the path).
+#[test]
+fn a_missing_file_is_named_with_the_key_that_names_it() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let d = tempfile::tempdir().unwrap();
+    // Every string that names an existing file, with its key; values made absolute so the
+    // pipeline can be validated from the temporary folder.
+    fn files(v: &mut toml::Value, key: String, base: &Path, out: &mut Vec<String>) {
+        match v {
+            // Files the plan reads (a program such as `yt_dlp` is looked for when it runs).
+            toml::Value::String(s)
+                if base.join(&*s).is_file()
+                    && s.contains('/')
+                    && [".toml", ".json", ".jsonl", ".csv", ".txt", ".md"]
+                        .iter()
+                        .any(|x| s.ends_with(x)) =>
+            {
+                *s = base.join(&*s).to_string_lossy().into_owned();
+                out.push(key);
+            }
+            toml::Value::Table(t) => {
+                for (k, v) in t.iter_mut() {
+                    let key = if key.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{key}.{k}")
+                    };
+                    files(v, key, base, out);
+                }
+            }
+            toml::Value::Array(a) => {
+                for (i, v) in a.iter_mut().enumerate() {
+                    files(v, format!("{key}[{i}]"), base, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let (mut tried, mut bad) = (0, vec![]);
+    for e in std::fs::read_dir(repo.join("pipelines")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "toml") {
+            continue;
+        }
+        let mut doc: toml::Value = toml::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        let mut keys = vec![];
+        files(&mut doc, String::new(), &repo.join("pipelines"), &mut keys);
+        for key in keys {
+            let mut broken = doc.clone();
+            let missing = d.path().join("gone").join(format!("{tried}.toml"));
+            let mut at = &mut broken;
+            for part in key.split('.') {
+                let (name, index) = match part.split_once('[') {
+                    Some((n, i)) => (n, i.trim_end_matches(']').parse::<usize>().ok()),
+                    None => (part, None),
+                };
+                at = at.get_mut(name).unwrap();
+                if let Some(i) = index {
+                    at = at.get_mut(i).unwrap();
+                }
+            }
+            *at = toml::Value::String(missing.to_string_lossy().into_owned());
+            let file = d.path().join(format!("p{tried}.toml"));
+            write(&file, &toml::to_string(&broken).unwrap());
+            let o = run(&["validate", file.to_str().unwrap()], d.path());
+            let err = String::from_utf8_lossy(&o.stderr).to_string();
+            let named =
+                err.contains(&format!("key `{key}`")) && err.contains(&*missing.to_string_lossy());
+            if o.status.code() != Some(2) || !named {
+                bad.push(format!("{} {key}: {err}", p.display()));
+            }
+            tried += 1;
+        }
+    }
+    assert!(
+        tried >= 10,
+        "only {tried} file keys in the shipped pipelines"
+    );
+    assert!(
+        bad.is_empty(),
+        "{} of {tried}:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
