@@ -104,6 +104,20 @@ fn run(dir: &Path, out: &Path) -> std::process::Output {
         .unwrap()
 }
 
+/// A folder with the query file of `spots` and its pipeline, run once into `run/`.
+fn first_run(spots: &[&'static str], yt: &str, llm: &str) -> (tempfile::TempDir, Yt) {
+    let d = tempfile::tempdir().unwrap();
+    let s = Yt {
+        spots: spots.to_vec(),
+        max_pages: 2,
+        min_score: 1,
+    };
+    s.write(d.path(), yt, llm);
+    let first = run(d.path(), &d.path().join("run"));
+    assert_eq!(first.status.code(), Some(0), "{}", err(&first));
+    (d, s)
+}
+
 #[test]
 fn random_query_file_edits_rerun_as_a_clean_run_does() {
     let fake = youtube_fake();
@@ -111,18 +125,9 @@ fn random_query_file_edits_rerun_as_a_clean_run_does() {
     let llm = FakeServer::start(|r: &Request| {
         openai_says(&(1 + blake3::hash(&r.body).as_bytes()[0] % 10).to_string())
     });
-    let d = tempfile::tempdir().unwrap();
-    let dir = d.path();
-    let mut s = Yt {
-        spots: vec!["pipeline", "nazare"],
-        max_pages: 2,
-        min_score: 1,
-    };
     let (yt, url) = (fake.server.url(), llm.url());
-    s.write(dir, &yt, &url);
-    let out = dir.join("run");
-    let first = run(dir, &out);
-    assert_eq!(first.status.code(), Some(0), "{}", err(&first));
+    let (d, mut s) = first_run(&["pipeline", "nazare"], &yt, &url);
+    let (dir, out) = (d.path(), d.path().join("run"));
     let mut rng = Rng(0x7007_ab1e);
     let mut sizes = std::collections::BTreeSet::new();
     for k in 0..40 {
@@ -175,18 +180,9 @@ fn the_dry_run_names_the_videos_a_removed_query_takes_out() {
     let fake = youtube_fake();
     fake.by_query.store(true, Ordering::SeqCst);
     let llm = FakeServer::start(|_: &Request| openai_says("7"));
-    let d = tempfile::tempdir().unwrap();
-    let dir = d.path();
-    let mut s = Yt {
-        spots: vec!["pipeline", "nazare", "uluwatu"],
-        max_pages: 2,
-        min_score: 1,
-    };
     let (yt, url) = (fake.server.url(), llm.url());
-    s.write(dir, &yt, &url);
-    let out = dir.join("run");
-    let first = run(dir, &out);
-    assert_eq!(first.status.code(), Some(0), "{}", err(&first));
+    let (d, mut s) = first_run(&["pipeline", "nazare", "uluwatu"], &yt, &url);
+    let (dir, out) = (d.path(), d.path().join("run"));
     let before: std::collections::BTreeSet<String> = column(&out.join("source"), "video_id")
         .into_iter()
         .collect();
