@@ -55,6 +55,7 @@ mod rerun_review;
 mod rerun_youtube;
 mod resume;
 mod s3faults;
+mod setup_scripts;
 mod shots;
 mod slurm;
 mod soak;
