@@ -161,7 +161,7 @@ fn llama_cpp_killed_mid_run_and_started_again_gives_the_uninterrupted_tables() {
 
 /// Three clips under `dir` and a pipeline over them whose last stage, `stage` (TOML), calls the
 /// service `vlm`: the server at `url`.
-fn clips_pipeline(dir: &Path, url: &str, stage: &str) -> PathBuf {
+pub(crate) fn clips_pipeline(dir: &Path, url: &str, stage: &str) -> PathBuf {
     let mut csv = String::from("path,id,label\n");
     std::fs::create_dir_all(dir.join("v")).unwrap();
     for i in 0..3 {

@@ -22,6 +22,7 @@ mod config;
 mod croissant;
 mod dataset;
 mod dataset_lists;
+mod dialects;
 mod dryrun;
 mod evaluate_batch;
 mod evaluate_people;

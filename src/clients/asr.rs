@@ -164,22 +164,28 @@ impl AsrService {
             .ep
             .post(&url, &content_type, body, parse_verbose_json)
             .await
-            .map_err(|(status, mut e)| {
-                if e.kind == ErrorKind::Data {
-                    // A request the server will never take: for a 413, what to change.
-                    e.detail = format!(
-                        "{}: {}{}",
-                        self.name,
-                        e.detail,
-                        if status == 413 {
-                            " (lower the stage's max_upload_bytes)"
-                        } else {
-                            ""
-                        }
-                    );
-                }
-                e
-            })?;
+            .map_err(
+                |super::endpoint::Failure {
+                     status,
+                     error: mut e,
+                     ..
+                 }| {
+                    if e.kind == ErrorKind::Data {
+                        // A request the server will never take: for a 413, what to change.
+                        e.detail = format!(
+                            "{}: {}{}",
+                            self.name,
+                            e.detail,
+                            if status == 413 {
+                                " (lower the stage's max_upload_bytes)"
+                            } else {
+                                ""
+                            }
+                        );
+                    }
+                    e
+                },
+            )?;
         let record = CachedResponse {
             status: 200,
             parsed: Some(t.text.clone()),

@@ -6,6 +6,7 @@
 //!
 //! One attempt per call everywhere: the runner owns retries.
 
+use super::refusal::{self, Refusal};
 use crate::config::ServiceConfig;
 use crate::error::{ErrorKind, StageError};
 use serde_json::Value;
@@ -31,6 +32,15 @@ pub enum EndpointError {
     /// URL, which may carry a key.
     #[error("{0}")]
     Send(reqwest::Error),
+}
+
+/// A POST that gave no value: the status (0: no answer), the error for the runner, and the
+/// server's refusal of the request's shape, when that is what it answered.
+#[derive(Debug)]
+pub struct Failure {
+    pub status: u16,
+    pub error: StageError,
+    pub refusal: Option<Refusal>,
 }
 
 pub struct Endpoint {
@@ -114,14 +124,15 @@ impl Endpoint {
 
     /// One POST of `body` (of `content_type`) to `url` with the key and the timeout, timed: a
     /// 200 whose body `parse` reads gives the value, that body and the latency in milliseconds.
-    /// Anything else is the error `failed` makes of it, with the status (0: no answer came).
+    /// Anything else is the error `failed` makes of it, with the status (0: no answer came)
+    /// and, when the server refused the request's shape, what it said (`refusal::read`).
     pub async fn post<T, E: std::fmt::Display>(
         &self,
         url: &str,
         content_type: &str,
         body: impl Into<reqwest::Body>,
         parse: impl FnOnce(&[u8]) -> Result<T, E>,
-    ) -> Result<(T, Vec<u8>, i64), (u16, StageError)> {
+    ) -> Result<(T, Vec<u8>, i64), Failure> {
         let r = self
             .http
             .post(url)
@@ -146,7 +157,18 @@ impl Endpoint {
             _ => None,
         };
         let status = reply.as_ref().map_or(0, |r| r.0);
-        Err((status, self.failed(reply, unreadable)))
+        let refusal = match (&reply, &unreadable) {
+            (Some((status, _, bytes)), None) => refusal::read(
+                *status,
+                &serde_json::from_slice(bytes).unwrap_or(Value::Null),
+            ),
+            _ => None,
+        };
+        Err(Failure {
+            status,
+            error: self.failed(reply, unreadable),
+            refusal,
+        })
     }
 
     /// Sends `r` with the key and the timeout: the status, the Retry-After seconds, the
@@ -349,6 +371,15 @@ fn classify(status: u16, err: &Value) -> Class {
     // storm of the same refusal.
     if message.contains("image input is not supported") {
         return Class::NoImages(message);
+    }
+    // A request refused for its shape gets the same answer every time, whatever the status
+    // (llama-cpp-python answers its validation errors with a 500).
+    if let Some(r) = refusal::read(status, err) {
+        return Class::Reject(format!(
+            "{}{}",
+            r.field.map(|f| format!("{f}: ")).unwrap_or_default(),
+            r.why
+        ));
     }
     if status == 429 || status >= 500 || status == 408 {
         return Class::Retry(

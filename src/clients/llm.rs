@@ -13,18 +13,23 @@
 //! every message.
 
 mod batch;
+mod dialect;
 mod models;
 mod settle;
 
+pub use dialect::learnt_label;
 pub use settle::import;
 
 use super::cached::{Answered, through_cache};
 use super::endpoint::{Auth, Endpoint, EndpointError};
-use crate::config::{BatchFallback, RepairRoute, ServiceApi, ServiceConfig, ServiceMode};
+use crate::config::{
+    BatchFallback, RepairRoute, ServiceApi, ServiceConfig, ServiceMode, Structured,
+};
 use crate::error::{ErrorKind, StageError};
 use crate::store::batch::BatchQueue;
 use crate::store::cache::{CacheKey, CachedResponse, ResponseCache};
 use base64::Engine;
+use dialect::Rung;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde_json::{Value, json};
 use std::num::NonZeroU32;
@@ -174,6 +179,12 @@ pub struct LlmService {
     pub batch_inline_bytes: u64,
     batch_poll: Duration,
     completion_window: String,
+    /// A pinned way of asking for structured output (`structured`), else learnt per model.
+    structured: Option<Structured>,
+    /// Per model: what the server was learnt to refuse of structured output.
+    learnt: std::sync::Mutex<
+        std::collections::HashMap<String, Arc<tokio::sync::Mutex<dialect::Learnt>>>,
+    >,
 }
 
 /// The token limiter for a limit of `per_minute` tokens: (rate per minute, burst). A server
@@ -259,6 +270,8 @@ impl LlmService {
                 .completion_window
                 .clone()
                 .unwrap_or_else(|| "24h".into()),
+            structured: cfg.structured,
+            learnt: Default::default(),
         })
     }
 
@@ -271,8 +284,8 @@ impl LlmService {
         self.batch_poll
     }
 
-    /// The request body and the URL path for this API.
-    fn body(&self, req: &ChatRequest) -> (String, Value) {
+    /// The request body and the URL path for this API, structured output asked for at `rung`.
+    fn body(&self, req: &ChatRequest, rung: Rung) -> (String, Value) {
         let b64 = |i: &ImageInput| base64::engine::general_purpose::STANDARD.encode(&*i.jpeg);
         match self.api {
             Api::OpenAi => {
@@ -294,13 +307,12 @@ impl LlmService {
                 if let Some(seed) = req.seed {
                     body["seed"] = json!(seed);
                 }
-                if let Some(sc) = &req.schema {
-                    body["response_format"] = json!({
-                        "type": "json_schema",
-                        "json_schema": {"name": sc.name, "strict": true, "schema": sc.schema},
-                    });
-                } else if req.json {
-                    body["response_format"] = json!({"type": "json_object"});
+                if req.json || req.schema.is_some() {
+                    let (name, schema) = match &req.schema {
+                        Some(sc) => (sc.name.as_str(), Some(&sc.schema)),
+                        None => ("object", None),
+                    };
+                    dialect::apply(&mut body, rung, name, schema);
                 }
                 ("chat/completions".to_string(), body)
             }
@@ -376,18 +388,23 @@ impl LlmService {
         };
         // The caller names its stage (evaluate's judge is no stage of the runtime's): the
         // answer and the lookup are counted for it.
-        let ask = through_cache(cache, &key, read_hit, || self.call(req, &key, stage));
+        let ask = through_cache(cache, &key, read_hit, || {
+            self.structured_call(req, &key, stage, cache)
+        });
         crate::store::cache::for_stage(stage, ask).await
     }
 
-    /// The call `chat` makes on a cache miss (in batch mode, the request queued instead).
+    /// The call `chat` makes on a cache miss (in batch mode, the request queued instead), with
+    /// structured output asked for at `rung`; a failure carries the server's refusal of the
+    /// request's shape, when that is what it answered.
     async fn call(
         &self,
         req: &ChatRequest,
         key: &CacheKey,
         stage: &str,
-    ) -> Result<Answered<ChatAnswer>, StageError> {
-        let (path, body) = self.body(req);
+        rung: Rung,
+    ) -> Result<Answered<ChatAnswer>, dialect::CallFailed> {
+        let (path, body) = self.body(req, rung);
         if let Some(q) = &self.batch {
             let id = key.hash();
             let go_live = match q.failure(&id) {
@@ -396,7 +413,8 @@ impl LlmService {
                         "batch_error",
                         self.ep
                             .scrub(&format!("{}: the batch answered {why}", self.name)),
-                    ));
+                    )
+                    .into());
                 }
                 // Offline: asked again in the next export.
                 Some(_) => self.mode == ServiceMode::Batch,
@@ -411,7 +429,8 @@ impl LlmService {
                     ErrorKind::Deferred,
                     "batch",
                     format!("{}: waits for a batch", self.name),
-                ));
+                )
+                .into());
             }
         }
         self.ep.check_callable()?;
@@ -426,7 +445,7 @@ impl LlmService {
                 parse_answer(self.api, b)
             })
             .await
-            .map_err(|(_, e)| e)?;
+            .map_err(|f| dialect::CallFailed(f.error, f.refusal))?;
         self.settle_tokens(charged, &a);
         let record = CachedResponse {
             status: 200,

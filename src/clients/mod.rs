@@ -3,4 +3,5 @@ pub mod asr;
 pub mod cached;
 pub mod endpoint;
 pub mod llm;
+pub mod refusal;
 pub mod youtube;

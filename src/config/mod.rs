@@ -89,6 +89,12 @@ pub struct ServiceConfig {
     /// `vllm run-batch`) and `vidcurate batch import`.
     #[serde(default)]
     pub mode: ServiceMode,
+    /// How structured output is asked of an OpenAI-compatible server, when you know better than
+    /// what it is learnt to be: `json_schema` (strict), `json_object` (with the schema beside
+    /// it, as llama-cpp-python takes it) or `prompt` (the schema in the prompt only). Unset, it
+    /// starts at `json_schema` strict and moves down once per refusal the server answers.
+    #[serde(default)]
+    pub structured: Option<Structured>,
     /// Batch mode: what becomes of a request the batch answered with an error
     /// (`batch_expired`, `request_timeout`, ...): `live` (default) asks it again live, `reject`
     /// rejects the video with the error.
@@ -150,6 +156,15 @@ impl ServiceConfig {
             output_batch: self.usd_per_mtok_output_batch.unwrap_or(output / 2.0),
         }
     }
+}
+
+/// A pinned way of asking for structured output (see `ServiceConfig::structured`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Structured {
+    JsonSchema,
+    JsonObject,
+    Prompt,
 }
 
 /// How a model service is called (see `ServiceConfig::mode`).

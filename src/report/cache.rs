@@ -89,6 +89,14 @@ pub fn stats(run_dir: &Path) -> Result<String, RunError> {
         );
     }
     out += &format!("estimated cost of the cached answers: ${total:.4} (hits cost nothing)\n");
+    // What each server was learnt to take (clients::llm's dialect): a refused request no more.
+    for (service, model, refused) in cache.dialects()? {
+        out += &format!(
+            "structured output: service {service}, model {model}: {} (the server refused {})\n",
+            crate::clients::llm::learnt_label(&refused),
+            refused.join(", ")
+        );
+    }
     if shared {
         out += &format!(
             "(answers every worker published to {location}/{}; hits and misses are counted in each worker's own --work-dir cache)\n",

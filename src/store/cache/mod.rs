@@ -381,6 +381,76 @@ impl ResponseCache {
         run().map_err(|e| db_err(&self.path, e))
     }
 
+    /// What a (service, model) was learnt to refuse of structured output (`clients::llm`'s
+    /// dialect: "json_schema", "strict", ...), kept beside the answers so a rerun and the other
+    /// ranks (through the published parts) start from it. Not an answer: `stats` leaves it out.
+    pub fn dialect(&self, service: &str, model: &str) -> Result<Option<Vec<String>>, StageError> {
+        let key = dialect_key(service, model);
+        let body: Option<Vec<u8>> = self
+            .conn()
+            .query_row(
+                "SELECT body FROM responses WHERE key = ?1",
+                params![key.hash()],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| db_err(&self.path, e))?;
+        Ok(body.and_then(|b| {
+            let v: serde_json::Value = serde_json::from_slice(&b).ok()?;
+            serde_json::from_value(v["refused"].clone()).ok()
+        }))
+    }
+
+    /// Records what `dialect` reads.
+    pub fn set_dialect(
+        &self,
+        service: &str,
+        model: &str,
+        refused: &[String],
+    ) -> Result<(), StageError> {
+        let value = CachedResponse {
+            status: 200,
+            body: serde_json::to_vec(&serde_json::json!({"model": model, "refused": refused}))
+                .unwrap_or_default(),
+            parsed: None,
+            input_tokens: None,
+            output_tokens: None,
+            latency_ms: 0,
+            batch: false,
+            stage: None,
+        };
+        self.put(&dialect_key(service, model), &value)
+    }
+
+    /// Every learnt dialect: (service, model, what it refuses).
+    pub fn dialects(&self) -> Result<Vec<(String, String, Vec<String>)>, StageError> {
+        let conn = self.conn();
+        let mut st = conn
+            .prepare("SELECT service, body FROM responses WHERE method = ?1 ORDER BY service")
+            .map_err(|e| db_err(&self.path, e))?;
+        let rows = st
+            .query_map(params![DIALECT_METHOD], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+            })
+            .map_err(|e| db_err(&self.path, e))?;
+        let mut out = vec![];
+        for row in rows {
+            let (service, body) = row.map_err(|e| db_err(&self.path, e))?;
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let refused = v["refused"].as_array().map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            });
+            out.push((
+                service,
+                v["model"].as_str().unwrap_or("").to_string(),
+                refused.unwrap_or_default(),
+            ));
+        }
+        Ok(out)
+    }
+
     /// Totals per (service, method, stage), ordered so; a stage's row counts the answers it
     /// stored and the lookups it made (see `by_service` for the totals across stages).
     pub fn stats(&self) -> Result<Vec<CacheStats>, StageError> {
@@ -393,6 +463,7 @@ impl ResponseCache {
                         COALESCE(r.tout, 0), COALESCE(r.lat, 0), COALESCE(r.bn, 0),
                         COALESCE(r.btin, 0), COALESCE(r.btout, 0)
                  FROM (SELECT service, method, COALESCE(stage, '') stage FROM responses
+                       WHERE method <> 'dialect'
                        UNION SELECT service, method, stage FROM lookups) s
                  LEFT JOIN (SELECT service, method, COALESCE(stage, '') stage, COUNT(*) n,
                                    SUM(input_tokens) tin, SUM(output_tokens) tout,
@@ -452,4 +523,15 @@ pub fn by_service(rows: &[CacheStats]) -> Vec<CacheStats> {
         }
     }
     out
+}
+
+/// The `method` of the rows `dialect` keeps: no API's method is spelt so.
+const DIALECT_METHOD: &str = "dialect";
+
+fn dialect_key(service: &str, model: &str) -> CacheKey {
+    CacheKey {
+        service: service.to_string(),
+        method: DIALECT_METHOD.to_string(),
+        request: model.to_string(),
+    }
 }
