@@ -42,6 +42,16 @@ fn response_format(r: &Request) -> Value {
     body["response_format"].clone()
 }
 
+fn dry_run(p: &Path, out: &Path) -> String {
+    let o = run_command(p, out)
+        .arg("--dry-run")
+        .env("VIDCURATE_TEST_OPENAI_KEY", crate::judge::OPENAI_KEY)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", err(&o));
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
 const ANSWER: &str = r#"{"arousal": 7, "dominance": 3, "reason": "Crowds and smoke."}"#;
 
 /// llama-cpp-python's server: `json_schema` refused with its 500 validation body, `json_object`
@@ -63,15 +73,25 @@ fn a_server_refusing_json_schema_costs_one_request_and_the_rung_is_kept() {
     let d = tempfile::tempdir().unwrap();
     let p = ask(d.path(), &server.url(), "");
     let out = d.path().join("run");
+    // The dry run counts the one refused request a server may cost, until the run has learnt.
+    let note = "structured output: service vlm, model tiny: 1 request more at most";
+    assert!(dry_run(&p, &out).contains(note));
     let o = run_with_key(&p, &out);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(!dry_run(&p, &out).contains(note));
     let sent: Vec<Value> = server
         .requests()
         .iter()
         .map(|(r, _)| response_format(r))
         .collect();
-    let refused = sent.iter().filter(|f| f["type"] == "json_schema").count();
-    assert_eq!((sent.len(), refused), (4, 1), "{sent:?}");
+    // One refused request; the rest on the learnt rung (the three clips are alike, so their
+    // requests may be one, answered once and then from the cache).
+    assert_eq!(sent[0]["type"], "json_schema", "{sent:?}");
+    assert!(
+        sent[1..].iter().all(|f| f["type"] == "json_object"),
+        "{sent:?}"
+    );
+    assert!((2..=4).contains(&sent.len()), "{sent:?}");
     assert!(
         err(&o).contains("json_object with the schema"),
         "{}",
@@ -92,21 +112,23 @@ fn a_server_refusing_json_schema_costs_one_request_and_the_rung_is_kept() {
 
     let o = run_with_key(&p, &out);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    assert_eq!(server.requests().len(), 4, "a rerun asks nothing");
+    assert_eq!(server.requests().len(), sent.len(), "a rerun asks nothing");
     // Another question of the same model in the same run directory: it starts on the learnt
     // rung, in this process and the next (the rung is kept in the run's cache).
     let p = ask(d.path(), &server.url(), "\nAnswer for a first-time viewer.");
     let o = run_with_key(&p, &out);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    let sent: Vec<Value> = server
+    let again: Vec<Value> = server
         .requests()
         .iter()
         .map(|(r, _)| response_format(r))
         .collect();
-    assert_eq!(sent.len(), 7, "{sent:?}");
+    assert!(again.len() > sent.len(), "{again:?}");
     assert!(
-        sent[4..].iter().all(|f| f["type"] == "json_object"),
-        "{sent:?}"
+        again[sent.len()..]
+            .iter()
+            .all(|f| f["type"] == "json_object"),
+        "{again:?}"
     );
 }
 

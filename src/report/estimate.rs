@@ -57,6 +57,9 @@ pub struct DryRun {
     pub cached: BTreeMap<String, i64>,
     /// What the services' model lists say the run cannot do (`modalities`).
     pub warnings: Vec<String>,
+    /// (service, model) asked under a JSON Schema whose dialect is not known yet: each may cost
+    /// one refused request more than the calls counted.
+    pub dialects_unknown: Vec<(String, String)>,
 }
 
 impl DryRun {
@@ -112,6 +115,37 @@ pub async fn dry_run(mut plan: Plan, opts: &RunOptions) -> Result<DryRun, RunErr
     out.changes = reach.source;
     for (st, r) in plan.stages.iter().zip(reach.stages) {
         out.stages.push(price(st, r, &plan.services));
+    }
+    out.dialects_unknown = dialects_unknown(&plan.stages, &plan.services, &local)?;
+    Ok(out)
+}
+
+/// The (service, model) pairs of the plan's structured calls to an OpenAI-compatible server
+/// that pins no `structured` and whose dialect the run's cache does not hold yet.
+fn dialects_unknown(
+    stages: &[crate::runtime::chain::PlannedStage],
+    services: &BTreeMap<String, crate::config::ServiceConfig>,
+    local: &std::path::Path,
+) -> Result<Vec<(String, String)>, RunError> {
+    let cache = ResponseCache::open_existing(&ResponseCache::path_in(local))?;
+    let mut out = vec![];
+    for call in stages.iter().flat_map(|s| s.task.estimate().calls) {
+        let Some(svc) = services.get(&call.service) else {
+            continue;
+        };
+        let gemini = svc.api == Some(crate::config::ServiceApi::Gemini)
+            || (svc.api.is_none() && svc.base_url.contains("generativelanguage"));
+        let pair = (call.service.clone(), call.model.clone());
+        if !call.structured || gemini || svc.structured.is_some() || out.contains(&pair) {
+            continue;
+        }
+        let known = match &cache {
+            Some(c) => c.dialect(&pair.0, &pair.1)?.is_some(),
+            None => false,
+        };
+        if !known {
+            out.push(pair);
+        }
     }
     Ok(out)
 }
@@ -241,6 +275,12 @@ pub fn render(d: &DryRun) -> String {
     render_changes(&mut t, d);
     for w in &d.warnings {
         let _ = writeln!(t, "warning: {w}");
+    }
+    for (svc, model) in &d.dialects_unknown {
+        let _ = writeln!(
+            t,
+            "structured output: service {svc}, model {model}: 1 request more at most, if the server refuses json_schema (learnt once; `structured = ...` on the service pins it)"
+        );
     }
     let _ = writeln!(
         t,

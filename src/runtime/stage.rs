@@ -330,6 +330,8 @@ pub struct CallEstimate {
     pub images: u32,
     /// Output tokens at most (the estimate takes the allowance: an upper bound).
     pub max_tokens: u32,
+    /// Asked under a JSON Schema: a server may refuse how, once (`clients::llm`'s dialect).
+    pub structured: bool,
 }
 
 /// What a stage does per video, for `run --dry-run`.

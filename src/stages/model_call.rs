@@ -72,6 +72,7 @@ impl Call {
             prompt_chars: (self.prompt.len() + self.max_transcript_chars / 2 + extra_chars) as u64,
             images: self.max_images as u32,
             max_tokens: self.max_tokens,
+            structured: self.schema.is_some(),
         }
     }
 
