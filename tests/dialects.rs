@@ -7,7 +7,7 @@
 use crate::caption::openai_structured;
 use crate::fake_http::{FakeServer, Request, Response};
 use crate::judge::{err, run_with_key};
-use crate::llama::clips_pipeline;
+use crate::llama::{clips_pipeline, dry_run};
 use crate::need_ffmpeg;
 use crate::util::*;
 use serde_json::Value;
@@ -40,16 +40,6 @@ fn ask(dir: &Path, url: &str, more: &str) -> std::path::PathBuf {
 fn response_format(r: &Request) -> Value {
     let body: Value = serde_json::from_slice(&r.body).unwrap();
     body["response_format"].clone()
-}
-
-fn dry_run(p: &Path, out: &Path) -> String {
-    let o = run_command(p, out)
-        .arg("--dry-run")
-        .env("VIDCURATE_TEST_OPENAI_KEY", crate::judge::OPENAI_KEY)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", err(&o));
-    String::from_utf8_lossy(&o.stdout).to_string()
 }
 
 const ANSWER: &str = r#"{"arousal": 7, "dominance": 3, "reason": "Crowds and smoke."}"#;

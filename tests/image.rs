@@ -183,14 +183,83 @@ fn snapshot_from(run: &Path, tables: &[&str], root: &str) -> Vec<Vec<String>> {
     all
 }
 
-/// One worker container as a Kubernetes Indexed Job's pod: the index in JOB_COMPLETION_INDEX,
-/// the world in --world, scratch inside the container (an emptyDir: a retry starts empty).
-fn pod(img: &Image, dir: &Path, url: &str, index: u32, name: &str) -> Command {
+/// What deploy/k8s/indexed-job.yaml gives its worker container: the args, the working
+/// directory and each volume's mount path by name (the file keeps one `- { name: ..., mountPath:
+/// ... }` line per mount, so a line reader is enough without a YAML crate).
+struct PodSpec {
+    args: Vec<String>,
+    workdir: String,
+    mounts: Vec<(String, String)>,
+}
+
+fn pod_spec() -> PodSpec {
+    let text = std::fs::read_to_string(repo().join("deploy/k8s/indexed-job.yaml")).unwrap();
+    let field = |l: &str, k: &str| {
+        let at = l.find(&format!("{k}: "))? + k.len() + 2;
+        Some(l[at..].split([',', '}']).next()?.trim().to_string())
+    };
+    let (mut spec, mut in_args) = (
+        PodSpec {
+            args: vec![],
+            workdir: String::new(),
+            mounts: vec![],
+        },
+        false,
+    );
+    for l in text.lines().map(str::trim) {
+        if l.starts_with('#') {
+            continue;
+        }
+        if l == "args:" {
+            in_args = true;
+        } else if in_args && l.starts_with("- ") {
+            spec.args.push(l[2..].trim_matches('"').to_string());
+        } else {
+            in_args = false;
+        }
+        if let Some(w) = l.strip_prefix("workingDir: ") {
+            spec.workdir = w.to_string();
+        }
+        if let (Some(n), Some(m)) = (field(l, "name"), field(l, "mountPath")) {
+            spec.mounts.push((n, m));
+        }
+    }
+    spec
+}
+
+/// One worker container as the manifest's Indexed Job runs it: its args (with this test's
+/// bucket and world), its working directory, each volume where the manifest mounts it (the
+/// ConfigMaps and the data volume from `layout`'s folders, read-only; the emptyDir as a tmpfs:
+/// a retry starts empty), the index in JOB_COMPLETION_INDEX.
+fn pod(img: &Image, layout: &Path, url: &str, index: u32, name: &str) -> Command {
+    let mut args = pod_spec().args;
+    for (flag, value) in [("--out", url), ("--world", "3")] {
+        let i = args.iter().position(|a| a == flag).unwrap();
+        args[i + 1] = value.to_string();
+    }
+    let mut c = pod_base(img, layout, index, name);
+    c.args(args);
+    c
+}
+
+/// A pod's container as the manifest lays it out, up to the image's name: the command is the
+/// caller's.
+fn pod_base(img: &Image, layout: &Path, index: u32, name: &str) -> Command {
+    let spec = pod_spec();
     let mut c = img.command();
-    c.args(["--name", name, "--network", "host", "-v"])
-        .arg(format!("{}:/etc/vidcurate:ro", dir.display()))
-        .args(["-w", "/etc/vidcurate"])
-        .args(["-e", &format!("JOB_COMPLETION_INDEX={index}")])
+    c.args(["--name", name, "--network", "host", "-w", &spec.workdir]);
+    for (volume, at) in &spec.mounts {
+        match volume.as_str() {
+            "scratch" => c.args([
+                "--mount",
+                &format!("type=tmpfs,destination={at},tmpfs-mode=1777"),
+            ]),
+            _ => c
+                .arg("-v")
+                .arg(format!("{}:{at}:ro", local(layout, &spec, at).display())),
+        };
+    }
+    c.args(["-e", &format!("JOB_COMPLETION_INDEX={index}")])
         .args([
             "-e",
             "AWS_ACCESS_KEY_ID=testing",
@@ -204,10 +273,35 @@ fn pod(img: &Image, dir: &Path, url: &str, index: u32, name: &str) -> Command {
             "AWS_ALLOW_HTTP=true",
         ])
         .args(["-e", &format!("AWS_ENDPOINT_URL={}", moto_endpoint())])
-        .args(["-e", "RUST_LOG=warn", "vidcurate:latest"])
-        .args(["run", "p.toml", "--out", url, "--world", "3", "-q"])
-        .args(["--work-dir", "/tmp/scratch"]);
+        .args(["-e", "RUST_LOG=warn", "vidcurate:latest"]);
     c
+}
+
+/// Where a mount of the pod lies in `layout`, the pod's working directory here.
+fn local(layout: &Path, spec: &PodSpec, mount: &str) -> PathBuf {
+    let inside = Path::new(mount).strip_prefix(&spec.workdir);
+    layout.join(inside.unwrap_or_else(|_| panic!("{mount} is outside {}", spec.workdir)))
+}
+
+/// The folders the manifest's volumes hold, where it mounts them under its working directory:
+/// the `pipeline` ConfigMap (the pipeline file its args name), the `queries` ConfigMap (every
+/// query file), the `data` volume (the inputs, left empty here). Returns the pipeline file.
+fn k8s_layout(layout: &Path, pipeline: &str) -> PathBuf {
+    let spec = pod_spec();
+    let mount = |volume: &str| {
+        let (_, at) = spec.mounts.iter().find(|(n, _)| n == volume).unwrap();
+        local(layout, &spec, at)
+    };
+    let file = mount("pipeline").join(Path::new(&spec.args[1]).file_name().unwrap());
+    assert_eq!(
+        layout.join(&spec.args[1]),
+        file,
+        "the args name the mounted pipeline"
+    );
+    write(&file, pipeline);
+    copy_dir(&repo().join("queries"), &mount("queries"));
+    std::fs::create_dir_all(mount("data")).unwrap();
+    file
 }
 
 fn finished(c: std::process::Child) {
@@ -228,14 +322,42 @@ fn three_indexed_job_pods_on_s3_equal_one_local_process_with_one_killed_and_retr
     }
     let img = image();
     let d = tempfile::tempdir().unwrap();
-    let inputs = d.path().join("in");
-    let p = corpus(&inputs);
+    // The walkthrough's shipped pipeline, laid out as the manifest mounts it, finds its query
+    // file (issue 67: every pod exited 2 on `../queries/protest.toml`).
+    let demo = d.path().join("k8s-demo");
+    let demo_text = std::fs::read_to_string(repo().join("pipelines/demo.toml")).unwrap();
+    k8s_layout(&demo, &demo_text);
+    open_up(&demo);
+    let o = pod_base(
+        img,
+        &demo,
+        0,
+        &format!("vidcurate-test-{}-v", std::process::id()),
+    )
+    .args(["validate", &pod_spec().args[1]])
+    .output()
+    .unwrap();
+    assert!(
+        o.status.success(),
+        "the walkthrough's pipeline in the pod: {}",
+        shown(&o)
+    );
+    // The pods' run: a many-clip corpus in the data volume, read through `../data/`.
+    let layout = d.path().join("k8s");
+    corpus(&layout.join("data"));
+    let text = std::fs::read_to_string(layout.join("data/p.toml")).unwrap();
+    std::fs::remove_file(layout.join("data/p.toml")).unwrap();
+    let p = k8s_layout(
+        &layout,
+        &text.replace("manifest = \"m.csv\"", "manifest = \"../data/m.csv\""),
+    );
     open_up(d.path());
     let reference = d.path().join("ref");
-    let o = run_into(&p, &reference, &inputs);
+    let o = run_into(&p, &reference, &layout);
     assert_eq!(o.status.code(), Some(3), "{}", shown(&o));
     let tables = ["source", "probe", "frames", "rejects"];
-    let want = snapshot_from(&reference, &tables, &inputs.display().to_string());
+    let want = snapshot_from(&reference, &tables, &layout.display().to_string());
+    let inputs = layout;
 
     let url = bucket("image");
     let tag = std::process::id();
@@ -274,7 +396,7 @@ fn three_indexed_job_pods_on_s3_equal_one_local_process_with_one_killed_and_retr
 
     let got_dir = d.path().join("from-s3");
     download(&url, &got_dir);
-    let got = snapshot_from(&got_dir, &tables, "/etc/vidcurate");
+    let got = snapshot_from(&got_dir, &tables, &pod_spec().workdir);
     for (i, t) in tables.iter().chain(&["jpegs"]).enumerate() {
         assert_eq!(
             got[i], want[i],

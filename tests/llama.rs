@@ -257,7 +257,7 @@ fn a_server_that_never_comes_back_ends_the_rest_as_rejects_naming_the_service() 
 }
 
 /// `run --dry-run` of `p`: what it prints.
-fn dry_run(p: &Path, out: &Path) -> String {
+pub(crate) fn dry_run(p: &Path, out: &Path) -> String {
     let o = run_command(p, out)
         .arg("--dry-run")
         .env("VIDCURATE_TEST_OPENAI_KEY", crate::judge::OPENAI_KEY)
@@ -413,7 +413,7 @@ fn a_vision_stage_gets_schema_valid_answers_from_the_servers_grammar() {
 }
 
 /// `evaluate --judge` of the release `rel` by the judge file `judge`, `--json`: the report.
-fn evaluate(rel: &Path, judge: &Path) -> serde_json::Value {
+pub(crate) fn evaluate(rel: &Path, judge: &Path) -> serde_json::Value {
     let o = Command::new(bin())
         .arg("evaluate")
         .arg(rel)

@@ -4,6 +4,7 @@
 //! a 500 validation error and takes `json_object` with a `schema`: one refused request, then
 //! every verdict on that rung, checked by us; a second `evaluate` asks nothing.
 
+use crate::llama::evaluate;
 use crate::llama_server::{get, model, repo};
 use crate::util::*;
 use std::path::{Path, PathBuf};
@@ -77,23 +78,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn evaluate(rel: &Path, judge: &Path) -> serde_json::Value {
-    let o = Command::new(bin())
-        .arg("evaluate")
-        .arg(rel)
-        .arg(rel.join("predictions.jsonl"))
-        .arg("--judge")
-        .arg(judge)
-        .arg("--json")
-        .current_dir(rel)
-        .env("VIDCURATE_TEST_OPENAI_KEY", crate::judge::OPENAI_KEY)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{err}");
-    serde_json::from_slice(&o.stdout).unwrap()
 }
 
 #[test]
