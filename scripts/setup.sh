@@ -6,18 +6,20 @@
 #          Slurm, Prometheus, Chromium, podman, the OCR reference, the readers, Label Studio, ...
 # --system  only the apt packages of the set (scripts/test.sh builds beside the rest)
 # --plan    print what would be installed, with sizes, and exit without installing
+# --list    print the set itself (apt packages, then the steps after apt), installed or not
 # Before installing, it prints what it will install and about how much; "nothing to install"
 # when all is there. Safe to run again: every step checks before it installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-demo=0 system=0 plan=0
+demo=0 system=0 plan=0 list=0
 for arg in "$@"; do
   case $arg in
     --demo) demo=1 ;;
     --system) system=1 ;;
     --plan | --dry-run) plan=1 ;;
-    *) echo "setup: unknown option $arg (--demo, --system, --plan)" >&2; exit 2 ;;
+    --list) list=1 ;;
+    *) echo "setup: unknown option $arg (--demo, --system, --plan, --list)" >&2; exit 2 ;;
   esac
 done
 if [ "$demo" = 1 ]; then mode=demo; else mode="demo + tests"; fi
@@ -189,6 +191,16 @@ human_mb() {
   elif [ "$1" -ge 1 ]; then echo "~$1 MB"
   else echo "<1 MB"; fi
 }
+
+if [ "$list" = 1 ]; then
+  printf 'apt %s\n' "${APT_PKGS[@]}"
+  for s in "${STEPS[@]}"; do
+    IFS='|' read -r name group _ what <<<"$s"
+    if [ "$demo" = 1 ] && [ "$group" != demo ]; then continue; fi
+    echo "step $name: $what"
+  done
+  exit 0
+fi
 
 missing=()
 for p in "${APT_PKGS[@]}"; do

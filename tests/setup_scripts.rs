@@ -50,3 +50,49 @@ fn an_old_rust_is_refused_first_with_the_version_needed() {
     let o = require_rust("1.99.0-nightly");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// The demo's set is what the demo needs, none of the test suite's components (issue 67: demo.sh
+/// installed Slurm, Prometheus, Chromium, podman and ~3 GB of venvs); the default set has them.
+#[test]
+fn the_demo_installs_only_what_the_demo_needs() {
+    let list = |args: &[&str]| {
+        let o = Command::new("bash")
+            .arg("scripts/setup.sh")
+            .args(args)
+            .arg("--list")
+            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    let demo = list(&["--demo"]);
+    let all = list(&[]);
+    for needed in [
+        "apt ffmpeg",
+        "apt libavcodec-dev",
+        "apt fonts-dejavu-core",
+        "step models",
+        "step pylibs",
+    ] {
+        assert!(demo.contains(needed), "the demo needs {needed}:\n{demo}");
+    }
+    let tests_only = [
+        "apt slurm-wlm",
+        "apt munge",
+        "apt prometheus",
+        "apt chromium",
+        "apt podman",
+        "apt mmdebstrap",
+        "apt espeak-ng",
+        "step labelstudio",
+        "step readers",
+        "step llama",
+        "step rapidocr",
+        "step moto",
+    ];
+    for t in tests_only {
+        assert!(!demo.contains(t), "the demo installs {t}:\n{demo}");
+        assert!(all.contains(t), "the tests need {t}:\n{all}");
+    }
+}
