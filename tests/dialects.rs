@@ -66,6 +66,19 @@ fn a_server_refusing_json_schema_costs_one_request_and_the_rung_is_kept() {
     // The dry run counts the one refused request a server may cost, until the run has learnt.
     let note = "structured output: service vlm, model tiny: 1 request more at most";
     assert!(dry_run(&p, &out).contains(note));
+    // And calls nothing but, at most, the model list (README: "no model or search call").
+    assert!(
+        server
+            .requests()
+            .iter()
+            .all(|(r, _)| r.method == "GET" && r.path.ends_with("/models")),
+        "{:?}",
+        server
+            .requests()
+            .iter()
+            .map(|(r, _)| &r.path)
+            .collect::<Vec<_>>()
+    );
     let o = run_with_key(&p, &out);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     assert!(!dry_run(&p, &out).contains(note));
