@@ -27,7 +27,7 @@ fn titles(n: usize) -> Vec<String> {
 }
 
 /// A relevance pipeline over `n` titles against the server at `url`, `rpm` requests a minute.
-fn relevance(dir: &Path, url: &str, n: usize, rpm: u32) -> PathBuf {
+pub(crate) fn relevance(dir: &Path, url: &str, n: usize, rpm: u32) -> PathBuf {
     let t = titles(n);
     url_manifest(dir, &t.iter().map(String::as_str).collect::<Vec<_>>());
     relevance_pipeline_with(

@@ -122,3 +122,34 @@ fn the_judge_over_llama_cpp_python_learns_json_object_in_one_refused_request() {
     assert_eq!(evaluate(&rel, &judge), report);
     assert_eq!(server.all_answered(), ok + 1);
 }
+
+/// Relevance (a plain answer, no structured output) over llama-cpp-python's server ends as it
+/// does over llama.cpp's: a random model's answer is no score, so one reminder, then the video
+/// rejected with the raw answer; two requests a video, none refused.
+#[test]
+fn relevance_over_llama_cpp_python_reminds_once_then_rejects() {
+    let d = tempfile::tempdir().unwrap();
+    let server = Server::start(d.path());
+    let url = format!("http://127.0.0.1:{}/", server.port);
+    let p = crate::llama::relevance(d.path(), &url, 4, 6000);
+    let out = d.path().join("run");
+    let o = crate::judge::run_with_key(&p, &out);
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let rejects = table_rows_file_all(&out.join("rejects"));
+    assert_eq!(rejects.len(), 4, "{rejects:?}");
+    assert!(
+        rejects.iter().all(|r| r["reason"] == "unparseable_score"),
+        "{rejects:?}"
+    );
+    assert_eq!(
+        (server.answered(200), server.all_answered()),
+        (8, 8),
+        "{}",
+        server.log_text()
+    );
+}
