@@ -468,3 +468,72 @@ fn a_split_older_than_the_run_is_named_until_it_is_made_again() {
     assert_eq!(read_split(&run, "s").len(), 4);
     assert!(!status(0).contains("split `s`"));
 }
+
+/// A dataset that grows (issue 69): made again under its name, a split keeps every video it held
+/// where it was, whatever left or came; new videos go toward the targets, a new video of a
+/// placed group where its group is; `--fresh` or changed settings start over, and say so.
+#[test]
+fn a_split_made_again_keeps_its_videos_where_they_were() {
+    need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    plain_clip(&d.path().join("c.mp4"), 0.6, "64x36");
+    // 40 videos in 8 channels of 5; then some leave and 12 come (one of them in channel 0).
+    let csv = |ids: &mut dyn Iterator<Item = usize>| {
+        let mut s = String::from("path,id,label,channel\n");
+        for i in ids {
+            let label = if i % 2 == 0 { "fake" } else { "real" };
+            s += &format!("c.mp4,v{i:03},{label},ch{}\n", (i % 40) / 5);
+        }
+        s
+    };
+    write(&d.path().join("m.csv"), &csv(&mut (0..40)));
+    let run = run_manifest(d.path(), PROBE, 0);
+    let args = ["--stratify", "label", "--group", "channel", "--name", "v"];
+    let o = split(&run, &args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let first = read_split(&run, "v");
+
+    // v001 and v017 leave, v040..v051 come: v040..v044 are channel 0's.
+    let kept = (0..40).filter(|i| ![1, 17].contains(i));
+    write(&d.path().join("m.csv"), &csv(&mut kept.chain(40..52)));
+    run_manifest(d.path(), PROBE, 0);
+    let o = split(&run, &args);
+    let said = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let second = read_split(&run, "v");
+    for (id, (s, _, _)) in &first {
+        if let Some((now, _, _)) = second.get(id) {
+            assert_eq!(now, s, "{id} moved from {s} to {now}");
+        }
+    }
+    assert!(
+        said.contains(
+            "against the split `v` made before: 38 kept where they were, 0 moved, 12 added, 2 left"
+        ),
+        "{said}"
+    );
+    assert_eq!(
+        second["v040"].0, first["v000"].0,
+        "a new video of channel 0 goes where it is"
+    );
+    let per_split = |m: &BTreeMap<String, (String, String, String)>| {
+        let mut n = BTreeMap::<String, usize>::new();
+        for (s, _, _) in m.values() {
+            *n.entry(s.clone()).or_default() += 1;
+        }
+        n
+    };
+    let n = per_split(&second);
+    assert!(
+        n["train"] >= 30 && n["test"] >= 8,
+        "new videos go toward the targets: {n:?}"
+    );
+
+    // Asked for, a fresh split: the report says so.
+    let o = split(&run, &[&args[..], &["--fresh"]].concat());
+    let said = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(said.contains("(made fresh: --fresh)"), "{said}");
+    let o = split(&run, &[&args[..], &["--seed", "7"]].concat());
+    let said = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(said.contains("(made fresh: --seed changed)"), "{said}");
+}

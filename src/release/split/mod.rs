@@ -15,6 +15,7 @@
 //! that keeps every split × stratum count within one video of its target.
 
 mod duplicates;
+mod keep;
 mod modes;
 pub mod stale;
 #[cfg(test)]
@@ -84,6 +85,11 @@ pub struct SplitOptions {
     /// has); the rest are split over the other names by their --ratios.
     #[arg(long, value_parser = modes::parse_per_cell, conflicts_with_all = ["group", "dedup", "drop_duplicates"])]
     pub balanced_test: Option<modes::PerCell>,
+    /// Split from scratch. By default a split made again under its name keeps every video it
+    /// held that the run still selects where it was, and places only the new ones (a grown
+    /// dataset's version 1 test videos never move to train); changed settings also start over.
+    #[arg(long)]
+    pub fresh: bool,
     /// The command line that asked for this split, kept in NAME.json: what `status` tells to run
     /// again once the run's selection has moved on.
     #[arg(skip)]
@@ -133,6 +139,18 @@ type Members = (Vec<usize>, Vec<f64>);
 /// The split index of every item (in `items` order). Deterministic for a given input set and
 /// seed, whatever order the items come in.
 pub fn assign(items: &[Item], ratios: &[f64], seed: u64) -> Vec<usize> {
+    assign_keeping(items, ratios, seed, &HashMap::new())
+}
+
+/// `assign`, with the videos of `pinned` (id → split) kept where they are: their groups go
+/// first, each new member to where most of its group is; then the other groups as `assign`
+/// places them, toward the targets.
+pub fn assign_keeping(
+    items: &[Item],
+    ratios: &[f64],
+    seed: u64,
+    pinned: &HashMap<String, usize>,
+) -> Vec<usize> {
     let strata: Vec<&str> = {
         let mut s: Vec<&str> = items.iter().map(|i| i.stratum.as_str()).collect();
         s.sort_unstable();
@@ -162,33 +180,25 @@ pub fn assign(items: &[Item], ratios: &[f64], seed: u64) -> Vec<usize> {
         .collect();
     let mut have = vec![vec![0f64; strata.len()]; ratios.len()];
     let mut out = vec![0usize; items.len()];
+    let home = |members: &[usize]| home_of(items, members, pinned, ratios.len());
+    for (_, (members, _)) in &order {
+        if let Some(at) = home(members) {
+            for m in members.iter() {
+                let s = pinned
+                    .get(&items[*m].video_id)
+                    .copied()
+                    .filter(|s| *s < ratios.len())
+                    .unwrap_or(at);
+                out[*m] = s;
+                have[s][k_of[items[*m].stratum.as_str()]] += 1.0;
+            }
+        }
+    }
     for (_, (members, counts)) in order {
-        // Change of Σ_k (have − target)² if the group joins split s; ties go to the split
-        // furthest below its overall target, then to the first.
-        let cost = |s: usize| -> f64 {
-            counts
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| **c > 0.0)
-                .map(|(k, c)| c * (2.0 * (have[s][k] - target[s][k]) + c))
-                .sum()
-        };
-        let deficit =
-            |s: usize| -> f64 { have[s].iter().sum::<f64>() - target[s].iter().sum::<f64>() };
-        let best = (0..ratios.len())
-            .filter(|s| ratios[*s] > 0.0)
-            .min_by(|a, b| {
-                cost(*a)
-                    .partial_cmp(&cost(*b))
-                    .unwrap_or(std::cmp::Ordering::Equal)
-                    .then(
-                        deficit(*a)
-                            .partial_cmp(&deficit(*b))
-                            .unwrap_or(std::cmp::Ordering::Equal),
-                    )
-                    .then(a.cmp(b))
-            })
-            .unwrap_or(0);
+        if home(members).is_some() {
+            continue;
+        }
+        let best = best_split(counts, &have, &target, ratios);
         for (k, c) in counts.iter().enumerate() {
             have[best][k] += c;
         }
@@ -197,6 +207,53 @@ pub fn assign(items: &[Item], ratios: &[f64], seed: u64) -> Vec<usize> {
         }
     }
     out
+}
+
+/// The split a group of `counts` (per stratum) joins: the one where it most lowers
+/// Σ_k (have − target)²; ties go to the split furthest below its overall target, then to the
+/// first.
+fn best_split(counts: &[f64], have: &[Vec<f64>], target: &[Vec<f64>], ratios: &[f64]) -> usize {
+    let cost = |s: usize| -> f64 {
+        counts
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0.0)
+            .map(|(k, c)| c * (2.0 * (have[s][k] - target[s][k]) + c))
+            .sum()
+    };
+    let deficit = |s: usize| -> f64 { have[s].iter().sum::<f64>() - target[s].iter().sum::<f64>() };
+    (0..ratios.len())
+        .filter(|s| ratios[*s] > 0.0)
+        .min_by(|a, b| {
+            cost(*a)
+                .partial_cmp(&cost(*b))
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then(
+                    deficit(*a)
+                        .partial_cmp(&deficit(*b))
+                        .unwrap_or(std::cmp::Ordering::Equal),
+                )
+                .then(a.cmp(b))
+        })
+        .unwrap_or(0)
+}
+
+/// Where a group with pinned members goes: the split most of them are in (the first on a tie);
+/// None when none is pinned.
+fn home_of(
+    items: &[Item],
+    members: &[usize],
+    pinned: &HashMap<String, usize>,
+    splits: usize,
+) -> Option<usize> {
+    let mut n = vec![0usize; splits];
+    for m in members {
+        if let Some(s) = pinned.get(&items[*m].video_id).filter(|s| **s < splits) {
+            n[*s] += 1;
+        }
+    }
+    let best = (0..splits).max_by(|a, b| n[*a].cmp(&n[*b]).then(b.cmp(a)))?;
+    (n[best] > 0).then_some(best)
 }
 
 /// A seeded hash of a group or a video id, the order in which equal-sized groups are placed
@@ -241,6 +298,9 @@ pub struct SplitReport {
     /// The command line that made it (`vidcurate split …`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
+    /// Against the split made before under this name, if there was one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes: Option<keep::Changes>,
     #[serde(skip)]
     pub file: String,
 }
@@ -292,6 +352,20 @@ impl SplitReport {
         }
         if let (Some(first), n) = (self.missing_left_out.first(), self.missing_left_out.len()) {
             s += &format!("{n} videos with no value left out (first: {first})\n");
+        }
+        if let Some(c) = &self.changes {
+            s += &format!(
+                "against the split `{}` made before: {} kept where they were, {} moved, {} added, {} left{}\n",
+                self.name,
+                c.kept,
+                c.moved,
+                c.added,
+                c.left,
+                match &c.fresh {
+                    Some(why) => format!(" (made fresh: {why})"),
+                    None => " (`--fresh` makes it from scratch)".into(),
+                }
+            );
         }
         s
     }
@@ -355,9 +429,18 @@ pub async fn split(run_dir: &Path, opts: &SplitOptions) -> Result<SplitReport, R
     } else {
         (items, 0, vec![])
     };
-    let (items, placed, opts, missing) = place(items, &view.batches, &columns, &staged, opts)?;
+    let before = keep::previous(&store, opts).await?;
+    let pinned = before.as_ref().map(|b| &b.pinned);
+    let (items, placed, opts, missing) =
+        place(items, &view.batches, &columns, &staged, opts, pinned)?;
     let opts = &opts;
     let mut report = report(opts, &items, &placed, run_dir);
+    report.changes = before.map(|b| {
+        let now: Vec<(String, String)> = (items.iter().zip(&placed))
+            .map(|(i, s)| (i.video_id.clone(), opts.names[*s].clone()))
+            .collect();
+        keep::changes(&b, &now)
+    });
     report.duplicate_clusters = clusters;
     report.dropped_duplicates = dropped;
     report.missing_left_out = missing;
@@ -376,6 +459,7 @@ fn place(
     columns: &[String],
     staged: &StageValues,
     opts: &SplitOptions,
+    pinned: Option<&HashMap<String, usize>>,
 ) -> Result<Placed, RunError> {
     let mut opts = opts.clone();
     if let Some(column) = opts.from_column.clone() {
@@ -402,7 +486,12 @@ fn place(
     }
     let placed = match opts.balanced_test {
         Some(per_cell) => modes::balanced_test(&items, per_cell, &opts.ratios, opts.seed)?,
-        None => assign(&items, &opts.ratios, opts.seed),
+        None => assign_keeping(
+            &items,
+            &opts.ratios,
+            opts.seed,
+            pinned.unwrap_or(&HashMap::new()),
+        ),
     };
     Ok((items, placed, opts, vec![]))
 }
@@ -445,6 +534,7 @@ fn report(opts: &SplitOptions, items: &[Item], placed: &[usize], run_dir: &Path)
         missing_left_out: vec![],
         max_deviation,
         command: opts.command.clone(),
+        changes: None,
         file: format!("{}/splits/{}.parquet", run_dir.display(), opts.name),
     }
 }

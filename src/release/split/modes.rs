@@ -210,6 +210,7 @@ mod tests {
             group: None,
             seed: 13,
             name: "x".into(),
+            fresh: false,
             dedup: false,
             drop_duplicates: false,
             max_distance: 10,
