@@ -412,6 +412,13 @@ fn a_vision_stage_gets_schema_valid_answers_from_the_servers_grammar() {
     assert_eq!(server.answered(), 3, "{}", server.log_text());
 }
 
+/// The judge's calls over every task of an `evaluate --json` report.
+pub(crate) fn judge_calls(report: &serde_json::Value) -> u64 {
+    (report["tasks"].as_array().unwrap().iter())
+        .map(|t| t["judge_calls"].as_u64().unwrap())
+        .sum()
+}
+
 /// `evaluate --judge` of the release `rel` by the judge file `judge`, `--json`: the report.
 pub(crate) fn evaluate(rel: &Path, judge: &Path) -> serde_json::Value {
     let o = Command::new(bin())
@@ -468,10 +475,7 @@ fn the_judge_of_evaluate_gets_schema_valid_verdicts_and_pays_once() {
     );
     let report = evaluate(&rel, &judge);
     let tasks = report["tasks"].as_array().unwrap();
-    let calls: u64 = tasks
-        .iter()
-        .map(|t| t["judge_calls"].as_u64().unwrap())
-        .sum();
+    let calls = judge_calls(&report);
     let judged: Vec<_> = tasks.iter().filter(|t| t["judge_calls"] != 0).collect();
     assert_eq!(
         judged.len(),

@@ -96,10 +96,7 @@ fn the_judge_over_llama_cpp_python_learns_json_object_in_one_refused_request() {
     );
     let report = evaluate(&rel, &judge);
     let tasks = report["tasks"].as_array().unwrap();
-    let calls: u64 = tasks
-        .iter()
-        .map(|t| t["judge_calls"].as_u64().unwrap())
-        .sum();
+    let calls = crate::llama::judge_calls(&report);
     assert!(calls > 50, "{report}");
     // One request refused for its shape, every other one answered.
     assert_eq!(server.answered(500), 1, "{}", server.log_text());
