@@ -100,6 +100,12 @@ fn a_server_refusing_json_schema_costs_one_request_and_the_rung_is_kept() {
         "{}",
         err(&o)
     );
+    // The run's summary says which rung the server was learnt to take.
+    assert!(
+        err(&o).contains("structured output: service vlm, model tiny: json_object with the schema (the server refused json_schema)"),
+        "{}",
+        err(&o)
+    );
     let answers = column(&out.join("emotion"), "answer");
     assert_eq!(answers.len(), 3, "{answers:?}");
     assert!(
@@ -153,9 +159,18 @@ fn a_refusal_of_the_requests_shape_is_never_retried() {
         ("gateway_400_invalid_parameter.json", 400, 2 + 2),
         // The refusal names no structured-output field: nothing to learn.
         ("cerebras_400_wrong_api_format.json", 400, 1 + 2),
+        // A 422 in plain text (DeepSeek in 2025) and its 400 today: json_schema refused.
+        ("deepseek_422_json_schema_unavailable.txt", 422, 3 + 2),
+        ("deepseek_400_response_format_unavailable.json", 400, 3 + 2),
     ] {
         let body = refusal(name);
-        let server = FakeServer::start(move |_: &Request| Response::json(status, body.clone()));
+        let kind = if name.ends_with(".txt") {
+            "text/plain"
+        } else {
+            "application/json"
+        };
+        let server =
+            FakeServer::start(move |_: &Request| Response::bytes(status, kind, body.clone()));
         let d = tempfile::tempdir().unwrap();
         let p = ask(d.path(), &server.url(), "");
         let out = d.path().join("run");

@@ -85,6 +85,20 @@ fn the_dry_run_predicts_model_calls_within_ten_percent_and_counts_done_work_as_f
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
     let made = server.requests().len() as f64;
     assert_eq!(made, 33.0);
+    // Three answers repaired: more than the calls, never more than the requests bound.
+    let bound: f64 = text
+        .split("model calls (")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        made <= bound && bound == 2.0 * calls,
+        "{made} made, bound {bound}: {text}"
+    );
     assert!(
         (calls - made).abs() / made <= 0.10,
         "estimated {calls} calls, made {made}"

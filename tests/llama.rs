@@ -181,7 +181,7 @@ pub(crate) fn clips_pipeline(dir: &Path, url: &str, stage: &str) -> PathBuf {
 }
 
 /// MVFNDB's emotion question (an `ask` stage) of the server at `url`, two frames a video.
-fn ask_pipeline(dir: &Path, url: &str) -> PathBuf {
+pub(crate) fn ask_pipeline(dir: &Path, url: &str) -> PathBuf {
     let root = env!("CARGO_MANIFEST_DIR");
     clips_pipeline(
         dir,

@@ -4,7 +4,7 @@
 //! a 500 validation error and takes `json_object` with a `schema`: one refused request, then
 //! every verdict on that rung, checked by us; a second `evaluate` asks nothing.
 
-use crate::llama::evaluate;
+use crate::llama::{ask_pipeline, dry_run, evaluate};
 use crate::llama_server::{get, model, repo};
 use crate::util::*;
 use std::path::{Path, PathBuf};
@@ -19,6 +19,20 @@ struct Server {
 
 impl Server {
     fn start(dir: &Path) -> Server {
+        Server::start_with(dir, &[])
+    }
+
+    /// With images: its LLaVA chat handler and the tiny vision projector.
+    fn start_seeing(dir: &Path) -> Server {
+        let proj = crate::llama_server::mmproj(dir);
+        let proj = proj.to_str().unwrap().to_string();
+        Server::start_with(
+            dir,
+            &["--chat_format", "llava-1-5", "--clip_model_path", &proj],
+        )
+    }
+
+    fn start_with(dir: &Path, more: &[&str]) -> Server {
         let python = repo().join("data/venv-llamapy/bin/python");
         assert!(
             python.exists(),
@@ -39,6 +53,7 @@ impl Server {
             .arg("--model")
             .arg(model(dir))
             .args(["--port", &port.to_string()])
+            .args(more)
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
@@ -149,4 +164,59 @@ fn relevance_over_llama_cpp_python_reminds_once_then_rejects() {
         "{}",
         server.log_text()
     );
+}
+
+/// A structured vision stage (MVFNDB's emotion question, two frames a video) over
+/// llama-cpp-python's server with its LLaVA handler: one request refused for its shape, then
+/// every video on `json_object` with the schema. Its grammar holds the answer to the schema's
+/// shape, not its ranges, so a random model's answer may need our repair: each video ends
+/// checked by us (an answer in range, or `invalid_answer` / `cut_at_max_tokens`), within the
+/// dry run's count and the one refusal it warned of; a rerun asks nothing.
+#[test]
+fn a_vision_stage_over_llama_cpp_python_learns_its_dialect_once() {
+    crate::need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    let server = Server::start_seeing(d.path());
+    let url = format!("http://127.0.0.1:{}/", server.port);
+    let p = ask_pipeline(d.path(), &url);
+    let out = d.path().join("run");
+    let said = dry_run(&p, &out);
+    assert!(
+        said.contains("structured output: service vlm, model tiny: 1 request more at most"),
+        "{said}"
+    );
+    let o = crate::judge::run_with_key(&p, &out);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!([Some(0), Some(3)].contains(&o.status.code()), "{stderr}");
+    assert_eq!(server.answered(500), 1, "{}", server.log_text());
+    let rows = table_rows_file_all(&out.join("emotion"));
+    let rejects = table_rows_file_all(&out.join("rejects"));
+    assert_eq!(rows.len() + rejects.len(), 3, "{rows:?} {rejects:?}");
+    for r in &rows {
+        let a: serde_json::Value = serde_json::from_str(&r["answer"]).unwrap();
+        for k in ["arousal", "dominance"] {
+            assert!((1..=9).contains(&a[k].as_i64().unwrap()), "{a}");
+        }
+        assert_eq!(r["images"], "2", "{r:?}");
+    }
+    for r in &rejects {
+        assert!(
+            ["invalid_answer", "cut_at_max_tokens"].contains(&r["reason"].as_str()),
+            "{r:?}"
+        );
+    }
+    // Each video asked once, repaired at most as often as the stage's retries allow.
+    let asked = server.answered(200);
+    assert_eq!(server.all_answered(), asked + 1);
+    // Within the dry run's bound: a call and its repair a video, and the one refusal.
+    assert!(
+        said.contains("total: 3 model calls (7 requests at most)"),
+        "{said}"
+    );
+    assert!((3..=6).contains(&asked), "{asked} answers for 3 videos");
+    // Again: the same tables, no request.
+    let o = crate::judge::run_with_key(&p, &out);
+    assert!([Some(0), Some(3)].contains(&o.status.code()));
+    assert_eq!(table_rows_file_all(&out.join("emotion")), rows);
+    assert_eq!(server.all_answered(), asked + 1, "{}", server.log_text());
 }

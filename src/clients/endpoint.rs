@@ -158,10 +158,7 @@ impl Endpoint {
         };
         let status = reply.as_ref().map_or(0, |r| r.0);
         let refusal = match (&reply, &unreadable) {
-            (Some((status, _, bytes)), None) => refusal::read(
-                *status,
-                &serde_json::from_slice(bytes).unwrap_or(Value::Null),
-            ),
+            (Some((status, _, bytes)), None) => refusal::read(*status, &refusal::body(bytes)),
             _ => None,
         };
         Err(Failure {
@@ -215,8 +212,7 @@ impl Endpoint {
         status: u16,
         bytes: &[u8],
     ) -> Result<(String, Option<f64>), StageError> {
-        let err: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
-        match classify(status, &err) {
+        match classify(status, &refusal::body(bytes)) {
             Class::Fatal(why) => {
                 let msg = self.scrub(&format!(
                     "service `{}` refused the request ({status}, {why}){}",
@@ -343,7 +339,8 @@ fn classify(status: u16, err: &Value) -> Class {
         .as_array()
         .map(|d| d.iter().filter_map(|x| x["reason"].as_str()).collect())
         .unwrap_or_default();
-    let message = e["message"].as_str().unwrap_or("").to_string();
+    let message = e["message"].as_str().or(err.as_str()).unwrap_or("");
+    let message = message.to_string();
     let why = |w: &str| {
         if message.is_empty() {
             w.to_string()

@@ -17,7 +17,7 @@ mod dialect;
 mod models;
 mod settle;
 
-pub use dialect::learnt_label;
+pub use dialect::{learnt_label, learnt_line};
 pub use settle::import;
 
 use super::cached::{Answered, through_cache};

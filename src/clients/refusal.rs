@@ -44,12 +44,29 @@ const SHAPE_WORDS: &[&str] = &[
     "Extra inputs are not permitted",
     "invalid value",
     "Invalid parameter",
+    // serde's refusal of a body (axum, actix: DeepSeek's 422, text-generation-inference's).
+    "Failed to deserialize",
+    "unknown variant",
+    "missing field",
 ];
+
+/// An error body as `read` takes it: its JSON, or its text when it is not JSON (a web
+/// framework's 422 is often plain text).
+pub fn body(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap_or_else(|_| {
+        let text = String::from_utf8_lossy(bytes);
+        Value::String(text.trim().chars().take(500).collect())
+    })
+}
 
 /// The refusal in an error body, if the body says the request's shape is refused. A key, a
 /// quota, a rate limit or the context length are not shape: their callers read them.
 pub fn read(status: u16, body: &Value) -> Option<Refusal> {
     if matches!(status, 401 | 403 | 408 | 429) || status < 400 {
+        return None;
+    }
+    // A proxy's page in front of a server that is down is text too, and not about the request.
+    if body.is_string() && status >= 500 {
         return None;
     }
     if let Some(r) = fastapi(body) {
@@ -60,6 +77,7 @@ pub fn read(status: u16, body: &Value) -> Option<Refusal> {
         .as_str()
         .or(e.as_str())
         .or(body["message"].as_str())
+        .or(body.as_str())
         .unwrap_or("");
     let code = e["code"]
         .as_str()
@@ -67,7 +85,9 @@ pub fn read(status: u16, body: &Value) -> Option<Refusal> {
         .or(body["code"].as_str())
         .unwrap_or("");
     let param = e["param"].as_str().or(body["param"].as_str());
-    let worded = SHAPE_WORDS.iter().any(|w| message.contains(w));
+    // DeepSeek's "This response_format type is unavailable now" says no more than that.
+    let worded = SHAPE_WORDS.iter().any(|w| message.contains(w))
+        || (message.contains("response_format") && (400..500).contains(&status));
     let coded = matches!(
         code,
         "InvalidParameter" | "wrong_api_format" | "invalid_parameter"
@@ -176,6 +196,25 @@ mod tests {
         assert_eq!(r.allowed, ["json_object", "text"]);
         let r = read(400, &fixture("cerebras_400_wrong_api_format.json")).unwrap();
         assert_eq!(r.allowed, ["text"]);
+        let r = read(
+            400,
+            &fixture("deepseek_400_response_format_unavailable.json"),
+        )
+        .unwrap();
+        assert!(r.of_structured_output(), "{r:?}");
+        let text = std::fs::read(format!(
+            "{}/tests/fixtures/llm/refusals/deepseek_422_json_schema_unavailable.txt",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        let r = read(422, &body(&text)).unwrap();
+        assert!(r.of_structured_output(), "{r:?}");
+        assert!(r.why.contains("`json_schema` is unavailable"), "{r:?}");
+        // A proxy's text page in front of a server that is down is not a refusal.
+        assert_eq!(
+            read(502, &body(b"<html>502 Bad Gateway: not supported</html>")),
+            None
+        );
     }
 
     #[test]

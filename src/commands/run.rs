@@ -146,6 +146,12 @@ fn print_summary(report: &runner::RunReport, summaries: &[crate::plan::SummaryLi
             eprintln!("{text}");
         }
     }
+    for (service, model, refused) in &report.dialects {
+        eprintln!(
+            "{}",
+            crate::clients::llm::learnt_line(service, model, refused)
+        );
+    }
     if report.passes > 1 {
         let b = report.batches;
         eprintln!(

@@ -91,11 +91,8 @@ pub fn stats(run_dir: &Path) -> Result<String, RunError> {
     out += &format!("estimated cost of the cached answers: ${total:.4} (hits cost nothing)\n");
     // What each server was learnt to take (clients::llm's dialect): a refused request no more.
     for (service, model, refused) in cache.dialects()? {
-        out += &format!(
-            "structured output: service {service}, model {model}: {} (the server refused {})\n",
-            crate::clients::llm::learnt_label(&refused),
-            refused.join(", ")
-        );
+        out += &crate::clients::llm::learnt_line(&service, &model, &refused);
+        out.push('\n');
     }
     if shared {
         out += &format!(

@@ -8,7 +8,10 @@
 //! the YouTube responses in the cache are free too.
 //!
 //! Numbers are upper bounds where the run decides: every video a stage computes is assumed to
-//! pass its `select`, no answer needs a repair, and every answer uses its whole `max_tokens`.
+//! pass its `select`, and every answer uses its whole `max_tokens`. Tokens and prices count no
+//! repair; the requests bound counts one for every call (a stage asks again at most once: a
+//! repair of an answer it could not read, or relevance's reminder), and the one request a server
+//! may refuse for its structured-output dialect.
 
 use crate::error::RunError;
 use crate::plan::Plan;
@@ -65,6 +68,12 @@ pub struct DryRun {
 impl DryRun {
     pub fn total_calls(&self) -> u64 {
         self.stages.iter().map(|s| s.calls).sum()
+    }
+
+    /// The requests the run may send at most: each call and its one repair, and one refused
+    /// request per (service, model) whose dialect is not known yet.
+    pub fn max_requests(&self) -> u64 {
+        2 * self.total_calls() + self.dialects_unknown.len() as u64
     }
 }
 
@@ -265,8 +274,9 @@ pub fn render(d: &DryRun) -> String {
     }
     let _ = writeln!(
         t,
-        "total: {} model calls, ${live:.4} live or ${batch:.4} in batch mode, {} of frames",
+        "total: {} model calls ({} requests at most), ${live:.4} live or ${batch:.4} in batch mode, {} of frames",
         d.total_calls(),
+        d.max_requests(),
         gib(disk)
     );
     for (svc, n) in &d.cached {
@@ -284,7 +294,7 @@ pub fn render(d: &DryRun) -> String {
     }
     let _ = writeln!(
         t,
-        "(upper bounds: every video computed passes its select, no repair, every answer uses max_tokens)"
+        "(upper bounds: every video computed passes its select, every answer uses max_tokens; tokens and prices count no repair, requests one for every call)"
     );
     t
 }

@@ -90,6 +90,15 @@ pub fn learnt_label(refused: &[String]) -> &'static str {
     rung_for(&refused.iter().cloned().collect(), None, true).label()
 }
 
+/// The line `cache stats` and the run's summary print for a learnt dialect.
+pub fn learnt_line(service: &str, model: &str, refused: &[String]) -> String {
+    format!(
+        "structured output: service {service}, model {model}: {} (the server refused {})",
+        learnt_label(refused),
+        refused.join(", ")
+    )
+}
+
 /// What `refusal` of a request sent at `rung` teaches: the names to add to what the server
 /// refuses. Empty when it teaches nothing (the request was not refused for its
 /// `response_format`, or the rung has nothing left to refuse).

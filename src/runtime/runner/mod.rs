@@ -59,6 +59,9 @@ pub struct RunReport {
     pub passes: u32,
     /// What the batches between passes answered.
     pub batches: super::batch::Settled,
+    /// (service, model, what it refused) of each server whose structured-output dialect the
+    /// run's cache holds (`clients::llm`'s ladder).
+    pub dialects: Vec<(String, String, Vec<String>)>,
 }
 
 impl RunReport {
@@ -229,6 +232,9 @@ async fn run_pass(plan: Plan, opts: &RunOptions) -> Result<(RunReport, PassBatch
             order: chain.order,
             passes: 1,
             batches: Default::default(),
+            dialects: (env.cache.opened())
+                .and_then(|c| c.dialects().ok())
+                .unwrap_or_default(),
         },
         PassBatches { settled, offline },
     ))

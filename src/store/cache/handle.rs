@@ -176,6 +176,11 @@ impl CacheHandle {
         Ok(added)
     }
 
+    /// The cache if a stage has opened it (a run that called nothing has none).
+    pub fn opened(&self) -> Option<Arc<ResponseCache>> {
+        self.cache.get().cloned()
+    }
+
     pub fn get(&self) -> Result<Arc<ResponseCache>, StageError> {
         if let Some(c) = self.cache.get() {
             return Ok(c.clone());
