@@ -18,6 +18,7 @@ mod budget;
 mod caption;
 mod cli_pipe;
 mod cluster;
+mod collect_again;
 mod config;
 mod croissant;
 mod dataset;

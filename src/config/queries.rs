@@ -94,7 +94,7 @@ pub const PARAMS: &[(&str, &str)] = &[
     ),
     (
         "published_before",
-        "publishedBefore: RFC 3339 time or YYYY-MM-DD (exclusive)",
+        "publishedBefore: RFC 3339 time or YYYY-MM-DD (exclusive), or \"now\": the start of today (UTC, or of $VIDCURATE_NOW), in windows of window_days (default 30) counted from published_after, so a collection again searches only the new ones",
     ),
     ("region_code", "regionCode: ISO 3166-1 alpha-2, e.g. US"),
     (

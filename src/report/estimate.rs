@@ -109,6 +109,7 @@ pub async fn dry_run(mut plan: Plan, opts: &RunOptions) -> Result<DryRun, RunErr
         });
         Listing::Stored(
             out.source.videos.unwrap_or(0),
+            out.source.more,
             Box::new(example),
             plan.source,
         )

@@ -75,7 +75,9 @@ pub enum Listing {
     /// the videos they would add are not known without them), less those it could no longer
     /// list (`Source::could_list`). When none are stored, this many stand-ins like this
     /// record: the most its searches can find.
-    Stored(u64, Box<VideoRecord>, Box<dyn Source>),
+    /// With stored rows, the second count is what searches not made before may add (a
+    /// collection again): that many stand-ins after the stored rows.
+    Stored(u64, u64, Box<VideoRecord>, Box<dyn Source>),
 }
 
 /// `n` stand-ins like `rec` down the chain, each computed everywhere unless refused.
@@ -120,13 +122,23 @@ pub async fn walk(
     }
     let mut stream = match (listing, &view) {
         (Listing::Listed(source), _) => source.run(cx),
-        (Listing::Stored(n, rec, source), Some(v)) => {
+        (Listing::Stored(n, more, rec, source), Some(v)) => {
             match stored_records(v, extras, source.as_ref()).await? {
                 None => return Ok(assumed(&steps, n, rec, extras)),
-                Some(rows) => futures::stream::iter(rows).boxed(),
+                Some(mut rows) => {
+                    rows.extend((0..more).map(|i| {
+                        let id = format!("new{i}");
+                        Ok(Ok(VideoRecord::new(
+                            id,
+                            rec.source.clone(),
+                            rec.extra.clone(),
+                        )))
+                    }));
+                    futures::stream::iter(rows).boxed()
+                }
             }
         }
-        (Listing::Stored(n, rec, _), None) => return Ok(assumed(&steps, n, rec, extras)),
+        (Listing::Stored(n, _, rec, _), None) => return Ok(assumed(&steps, n, rec, extras)),
     };
     let (decided, source_prior) = match view {
         Some(v) => {

@@ -358,6 +358,9 @@ pub struct SourceEstimate {
     pub unsplit: Option<(u64, f64)>,
     /// How the numbers were reached.
     pub note: String,
+    /// A source taken as its stored rows: the videos its searches not made before may add (at
+    /// most).
+    pub more: u64,
 }
 
 /// Something the source could not turn into a video.

@@ -398,6 +398,16 @@ fn human(d: Duration) -> String {
     format!("{} h {:02} min", m / 60, m % 60)
 }
 
+/// The response-cache key of the search.list page `params` asks for (what `search` looks up
+/// first): a dry run asks whether a window was searched before.
+pub fn search_key(params: &std::collections::BTreeMap<String, String>) -> CacheKey {
+    CacheKey {
+        service: "youtube".into(),
+        method: Method::Search.name().into(),
+        request: canonical(params),
+    }
+}
+
 /// Sorted `k=v` pairs joined by `&`: the cache key of a request (the key is never in it).
 fn canonical(params: &std::collections::BTreeMap<String, String>) -> String {
     params

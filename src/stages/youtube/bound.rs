@@ -3,6 +3,8 @@
 //! `window_days` pieces) and pages (the group's `max_pages`, else the source's), and the worst
 //! case of `split_above`: every dated window over the cap, halved until the halves would be
 //! shorter than `min_window_hours`, each halving costing the one search that found it too big.
+//! A window searched before (its first page in the response cache) costs nothing: a collection
+//! again (`published_before = "now"`) pays for the new windows and the one not complete before.
 //! Reads the expanded queries; calls nothing; caches nothing.
 
 use super::parse_time;
@@ -39,6 +41,55 @@ pub(super) fn initial_windows(q: &Query) -> Vec<Window> {
     }
 }
 
+/// The environment variable that says what `now` is (a date or an RFC 3339 time): to collect
+/// as of a day, again.
+pub const NOW_ENV: &str = "VIDCURATE_NOW";
+
+/// Why `now` could not be read, or a query cannot end at it.
+#[derive(Debug)]
+pub(super) struct NowError(pub String);
+
+/// What `published_before = "now"` stands for: the start of today (UTC), or of the day
+/// `VIDCURATE_NOW` names. A whole day, so a rerun the same day searches nothing again.
+pub(super) fn today() -> Result<DateTime<Utc>, NowError> {
+    let now = match std::env::var(NOW_ENV) {
+        Ok(v) => parse_time(&v).ok_or_else(|| {
+            NowError(format!(
+                "{NOW_ENV}={v:?} is neither YYYY-MM-DD nor an RFC 3339 time"
+            ))
+        })?,
+        Err(_) => Utc::now(),
+    };
+    Ok(now
+        .date_naive()
+        .and_hms_opt(0, 0, 0)
+        .unwrap_or_default()
+        .and_utc())
+}
+
+/// `published_before = "now"` made `today`, with windows of 30 days unless the query sets
+/// `window_days`: windows counted from `published_after` keep their bounds as `now` moves, so
+/// the earlier ones are the same searches (answered from the cache).
+pub(super) fn resolve_now(q: &mut Query, today: DateTime<Utc>) -> Result<(), NowError> {
+    if q.params.get("published_before").map(String::as_str) != Some("now") {
+        return Ok(());
+    }
+    if !q.params.contains_key("published_after") {
+        return Err(NowError(format!(
+            "query {:?}: published_before = \"now\" needs a published_after (the date windows are counted from it)",
+            q.text
+        )));
+    }
+    q.params.insert(
+        "published_before".into(),
+        today.format("%Y-%m-%d").to_string(),
+    );
+    q.params
+        .entry("window_days".into())
+        .or_insert_with(|| "30".into());
+    Ok(())
+}
+
 /// Pages of 50 per window of query `q`: its group's `max_pages`, else `default`.
 pub(super) fn pages_of(q: &Query, default: u32) -> u32 {
     q.params
@@ -56,16 +107,18 @@ pub struct Searches {
     /// And every dated window over `split_above` down to `min_window_hours`: the bound.
     pub at_most: u64,
     pub windows: u64,
+    /// Of the windows, those searched before (free): not in the counts above.
+    pub searched: u64,
 }
 
 /// YouTube reports at most a million results: a cap at or above that never splits a window.
 const MAX_REPORTED: u32 = 1_000_000;
 
+/// The searches of `queries`' windows that `searched` says were not made before.
 pub(super) fn searches(
     queries: &[Query],
-    max_pages: u32,
-    split_above: u32,
-    min_window_hours: u32,
+    (max_pages, split_above, min_window_hours): (u32, u32, u32),
+    searched: impl Fn(&Query, Window) -> bool,
 ) -> Searches {
     let mut s = Searches::default();
     let min_secs = i64::from(min_window_hours) * 3600;
@@ -73,6 +126,10 @@ pub(super) fn searches(
         let pages = u64::from(pages_of(q, max_pages));
         for w in initial_windows(q) {
             s.windows += 1;
+            if searched(q, w) {
+                s.searched += 1;
+                continue;
+            }
             s.unsplit += pages;
             s.at_most += match w {
                 Some((a, b)) if split_above < MAX_REPORTED => {
@@ -122,14 +179,49 @@ mod tests {
             ("window_days", "30"),
         ];
         let qs = vec![query(&year); 3];
-        let s = searches(&qs, 4, 500, 24);
+        let none = |_: &Query, _: Window| false;
+        let s = searches(&qs, (4, 500, 24), none);
         assert_eq!((s.windows, s.unsplit), (39, 156));
         // A 30-day window halves to 15, 7.5, 3.75 and 1.875 days (45 h < 48 h): 15 splits and
         // 16 windows of 4 pages; the last window (5 days) splits twice into 4 of 30 h.
         assert_eq!(s.at_most, 3 * (12 * (15 + 16 * 4) + (3 + 4 * 4)));
         // A group's own max_pages; no window, no split; a cap no count reaches never splits.
         let mixed = vec![query(&[("max_pages", "2")]), query(&[])];
-        assert_eq!(searches(&mixed, 5, 500, 24).at_most, 7);
-        assert_eq!(searches(&qs, 4, MAX_REPORTED, 24).at_most, 156);
+        assert_eq!(searches(&mixed, (5, 500, 24), none).at_most, 7);
+        assert_eq!(searches(&qs, (4, MAX_REPORTED, 24), none).at_most, 156);
+        // Windows searched before cost nothing: the five that end by June (Jan 31 to May 31).
+        let june = parse_time("2023-06-01").unwrap();
+        let before_june = |_: &Query, w: Window| w.is_some_and(|(_, b)| b < june);
+        let s = searches(&qs, (4, MAX_REPORTED, 24), before_june);
+        assert_eq!((s.windows, s.searched, s.unsplit), (39, 15, (39 - 15) * 4));
+    }
+
+    #[test]
+    fn now_is_the_start_of_today_and_windows_keep_their_bounds_as_it_moves() {
+        let mut q = query(&[
+            ("published_after", "2026-09-01"),
+            ("published_before", "now"),
+        ]);
+        let nov = parse_time("2026-11-07").unwrap();
+        resolve_now(&mut q, nov).unwrap();
+        assert_eq!(q.params["published_before"], "2026-11-07");
+        assert_eq!(q.params["window_days"], "30");
+        let then = initial_windows(&q);
+        let mut q2 = query(&[
+            ("published_after", "2026-09-01"),
+            ("published_before", "now"),
+        ]);
+        resolve_now(&mut q2, parse_time("2026-12-07").unwrap()).unwrap();
+        let now = initial_windows(&q2);
+        // Sep 1 + 30 d, + 60 d, then Nov 7 (not complete); a month later it is complete.
+        assert_eq!((then.len(), now.len()), (3, 4));
+        assert_eq!(then[..2], now[..2]);
+        assert_ne!(then[2], now[2]);
+        let mut open = query(&[("published_before", "now")]);
+        assert!(
+            resolve_now(&mut open, nov)
+                .unwrap_err()
+                .0.contains("needs a published_after")
+        );
     }
 }

@@ -77,6 +77,12 @@ fn window_params(
     (params, serde_json::to_string(&shown).unwrap_or_default())
 }
 
+/// The cache key of a window's first page of query `q`: whether it was searched before.
+pub(super) fn first_page_key(q: &Query, w: Window) -> crate::store::cache::CacheKey {
+    let (params, _) = window_params(&YouTubeSource::base_params(q), q, w);
+    crate::clients::youtube::search_key(&params)
+}
+
 impl Found {
     /// One search hit: its provenance, and the video in finding order (waiting for its
     /// videos.list batch) when it is new.

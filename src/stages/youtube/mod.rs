@@ -107,6 +107,17 @@ pub fn build(
     if let Some(n) = cfg.max_queries {
         queries.truncate(n);
     }
+    let now_error = |bound::NowError(message)| ConfigError {
+        file: qpath.clone(),
+        line: None,
+        column: None,
+        key: Some("published_before".into()),
+        message,
+    };
+    let today = bound::today().map_err(now_error)?;
+    for q in &mut queries {
+        bound::resolve_now(q, today).map_err(now_error)?;
+    }
     if queries.is_empty() {
         return Err(bcx
             .src
@@ -325,25 +336,37 @@ impl Source for YouTubeSource {
     /// no window is over `split_above`; the bound takes every dated window over it.
     async fn estimate(
         &mut self,
-        _cx: &StageContext,
+        cx: &StageContext,
     ) -> Result<crate::runtime::stage::SourceEstimate, RunError> {
         let c = &self.cfg;
-        let s = bound::searches(
-            &self.queries,
-            c.max_pages,
-            c.split_above,
-            c.min_window_hours,
-        );
+        let cache = crate::store::cache::ResponseCache::open_existing(
+            &crate::store::cache::ResponseCache::path_in(&cx.run_dir),
+        )?;
+        let searched = |q: &Query, w: bound::Window| {
+            let key = collect::first_page_key(q, w);
+            cache
+                .as_ref()
+                .is_some_and(|c| c.stored_status(&key).ok().flatten() == Some(200))
+        };
+        let settings = (c.max_pages, c.split_above, c.min_window_hours);
+        let s = bound::searches(&self.queries, settings, searched);
+        let all = bound::searches(&self.queries, settings, |_, _| false);
         let days = |searches: u64| self.quota_days(searches);
         let (search_units, list_units) = self.units(s.at_most);
         let pages = self.queries.iter().map(|q| bound::pages_of(q, c.max_pages));
         let pages = pages.max().unwrap_or(c.max_pages);
         let windows = match s.windows as usize {
-            n if n == self.queries.len() => String::new(),
+            n if n == self.queries.len() && s.searched == 0 => String::new(),
+            n if s.searched > 0 => format!(
+                " in {n} date windows, {} new or not complete before ({} searched before: in the cache, free)",
+                s.windows - s.searched,
+                s.searched
+            ),
             n => format!(" in {n} date windows"),
         };
         Ok(crate::runtime::stage::SourceEstimate {
-            videos: Some(s.at_most * 50),
+            videos: Some(all.at_most * 50),
+            more: s.at_most * 50,
             at_most: true,
             calls: vec![
                 ("search.list".into(), s.at_most, search_units),
