@@ -5,7 +5,7 @@
 use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 use vidcurate::commands::{
-    analyze, annotate, batch, cache, evaluate, gc, harness, items, ocr, overlap, queries,
+    analyze, annotate, batch, cache, diff, evaluate, gc, harness, items, ocr, overlap, queries,
     questions, reference, rehydrate, release, rethreshold, run, split, status, takedown, tasks,
     validate, verify,
 };
@@ -56,6 +56,7 @@ enum Cmd {
     Overlap(overlap::Args),
     Rehydrate(rehydrate::Args),
     Takedown(takedown::Args),
+    Diff(diff::Args),
     Harness(harness::Args),
     Evaluate(evaluate::Args),
     /// Human annotation round trip (RiskCue's 8 fields) with Label Studio or a spreadsheet:
@@ -109,6 +110,7 @@ fn dispatch(cmd: Cmd) -> Result<Exit, RunError> {
         Cmd::Overlap(a) => overlap::run(a),
         Cmd::Rehydrate(a) => rehydrate::run(a),
         Cmd::Takedown(a) => takedown::run(a),
+        Cmd::Diff(a) => diff::run(a),
         Cmd::Harness(a) => harness::run(a),
         Cmd::Evaluate(a) => evaluate::run(a),
         Cmd::Annotate { cmd } => annotate::run(cmd),

@@ -66,4 +66,5 @@ mod split;
 mod tasks;
 mod transcript;
 mod verify;
+mod versions;
 mod youtube;

@@ -7,6 +7,7 @@ pub mod analyze;
 pub mod annotate;
 pub mod batch;
 pub mod cache;
+pub mod diff;
 pub mod evaluate;
 pub mod gc;
 pub mod harness;

@@ -27,6 +27,7 @@ pub fn run(a: Args) -> Result<crate::error::Exit, RunError> {
     for (split, n) in &r.splits {
         println!("{split:<12} {n:>8} videos");
     }
+    println!("version {}", r.version);
     println!(
         "{} files, {} columns; card: {}",
         r.files,

@@ -161,7 +161,7 @@ fn release_truth(release: &Path, opts: &EvaluateOptions, scope: &Scope) -> Resul
     for f in files {
         let kept = scope.keeps(&f);
         for b in parquet_batches(&f)? {
-            batch_truth(&b, &f, opts, kept, &mut truth)?;
+            batch_truth(&b, &f, opts, (kept, scope), &mut truth)?;
         }
     }
     Ok(truth)
@@ -172,7 +172,7 @@ fn batch_truth(
     b: &RecordBatch,
     f: &Path,
     opts: &EvaluateOptions,
-    kept: bool,
+    (kept, scope): (bool, &Scope),
     truth: &mut Truth,
 ) -> Result<(), RunError> {
     let span = (
@@ -188,7 +188,7 @@ fn batch_truth(
     };
     for i in 0..b.num_rows() {
         truth.labels.insert(labels.value(i).to_string());
-        if !kept {
+        if !kept || !scope.shares_video(ids.value(i)) {
             truth.others.insert(ids.value(i).to_string());
             continue;
         }

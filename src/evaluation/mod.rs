@@ -55,6 +55,11 @@ pub struct EvaluateOptions {
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// An earlier version of the release: score only the videos (same split and label) and
+    /// items (every value the same) both hold, so the score compares with one made on that
+    /// version; the rest count as of another split, not scored.
+    #[arg(long, value_name = "OLD")]
+    pub shared_with: Option<PathBuf>,
     /// Also draw the histogram of the annotated risk-signal lengths per group to this PNG.
     #[arg(long)]
     pub lengths_plot: Option<PathBuf>,
@@ -313,7 +318,8 @@ impl Printed {
 /// Scores what `r` asks for: rotations to answer, prompt variants, benchmark tasks (judged,
 /// priced or handed to people), questions, or labels; which one the predictions file tells.
 pub fn score(r: &Request) -> Result<Printed, RunError> {
-    let scope = split::Scope::resolve(r.release, r.opts.split.as_deref())?;
+    let scope = split::Scope::resolve(r.release, r.opts.split.as_deref())?
+        .shared_with(r.release, r.opts.shared_with.as_deref())?;
     if let Some(out) = r.rotations_out {
         let (n, scored) = questions::write_rotations(r.release, out, &scope)?;
         return Ok(Printed::text(format!(

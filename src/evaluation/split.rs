@@ -19,6 +19,33 @@ pub struct Scope {
     pub splits: Vec<String>,
     /// Whether `--split` chose (else the default did).
     asked: bool,
+    /// With `--shared-with OLD`: what both versions hold unchanged; nothing else is scored.
+    shared: Option<Shared>,
+}
+
+/// The videos (same split and label) and items (`<config>/<item_id>`, same content) that a
+/// release and an earlier version hold alike (`release::versions`).
+#[derive(Debug, Clone, Default)]
+pub struct Shared {
+    videos: std::collections::HashSet<String>,
+    items: std::collections::HashSet<String>,
+}
+
+impl Shared {
+    /// What `release` shares with `old`.
+    pub fn between(old: &Path, release: &Path) -> Result<Shared, RunError> {
+        use crate::release::versions::Snapshot;
+        let (a, b) = (Snapshot::read(old)?, Snapshot::read(release)?);
+        let videos = (b.videos.iter())
+            .filter(|(id, v)| a.videos.get(*id) == Some(*v))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let items = (b.items.iter())
+            .filter(|(k, it)| a.items.get(*k) == Some(*it))
+            .map(|(k, _)| k.clone())
+            .collect();
+        Ok(Shared { videos, items })
+    }
 }
 
 /// What a report scored: its split, how many videos or items of how many, and the predictions
@@ -65,7 +92,27 @@ impl Scope {
             split,
             splits,
             asked: asked.is_some(),
+            shared: None,
         })
+    }
+
+    /// Scores only what the release shares with the earlier version at `old` (`--shared-with`).
+    pub fn shared_with(mut self, release: &Path, old: Option<&Path>) -> Result<Scope, RunError> {
+        if let Some(old) = old {
+            self.shared = Some(Shared::between(old, release)?);
+        }
+        Ok(self)
+    }
+
+    /// Whether the video is scored under `--shared-with` (always without it).
+    pub fn shares_video(&self, id: &str) -> bool {
+        self.shared.as_ref().is_none_or(|s| s.videos.contains(id))
+    }
+
+    /// Whether item `item_id` of `config` (questions, or a task's name) is scored under
+    /// `--shared-with` (always without it).
+    pub fn shares_item(&self, config: &str, item_id: &str) -> bool {
+        (self.shared.as_ref()).is_none_or(|s| s.items.contains(&format!("{config}/{item_id}")))
     }
 
     /// Whether the file `f` of a config holds the split scored (under "all", every file).

@@ -12,6 +12,7 @@ pub mod integrity;
 pub mod rehydrate;
 pub mod split;
 pub mod split_files;
+pub mod versions;
 
 use crate::error::RunError;
 use crate::store::manifest::ManifestStage;

@@ -40,7 +40,13 @@ pub fn read_items(release: &Path, by: Option<&str>, scope: &Scope) -> Result<Rel
             batch_items(&b, &f, by, &mut items, &mut out.order)?;
         }
         if scope.keeps(&f) {
-            out.items.extend(items);
+            for i in items {
+                if scope.shares_item("questions", &i.item_id) {
+                    out.items.push(i);
+                } else {
+                    out.others.insert(i.item_id);
+                }
+            }
         } else {
             out.others.extend(items.into_iter().map(|i| i.item_id));
         }

@@ -131,7 +131,15 @@ fn read_references(
     let mut out = vec![];
     for f in super::parquet_files(&release.join("tasks").join(&t.name))? {
         if scope.keeps(&f) {
-            super::references::read_file(&f, &mut out)?;
+            let mut refs = vec![];
+            super::references::read_file(&f, &mut refs)?;
+            for r in refs {
+                if scope.shares_item(&t.name, &r.item_id) {
+                    out.push(r);
+                } else {
+                    others.insert(r.item_id);
+                }
+            }
         } else {
             super::references::read_ids(&f, others)?;
         }

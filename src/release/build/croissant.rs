@@ -49,6 +49,9 @@ pub struct CardSettings {
     pub annotator_demographics: Option<String>,
     /// Who keeps the dataset up and how removals are handled.
     pub maintenance_plan: Option<String>,
+    /// Whether the dataset is collected again and released as new versions (Croissant's
+    /// `isLiveDataset`).
+    pub live: Option<bool>,
 }
 
 /// The keys a person must write; each one missing is a placeholder and a warning.
@@ -73,7 +76,7 @@ impl CardSettings {
             .map_err(|e| RunError::Config(format!("--card {}: {e}", path.display())))?;
         toml::from_str(&text).map_err(|e| {
             RunError::Config(format!(
-                "--card {}: {e}expected keys: name, description, license, url, version, citation, creators (a list), {}, annotator_demographics, maintenance_plan (has_synthetic_data is true or false)",
+                "--card {}: {e}expected keys: name, description, license, url, version, citation, creators (a list), {}, annotator_demographics, maintenance_plan, live (has_synthetic_data and live are true or false)",
                 path.display(),
                 REQUIRED[2..].join(", ")
             ))
@@ -363,6 +366,9 @@ fn dataset(k: &Known, s: &CardSettings) -> Value {
         "rai:annotatorDemographics": or(&s.annotator_demographics, "annotator_demographics"),
         "rai:dataReleaseMaintenancePlan": or(&s.maintenance_plan, "maintenance_plan"),
     });
+    if s.live == Some(true) {
+        d["isLiveDataset"] = json!(true);
+    }
     let (protocol, platform) = annotation(k);
     d["rai:dataAnnotationProtocol"] = json!(protocol);
     if let Some(p) = platform {

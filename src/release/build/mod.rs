@@ -80,6 +80,16 @@ pub struct ReleaseOptions {
     /// as `evaluate` does; judged metrics stay with `evaluate --judge`.
     #[arg(long, value_enum, value_name = "HARNESS")]
     pub harness: Vec<crate::release::harness::Harness>,
+    /// The release this one follows (default: the release already at --out, if any): this
+    /// one then records what changed (CHANGES.md, the `changes` config), keeps the videos it
+    /// took down out, and takes the next version: minor when videos or items were only added,
+    /// major when any left, moved, were relabelled or redrafted, patch when nothing changed.
+    #[arg(long, value_name = "DIR")]
+    pub previous: Option<PathBuf>,
+    /// The version to write instead (MAJOR.MINOR.PATCH); without a previous release the card
+    /// file's `version`, else 1.0.0.
+    #[arg(long, value_name = "VERSION")]
+    pub version: Option<String>,
 }
 
 /// What a release wrote.
@@ -92,6 +102,8 @@ pub struct ReleaseReport {
     pub files: usize,
     /// Videos of the split the run no longer selects, left out.
     pub left_out: usize,
+    /// The version it wrote (croissant.json's `version`).
+    pub version: String,
 }
 
 /// The frame order of each perturbation variant (RiskCue §3.4), as indices into the frames.
@@ -164,17 +176,15 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
     let (order, mut by_split, split_report) = read_split(store, &opts.split).await?;
     let (selected, funnel) = crate::stages::selection::pipeline_selection(&run).await?;
     let left_out = keep_selected(&mut by_split, &selected);
+    // Read before `out` is replaced: it may be the previous version itself.
+    let previous = crate::release::versions::previous(opts.previous.as_deref(), &opts.out)?;
+    keep_taken_down_out(&mut by_split, previous.as_ref().map(|p| &p.0));
     let inputs = read_inputs(store, m).await?;
     let out = &opts.out;
     clear_out(out)?;
-    let DataFiles {
-        schema,
-        images,
-        files,
-        sizes,
-        p_bytes,
-    } = write_data(store, &inputs, &order, &by_split, opts).await?;
-    let schema = schema.ok_or_else(|| {
+    carry_takedowns(opts)?;
+    let data = write_data(store, &inputs, &order, &by_split, opts).await?;
+    let schema = data.schema.clone().ok_or_else(|| {
         RunError::Config(format!(
             "splits/{}.parquet holds no video: nothing to release",
             opts.split
@@ -194,9 +204,9 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
     let card = card(
         m,
         &schema,
-        &images,
-        &sizes,
-        &p_bytes,
+        &data.images,
+        &data.sizes,
+        &data.p_bytes,
         &split_report,
         &funnel,
         &inputs,
@@ -210,27 +220,75 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
     );
     let avail = crate::release::availability::write_manifest(&run, &order, &by_split, out).await?;
     let card = card + &availability(&avail) + &stale_note(left_out, &opts.split);
-    let readme = out.join("README.md");
-    std::fs::write(&readme, card).map_err(crate::error::io(&readme))?;
-    // Last: it lists the checksum of every file written above.
     let known = croissant::Known {
         m,
         funnel: &funnel,
         langs: langs.as_ref(),
         questions: questions.as_ref(),
         tasks: &tasks,
-        videos: sizes.iter().map(|(_, n, _)| n).sum(),
+        videos: data.sizes.iter().map(|(_, n, _)| n).sum(),
     };
-    croissant::write(out, &known, &person)?;
-    // After the checksums: the export verifies the folder against them, then lists its files.
-    crate::release::harness::export(out, &opts.harness)?;
+    let version = finish(out, card, &known, person, previous, opts)?;
     Ok(ReleaseReport {
         out: out.clone(),
-        splits: sizes.into_iter().map(|(s, n, _)| (s, n)).collect(),
+        splits: data.sizes.into_iter().map(|(s, n, _)| (s, n)).collect(),
         columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
-        files,
+        files: data.files,
         left_out,
+        version,
     })
+}
+
+/// The videos an earlier version took down stay out of every later one.
+fn keep_taken_down_out(
+    by_split: &mut BTreeMap<String, Vec<String>>,
+    previous: Option<&crate::release::versions::Snapshot>,
+) {
+    if let Some(p) = previous {
+        for ids in by_split.values_mut() {
+            ids.retain(|v| !p.taken_down.contains(v));
+        }
+    }
+}
+
+/// The previous version's takedowns.jsonl, into a new folder (a release made again in place
+/// keeps its own).
+fn carry_takedowns(opts: &ReleaseOptions) -> Result<(), RunError> {
+    let Some(prev) = &opts.previous else {
+        return Ok(());
+    };
+    let name = crate::release::availability::TAKEDOWNS_FILE;
+    let (from, to) = (prev.join(name), opts.out.join(name));
+    if from.exists() && from != to {
+        std::fs::create_dir_all(&opts.out).map_err(crate::error::io(&opts.out))?;
+        std::fs::copy(&from, &to).map_err(crate::error::io(&to))?;
+    }
+    Ok(())
+}
+
+/// The version and its changes (against `previous`), the card, then croissant.json (last: it
+/// lists every file's checksum) and the harness exports (they verify against it). The version.
+fn finish(
+    out: &Path,
+    card: String,
+    known: &croissant::Known,
+    mut person: croissant::CardSettings,
+    previous: Option<(crate::release::versions::Snapshot, Option<String>)>,
+    opts: &ReleaseOptions,
+) -> Result<String, RunError> {
+    let asked = opts.version.clone().or_else(|| {
+        // The card file's version names the first one; later ones follow from their changes.
+        previous.is_none().then(|| person.version.clone()).flatten()
+    });
+    let (prev, md) = previous.map_or((None, None), |(s, m)| (Some(s), m));
+    let r = crate::release::versions::record(out, prev.as_ref(), md.as_deref(), asked.as_deref())?;
+    let card = crate::release::versions::card_with_version(&card, &r, person.live == Some(true));
+    let readme = out.join("README.md");
+    std::fs::write(&readme, card).map_err(crate::error::io(&readme))?;
+    person.version = Some(r.version.clone());
+    croissant::write(out, known, &person)?;
+    crate::release::harness::export(out, &opts.harness)?;
+    Ok(r.version)
 }
 
 /// Removes the folders an earlier release wrote into `out`: files of it must not linger.
@@ -242,11 +300,16 @@ fn clear_out(out: &Path) -> Result<(), RunError> {
         "questions",
         "tasks",
         "harness",
+        "changes",
     ] {
         let d = out.join(sub);
         if d.exists() {
             std::fs::remove_dir_all(&d).map_err(crate::error::io(&d))?;
         }
+    }
+    let changes = out.join("CHANGES.md");
+    if changes.exists() {
+        std::fs::remove_file(&changes).map_err(crate::error::io(&changes))?;
     }
     Ok(())
 }

@@ -221,7 +221,8 @@ mod tests {
         assert!(
             resolve_now(&mut open, nov)
                 .unwrap_err()
-                .0.contains("needs a published_after")
+                .0
+                .contains("needs a published_after")
         );
     }
 }
