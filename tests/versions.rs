@@ -232,6 +232,24 @@ fn three_versions_record_what_changed_and_keep_each_video_in_its_split() {
     let whole: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(whole["split"]["scored"], 50, "{whole}");
 
+    // Made again in place with nothing changed: the same version, the same files.
+    let files = |rel: &Path| {
+        [
+            "README.md",
+            "CHANGES.md",
+            "croissant.json",
+            "changes/changes-00000-of-00001.parquet",
+        ]
+        .map(|f| std::fs::read(rel.join(f)).unwrap())
+    };
+    let before = files(&v3);
+    let said = version(dir, "v3", None);
+    assert!(said.contains("version 2.0.0"), "{said}");
+    assert!(
+        before == files(&v3),
+        "a release made again in place is the same folder"
+    );
+
     // Each version's croissant.json states it, and validates.
     assert_eq!(croissant_version(&v3), serde_json::json!(["2.0.0", true]));
     let v = Command::new(readers_python().with_file_name("mlcroissant"))

@@ -83,7 +83,8 @@ pub struct ReleaseOptions {
     /// The release this one follows (default: the release already at --out, if any): this
     /// one then records what changed (CHANGES.md, the `changes` config), keeps the videos it
     /// took down out, and takes the next version: minor when videos or items were only added,
-    /// major when any left, moved, were relabelled or redrafted, patch when nothing changed.
+    /// major when any left, moved, were relabelled or redrafted; when nothing changed it is the
+    /// previous version again, as that one recorded it.
     #[arg(long, value_name = "DIR")]
     pub previous: Option<PathBuf>,
     /// The version to write instead (MAJOR.MINOR.PATCH); without a previous release the card
@@ -178,7 +179,7 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
     let left_out = keep_selected(&mut by_split, &selected);
     // Read before `out` is replaced: it may be the previous version itself.
     let previous = crate::release::versions::previous(opts.previous.as_deref(), &opts.out)?;
-    keep_taken_down_out(&mut by_split, previous.as_ref().map(|p| &p.0));
+    keep_taken_down_out(&mut by_split, previous.as_ref().map(|p| &p.snapshot));
     let inputs = read_inputs(store, m).await?;
     let out = &opts.out;
     clear_out(out)?;
@@ -273,15 +274,14 @@ fn finish(
     card: String,
     known: &croissant::Known,
     mut person: croissant::CardSettings,
-    previous: Option<(crate::release::versions::Snapshot, Option<String>)>,
+    previous: Option<crate::release::versions::Previous>,
     opts: &ReleaseOptions,
 ) -> Result<String, RunError> {
     let asked = opts.version.clone().or_else(|| {
         // The card file's version names the first one; later ones follow from their changes.
         previous.is_none().then(|| person.version.clone()).flatten()
     });
-    let (prev, md) = previous.map_or((None, None), |(s, m)| (Some(s), m));
-    let r = crate::release::versions::record(out, prev.as_ref(), md.as_deref(), asked.as_deref())?;
+    let r = crate::release::versions::record(out, previous.as_ref(), asked.as_deref())?;
     let card = crate::release::versions::card_with_version(&card, &r, person.live == Some(true));
     let readme = out.join("README.md");
     std::fs::write(&readme, card).map_err(crate::error::io(&readme))?;

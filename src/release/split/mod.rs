@@ -15,6 +15,8 @@
 //! that keeps every split × stratum count within one video of its target.
 
 mod duplicates;
+#[cfg(test)]
+mod growth_tests;
 mod keep;
 mod modes;
 pub mod stale;

@@ -1,6 +1,7 @@
 //! Versions of a release (issue 69): what changed between two release folders, the version
 //! that change makes (semantic: only additions are a minor version; a removal, a relabel, a
-//! move between splits, a redrafted or removed item, a takedown a major one; nothing a patch),
+//! move between splits, a redrafted or removed item, a takedown a major one; nothing changed:
+//! the same version, as it was recorded),
 //! and what a new release records of it: `CHANGES.md`, the `changes` config
 //! (`changes/changes-00000-of-00001.parquet`: video, item, split, change, old, new) and the
 //! card's section and YAML entry. `release` calls `record`; `vidcurate diff` calls `between`
@@ -11,7 +12,7 @@ mod snapshot;
 use crate::error::RunError;
 use arrow::array::{RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
-pub use snapshot::Snapshot;
+pub use snapshot::{Item, Snapshot, Video};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
@@ -102,8 +103,8 @@ fn item_changes(old: &Snapshot, new: &Snapshot) -> Vec<Change> {
 }
 
 /// The version after `previous` with `changes`: major for a change that breaks a comparison,
-/// minor for additions only, patch for none. A version that is not `MAJOR.MINOR.PATCH` is
-/// taken as 1.0.0.
+/// minor for additions only, `previous` itself for none. A version that is not
+/// `MAJOR.MINOR.PATCH` is taken as 1.0.0.
 pub fn bump(previous: &str, changes: &[Change]) -> String {
     let parts: Vec<u64> = previous
         .trim_start_matches('v')
@@ -118,22 +119,24 @@ pub fn bump(previous: &str, changes: &[Change]) -> String {
     } else if !changes.is_empty() {
         format!("{major}.{}.0", minor + 1)
     } else {
-        format!("{major}.{minor}.{}", patch + 1)
+        format!("{major}.{minor}.{patch}")
     }
 }
 
+/// The kinds of change, in the order they are counted.
+const KINDS: [&str; 8] = [
+    "added",
+    "removed",
+    "taken_down",
+    "relabelled",
+    "moved",
+    "item_added",
+    "item_removed",
+    "item_redrafted",
+];
+
 /// Counts per kind of change, in a fixed order.
 pub fn counts(changes: &[Change]) -> Vec<(&'static str, usize)> {
-    const KINDS: [&str; 8] = [
-        "added",
-        "removed",
-        "taken_down",
-        "relabelled",
-        "moved",
-        "item_added",
-        "item_removed",
-        "item_redrafted",
-    ];
     KINDS
         .iter()
         .map(|k| (*k, changes.iter().filter(|c| c.change == *k).count()))
@@ -212,39 +215,68 @@ pub struct Recorded {
     pub changes: Vec<Change>,
 }
 
+/// The release a new one follows, read before anything is written.
+pub struct Previous {
+    pub snapshot: Snapshot,
+    /// Its CHANGES.md.
+    md: Option<String>,
+    /// What it recorded against the version before it: that version, its changes config's
+    /// bytes and rows (none for a first version).
+    own: Option<(String, Vec<u8>, Vec<Change>)>,
+}
+
 /// The new release's version, and (with a previous release) its changes written into `out`:
-/// CHANGES.md (this version's entry above the previous release's own), the `changes` config,
-/// and the previous release's takedowns carried forward. `asked`: the version the user set.
+/// CHANGES.md (this version's entry above the previous release's own) and the `changes`
+/// config. `asked`: the version the user set. A release that changes nothing is the previous
+/// version as it was recorded (made again in place, it is the same folder).
 pub fn record(
     out: &Path,
-    previous: Option<&Snapshot>,
-    previous_changes_md: Option<&str>,
+    previous: Option<&Previous>,
     asked: Option<&str>,
 ) -> Result<Recorded, RunError> {
     let Some(prev) = previous else {
-        return Ok(Recorded {
-            version: asked.unwrap_or("1.0.0").to_string(),
-            previous: None,
-            changes: vec![],
-        });
+        return Ok(first(asked));
     };
-    let now = Snapshot::read(out)?;
-    let changes = between(prev, &now);
-    let before = prev.version.clone().unwrap_or_else(|| "1.0.0".into());
+    let changes = between(&prev.snapshot, &Snapshot::read(out)?);
+    let before = (prev.snapshot.version.clone()).unwrap_or_else(|| "1.0.0".into());
+    if changes.is_empty() && asked.is_none_or(|v| v == before) {
+        let Some((from, bytes, rows)) = &prev.own else {
+            return Ok(first(Some(&before)));
+        };
+        write_changes(out, bytes, prev.md.as_deref().unwrap_or_default())?;
+        return Ok(Recorded {
+            version: before,
+            previous: Some(from.clone()),
+            changes: rows.clone(),
+        });
+    }
     let version = asked.map_or_else(|| bump(&before, &changes), str::to_string);
-    let path = out.join(CHANGES_PARQUET);
-    let io = crate::error::io(&path);
-    std::fs::create_dir_all(path.parent().unwrap_or(out)).map_err(io)?;
     let bytes = crate::store::shards::encode_table(&changes_batch(&changes)?)?;
-    crate::store::write_file(&path, &bytes).map_err(crate::error::io(&path))?;
-    let md = changes_md(&before, &version, &changes, previous_changes_md);
-    let p = out.join("CHANGES.md");
-    std::fs::write(&p, md).map_err(crate::error::io(&p))?;
+    let md = changes_md(&before, &version, &changes, prev.md.as_deref());
+    write_changes(out, &bytes, &md)?;
     Ok(Recorded {
         version,
         previous: Some(before),
         changes,
     })
+}
+
+/// A first version: no changes to record.
+fn first(asked: Option<&str>) -> Recorded {
+    Recorded {
+        version: asked.unwrap_or("1.0.0").to_string(),
+        previous: None,
+        changes: vec![],
+    }
+}
+
+fn write_changes(out: &Path, parquet: &[u8], md: &str) -> Result<(), RunError> {
+    let path = out.join(CHANGES_PARQUET);
+    let io = crate::error::io(&path);
+    std::fs::create_dir_all(path.parent().unwrap_or(out)).map_err(io)?;
+    crate::store::write_file(&path, parquet).map_err(crate::error::io(&path))?;
+    let p = out.join("CHANGES.md");
+    std::fs::write(&p, md).map_err(crate::error::io(&p))
 }
 
 /// CHANGES.md: this version's entry, then the earlier entries as they were.
@@ -271,18 +303,58 @@ fn changes_md(before: &str, version: &str, changes: &[Change], earlier: Option<&
 }
 
 /// The release a new one follows: the folder `--previous` names, else the release already at
-/// `out` (read before it is replaced); with its CHANGES.md.
-pub fn previous(
-    given: Option<&Path>,
-    out: &Path,
-) -> Result<Option<(Snapshot, Option<String>)>, RunError> {
+/// `out` (read before it is replaced).
+pub fn previous(given: Option<&Path>, out: &Path) -> Result<Option<Previous>, RunError> {
     let dir = match given {
         Some(d) => d,
         None if crate::release::integrity::is_release(out) => out,
         None => return Ok(None),
     };
     let md = std::fs::read_to_string(dir.join("CHANGES.md")).ok();
-    Ok(Some((Snapshot::read(dir)?, md)))
+    // "## 1.1.0 (from 1.0.0)": the version the previous one followed.
+    let from = md.as_deref().and_then(|t| {
+        let line = t.lines().find(|l| l.starts_with("## "))?;
+        let at = line.find("(from ")?;
+        Some(line[at + 6..].trim_end_matches(')').to_string())
+    });
+    let path = dir.join(CHANGES_PARQUET);
+    let own = match (from, std::fs::read(&path)) {
+        (Some(from), Ok(bytes)) => {
+            let rows = read_changes(&path)?;
+            Some((from, bytes, rows))
+        }
+        _ => None,
+    };
+    Ok(Some(Previous {
+        snapshot: Snapshot::read(dir)?,
+        md,
+        own,
+    }))
+}
+
+/// A `changes` config's rows.
+fn read_changes(path: &Path) -> Result<Vec<Change>, RunError> {
+    let mut out = vec![];
+    for b in crate::release::read_parquet(path)?.1 {
+        let col = |n: &str| snapshot::text(&b, n);
+        let (ids, items, splits) = (col("video_id"), col("item"), col("split"));
+        let (kinds, olds, news) = (col("change"), col("old"), col("new"));
+        for i in 0..b.num_rows() {
+            let kind = kinds[i].as_deref().unwrap_or_default();
+            let Some(change) = KINDS.iter().find(|k| **k == kind) else {
+                continue;
+            };
+            out.push(Change {
+                video_id: ids[i].clone().unwrap_or_default(),
+                item: items[i].clone(),
+                split: splits[i].clone().unwrap_or_default(),
+                change,
+                old: olds[i].clone(),
+                new: news[i].clone(),
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// The card with the version's section and the `changes` config in its YAML.

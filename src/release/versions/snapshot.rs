@@ -114,7 +114,7 @@ fn batches_in(dir: &Path) -> Result<Vec<RecordBatch>, RunError> {
 }
 
 /// A column's values as text (all null when the column is missing).
-fn text(batch: &RecordBatch, name: &str) -> Vec<Option<String>> {
+pub(super) fn text(batch: &RecordBatch, name: &str) -> Vec<Option<String>> {
     let Some(col) = batch.column_by_name(name) else {
         return vec![None; batch.num_rows()];
     };
