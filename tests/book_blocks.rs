@@ -103,6 +103,10 @@ fn demo_root(root: &Path) -> String {
     for d in ["pipelines", "queries"] {
         copy_dir(&repo().join(d), &root.join(d));
     }
+    // The demo corpus's generator, for the page that grows it.
+    let script = "scripts/make_demo_corpus.py";
+    std::fs::create_dir_all(root.join("scripts")).unwrap();
+    std::fs::copy(repo().join(script), root.join(script)).unwrap();
     make_corpus(&root.join("data/demo"), &[]);
     let readers = repo().join("data/venv-readers");
     if readers.exists() {
@@ -187,6 +191,22 @@ fn every_shell_block_runs_on_the_demo_or_names_its_stand_in() {
         "only {ran} blocks run: the book teaches by running"
     );
     demo_claims_hold(root);
+    grown_demo_claims_hold(root);
+}
+
+/// "Keeping a dataset alive": the grown demo's second version adds the two new clips, and
+/// only those, as a minor version.
+fn grown_demo_claims_hold(root: &Path) {
+    let v2 = root.join("data/releases/demo-v2");
+    let changes = std::fs::read_to_string(v2.join("CHANGES.md")).unwrap();
+    assert!(
+        changes.contains("## 1.1.0 (from 1.0.0)") && changes.contains("- added: 2\n"),
+        "{changes}"
+    );
+    let added = column(&v2.join("changes"), "video_id");
+    assert_eq!(added, ["demo012", "demo013"]);
+    let page = std::fs::read_to_string(repo().join("docs/src/guide/keeping-alive.md")).unwrap();
+    assert!(page.contains("version 1.1.0") && page.contains("`1.0.0 → 1.1.0: 2 added`"));
 }
 
 /// The quick start's numbers about the demo are this run's: the creator-added regions per
