@@ -34,15 +34,6 @@ fn run_on(p: &Path, out: &Path, day: &str, more: &[&str]) -> std::process::Outpu
         .unwrap()
 }
 
-/// The search.list line of a dry run: its bound.
-fn searches_said(text: &str) -> usize {
-    let l = text
-        .lines()
-        .find(|l| l.trim_start().starts_with("search.list"))
-        .unwrap_or_else(|| panic!("no search.list line: {text}"));
-    l.split_whitespace().nth(3).unwrap().parse().unwrap()
-}
-
 #[test]
 fn collecting_again_a_month_later_searches_only_the_new_windows() {
     let fake = youtube_fake();
@@ -62,7 +53,7 @@ fn collecting_again_a_month_later_searches_only_the_new_windows() {
         said.contains("in 28 date windows, 10 new or not complete before (18 searched before: in the cache, free)"),
         "{said}"
     );
-    assert_eq!(searches_said(&said), 10, "{said}");
+    assert_eq!(crate::dryrun::search_bound(&said), 10, "{said}");
     assert_eq!(
         fake.server.count("/search"),
         20,

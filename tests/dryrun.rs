@@ -86,15 +86,7 @@ fn the_dry_run_predicts_model_calls_within_ten_percent_and_counts_done_work_as_f
     let made = server.requests().len() as f64;
     assert_eq!(made, 33.0);
     // Three answers repaired: more than the calls, never more than the requests bound.
-    let bound: f64 = text
-        .split("model calls (")
-        .nth(1)
-        .unwrap()
-        .split(' ')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let bound = number_after(&text, "model calls (");
     assert!(
         made <= bound && bound == 2.0 * calls,
         "{made} made, bound {bound}: {text}"
@@ -303,7 +295,7 @@ fn with_youtube_downloads_off_nothing_after_the_download_is_priced() {
 }
 
 /// The `search.list` bound a dry run prints.
-fn search_bound(text: &str) -> usize {
+pub(crate) fn search_bound(text: &str) -> usize {
     let l = text
         .lines()
         .find(|l| l.trim_start().starts_with("search.list"))

@@ -274,18 +274,8 @@ fn judged_metrics_are_paid_once_named_by_their_judge_and_never_guessed() {
         ),
         "{dry}"
     );
-    let planned: u64 = dry
-        .lines()
-        .find(|l| l.starts_with("judge "))
-        .unwrap()
-        .split(": ")
-        .nth(1)
-        .unwrap()
-        .split(' ')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let judge_line = dry.lines().find(|l| l.starts_with("judge ")).unwrap();
+    let planned = crate::util::number_after(judge_line, ": ") as u64;
     // Every planned judgment, plus one repair for each that never answers in JSON.
     let report: Value = serde_json::from_slice(&o.stdout).unwrap();
     let unjudged: u64 = report["tasks"]

@@ -393,3 +393,15 @@ pub fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// The number that follows the first `marker` in `text` (up to the next space): a count a
+/// command prints (`total: 3 model calls (7 requests at most)` after `"model calls ("`).
+pub fn number_after(text: &str, marker: &str) -> f64 {
+    let rest = text
+        .split(marker)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {marker:?} in: {text}"));
+    let word = rest.split_whitespace().next().unwrap_or_default();
+    word.parse()
+        .unwrap_or_else(|e| panic!("{word:?} after {marker:?}: {e}: {text}"))
+}
