@@ -261,3 +261,59 @@ fn three_versions_record_what_changed_and_keep_each_video_in_its_split() {
     let o = run(&["verify", "v3"], dir);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
 }
+
+/// `evaluate --shared-with` on benchmark tasks: two items of one task redrafted between two
+/// versions (their question edited here with pyarrow) are left out of that task's score, and
+/// only those; the counts are the edit's own.
+#[test]
+fn scores_on_the_shared_part_leave_out_the_redrafted_items() {
+    let d = tempfile::tempdir().unwrap();
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    crate::evaluate_tasks::py(&["make", a.to_str().unwrap(), "3"]);
+    copy_dir(&a, &b);
+    let edit = "import glob, sys, pyarrow as pa, pyarrow.parquet as pq\n\
+        f = glob.glob(sys.argv[1] + '/tasks/sc/*.parquet')[0]\n\
+        t = pq.read_table(f)\n\
+        q = t.column('question').to_pylist()\n\
+        q[0] += ' (reworded)'; q[5] += ' (reworded)'\n\
+        pq.write_table(t.set_column(t.schema.get_field_index('question'), 'question', pa.array(q)), f)\n";
+    let o = Command::new(readers_python())
+        .args(["-c", edit])
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let items = |more: &[&str]| {
+        let preds = b.join("predictions.jsonl");
+        let mut args = vec![
+            "evaluate",
+            b.to_str().unwrap(),
+            preds.to_str().unwrap(),
+            "--json",
+        ];
+        args.extend(more);
+        let o = run(&args, d.path());
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (report["tasks"].as_array().unwrap().iter())
+            .map(|t| {
+                (
+                    t["task"].as_str().unwrap().to_string(),
+                    t["items"].as_u64().unwrap(),
+                )
+            })
+            .collect::<BTreeMap<String, u64>>()
+    };
+    let whole = items(&[]);
+    let shared = items(&["--shared-with", a.to_str().unwrap()]);
+    for (task, n) in &whole {
+        let less = if task == "sc" { 2 } else { 0 };
+        assert_eq!(shared[task], n - less, "{task}: {shared:?} of {whole:?}");
+    }
+    let o = run(
+        &["diff", a.to_str().unwrap(), b.to_str().unwrap()],
+        d.path(),
+    );
+    let said = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(said.contains(": 2 item_redrafted\n"), "{said}");
+}
