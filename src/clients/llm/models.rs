@@ -79,5 +79,12 @@ mod tests {
         assert_eq!(modalities_of(&two, "other"), None);
         let openai = serde_json::json!({"object": "list", "data": [{"id": "gpt-4o", "object": "model", "owned_by": "system"}]});
         assert_eq!(modalities_of(&openai, "gpt-4o"), None);
+        // llama-cpp-python's server, images or not, lists none either (recorded).
+        let p = format!(
+            "{}/tests/fixtures/llm/refusals/llama_cpp_python_200_models.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let python: Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+        assert_eq!(modalities_of(&python, "tiny"), None);
     }
 }
