@@ -109,9 +109,27 @@ fn the_judge_over_llama_cpp_python_learns_json_object_in_one_refused_request() {
             server.port
         ),
     );
+    // The dry run's bound: each judgment and its one repair, and the one refusal it warns of.
+    let o = std::process::Command::new(bin())
+        .arg("evaluate")
+        .arg(&rel)
+        .arg(rel.join("predictions.jsonl"))
+        .arg("--judge")
+        .arg(&judge)
+        .arg("--dry-run")
+        .env("VIDCURATE_TEST_OPENAI_KEY", crate::judge::OPENAI_KEY)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let to_make = number_after(&said, "answered by the cache, ");
+    let bound = number_after(&said, "to make (");
+    assert_eq!(bound, 2.0 * to_make + 1.0, "{said}");
     let report = evaluate(&rel, &judge);
     let tasks = report["tasks"].as_array().unwrap();
     let calls = crate::llama::judge_calls(&report);
+    assert_eq!(calls as f64, to_make, "{said}");
+    assert!(server.all_answered() as f64 <= bound, "{said}");
     assert!(calls > 50, "{report}");
     // One request refused for its shape, every other one answered.
     assert_eq!(server.answered(500), 1, "{}", server.log_text());

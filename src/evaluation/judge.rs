@@ -299,6 +299,10 @@ impl Judge {
                 d.usd += self.prices.cost(tin, tout, self.batched());
             }
         }
+        // Each judgment asked, and its one repair at most; cached answers cost nothing.
+        let asked = d.calls - d.cached;
+        let refused = asked > 0 && self.svc.dialect_unknown(&self.settings.model, &self.cache);
+        d.requests_at_most = 2 * asked + u64::from(refused);
         d
     }
 }
@@ -312,6 +316,9 @@ pub(super) fn judge_failed(service: &str, e: StageError) -> RunError {
 pub struct DryRun {
     pub calls: u64,
     pub cached: u64,
+    /// Requests the judging may send: each uncached judgment and its one repair, and the one a
+    /// server may refuse for how structured output was asked, until its dialect is learnt.
+    pub requests_at_most: u64,
     pub tokens_in: u64,
     pub tokens_out: u64,
     pub usd: f64,

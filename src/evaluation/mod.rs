@@ -378,13 +378,14 @@ fn score_tasks(r: &Request, preds: &Path, scope: &split::Scope) -> Result<Printe
         })?;
         let (d, scored) = tasks::dry_run(r.release, preds, j, scope)?;
         return Ok(Printed::text(format!(
-            "{}judge {} on {}: {} calls, {} answered by the cache, {} to make: {} input and {} output tokens at most, ${:.4}{}\n",
+            "{}judge {} on {}: {} calls, {} answered by the cache, {} to make ({} requests at most): {} input and {} output tokens at most, ${:.4}{}\n",
             scored.line(),
             j.settings.model,
             j.settings.service,
             d.calls,
             d.cached,
             d.calls - d.cached,
+            d.requests_at_most,
             d.tokens_in,
             d.tokens_out,
             d.usd,

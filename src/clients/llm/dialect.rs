@@ -180,6 +180,15 @@ pub(super) struct Learnt {
 }
 
 impl LlmService {
+    /// Whether structured requests to `model` may cost one request refused for their shape:
+    /// an OpenAI-compatible server with no pinned `structured` whose dialect `cache` has not
+    /// learnt yet (what a dry run adds to its bound).
+    pub fn dialect_unknown(&self, model: &str, cache: &ResponseCache) -> bool {
+        self.api == Api::OpenAi
+            && self.structured.is_none()
+            && cache.dialect(&self.name, model).ok().flatten().is_none()
+    }
+
     /// `call` at the rung the server takes structured output on: a refusal of how it was asked
     /// moves the (service, model) down (learnt once, kept in the run's cache) and asks again;
     /// any other refusal is the error. At most one step per rung, so this ends.
