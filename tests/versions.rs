@@ -250,8 +250,43 @@ fn three_versions_record_what_changed_and_keep_each_video_in_its_split() {
         "a release made again in place is the same folder"
     );
 
+    // The same folder named another way is still the same folder: its takedowns stay.
+    let said = version(dir, "v3", Some("./v3"));
+    assert!(said.contains("version 2.0.0"), "{said}");
+    assert!(before == files(&v3));
+    assert!(
+        std::fs::read_to_string(v3.join("takedowns.jsonl"))
+            .unwrap()
+            .contains("v010")
+    );
+    // A takedown in version 3 itself, then version 3 made again after version 2: it stays out.
+    let o = run(&["takedown", "v3", "v030"], dir);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let said = version(dir, "v3", Some("v2"));
+    assert!(said.contains("version 2.0.0"), "{said}");
+    assert!(!videos(&v3).contains_key("v030") && !videos(&v3).contains_key("v010"));
+    let down = std::fs::read_to_string(v3.join("takedowns.jsonl")).unwrap();
+    assert!(down.contains("v010") && down.contains("v030"), "{down}");
+    assert_eq!(recorded(&v3), diff(&v2, &v3));
+    // The same videos in files of 10 rows: no video changed, the files did: a patch.
+    let o = Command::new(bin())
+        .arg("release")
+        .arg(dir.join("run"))
+        .args(["--split", "v", "--frames", "none", "--rows-per-file", "10"])
+        .args(["--out", "v3", "--card", "card.toml"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(said.contains("version 2.0.1"), "{said}");
+    let changes = std::fs::read_to_string(v3.join("CHANGES.md")).unwrap();
+    assert!(
+        changes.starts_with("# Changes\n\n## 2.0.1 (from 2.0.0)"),
+        "{changes}"
+    );
+
     // Each version's croissant.json states it, and validates.
-    assert_eq!(croissant_version(&v3), serde_json::json!(["2.0.0", true]));
+    assert_eq!(croissant_version(&v3), serde_json::json!(["2.0.1", true]));
     let v = Command::new(readers_python().with_file_name("mlcroissant"))
         .args(["validate", "--jsonld"])
         .arg(v3.join("croissant.json"))

@@ -30,7 +30,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use card::*;
 use inputs::*;
 use rows::*;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -179,11 +179,12 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
     let left_out = keep_selected(&mut by_split, &selected);
     // Read before `out` is replaced: it may be the previous version itself.
     let previous = crate::release::versions::previous(opts.previous.as_deref(), &opts.out)?;
-    keep_taken_down_out(&mut by_split, previous.as_ref().map(|p| &p.snapshot));
+    let (taken, takedowns) = takedowns_to_keep(opts)?;
+    keep_taken_down_out(&mut by_split, &taken);
     let inputs = read_inputs(store, m).await?;
     let out = &opts.out;
     clear_out(out)?;
-    carry_takedowns(opts)?;
+    write_takedowns(out, &takedowns)?;
     let data = write_data(store, &inputs, &order, &by_split, opts).await?;
     let schema = data.schema.clone().ok_or_else(|| {
         RunError::Config(format!(
@@ -241,30 +242,45 @@ pub async fn release(run_dir: &Path, opts: &ReleaseOptions) -> Result<ReleaseRep
 }
 
 /// The videos an earlier version took down stay out of every later one.
-fn keep_taken_down_out(
-    by_split: &mut BTreeMap<String, Vec<String>>,
-    previous: Option<&crate::release::versions::Snapshot>,
-) {
-    if let Some(p) = previous {
-        for ids in by_split.values_mut() {
-            ids.retain(|v| !p.taken_down.contains(v));
-        }
+fn keep_taken_down_out(by_split: &mut BTreeMap<String, Vec<String>>, taken: &BTreeSet<String>) {
+    for ids in by_split.values_mut() {
+        ids.retain(|v| !taken.contains(v));
     }
 }
 
-/// The previous version's takedowns.jsonl, into a new folder (a release made again in place
-/// keeps its own).
-fn carry_takedowns(opts: &ReleaseOptions) -> Result<(), RunError> {
-    let Some(prev) = &opts.previous else {
-        return Ok(());
-    };
+/// Every takedown recorded by the release at `out` and by the one `--previous` names (read
+/// before `out` is replaced): their ids, and the lines of `takedowns.jsonl` to write, out's own
+/// first, then the previous one's for the videos out does not record.
+fn takedowns_to_keep(opts: &ReleaseOptions) -> Result<(BTreeSet<String>, String), RunError> {
+    let (mut ids, mut text) = (BTreeSet::new(), String::new());
     let name = crate::release::availability::TAKEDOWNS_FILE;
-    let (from, to) = (prev.join(name), opts.out.join(name));
-    if from.exists() && from != to {
-        std::fs::create_dir_all(&opts.out).map_err(crate::error::io(&opts.out))?;
-        std::fs::copy(&from, &to).map_err(crate::error::io(&to))?;
+    let mut dirs = vec![opts.out.as_path()];
+    dirs.extend(opts.previous.as_deref());
+    for dir in dirs {
+        let Ok(lines) = std::fs::read_to_string(dir.join(name)) else {
+            continue;
+        };
+        let recorded = crate::release::availability::recorded_ids(dir)?;
+        for line in lines.lines().filter(|l| !l.trim().is_empty()) {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+            let id = v["video_id"].as_str().unwrap_or_default();
+            if recorded.contains(id) && ids.insert(id.to_string()) {
+                text += line;
+                text.push('\n');
+            }
+        }
     }
-    Ok(())
+    Ok((ids, text))
+}
+
+/// `takedowns.jsonl` as `takedowns_to_keep` merged it (none when nothing was taken down).
+fn write_takedowns(out: &Path, text: &str) -> Result<(), RunError> {
+    let path = out.join(crate::release::availability::TAKEDOWNS_FILE);
+    if text.is_empty() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(out).map_err(crate::error::io(out))?;
+    std::fs::write(&path, text).map_err(crate::error::io(&path))
 }
 
 /// The version and its changes (against `previous`), the card, then croissant.json (last: it
@@ -292,7 +308,13 @@ fn finish(
 }
 
 /// Removes the folders an earlier release wrote into `out`: files of it must not linger.
+/// `croissant.json` goes first: a release cut short after this is no release, so the next one
+/// does not take the half-written folder for the version it follows.
 fn clear_out(out: &Path) -> Result<(), RunError> {
+    let croissant = out.join("croissant.json");
+    if croissant.exists() {
+        std::fs::remove_file(&croissant).map_err(crate::error::io(&croissant))?;
+    }
     for sub in [
         "data",
         "frames",

@@ -135,6 +135,17 @@ const KINDS: [&str; 8] = [
     "item_redrafted",
 ];
 
+/// The next patch version of `previous` (1.0.1 for one that is not `MAJOR.MINOR.PATCH`).
+fn bump_patch(previous: &str) -> String {
+    let parts: Vec<u64> = (previous.trim_start_matches('v').split('.'))
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    match parts[..] {
+        [major, minor, patch] => format!("{major}.{minor}.{}", patch + 1),
+        _ => "1.0.1".into(),
+    }
+}
+
 /// Counts per kind of change, in a fixed order.
 pub fn counts(changes: &[Change]) -> Vec<(&'static str, usize)> {
     KINDS
@@ -237,9 +248,11 @@ pub fn record(
     let Some(prev) = previous else {
         return Ok(first(asked));
     };
-    let changes = between(&prev.snapshot, &Snapshot::read(out)?);
+    let now = Snapshot::read(out)?;
+    let changes = between(&prev.snapshot, &now);
     let before = (prev.snapshot.version.clone()).unwrap_or_else(|| "1.0.0".into());
-    if changes.is_empty() && asked.is_none_or(|v| v == before) {
+    let same_files = now.files == prev.snapshot.files;
+    if changes.is_empty() && same_files && asked.is_none_or(|v| v == before) {
         let Some((from, bytes, rows)) = &prev.own else {
             return Ok(first(Some(&before)));
         };
@@ -250,7 +263,13 @@ pub fn record(
             changes: rows.clone(),
         });
     }
-    let version = asked.map_or_else(|| bump(&before, &changes), str::to_string);
+    // No video or item changed, but the files did (a column added, metadata refreshed): a patch.
+    let patch = || bump_patch(&before);
+    let version = match asked {
+        Some(v) => v.to_string(),
+        None if changes.is_empty() => patch(),
+        None => bump(&before, &changes),
+    };
     let bytes = crate::store::shards::encode_table(&changes_batch(&changes)?)?;
     let md = changes_md(&before, &version, &changes, prev.md.as_deref());
     write_changes(out, &bytes, &md)?;
@@ -287,7 +306,7 @@ fn changes_md(before: &str, version: &str, changes: &[Change], earlier: Option<&
         let _ = writeln!(t, "- {k}: {n}");
     }
     if changes.is_empty() {
-        t += "- nothing changed\n";
+        t += "- no video or item changed; other values of the rows did (a column added, metadata refreshed)\n";
     }
     if changes.iter().any(Change::breaks) {
         t += "\nScores on this version are not comparable with scores on the previous one where \

@@ -34,6 +34,9 @@ pub struct Snapshot {
     /// `<config>/<item_id>` (`questions/q1`, `kep/kep-…`) → the item.
     pub items: BTreeMap<String, Item>,
     pub taken_down: BTreeSet<String>,
+    /// A digest of the bytes of every data, questions and task file: what changed beyond the
+    /// videos and items (a column added, metadata refreshed) shows here alone.
+    pub files: String,
 }
 
 impl Snapshot {
@@ -45,7 +48,8 @@ impl Snapshot {
             taken_down: crate::release::availability::recorded_ids(dir)?,
             ..Default::default()
         };
-        for batch in batches_in(&dir.join("data"))? {
+        let mut files = blake3::Hasher::new();
+        for batch in batches_in(&dir.join("data"), &mut files)? {
             let (ids, splits) = (text(&batch, "video_id"), text(&batch, "split"));
             let labels = text(&batch, "label");
             for i in 0..batch.num_rows() {
@@ -56,7 +60,7 @@ impl Snapshot {
                 s.videos.insert(id, Video { split, label });
             }
         }
-        s.read_items(&dir.join("questions"), "questions")?;
+        s.read_items(&dir.join("questions"), "questions", &mut files)?;
         let tasks = dir.join("tasks");
         if tasks.is_dir() {
             let mut names: Vec<_> = std::fs::read_dir(&tasks)
@@ -67,14 +71,20 @@ impl Snapshot {
             names.sort();
             for t in names {
                 let name = t.file_name().map(|n| n.to_string_lossy().to_string());
-                s.read_items(&t, &name.unwrap_or_default())?;
+                s.read_items(&t, &name.unwrap_or_default(), &mut files)?;
             }
         }
+        s.files = files.finalize().to_hex()[..16].to_string();
         Ok(s)
     }
 
-    fn read_items(&mut self, dir: &Path, config: &str) -> Result<(), RunError> {
-        for batch in batches_in(dir)? {
+    fn read_items(
+        &mut self,
+        dir: &Path,
+        config: &str,
+        files: &mut blake3::Hasher,
+    ) -> Result<(), RunError> {
+        for batch in batches_in(dir, files)? {
             let ids = text(&batch, "item_id");
             let (videos, splits) = (text(&batch, "video_id"), text(&batch, "split"));
             let content = row_digests(&batch);
@@ -101,13 +111,20 @@ fn version_of(dir: &Path) -> Option<String> {
     v["version"].as_str().map(str::to_string)
 }
 
-/// Every Parquet file directly in `dir`, read (none when there is no such folder).
-fn batches_in(dir: &Path) -> Result<Vec<RecordBatch>, RunError> {
+/// Every Parquet file directly in `dir`, read (none when there is no such folder); each
+/// file's name and bytes go into `files`.
+fn batches_in(dir: &Path, files: &mut blake3::Hasher) -> Result<Vec<RecordBatch>, RunError> {
     if !dir.is_dir() {
         return Ok(vec![]);
     }
     let mut out = vec![];
     for f in crate::store::parquet_files_in(dir).map_err(crate::error::io(dir))? {
+        let bytes = std::fs::read(&f).map_err(crate::error::io(&f))?;
+        let name = f.file_name().map(|n| n.to_string_lossy().to_string());
+        files.update(name.unwrap_or_default().as_bytes());
+        files
+            .update(&(bytes.len() as u64).to_le_bytes())
+            .update(&bytes);
         out.extend(read_parquet(&f)?.1);
     }
     Ok(out)

@@ -37,6 +37,9 @@ pub(super) fn initial_windows(q: &Query) -> Vec<Window> {
             }
             None => vec![Some((a, b))],
         },
+        // An empty range (a start at or after its end, as `now` can be): nothing to search,
+        // rather than a search without dates.
+        (Some(_), Some(_)) => vec![],
         _ => vec![None],
     }
 }
@@ -217,6 +220,13 @@ mod tests {
         assert_eq!((then.len(), now.len()), (3, 4));
         assert_eq!(then[..2], now[..2]);
         assert_ne!(then[2], now[2]);
+        // A start on or after today: no window, no search without dates.
+        let mut late = query(&[
+            ("published_after", "2026-12-07"),
+            ("published_before", "now"),
+        ]);
+        resolve_now(&mut late, parse_time("2026-12-07").unwrap()).unwrap();
+        assert!(initial_windows(&late).is_empty());
         let mut open = query(&[("published_before", "now")]);
         assert!(
             resolve_now(&mut open, nov)
