@@ -83,8 +83,9 @@ pub struct ReleaseOptions {
     /// The release this one follows (default: the release already at --out, if any): this
     /// one then records what changed (CHANGES.md, the `changes` config), keeps the videos it
     /// took down out, and takes the next version: minor when videos or items were only added,
-    /// major when any left, moved, were relabelled or redrafted; when nothing changed it is the
-    /// previous version again, as that one recorded it.
+    /// major when any left, moved, were relabelled or redrafted; a patch when only other values
+    /// of the files changed (a column added, metadata refreshed); when nothing changed it is
+    /// the previous version again, as that one recorded it.
     #[arg(long, value_name = "DIR")]
     pub previous: Option<PathBuf>,
     /// The version to write instead (MAJOR.MINOR.PATCH); without a previous release the card
