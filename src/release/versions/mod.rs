@@ -106,14 +106,7 @@ fn item_changes(old: &Snapshot, new: &Snapshot) -> Vec<Change> {
 /// minor for additions only, `previous` itself for none. A version that is not
 /// `MAJOR.MINOR.PATCH` is taken as 1.0.0.
 pub fn bump(previous: &str, changes: &[Change]) -> String {
-    let parts: Vec<u64> = previous
-        .trim_start_matches('v')
-        .split('.')
-        .filter_map(|p| p.parse().ok())
-        .collect();
-    let [major, minor, patch] = parts[..] else {
-        return bump("1.0.0", changes);
-    };
+    let [major, minor, patch] = semver(previous).unwrap_or([1, 0, 0]);
     if changes.iter().any(Change::breaks) {
         format!("{}.0.0", major + 1)
     } else if !changes.is_empty() {
@@ -121,6 +114,14 @@ pub fn bump(previous: &str, changes: &[Change]) -> String {
     } else {
         format!("{major}.{minor}.{patch}")
     }
+}
+
+/// `MAJOR.MINOR.PATCH` (a leading `v` allowed) as numbers.
+fn semver(v: &str) -> Option<[u64; 3]> {
+    let parts: Vec<u64> = (v.trim_start_matches('v').split('.'))
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    parts.try_into().ok()
 }
 
 /// The kinds of change, in the order they are counted.
@@ -137,13 +138,8 @@ const KINDS: [&str; 8] = [
 
 /// The next patch version of `previous` (1.0.1 for one that is not `MAJOR.MINOR.PATCH`).
 fn bump_patch(previous: &str) -> String {
-    let parts: Vec<u64> = (previous.trim_start_matches('v').split('.'))
-        .filter_map(|p| p.parse().ok())
-        .collect();
-    match parts[..] {
-        [major, minor, patch] => format!("{major}.{minor}.{}", patch + 1),
-        _ => "1.0.1".into(),
-    }
+    let [major, minor, patch] = semver(previous).unwrap_or([1, 0, 0]);
+    format!("{major}.{minor}.{}", patch + 1)
 }
 
 /// Counts per kind of change, in a fixed order.
@@ -411,4 +407,22 @@ pub fn card_with_version(card: &str, r: &Recorded, live: bool) -> String {
         s += "\nThis is a live dataset (`isLiveDataset` in croissant.json): it is collected again and released as new versions.\n";
     }
     card + &s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn additions_are_minor_anything_else_major_nothing_the_same_version() {
+        let added = [change("v1", "train", "added")];
+        let removed = [change("v1", "train", "removed")];
+        assert_eq!(bump("1.1.0", &added), "1.2.0");
+        assert_eq!(bump("v1.1.3", &removed), "2.0.0");
+        assert_eq!(bump("1.1.3", &[]), "1.1.3");
+        // Not MAJOR.MINOR.PATCH: taken as 1.0.0.
+        assert_eq!(bump("2024.1", &added), "1.1.0");
+        assert_eq!(bump_patch("2.0.0"), "2.0.1");
+        assert_eq!(bump_patch("1.2.3-rc1"), "1.0.1");
+    }
 }
