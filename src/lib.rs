@@ -13,6 +13,7 @@ pub mod engines;
 pub mod error;
 pub mod evaluation;
 pub mod paths;
+pub mod profile;
 pub mod plan;
 pub mod record;
 pub mod release;

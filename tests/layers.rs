@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 /// top, each parsing, calling one of them and printing, and `main.rs` dispatches to them.
 const LAYERS: &[&str] = &[
     "error",
+    "profile",
     "secrets",
     "tls",
     "paths",

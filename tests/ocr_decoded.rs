@@ -122,6 +122,75 @@ fn ocr_reads_the_decoded_frame_whatever_the_history() {
     assert!(!ocr_rows(&g).is_empty());
 }
 
+/// A budget with room for one video at a time and channels that could hold all of them: the
+/// frames stage waits for OCR to take a video's frames before it decodes the next, so no frame
+/// is decoded twice (issue 70: the budget used to refuse the videos past it, and OCR decoded
+/// them again: 48 of 640 frames on a fresh run of the e2e corpus).
+#[test]
+fn a_full_budget_holds_the_decoder_back_instead_of_decoding_twice() {
+    need_ffmpeg!();
+    let d = tempfile::tempdir().unwrap();
+    make_corpus(
+        &d.path().join("truth"),
+        &["--profile", "ocr-truth", "--clips", "6", "--seconds", "2"],
+    );
+    // One 640 x 360 frame a video is 0.66 MiB: a budget of 1 MiB holds one video.
+    let p = d.path().join("p.toml");
+    let frames = "{ count = 1, max_side = 640 }";
+    let runtime = "[runtime]\ndecoded_frames_mib = 1\nchannel_capacity = 16\n";
+    write(
+        &p,
+        &(pipeline("manifest = \"truth/manifest.csv\"", frames, runtime)
+            + "\n[[stages]]\nid = \"ocr\"\ntype = \"ocr\"\ncompute = { det_profile = \"paddleocr\" }\n"),
+    );
+    let run_dir = d.path().join("run");
+    let (p, r) = (p.display().to_string(), run_dir.display().to_string());
+    let o = run(&["run", &p, "--out", &r, "-q", "--profile"], d.path());
+    let summary = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{summary}");
+    let ocr = counts(&run_dir, "ocr");
+    assert_eq!(ocr["computed"], 6, "{ocr}");
+    assert!(ocr["tally"]["frames_decoded_again"].is_null(), "{summary}");
+    assert!(!summary.contains("decoded again"), "{summary}");
+    profile_adds_up(&String::from_utf8_lossy(&o.stdout), 6);
+}
+
+/// `run --profile` (issue 70): every step of the 6 frames is counted, the pool's threads' time
+/// is steps plus idle within 10 %, and their lives span the run's wall time.
+fn profile_adds_up(table: &str, frames: u64) {
+    let row = |stage: &str, step: &str| -> Vec<f64> {
+        let line = table
+            .lines()
+            .find(|l| l.split_whitespace().take(2).eq([stage, step]))
+            .unwrap_or_else(|| panic!("no {stage} {step} row in\n{table}"));
+        (line.split_whitespace().skip(2).take(3))
+            .map(|v| v.parse().unwrap())
+            .collect()
+    };
+    for (stage, step) in [("frames", "decode"), ("frames", "jpeg"), ("ocr", "colour")] {
+        assert!(row(stage, step)[0] >= 1.0, "{stage} {step}: {table}");
+    }
+    for step in ["det", "det.resize", "det.boxes", "rec", "cls"] {
+        assert_eq!(row("ocr", step)[0], frames as f64, "{step}: {table}");
+    }
+    let det = row("ocr", "det");
+    assert!(det[2] > 0.5 * det[1], "detection runs on the pool thread: {table}");
+    let line = table.lines().find(|l| l.starts_with("CPU pool:")).unwrap();
+    let (life, threads, wall) = (
+        number_after(line, "CPU pool: "),
+        number_after(table, "; ").max(1.0),
+        number_after(table, "wall "),
+    );
+    let share = number_after(line, "= ");
+    assert!((90.0..=110.0).contains(&share), "{line}");
+    assert!(
+        (life / threads - wall).abs() <= 0.1 * wall,
+        "{threads} threads lived {life} s over {wall} s: {table}"
+    );
+    let cpu = table.lines().find(|l| l.starts_with("CPU: ")).unwrap();
+    assert!(number_after(cpu, "(") <= 102.0, "steps counted twice: {cpu}");
+}
+
 /// Gives the digest the run `run` keeps for `media` the file's stat of now, so the source takes
 /// the file as unchanged whatever its bytes.
 fn forge_kept_stat(run: &std::path::Path, media: &std::path::Path) {

@@ -92,8 +92,10 @@ RUNNER = textwrap.dedent(
 
 def ensure_openvino() -> Path:
     py = OV_VENV / "bin/python"
-    ok = subprocess.run([str(py), "-c", f"import openvino, sys; sys.exit(openvino.__version__.split('-')[0] != '{OV_VERSION}')"], capture_output=True)
-    if ok.returncode != 0:
+    # A missing venv is made (a fresh clone has none), as is one with another version.
+    ok = py.exists() and subprocess.run([str(py), "-c", f"import openvino, sys; sys.exit(openvino.__version__.split('-')[0] != '{OV_VERSION}')"],
+                                        capture_output=True).returncode == 0
+    if not ok:
         subprocess.run([sys.executable, "-m", "venv", str(OV_VENV)], check=True)
         subprocess.run([str(py), "-m", "pip", "install", "-q", f"openvino=={OV_VERSION}", "numpy"], check=True)
     return py

@@ -59,6 +59,12 @@ pub struct Args {
     /// this long.
     #[arg(long, value_name = "SECS", default_value_t = 30, requires = "metrics")]
     pub metrics_hold: u64,
+    /// After the run, print where its time went on this machine: per stage and step (open,
+    /// decode, rgb, jpeg, resize, det, det.boxes, crop, cls, rec, reuse, colour, layout,
+    /// parquet, digest, models) the wall and CPU seconds and CPU per video, and how the CPU
+    /// pool's time and the process's CPU add up (docs/src/benchmarks/e2e.md).
+    #[arg(long, conflicts_with = "dry_run")]
+    pub profile: bool,
 }
 
 pub fn run(a: Args) -> Result<Exit, RunError> {
@@ -92,8 +98,17 @@ pub fn run(a: Args) -> Result<Exit, RunError> {
     let (file, text) = (plan.file.clone(), plan.text.clone());
     let replan = || crate::plan::plan_text(&file, text.clone()).map_err(RunError::from);
     let hold = std::time::Duration::from_secs(a.metrics_hold);
+    if a.profile {
+        crate::profile::enable();
+    }
     let report = rt.block_on(runner::run_watched(plan, opts, endpoint, hold, &replan))?;
     print_summary(&report, &summaries);
+    if let Some(p) = crate::profile::snapshot() {
+        print!(
+            "{}",
+            crate::report::profile::render(&p, &report.order, &report.counts)
+        );
+    }
     if report.status == RunStatus::Interrupted {
         eprintln!("interrupted: rerun the same command to resume");
         return Ok(Exit::Interrupted);

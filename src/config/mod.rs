@@ -237,8 +237,9 @@ pub struct RuntimeConfig {
     /// for this many seconds (or for four times the slowest stage's recent per-video time, if
     /// that is longer) while work is pending. 0 turns it off.
     pub stall_secs: u64,
-    /// Decoded frames held for a later stage that reads pixels (OCR), in MiB. Past it, that
-    /// stage decodes a video's frames again instead (same pixels, more CPU). 0: always again.
+    /// Decoded frames held for a later stage that reads pixels (OCR), in MiB: the frames stage
+    /// waits for room before it decodes the next video. 0: none held, and that stage decodes
+    /// every video's frames again (same pixels, more CPU).
     pub decoded_frames_mib: usize,
 }
 

@@ -7,6 +7,7 @@ pub mod cache;
 pub mod estimate;
 pub mod modalities;
 pub mod plot;
+pub mod profile;
 pub mod questions;
 pub mod reach;
 pub mod reference;

@@ -75,15 +75,18 @@ impl Shared {
         m.entry(stage.to_string()).or_default().clone()
     }
 
-    fn next_job(&self) -> Option<Job> {
+    /// The next job; `me` is this thread's place in the profile (idle while it waits).
+    fn next_job(&self, me: Option<usize>) -> Option<Job> {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(j) = q.heap.pop() {
+                crate::profile::pool_thread_idle(me, false);
                 return Some(j.job);
             }
             if q.closed {
                 return None;
             }
+            crate::profile::pool_thread_idle(me, true);
             q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
         }
     }
@@ -112,6 +115,8 @@ pub struct CpuPool {
     owner: Arc<Owner>,
     rank: u32,
     counts: Arc<JobCounts>,
+    /// The stage its jobs count under in `run --profile`.
+    stage: Arc<str>,
 }
 
 /// What the pool is doing, for the stall report.
@@ -136,9 +141,12 @@ impl CpuPool {
             std::thread::Builder::new()
                 .name(format!("vidcurate-cpu-{i}"))
                 .spawn(move || {
-                    while let Some(job) = shared.next_job() {
+                    let me = crate::profile::pool_thread_started();
+                    while let Some(job) = shared.next_job(me) {
                         job();
+                        crate::profile::pool_thread_idle(me, true);
                     }
+                    crate::profile::pool_thread_ended(me);
                 })
                 .expect("cannot start a CPU pool thread");
         }
@@ -147,6 +155,7 @@ impl CpuPool {
             owner: Arc::new(Owner { shared, threads }),
             rank: 0,
             counts,
+            stage: "-".into(),
         }
     }
 
@@ -157,6 +166,7 @@ impl CpuPool {
             owner: self.owner.clone(),
             rank,
             counts: self.owner.shared.counts_for(stage),
+            stage: stage.into(),
         }
     }
 
@@ -196,12 +206,13 @@ impl CpuPool {
         F: FnOnce() -> Result<T, StageError> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        let counts = self.counts.clone();
+        let (counts, stage) = (self.counts.clone(), self.stage.clone());
         let job: Job = Box::new(move || {
             counts.queued.fetch_sub(1, Ordering::Relaxed);
             if tx.is_closed() {
                 return;
             }
+            let _job = crate::profile::job(&stage);
             counts.running.fetch_add(1, Ordering::Relaxed);
             let out = std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
                 Err(StageError::internal(

@@ -20,6 +20,18 @@ pub(super) enum Outcome<R> {
     Computed(VideoRecord, Result<Vec<R>, StageError>, Option<Duration>),
 }
 
+impl<R> Outcome<R> {
+    /// The video settled, when the outcome still holds its record.
+    pub(super) fn video_id(&self) -> Option<&str> {
+        match self {
+            Self::Reused(rec, _) | Self::Restored(rec, _) | Self::Computed(rec, ..) => {
+                Some(&rec.video_id)
+            }
+            Self::RejectedBefore => None,
+        }
+    }
+}
+
 pub(super) async fn compute_with_retries<P: Processor>(
     p: Arc<P>,
     rec: VideoRecord,

@@ -110,15 +110,11 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
                         .push(self.start(rec, settle, &prior, &cx, &settings, &watch));
                 }
                 Step::Finished(outcome) => {
-                    if let Some(rec) = self
+                    let video = outcome.video_id().map(str::to_owned);
+                    let kept = self
                         .finish(outcome, &cx, &mut writer, &progress, &watch, &mut books)
-                        .await?
-                    {
-                        books.counts.forwarded += 1;
-                        if flow.downstream_open {
-                            flow.to_send.push_back(rec);
-                        }
-                    }
+                        .await?;
+                    flow.forward(kept, video, &cx, &mut books.counts);
                     watch.publish(&books.counts);
                     writer.maybe_flush().await?;
                 }
@@ -127,7 +123,9 @@ impl<P: Processor> StageTask for ProcessorTask<P> {
                     // Downstream has stopped (a fatal error there, or Ctrl-C): finish and
                     // persist what is in flight, forward nothing more.
                     flow.downstream_open = false;
-                    flow.to_send.clear();
+                    for rec in flow.to_send.drain(..) {
+                        cx.decoded.forget(&rec.video_id);
+                    }
                 }
                 Step::Tick => writer.maybe_flush().await?,
             }
@@ -217,6 +215,28 @@ struct Flow<R> {
 }
 
 impl<R> Flow<R> {
+    /// Queues a settled video for the next stage, when it goes on. Frames held for a reader
+    /// it will not reach make room for others.
+    fn forward(
+        &mut self,
+        kept: Option<VideoRecord>,
+        video: Option<String>,
+        cx: &StageContext,
+        counts: &mut StageCounts,
+    ) {
+        match kept {
+            Some(rec) => {
+                counts.forwarded += 1;
+                if self.downstream_open {
+                    self.to_send.push_back(rec);
+                } else {
+                    cx.decoded.forget(&rec.video_id);
+                }
+            }
+            None => video.iter().for_each(|v| cx.decoded.forget(v)),
+        }
+    }
+
     /// Waits for what comes first of the things `ProcessorTask::run` waits on; a record that
     /// finds room downstream is sent here. `room`: a new input may be taken.
     async fn next_step(
@@ -332,6 +352,7 @@ impl<P: Processor> ProcessorTask<P> {
                 }
             })
         } else if settle == rerun::Settle::RejectedBefore {
+            cx.decoded.forget(&rec.video_id);
             Box::pin(futures::future::ready(Outcome::RejectedBefore))
         } else if let rerun::Settle::RestoreReject { shard } = settle {
             let store = cx.store.clone();

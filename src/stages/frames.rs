@@ -71,6 +71,16 @@ impl Default for FramesConfig {
     }
 }
 
+/// The bytes of one frame of the video as RGB, after scaling to `max_side` (as the grabber does).
+fn frame_bytes(probe: &crate::record::Probe, max_side: Option<u32>) -> usize {
+    let (w, h) = (probe.width.max(1) as f64, probe.height.max(1) as f64);
+    let s = match max_side {
+        Some(m) if w.max(h) > m as f64 => m as f64 / w.max(h),
+        _ => 1.0,
+    };
+    ((w * s).round() * (h * s).round() * 3.0) as usize
+}
+
 /// Safety cap on `range` so one long video cannot fill the disk by accident.
 const RANGE_LIMIT: u32 = 100_000;
 
@@ -97,6 +107,18 @@ impl FramesConfig {
             }
         }
         v
+    }
+
+    /// About how many frames a video of `duration` seconds at `fps` gives.
+    fn frames_expected(&self, duration: f64, fps: f64) -> usize {
+        match self.mode {
+            Mode::Range => {
+                let end = self.end_secs.unwrap_or(duration).min(duration);
+                let n = ((end - self.start_secs).max(0.0) * fps.max(1.0)).ceil() as usize;
+                n.clamp(1, self.max_frames.unwrap_or(RANGE_LIMIT) as usize)
+            }
+            _ => self.targets(duration).len().max(1),
+        }
     }
 
     /// Target times for a video of `duration` seconds (uniform and fps modes).
@@ -253,8 +275,11 @@ impl Processor for FramesStage {
         let path = cx.media_file(rec).await?;
         let cfg = self.cfg.clone();
         let targets = cfg.targets(duration);
-        // A later stage that reads pixels (OCR) gets the frames as decoded.
-        let hand_over = cx.decoded.wanted(&cx.stage_id);
+        // A later stage that reads pixels (OCR) gets the frames as decoded, once there is room
+        // for them (this waits while the frames held for it fill `runtime.decoded_frames_mib`).
+        let room = frame_bytes(probe, cfg.max_side) * cfg.frames_expected(duration, probe.fps);
+        let admission = cx.decoded.admit(&cx.stage_id, room, &cx.cancel).await;
+        let hand_over = admission.is_some();
         // Targets are split into contiguous chunks decoded on separate cores (each chunk opens
         // the file itself), so one long video does not leave a core idle. The CPU pool bounds the
         // total, so with many videos in flight this costs only a few extra seeks.
@@ -302,7 +327,9 @@ impl Processor for FramesStage {
                 height,
             });
         }
-        cx.decoded.keep(&cx.stage_id, &rec.video_id, decoded);
+        if let Some(a) = admission {
+            a.keep(&rec.video_id, decoded);
+        }
         Ok(rows)
     }
 

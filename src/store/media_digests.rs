@@ -277,6 +277,7 @@ fn read_all(dir: &Path, own: &Path) -> (HashMap<String, Line>, u64) {
 /// BLAKE3 of the file's bytes and its stat, or `changed_while_hashing` when the file the path
 /// names, or its size or times, changed while it was read (being written, or replaced).
 fn hash_file(path: &Path) -> Result<(String, FileStat), StageError> {
+    let _step = crate::profile::span("digest");
     let shown = path.display();
     let unreadable = |e: std::io::Error| StageError::data("unreadable", format!("{shown}: {e}"));
     let mut f = std::fs::File::open(path).map_err(|e| match e.kind() {

@@ -64,6 +64,7 @@ impl<'a> Grabber<'a> {
     }
 
     fn to_rgb(&mut self, frame: &ff::frame::Video) -> Result<RgbImage, StageError> {
+        let _step = crate::profile::span("rgb");
         let (w, h, fmt) = (frame.width(), frame.height(), frame.format());
         let (ow, oh) = match self.max_side {
             Some(m) if w.max(h) > m => {
@@ -120,6 +121,7 @@ impl<'a> Grabber<'a> {
         &mut self,
         want_image: impl Fn(i64) -> bool,
     ) -> Result<Option<Decoded>, StageError> {
+        let _step = crate::profile::span("decode");
         let mut frame = ff::frame::Video::empty();
         loop {
             if self.decoder.receive_frame(&mut frame).is_ok() {

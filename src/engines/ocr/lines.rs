@@ -29,6 +29,7 @@ impl OcrEngine {
         if !self.params.use_cls {
             return Ok((crops, None));
         }
+        let _step = crate::profile::span("cls");
         let (h, w) = (48u32, 192u32);
         let mut angles = vec![(String::new(), 0.0f32); crops.len()];
         for batch in self.batches(&crops) {
@@ -56,6 +57,7 @@ impl OcrEngine {
         m: &mut Models,
         crops: &[RgbImage],
     ) -> Result<Vec<(String, f32)>, OcrError> {
+        let _step = crate::profile::span("rec");
         let h = 48u32;
         let mut out = vec![(String::new(), 0.0f32); crops.len()];
         for batch in self.batches(crops) {

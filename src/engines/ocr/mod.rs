@@ -246,8 +246,10 @@ impl OcrEngine {
         mode: Reuse,
     ) -> Result<(Vec<Region>, ReuseCounts), OcrError> {
         let (raw_w, raw_h) = img.dimensions();
+        let step = crate::profile::span("resize");
         let (img, ratio_w, ratio_h) = self.limit_sides(img);
         let (img, pad_top) = self.letterbox(img);
+        drop(step);
         let mut counts = ReuseCounts {
             frames: 1,
             ..Default::default()
@@ -413,7 +415,9 @@ impl OcrEngine {
                 data: vec![],
             });
         }
+        let step = crate::profile::span("det.resize");
         let resized = imgops::resize_linear(img, rw, rh);
+        drop(step);
         let Some((prev, win)) = partial else {
             let data = run_det(&mut m.det, &resized, [0, 0, rw, rh])?;
             return Ok(DetMap {
@@ -437,6 +441,7 @@ impl OcrEngine {
 
     /// DB post-processing of a map of `img_w` × `img_h` (detection-input pixels).
     fn boxes(&self, map: &DetMap, img_w: u32, img_h: u32) -> Vec<Quad> {
+        let _step = crate::profile::span("det.boxes");
         let (w, h) = (img_w as usize, img_h as usize);
         let boxes = det::boxes_from_map(&map.data, map.w, map.h, w, h, &self.params.det);
         det::reading_order(det::tidy(boxes, w, h))
@@ -456,6 +461,7 @@ pub(crate) struct DetMap {
 
 /// Runs the detector on the `[x0, y0, x1, y1)` window of `resized`; the window's map.
 fn run_det(net: &mut Net, resized: &RgbImage, win: [u32; 4]) -> Result<Vec<f32>, OcrError> {
+    let _step = crate::profile::span("det");
     let (ww, wh) = ((win[2] - win[0]) as usize, (win[3] - win[1]) as usize);
     let plane = ww * wh;
     let mut input = vec![0f32; 3 * plane];
@@ -486,6 +492,7 @@ fn run_det(net: &mut Net, resized: &RgbImage, win: [u32; 4]) -> Result<Vec<f32>,
 
 /// The perspective crop of one box, turned upright when it is much taller than wide.
 fn line_crop(img: &RgbImage, q: &Quad) -> RgbImage {
+    let _step = crate::profile::span("crop");
     let d = |a: [f64; 2], b: [f64; 2]| ((a[0] - b[0]).powi(2) + (a[1] - b[1]).powi(2)).sqrt();
     let cw = d(q[0], q[1]).max(d(q[2], q[3])) as u32;
     let ch = d(q[0], q[3]).max(d(q[1], q[2])) as u32;

@@ -120,6 +120,7 @@ impl FrameMemory {
     /// How `img` (a detection input) differs from the previous frame's.
     /// `windows`: report a change confined to a box as `Within` (else it is `Different`).
     pub(super) fn change(&self, img: &RgbImage, windows: bool) -> Change {
+        let _step = crate::profile::span("reuse");
         let (Some(prev), Some(_)) = (&self.frame, &self.map) else {
             return Change::Different;
         };
@@ -144,6 +145,7 @@ impl FrameMemory {
 
     /// The known line a box at `quad` with pixels `crop` repeats.
     pub(super) fn same_line(&self, quad: &Quad, crop: &RgbImage) -> Option<usize> {
+        let _step = crate::profile::span("reuse");
         self.near_line(quad, crop)
             .and_then(|(i, d)| (d.mean <= CROP_MEAN && d.changed <= CROP_CHANGED).then_some(i))
     }

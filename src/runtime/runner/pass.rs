@@ -283,9 +283,13 @@ pub(super) fn spawn_chain(
         }));
         rx = next_rx;
     }
-    // The end of the chain: everything is persisted by the stages, so just drain.
+    // The end of the chain: everything is persisted by the stages, so just drain (and drop
+    // frames held for a reader that reused its rows instead of reading them).
+    let decoded = env.decoded.clone();
     tasks.spawn(async move {
-        while rx.recv().await.is_some() {}
+        while let Some(rec) = rx.recv().await {
+            decoded.forget(&rec.video_id);
+        }
         (DRAIN.to_string(), Ok(StageCounts::default()))
     });
     Chain {

@@ -108,7 +108,7 @@ fn summary(stage_id: &str, c: &crate::runtime::StageCounts) -> String {
     let mut notes = vec![];
     if n("frames_decoded_again") > 0 {
         notes.push(format!(
-            "{} frames decoded again from the media (sampled by an earlier invocation, or past runtime.decoded_frames_mib)",
+            "{} frames decoded again from the media (sampled by an earlier invocation, or runtime.decoded_frames_mib = 0)",
             n("frames_decoded_again")
         ));
     }
@@ -205,6 +205,7 @@ impl OcrStage {
                     },
                     ..Default::default()
                 });
+                let _step = crate::profile::span("models");
                 OcrEngine::load(&crate::paths::models_dir(), threads, params)
                     .map(Arc::new)
                     // Missing models stop the run: every video would fail the same way.
@@ -232,7 +233,9 @@ fn analyse_frame(
     let out: Vec<_> = found
         .into_iter()
         .map(|r| {
+            let step = crate::profile::span("layout");
             let lay = layout::measure(&r.quad, fw, fh, cfg.grid_rows, cfg.grid_cols);
+            drop(step);
             // The quad's extent along axis `a`, in whole pixels.
             let span = |a: usize| {
                 let v = r.quad.iter().map(|p| p[a]);
@@ -240,7 +243,9 @@ fn analyse_frame(
                 (lo, v.fold(0f32, f32::max).ceil() as u32)
             };
             let ((x0, x1), (y0, y1)) = (span(0), span(1));
+            let step = crate::profile::span("colour");
             let c = colour::measure(img, x0, y0, x1, y1);
+            drop(step);
             let facts = creator::ColourFacts {
                 hue_spread: c.hue_spread,
                 val_spread: c.val_spread,

@@ -135,6 +135,7 @@ pub(super) fn encode_parquet(
 
 /// One batch as Snappy-compressed Parquet, with footer metadata when given.
 fn parquet_bytes(batch: &RecordBatch, meta: Option<Vec<KeyValue>>) -> Result<Vec<u8>, RunError> {
+    let _step = crate::profile::span("parquet");
     let props = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .set_key_value_metadata(meta)
