@@ -18,6 +18,8 @@ clips) in data/bench/e2e-<clips>x<seconds>/).
              hold the box's rim, else the smaller one), the strokes' mean HSV (circular mean hue),
              layout (centre, size, aspect ratio, 5 x 6 grid cell), all written with pyarrow to
              Parquet. The whole process timed, model loading included.
+vidcurate runs with --profile, and its best run's table (wall and CPU seconds per stage and step:
+decode, resize, detection, recognition, colour, Parquet, digests, ...) is printed after the result.
 Both are scored against ground_truth.jsonl as scripts/eval_ocr_truth.py scores a run (its norm()
 and sim()): for every static overlay and every sampled frame it is visible on, the region with the
 most similar text is its match; text recall = share of those pairs read exactly (case and
@@ -463,8 +465,8 @@ def main():
     runs = {"vidcurate": [], "peer": []}
     exit_codes = []
 
-    def record(name, wall, cpu, foreign, spent=None):
-        runs[name].append(dict(wall=wall, cpu=cpu, foreign=foreign, spent=spent))
+    def record(name, wall, cpu, foreign, spent=None, profile=None):
+        runs[name].append(dict(wall=wall, cpu=cpu, foreign=foreign, spent=spent, profile=profile))
         other = "" if foreign is None else f", other processes {foreign:.1f} CPU s"
         log(f"    {wall:.2f} s wall, {cpu:.1f} CPU s{other}")
         if foreign is not None and foreign > 0.05 * wall:
@@ -474,9 +476,12 @@ def main():
         run_dir = os.path.join(work, f"vidcurate-{i}")  # fresh every time: nothing to resume
         log(f"[{i + 1}/{a.repeat}] vidcurate run -> {os.path.relpath(run_dir, ROOT)} ...")
         wait_idle(a.wait_idle)
-        wall, rc, cpu, foreign = timed([binary, "run", pipe, "--out", run_dir, "-q"], run_dir + ".log", ok=(0, 3))
+        wall, rc, cpu, foreign = timed([binary, "run", pipe, "--out", run_dir, "-q", "--profile"], run_dir + ".log",
+                                       ok=(0, 3))
         exit_codes.append(rc)
-        record("vidcurate", wall, cpu, foreign)
+        # `run --profile`'s table (stdout, after the summary): where the time went, per step.
+        text = open(run_dir + ".log").read()
+        record("vidcurate", wall, cpu, foreign, profile=text[text.find("profile ("):].strip() or None)
 
     def theirs(i):
         out = os.path.join(work, f"peer-{i}")
@@ -511,6 +516,7 @@ def main():
     for name, s in sides.items():
         best = min(runs[name], key=lambda r: r["wall"])
         s.update(wall_s=best["wall"], cpu_s=best["cpu"], other_cpu_s=best["foreign"], spent_s=best["spent"],
+                 profile=best["profile"],
                  walls_s=[round(r["wall"], 3) for r in runs[name]], frames_per_s=s["frames"] / best["wall"])
 
     # The shared scorer, as the test suite runs it, must agree with ours on vidcurate's run.
@@ -549,6 +555,9 @@ def main():
             rest = sides["peer"]["wall_s"] - sum(sp.values())
             show("peer's time: " + ", ".join(f"{k} {v:.1f} s" for k, v in sp.items())
                  + f", start-up and models {rest:.1f} s")
+    if sides["vidcurate"].get("profile"):
+        show("vidcurate's time, its best run (`run --profile`):")
+        show(sides["vidcurate"]["profile"])
     dirty = [n for n, s in sides.items() if (s["other_cpu_s"] or 0) > 0.05 * s["wall_s"]]
     if dirty:
         show(f"WARNING: other processes used CPU during the best run of {', '.join(dirty)}: rerun on an idle machine")
