@@ -19,7 +19,7 @@ clips) in data/bench/e2e-<clips>x<seconds>/).
              layout (centre, size, aspect ratio, 5 x 6 grid cell), all written with pyarrow to
              Parquet. The whole process timed, model loading included.
 vidcurate runs with --profile, and its best run's table (wall and CPU seconds per stage and step:
-decode, resize, detection, recognition, colour, Parquet, digests, ...) is printed after the result.
+decode, resize, detection, recognition, colour (its Lab conversion and clustering), Parquet, digests, ...) is printed after the result.
 Both are scored against ground_truth.jsonl as scripts/eval_ocr_truth.py scores a run (its norm()
 and sim()): for every static overlay and every sampled frame it is visible on, the region with the
 most similar text is its match; text recall = share of those pairs read exactly (case and

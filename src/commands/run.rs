@@ -60,9 +60,10 @@ pub struct Args {
     #[arg(long, value_name = "SECS", default_value_t = 30, requires = "metrics")]
     pub metrics_hold: u64,
     /// After the run, print where its time went on this machine: per stage and step (open,
-    /// decode, rgb, jpeg, resize, det, det.boxes, crop, cls, rec, reuse, colour, layout,
-    /// parquet, digest, models) the wall and CPU seconds and CPU per video, and how the CPU
-    /// pool's time and the process's CPU add up (docs/src/benchmarks/e2e.md).
+    /// decode, rgb, jpeg, resize, det.resize, det, det.boxes, crop, cls, rec, reuse, colour,
+    /// colour.lab, colour.clusters, layout, parquet, digest, models) the wall and CPU seconds
+    /// and CPU per video, and how the CPU pool's time and the process's CPU add up
+    /// (docs/src/benchmarks/e2e.md).
     #[arg(long, conflicts_with = "dry_run")]
     pub profile: bool,
 }

@@ -32,7 +32,7 @@ pub fn render(p: &Profile, order: &[String], counts: &BTreeMap<String, StageCoun
     );
     let _ = writeln!(
         out,
-        "{:<16} {:<12} {:>7} {:>9} {:>9} {:>13}",
+        "{:<16} {:<16} {:>7} {:>9} {:>9} {:>13}",
         "stage", "step", "calls", "wall s", "CPU s", "CPU ms/video"
     );
     let rank = |s: &str| order.iter().position(|o| o == s).unwrap_or(usize::MAX);
@@ -50,7 +50,7 @@ pub fn render(p: &Profile, order: &[String], counts: &BTreeMap<String, StageCoun
         };
         let _ = writeln!(
             out,
-            "{stage:<16} {step:<12} {:>7} {:>9.2} {:>9.2} {per:>13}",
+            "{stage:<16} {step:<16} {:>7} {:>9.2} {:>9.2} {per:>13}",
             a.calls,
             secs(a.wall),
             secs(a.cpu)

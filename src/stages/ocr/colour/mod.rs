@@ -151,7 +151,9 @@ impl Patch {
             .flat_map(|y| (0..w).map(move |x| (x, y)))
             .map(|(x, y)| img.get_pixel(x0 + x as u32, y0 + y as u32).0)
             .collect();
+        let step = crate::profile::span("colour.lab");
         let labs = px.iter().map(|p| lab(*p)).collect();
+        drop(step);
         Self {
             x0,
             y0,
@@ -203,6 +205,7 @@ const K_MERGED: usize = 8;
 /// share a cluster with one of them (red ink beside a magenta bar) and no cluster is left for the
 /// text: then more clusters are tried.
 fn clusters(patch: &Patch) -> (Vec<usize>, Roles) {
+    let _step = crate::profile::span("colour.clusters");
     let n = patch.px.len();
     let assign = kmeans(&patch.labs, K.min(n));
     let roles = cluster_roles(patch, &assign, K.min(n));
