@@ -156,7 +156,11 @@ impl Drop for Span {
                 (Some(root), false) if root.job => (root.name.to_string(), o.name.to_string()),
                 _ => (ASYNC.to_string(), o.name.to_string()),
             };
-            Some((key, w.saturating_sub(o.child_wall), c.saturating_sub(o.child_cpu)))
+            Some((
+                key,
+                w.saturating_sub(o.child_wall),
+                c.saturating_sub(o.child_cpu),
+            ))
         });
         if let Some((key, w, c)) = counted
             && let Some(st) = lock().as_mut()
@@ -300,7 +304,10 @@ mod tests {
         let busy = ms(other.wall + det.wall + resize.wall);
         let (life, idle) = thread_times(t.unwrap());
         let accounted = busy + ms(idle);
-        assert!((accounted - ms(life)).abs() < 2.0, "{accounted} of {life:?}");
+        assert!(
+            (accounted - ms(life)).abs() < 2.0,
+            "{accounted} of {life:?}"
+        );
         ON.store(false, Ordering::Relaxed);
         assert!(snapshot().is_none());
     }

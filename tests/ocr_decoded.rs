@@ -174,7 +174,10 @@ fn profile_adds_up(table: &str, frames: u64) {
         assert_eq!(row("ocr", step)[0], frames as f64, "{step}: {table}");
     }
     let det = row("ocr", "det");
-    assert!(det[2] > 0.5 * det[1], "detection runs on the pool thread: {table}");
+    assert!(
+        det[2] > 0.5 * det[1],
+        "detection runs on the pool thread: {table}"
+    );
     let line = table.lines().find(|l| l.starts_with("CPU pool:")).unwrap();
     let (life, threads, wall) = (
         number_after(line, "CPU pool: "),
@@ -188,7 +191,10 @@ fn profile_adds_up(table: &str, frames: u64) {
         "{threads} threads lived {life} s over {wall} s: {table}"
     );
     let cpu = table.lines().find(|l| l.starts_with("CPU: ")).unwrap();
-    assert!(number_after(cpu, "(") <= 102.0, "steps counted twice: {cpu}");
+    assert!(
+        number_after(cpu, "(") <= 102.0,
+        "steps counted twice: {cpu}"
+    );
 }
 
 /// Gives the digest the run `run` keeps for `media` the file's stat of now, so the source takes

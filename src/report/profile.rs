@@ -2,8 +2,8 @@
 //! per video, then how the CPU pool's threads' time and the process's CPU time add up
 //! (`crate::profile` counts them).
 
-use crate::runtime::StageCounts;
 use crate::profile::{ASYNC, Acc, Profile};
+use crate::runtime::StageCounts;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -56,7 +56,11 @@ pub fn render(p: &Profile, order: &[String], counts: &BTreeMap<String, StageCoun
             secs(a.cpu)
         );
     }
-    let (busy, idle, life) = (secs(p.pool_busy()), secs(p.pool_idle), secs(p.pool_lifetime));
+    let (busy, idle, life) = (
+        secs(p.pool_busy()),
+        secs(p.pool_idle),
+        secs(p.pool_lifetime),
+    );
     let _ = writeln!(
         out,
         "CPU pool: {life:.2} thread-s ({} threads over the run): in steps {busy:.2} s + idle {idle:.2} s = {:.1} % of it",

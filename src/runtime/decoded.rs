@@ -245,7 +245,10 @@ mod tests {
         let d = DecodedFrames::new(2 * 300, readers(1));
         assert!(d.wanted("frames") && !d.wanted("frames_b"));
         let never = CancellationToken::new();
-        assert!(d.admit("frames_b", 300, &never).await.is_none(), "nobody reads frames_b");
+        assert!(
+            d.admit("frames_b", 300, &never).await.is_none(),
+            "nobody reads frames_b"
+        );
         put(&d, "a", 10, 1).await;
         put(&d, "b", 10, 2).await;
         assert_eq!(d.usage(), (600, 0));
