@@ -63,7 +63,7 @@ impl<'a> Grabber<'a> {
         }
     }
 
-    fn to_rgb(&mut self, frame: &ff::frame::Video) -> Result<RgbImage, StageError> {
+    fn convert_rgb(&mut self, frame: &ff::frame::Video) -> Result<RgbImage, StageError> {
         let _step = crate::profile::span("rgb");
         let (w, h, fmt) = (frame.width(), frame.height(), frame.format());
         let (ow, oh) = match self.max_side {
@@ -128,7 +128,7 @@ impl<'a> Grabber<'a> {
                 self.decoded += 1;
                 let pts = frame.timestamp().or(frame.pts()).unwrap_or(0);
                 let image = if want_image(pts) {
-                    self.to_rgb(&frame)?
+                    self.convert_rgb(&frame)?
                 } else {
                     RgbImage::new(0, 0)
                 };
@@ -308,15 +308,15 @@ pub fn grab_at_counted(
     for (slot, t) in targets {
         // Small epsilon so a target that equals a frame time is not pushed to the next frame by rounding.
         let target_pts = start + ((t / tb) - 1e-6).ceil() as i64;
-        if let Some(l) = &last {
-            if l.pts >= target_pts {
-                out[slot] = Some(Grab {
-                    target_secs: t,
-                    timestamp_secs: to_secs(l.pts),
-                    image: l.image.clone(),
-                });
-                continue;
-            }
+        if let Some(l) = &last
+            && l.pts >= target_pts
+        {
+            out[slot] = Some(Grab {
+                target_secs: t,
+                timestamp_secs: to_secs(l.pts),
+                image: l.image.clone(),
+            });
+            continue;
         }
         let need_seek = match (&last, g.keyframe_before(target_pts)) {
             (None, _) => true,

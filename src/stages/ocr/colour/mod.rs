@@ -583,6 +583,6 @@ mod tests {
         assert_eq!(colour_name(0.0, 0.05, 0.95), "white");
         assert_eq!(colour_name(200.0, 0.9, 0.1), "black");
         let (m, s) = hue_stats(&[358.0, 2.0]);
-        assert!((m < 0.5 || m > 359.5) && s < 3.0, "{m} {s}");
+        assert!(!(0.5..=359.5).contains(&m) && s < 3.0, "{m} {s}");
     }
 }
